@@ -1,0 +1,52 @@
+"""The CPU delegate's payload format: schema.fbs and the code flatc generates from it at build time."""
+
+load("//tools/build_defs:runtime.bzl", "runtime")
+
+def define_common_targets():
+    """Generated C++ and Python bindings of schema.fbs, plus the Python writer and reader."""
+    runtime.filegroup(
+        name = "schema_fbs",
+        srcs = ["schema.fbs"],
+        visibility = ["//visibility:public"],
+    )
+
+    # flatc 2.0.8 from Debian's flatbuffers-compiler; the header matches libflatbuffers-dev 2.0.8.
+    runtime.genrule(
+        name = "schema_h",
+        srcs = ["schema.fbs"],
+        outs = ["schema_generated.h"],
+        cmd = "flatc --cpp -o $(@D) $(location schema.fbs)",
+    )
+
+    runtime.cxx_library(
+        name = "schema_cc",
+        hdrs = [":schema_h"],
+        visibility = ["//visibility:public"],
+    )
+
+    # --gen-onefile writes one module (plus an __init__.py we do not want): generate into a scratch
+    # directory and copy only the module.
+    runtime.genrule(
+        name = "schema_py_gen",
+        srcs = ["schema.fbs"],
+        outs = ["schema_generated.py"],
+        cmd = " && ".join([
+            "tmp=$$(mktemp -d)",
+            "flatc --python --gen-onefile --gen-object-api -o $$tmp $(location schema.fbs)",
+            "cp $$tmp/schema_generated.py $@",
+            "rm -rf $$tmp",
+        ]),
+    )
+
+    runtime.python_library(
+        name = "schema_py",
+        srcs = [":schema_py_gen"],
+        visibility = ["//visibility:public"],
+    )
+
+    runtime.cxx_library(
+        name = "schema_compile_check",
+        srcs = ["schema_compile_check.cc"],
+        copts = ["-std=c++17"],
+        deps = [":schema_cc"],
+    )
