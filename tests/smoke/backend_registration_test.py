@@ -1,4 +1,4 @@
-"""Smoke test: a C++ backend built against the wheel registers itself with the ExecuTorch runtime."""
+"""Smoke test: a C++ backend built against the wheel registers with the ExecuTorch runtime."""
 
 import ctypes
 import os

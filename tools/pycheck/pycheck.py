@@ -39,16 +39,16 @@ def main(argv: list[str] | None = None) -> int:
 
     python = sys.executable
     steps = [
-        [python, "-m", "ruff", "check", *(["--fix"] if args.fix else []), *files],
-        [python, "-m", "ruff", "format", *([] if args.fix else ["--check"]), *files],
+        ("ruff check", ["ruff", "check", *(["--fix"] if args.fix else [])]),
+        ("ruff format", ["ruff", "format", *([] if args.fix else ["--check"])]),
     ]
     if not args.no_mypy:
-        steps.append([python, "-m", "mypy", *files])
+        steps.append(("mypy", ["mypy"]))
     failed = False
-    for step in steps:
-        name = " ".join(step[2:4])
+    for name, command in steps:
         print(f"pycheck: {name} ({len(files)} files)", flush=True)
-        failed |= subprocess.run(step, cwd=root).returncode != 0
+        run = subprocess.run([python, "-m", *command, *files], cwd=root)
+        failed |= run.returncode != 0
     print("pycheck: " + ("findings above" if failed else "clean"))
     return 1 if failed else 0
 
