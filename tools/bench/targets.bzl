@@ -1,10 +1,22 @@
-"""Bazel targets of this package (see tools/build_defs/runtime.bzl for the runtime.* shim)."""
+"""Bazel targets of this package (see tools/build_defs/runtime.bzl for the runtime.* shim).
+
+The shared benchmark harness, its test, and one `runtime.python_binary` per issue's benchmark
+(`bazel run //tools/bench:NAME -- --help`). Add your benchmark's block below; keep the others.
+"""
 
 load("//tools/build_defs:runtime.bzl", "runtime")
 
 def define_common_targets():
-    """This package's targets (placeholder until its issue lands)."""
-    runtime.filegroup(
-        name = "placeholder",
-        srcs = [],
+    """The harness library and the benchmarks built on it."""
+    runtime.python_library(
+        name = "harness",
+        srcs = ["harness.py"],
+        visibility = ["//visibility:public"],
+    )
+
+    runtime.python_test(
+        name = "harness_test",
+        size = "small",
+        srcs = ["harness_test.py"],
+        deps = [":harness"],
     )

@@ -1,0 +1,123 @@
+"""Tests of the benchmark harness: interleaved timing, ratios, per-variant memory, failures."""
+
+import json
+import time
+
+import pytest
+
+from tools.bench import harness
+
+
+def make_sleeper(ms: float) -> harness.Runner:
+    return lambda: time.sleep(ms / 1e3)
+
+
+def make_allocator(mib: int) -> harness.Runner:
+    def run() -> int:
+        block = bytearray(mib * 1024 * 1024)
+        block[::4096] = b"\x01" * len(block[::4096])  # touch every page so it counts in RSS
+        return len(block)
+
+    return run
+
+
+def make_broken() -> harness.Runner:
+    raise RuntimeError("cannot set this variant up")
+
+
+def _quick(memory: bool = False) -> harness.Options:
+    return harness.Options(repeats=5, warmup=1, memory=memory)
+
+
+def test_ratios_follow_medians_against_the_named_baseline() -> None:
+    bench = harness.Benchmark(
+        name="sleep",
+        baseline="slow",
+        variants=[
+            harness.Variant("slow", make_sleeper, {"ms": 20}),
+            harness.Variant("fast", make_sleeper, {"ms": 5}),
+        ],
+    )
+    result = harness.run_benchmark(bench, _quick())
+    slow, fast = result.variants
+    assert slow.ratio_to_baseline == pytest.approx(1.0)
+    assert len(slow.samples_ms) == len(fast.samples_ms) == 5
+    assert fast.median_ms is not None and slow.median_ms is not None
+    assert fast.median_ms < slow.median_ms
+    assert fast.ratio_to_baseline is not None and fast.ratio_to_baseline < 0.8
+    assert len(result.load_before) == 3
+
+
+def test_budget_takes_a_slow_variant_out_of_the_rotation() -> None:
+    bench = harness.Benchmark(
+        name="budget",
+        baseline="quick",
+        variants=[
+            harness.Variant("quick", make_sleeper, {"ms": 1}),
+            harness.Variant("slow", make_sleeper, {"ms": 30}),
+        ],
+    )
+    options = harness.Options(repeats=10, warmup=0, min_repeats=3, budget_s=0.05, memory=False)
+    result = harness.run_benchmark(bench, options)
+    quick, slow = result.variants
+    assert len(slow.samples_ms) == 3
+    assert len(quick.samples_ms) > 3
+
+
+def test_peak_memory_is_measured_per_variant_in_a_fresh_process() -> None:
+    small = harness.measure_peak_memory(harness.Variant("small", make_allocator, {"mib": 1}))
+    large = harness.measure_peak_memory(harness.Variant("large", make_allocator, {"mib": 120}))
+    assert small.memory_error is None, small.memory_error
+    assert large.memory_error is None, large.memory_error
+    assert small.peak_rss_over_import_mib is not None
+    assert large.peak_rss_over_import_mib is not None
+    assert large.peak_rss_over_import_mib - small.peak_rss_over_import_mib > 100
+
+
+def test_a_failing_variant_is_reported_and_the_others_still_run() -> None:
+    bench = harness.Benchmark(
+        name="mixed",
+        baseline="ok",
+        variants=[
+            harness.Variant("ok", make_sleeper, {"ms": 1}),
+            harness.Variant("bad", make_broken),
+        ],
+    )
+    result = harness.run_benchmark(bench, _quick())
+    ok, bad = result.variants
+    assert ok.median_ms is not None
+    assert bad.error == "RuntimeError: cannot set this variant up"
+    assert "bad: FAILED: RuntimeError: cannot set this variant up" in harness.render_text([result])
+
+
+def test_main_prints_a_table_writes_json_and_signals_failure(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    def benchmarks() -> list[harness.Benchmark]:
+        return [
+            harness.Benchmark(
+                name="one",
+                baseline="a",
+                variants=[
+                    harness.Variant("a", make_sleeper, {"ms": 2}),
+                    harness.Variant("b", make_broken),
+                ],
+            )
+        ]
+
+    out = tmp_path / "r.json"
+    code = harness.main(
+        benchmarks, ["--repeats", "3", "--no-memory", "--quiet", "--json", str(out)]
+    )
+    assert code == 1
+    table = capsys.readouterr().out
+    assert "== one  (baseline: a;" in table
+    assert "load average" in table
+    data = json.loads(out.read_text())
+    assert [v["name"] for v in data["benchmarks"][0]["variants"]] == ["a", "b"]
+    assert data["benchmarks"][0]["variants"][0]["ratio_to_baseline"] == pytest.approx(1.0)
+
+
+def test_bad_benchmark_definitions_are_rejected() -> None:
+    with pytest.raises(ValueError, match="baseline 'zzz' is not one of"):
+        harness.Benchmark("x", [harness.Variant("a", make_sleeper)], baseline="zzz")
+    with pytest.raises(ValueError, match="module-level function"):
+        harness.factory_reference(lambda: lambda: None)
