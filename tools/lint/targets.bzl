@@ -1,10 +1,61 @@
-"""Bazel targets of this package (see tools/build_defs/runtime.bzl for the runtime.* shim)."""
+"""Bazel targets of the target linter (see tools/build_defs/runtime.bzl for the runtime.* shim)."""
 
 load("//tools/build_defs:runtime.bzl", "runtime")
 
 def define_common_targets():
-    """This package's targets (placeholder until its issue lands)."""
-    runtime.filegroup(
-        name = "placeholder",
-        srcs = [],
+    """The linter's library, its `bazel run` binary, its tests and the repo's own lint."""
+    runtime.python_library(
+        name = "lint_lib",
+        srcs = [
+            "__main__.py",
+            "cli.py",
+            "config.py",
+            "evaluator.py",
+            "findings.py",
+            "fixer.py",
+            "formats.py",
+            "linter.py",
+            "prelude.py",
+            "workspace.py",
+        ],
+        data = ["default_config.toml"],
+        visibility = ["//visibility:public"],
+    )
+
+    # `./bazelw run //tools/lint -- PATHS...`
+    runtime.python_binary(
+        name = "lint",
+        main = "cli.py",
+        deps = [":lint_lib"],
+    )
+
+    runtime.python_library(
+        name = "fixture_tree",
+        srcs = ["test/fixture_tree.py"],
+        data = native.glob(["test/fixtures/*.txtar"]),
+    )
+
+    runtime.python_test(
+        name = "lint_test",
+        size = "small",
+        srcs = [
+            "test/cli_test.py",
+            "test/lint_test.py",
+        ],
+        deps = [
+            ":fixture_tree",
+            ":lint_lib",
+        ],
+    )
+
+    # Lints this repository's own build files and checks that //:all_starlark_sources covers
+    # every package. It reads the checkout (the root filegroup is private to the root package),
+    # so it must never be served from the cache: tag "external".
+    runtime.python_test(
+        name = "repo_lint_test",
+        size = "small",
+        srcs = ["test/repo_lint_test.py"],
+        data = ["BUILD.bazel"],
+        tags = ["external"],
+        deps = [":lint_lib"],
     )

@@ -1,0 +1,135 @@
+"""Runs the checks over paths: evaluates every entry file, collects and de-duplicates findings."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tools.lint.config import Config
+from tools.lint.evaluator import Evaluator, InputError, PackageRun
+from tools.lint.findings import DUPLICATE_TARGET, UNKNOWN_LOCAL_LABEL, Finding, Location
+from tools.lint.workspace import collect_files, find_root
+
+
+@dataclass
+class LintResult:
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[InputError] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    packages: int = 0
+    files: int = 0
+
+
+def _display_for(root: Path, cwd: Path) -> Callable[[str], str]:
+    """Maps root-relative paths to paths relative to the user's directory (when below it)."""
+
+    def display(rel: str) -> str:
+        full = root / rel
+        try:
+            return os.path.relpath(full, cwd) if full.is_relative_to(cwd) else str(full)
+        except ValueError:
+            return str(full)
+
+    return display
+
+
+def _label_findings(
+    evaluator: Evaluator, run: PackageRun, display: Callable[[str], str]
+) -> list[Finding]:
+    """`":name"` labels that name neither a target nor a file of the package."""
+    findings = []
+    package_dir = evaluator.root / run.package
+    known = set(run.by_name) | run.outputs
+    for reg in run.registrations:
+        for label in reg.labels:
+            if not label.startswith(":"):
+                continue  # labels of other packages: not this check's business
+            target = label[1:].split("[", 1)[0]  # Buck sub-targets: ":lib[shared]"
+            if not target or target in known or (package_dir / target).exists():
+                continue
+            line = _line_of(evaluator, reg.site.path, reg.site.line, f'"{label}"')
+            text = evaluator.line_text(reg.site.path, line)
+            column = text.find(f'"{label}"') + 1 if f'"{label}"' in text else 1
+            findings.append(
+                Finding(
+                    rule=UNKNOWN_LOCAL_LABEL,
+                    message=f"label '{label}' in {reg.kind}(name = '{reg.name}') names no target "
+                    f"or file in package '//{run.package}'",
+                    location=Location(display(reg.site.path), line, column),
+                    name=label,
+                    package="//" + run.package,
+                )
+            )
+    return findings
+
+
+def _line_of(evaluator: Evaluator, path: str, start: int, needle: str) -> int:
+    """The first line at or after `start` (within the call's reach) that contains `needle`."""
+    for line in range(start, start + 200):
+        text = evaluator.line_text(path, line)
+        if needle in text:
+            return line
+        if not text and evaluator.line_text(path, line + 1) == "":
+            break
+    return start
+
+
+def lint(
+    paths: Iterable[Path],
+    config: Config,
+    checks: set[str],
+    cwd: Path,
+) -> LintResult:
+    """Lints every BUILD/BUILD.bazel/BUCK/TARGETS/.bzl file under `paths`."""
+    result = LintResult()
+    evaluators: dict[Path, Evaluator] = {}
+    seen: set[tuple[str, str, int, int, str]] = set()
+    for path in paths:
+        if not path.exists():
+            result.errors.append(InputError(str(path), 1, 1, "no such file or directory"))
+            continue
+        root = find_root(path.resolve())
+        evaluator = evaluators.setdefault(root, Evaluator(root, config))
+        display = _display_for(root, cwd)
+        files = collect_files(path, root, config.entry_files, config.extension_suffix)
+        result.files += len(files)
+        # Entry files first: the .bzl files they load are parsed then, the rest afterwards.
+        files.sort(key=lambda f: f.name not in config.entry_files)
+        for file in files:
+            try:
+                if file.name in config.entry_files:
+                    run = evaluator.evaluate_entry(file)
+                    result.packages += 1
+                    found: list[Finding] = []
+                    if DUPLICATE_TARGET in checks:
+                        found += evaluator.duplicate_findings(run, display)
+                    if UNKNOWN_LOCAL_LABEL in checks:
+                        if run.incomplete:
+                            result.notes.append(
+                                f"{display(run.entry)}: label check skipped, evaluation "
+                                f"incomplete ({run.incomplete[0]})"
+                            )
+                        else:
+                            found += _label_findings(evaluator, run, display)
+                    for finding in found:
+                        key = (finding.rule, *_key(finding.location), finding.name)
+                        if key not in seen:  # TARGETS and BUCK may reach the same call
+                            seen.add(key)
+                            result.findings.append(finding)
+                else:
+                    evaluator.check_syntax(file)
+            except InputError as error:
+                shown = InputError(display(error.path), error.line, error.column, error.message)
+                if all(str(shown) != str(e) for e in result.errors):
+                    result.errors.append(shown)
+    for evaluator in evaluators.values():
+        result.notes.extend(evaluator.notes)
+    result.notes = list(dict.fromkeys(result.notes))
+    result.findings.sort(key=Finding.sort_key)
+    return result
+
+
+def _key(location: Location) -> tuple[str, int, int]:
+    return (location.path, location.line, location.column)

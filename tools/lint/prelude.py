@@ -1,0 +1,208 @@
+"""Starlark source of the recording stand-ins the linter evaluates build files against.
+
+Rules, `native.*`, Bazel's `rule()`/`macro()` results and unresolvable loaded symbols become
+Starlark functions that hand each registration to Python together with `call_stack()`, so the
+linter knows the file, line and macro call chain of every target, exactly as Buck2 evaluates it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from tools.lint.config import Config, LoadedSymbol, RuleSpec
+
+PRELUDE_LABEL = "@target_lint//:prelude.bzl"
+# Synthetic file names start with "<" so frames inside them are dropped from call chains.
+PRELUDE_FILE = "<target-lint prelude>"
+
+# Bazel's attr module, only so rule() definitions in .bzl files evaluate.
+_ATTR_TYPES = [
+    "bool", "int", "int_list", "label", "label_keyed_string_dict", "label_list", "output",
+    "output_list", "string", "string_dict", "string_keyed_label_dict", "string_list",
+    "string_list_dict",
+]  # fmt: skip
+
+_CORE = """
+def lint__labels(kwargs):
+    found = []
+    for key, value in kwargs.items():
+        if key in _NON_LABEL:
+            continue
+        if type(value) == "dict":
+            value = list(value.keys()) + list(value.values())
+        elif type(value) != "list" and type(value) != "tuple":
+            value = [value]
+        for item in value:
+            if type(item) == "list" or type(item) == "tuple":
+                found.extend([i for i in item if type(i) == "string" and i[:1] in ":/@"])
+            elif type(item) == "string" and item[:1] in ":/@":
+                found.append(item)
+    return found
+
+def lint__outputs(kwargs):
+    outs = kwargs.get("outs")
+    out = kwargs.get("out")
+    found = [o for o in outs if type(o) == "string"] if type(outs) == "list" else []
+    if type(out) == "string":
+        found.append(out)
+    return found
+
+def lint__name(kwargs):
+    name = kwargs.get("name")
+    return name if type(name) == "string" else None
+
+def lint__rule(kind, hidden = [], unless = None):
+    def rule(*args, **kwargs):
+        hide = hidden
+        if unless != None and kwargs.get(unless, True) == False:
+            hide = []
+        __lint_register(
+            kind,
+            lint__name(kwargs),
+            hide,
+            lint__labels(kwargs),
+            lint__outputs(kwargs),
+            call_stack(),
+        )
+    return rule
+
+def lint__unknown(symbol):
+    def unknown(*args, **kwargs):
+        _lint__unknown(symbol, lint__name(kwargs), lint__labels(kwargs), call_stack())
+    return unknown
+
+def lint__unknown_struct(symbol, members):
+    return struct(**{m: lint__unknown(symbol + "." + m) for m in members})
+
+def lint__mode(symbol, mode, kind_arg):
+    def wrapper(*args, **kwargs):
+        kind = kwargs.pop(kind_arg, None)
+        if kind == None and args:
+            kind = args[0]
+        if kind == None:
+            _lint__unknown(symbol, lint__name(kwargs), lint__labels(kwargs), call_stack())
+            return None
+        __lint_push_mode(mode)
+        kind(**kwargs)
+        __lint_pop_mode()
+    return wrapper
+
+def lint__helper(symbol):
+    def helper(*args, **kwargs):
+        return kwargs
+    return helper
+
+def lint__noop(*args, **kwargs):
+    return None
+
+def lint__identity(value = None, *args, **kwargs):
+    return value
+
+def rule(implementation = None, *args, **kwargs):
+    return lint__rule("rule")
+
+def macro(implementation = None, *args, **kwargs):
+    return lint__rule("macro")
+
+def provider(*args, **kwargs):
+    def make(**fields):
+        return struct(**fields)
+    return make
+
+def select(conditions, *args, **kwargs):
+    if "//conditions:default" in conditions:
+        return conditions["//conditions:default"]
+    for value in conditions.values():
+        return value
+    return None
+
+def glob(include = [], exclude = [], *args, **kwargs):
+    return __lint_glob(include, exclude)
+
+def package_name():
+    return __lint_package_name()
+
+def repository_name():
+    return "@"
+
+def existing_rule(name):
+    return __lint_existing_rule(name)
+
+def existing_rules():
+    return __lint_existing_rules()
+
+def depset(direct = None, *args, **kwargs):
+    return list(direct or [])
+
+def read_config(section = None, key = None, default = None, *args, **kwargs):
+    return default
+
+def print(*args, **kwargs):
+    return None
+
+Label = lint__identity
+exports_files = lint__noop
+package = lint__noop
+licenses = lint__noop
+repository_rule = lint__noop
+aspect = lint__noop
+module_extension = lint__noop
+tag_class = lint__noop
+attr = struct(**{t: lint__noop for t in _ATTR_TYPES})
+"""
+
+
+_NATIVE_FUNCTIONS = [
+    "glob", "package_name", "repository_name", "existing_rule", "existing_rules",
+    "exports_files", "package", "licenses",
+]  # fmt: skip
+
+
+def _rule_expr(kind: str, spec: RuleSpec) -> str:
+    unless = "None" if spec.unless is None else json.dumps(spec.unless)
+    hidden = json.dumps(list(spec.hidden))
+    return f"lint__rule({json.dumps(kind)}, hidden = {hidden}, unless = {unless})"
+
+
+def prelude_source(config: Config) -> str:
+    """The prelude module: Starlark built-ins of BUILD/.bzl files as recording stand-ins."""
+    lines = [
+        f"_NON_LABEL = {json.dumps(sorted(config.non_label_attributes))}",
+        f"_ATTR_TYPES = {json.dumps(_ATTR_TYPES)}",
+        _CORE,
+    ]
+    for rule_name in config.native_rules:
+        lines.append(f"{rule_name} = lint__rule({json.dumps(rule_name)})")
+    members = [f"{r} = {r}" for r in config.native_rules] + [
+        f"{f} = {f}" for f in _NATIVE_FUNCTIONS
+    ]
+    members += ["subpackages = lint__noop", "module_name = lint__noop"]
+    members += ["package_relative_label = lint__identity"]
+    lines.append("native = struct(" + ", ".join(members) + ")")
+    return "\n".join(lines) + "\n"
+
+
+def stub_expr(symbol: str, spec: LoadedSymbol | None, attributes: list[str], native: bool) -> str:
+    """A Starlark expression standing in for `symbol`, loaded from a label outside the tree.
+
+    `attributes` are the `symbol.attr` names the loading file uses, so an unknown symbol used
+    as a struct becomes a struct of unknown callables.
+    """
+    quoted = json.dumps(symbol)
+    if spec is None:
+        if native:
+            return _rule_expr(symbol, RuleSpec())
+        if attributes:
+            return f"lint__unknown_struct({quoted}, {json.dumps(attributes)})"
+        return f"lint__unknown({quoted})"
+    if spec.kind == "rule":
+        return _rule_expr(symbol, spec.rule)
+    if spec.kind == "helper":
+        return f"lint__helper({quoted})"
+    if spec.kind == "mode_wrapper":
+        return f"lint__mode({quoted}, {json.dumps(spec.mode)}, {json.dumps(spec.kind_arg)})"
+    fields = {m: _rule_expr(f"{symbol}.{m}", s) for m, s in spec.members.items()}
+    # Members the file uses that the configuration does not describe stay unknown.
+    for attribute in attributes:
+        fields.setdefault(attribute, f"lint__unknown({json.dumps(symbol + '.' + attribute)})")
+    return "struct(" + ", ".join(f"{k} = {v}" for k, v in sorted(fields.items())) + ")"
