@@ -1,0 +1,291 @@
+#include "backends/cpu/runtime/providers/onednn/onednn_c_api.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/runtime/providers/onednn/onednn_provider.h"
+
+namespace onednn = et_cpu_plugin::onednn;
+
+struct etdnn_provider {
+  onednn::Provider provider;
+  explicit etdnn_provider(int threads) : provider(onednn::ProviderOptions{threads}) {}
+};
+
+struct etdnn_plan {
+  std::unique_ptr<onednn::ConvPlan> conv;
+  std::unique_ptr<onednn::LinearPlan> linear;
+  std::unique_ptr<onednn::MatmulPlan> matmul;
+  std::unique_ptr<onednn::ReorderPlan> reorder;
+  size_t output_bytes = 0;
+  bool output_plain = true;
+  std::string description;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+void copy_out(const std::string& text, char* out, size_t size) {
+  if (size == 0) {
+    return;
+  }
+  const size_t n = std::min(size - 1, text.size());
+  std::memcpy(out, text.data(), n);
+  out[n] = '\0';
+}
+
+onednn::PostOps post_ops_from(const int* kinds, const float* mins, const float* maxs, int count) {
+  onednn::PostOps ops;
+  for (int i = 0; i < count; ++i) {
+    switch (kinds[i]) {
+      case 0:
+        ops.push_back(onednn::PostOp::add());
+        break;
+      case 1:
+        ops.push_back(onednn::PostOp::relu());
+        break;
+      case 2:
+        ops.push_back(onednn::PostOp::clamp(mins[i], maxs[i]));
+        break;
+      default:
+        throw onednn::ProviderError(
+            "post_kinds[" + std::to_string(i) + "] = " + std::to_string(kinds[i]) +
+            " is not 0 (add), 1 (relu) or 2 (clamp)");
+    }
+  }
+  return ops;
+}
+
+std::vector<int64_t> span(const int64_t* data, int count) {
+  return std::vector<int64_t>(data, data + count);
+}
+
+template <typename Fn>
+auto guarded(Fn&& fn, decltype(fn()) on_error) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const std::exception& e) {
+    last_error = e.what();
+  } catch (...) {
+    last_error = "unknown C++ exception";
+  }
+  return on_error;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* etdnn_last_error(void) {
+  return last_error.c_str();
+}
+
+etdnn_provider* etdnn_provider_create(int num_threads) {
+  return guarded([&] { return new etdnn_provider(num_threads); }, nullptr);
+}
+
+void etdnn_provider_destroy(etdnn_provider* provider) {
+  delete provider;
+}
+
+int etdnn_provider_num_threads(const etdnn_provider* provider) {
+  return provider->provider.num_threads();
+}
+
+size_t etdnn_provider_weights_bytes(const etdnn_provider* provider) {
+  return provider->provider.weights_bytes();
+}
+
+size_t etdnn_provider_scratchpad_bytes(const etdnn_provider* provider) {
+  return provider->provider.scratchpad_bytes();
+}
+
+size_t etdnn_provider_staging_bytes(const etdnn_provider* provider) {
+  return provider->provider.staging_bytes();
+}
+
+void etdnn_provider_isa(const etdnn_provider* provider, char* out, size_t size) {
+  copy_out(provider->provider.isa(), out, size);
+}
+
+etdnn_plan* etdnn_conv_prepare(
+    etdnn_provider* provider,
+    int rank,
+    const int64_t* geometry,
+    const int64_t* input_size,
+    const int64_t* kernel_size,
+    const int64_t* stride,
+    const int64_t* padding,
+    const int64_t* dilation,
+    const float* weight,
+    const float* bias,
+    const int* post_kinds,
+    const float* post_mins,
+    const float* post_maxs,
+    int post_count,
+    const etdnn_plan* input_from,
+    int blocked_output) {
+  return guarded(
+      [&]() -> etdnn_plan* {
+        onednn::ConvParams params;
+        params.batch = geometry[0];
+        params.in_channels = geometry[1];
+        params.out_channels = geometry[2];
+        params.groups = geometry[3];
+        params.input_size = span(input_size, rank);
+        params.kernel_size = span(kernel_size, rank);
+        params.stride = span(stride, rank);
+        params.padding = span(padding, rank);
+        params.dilation = span(dilation, rank);
+        onednn::ConvLayouts layouts;
+        if (input_from != nullptr) {
+          if (!input_from->conv) {
+            throw onednn::ProviderError("input_from is not a conv plan");
+          }
+          layouts.input = std::make_shared<onednn::Layout>(input_from->conv->output_layout());
+        }
+        layouts.blocked_output = blocked_output != 0;
+        auto plan = std::make_unique<etdnn_plan>();
+        plan->conv = std::make_unique<onednn::ConvPlan>(provider->provider.prepare_conv(
+            params,
+            weight,
+            bias,
+            post_ops_from(post_kinds, post_mins, post_maxs, post_count),
+            layouts));
+        plan->output_bytes = plan->conv->output_layout().size_bytes();
+        plan->output_plain = plan->conv->output_layout().is_plain();
+        plan->description = plan->conv->implementation() + " | " +
+            plan->conv->input_layout().describe() + " -> " +
+            plan->conv->output_layout().describe();
+        return plan.release();
+      },
+      nullptr);
+}
+
+etdnn_plan* etdnn_linear_prepare(
+    etdnn_provider* provider,
+    int64_t rows,
+    int64_t in_features,
+    int64_t out_features,
+    int weight_is_k_by_n,
+    const float* weight,
+    const float* bias,
+    const int* post_kinds,
+    const float* post_mins,
+    const float* post_maxs,
+    int post_count) {
+  return guarded(
+      [&]() -> etdnn_plan* {
+        onednn::LinearParams params{rows, in_features, out_features, weight_is_k_by_n != 0};
+        auto plan = std::make_unique<etdnn_plan>();
+        plan->linear = std::make_unique<onednn::LinearPlan>(provider->provider.prepare_linear(
+            params, weight, bias, post_ops_from(post_kinds, post_mins, post_maxs, post_count)));
+        plan->output_bytes = static_cast<size_t>(rows * out_features) * sizeof(float);
+        plan->description = plan->linear->implementation();
+        return plan.release();
+      },
+      nullptr);
+}
+
+etdnn_plan* etdnn_matmul_prepare(
+    etdnn_provider* provider,
+    int64_t batch,
+    int64_t m,
+    int64_t k,
+    int64_t n,
+    const int* post_kinds,
+    const float* post_mins,
+    const float* post_maxs,
+    int post_count) {
+  return guarded(
+      [&]() -> etdnn_plan* {
+        onednn::MatmulParams params{batch, m, k, n};
+        auto plan = std::make_unique<etdnn_plan>();
+        plan->matmul = std::make_unique<onednn::MatmulPlan>(provider->provider.prepare_matmul(
+            params, post_ops_from(post_kinds, post_mins, post_maxs, post_count)));
+        plan->output_bytes = static_cast<size_t>(batch * m * n) * sizeof(float);
+        plan->description = plan->matmul->implementation();
+        return plan.release();
+      },
+      nullptr);
+}
+
+etdnn_plan* etdnn_reorder_to_plain_prepare(etdnn_provider* provider, const etdnn_plan* conv) {
+  return guarded(
+      [&]() -> etdnn_plan* {
+        if (conv == nullptr || !conv->conv) {
+          throw onednn::ProviderError("etdnn_reorder_to_plain_prepare: not a conv plan");
+        }
+        const onednn::Layout& from = conv->conv->output_layout();
+        const onednn::Layout to = onednn::Layout::plain(from.dims());
+        auto plan = std::make_unique<etdnn_plan>();
+        plan->reorder =
+            std::make_unique<onednn::ReorderPlan>(provider->provider.prepare_reorder(from, to));
+        plan->output_bytes = to.size_bytes();
+        plan->description = "reorder | " + from.describe() + " -> " + to.describe();
+        return plan.release();
+      },
+      nullptr);
+}
+
+int etdnn_plan_run(
+    const etdnn_plan* plan, const float* a, const float* b, float* out, const float* residual) {
+  return guarded(
+      [&]() -> int {
+        if (plan->conv) {
+          plan->conv->run(a, out, residual);
+        } else if (plan->linear) {
+          plan->linear->run(a, out, residual);
+        } else if (plan->matmul) {
+          plan->matmul->run(a, b, out, residual);
+        } else {
+          plan->reorder->run(a, out);
+        }
+        return 0;
+      },
+      1);
+}
+
+size_t etdnn_plan_output_bytes(const etdnn_plan* plan) {
+  return plan->output_bytes;
+}
+
+int etdnn_plan_output_is_plain(const etdnn_plan* plan) {
+  return plan->output_plain ? 1 : 0;
+}
+
+int etdnn_plan_same_output_layout(const etdnn_plan* a, const etdnn_plan* b) {
+  return a->conv && b->conv && a->conv->output_layout() == b->conv->output_layout() ? 1 : 0;
+}
+
+size_t etdnn_plan_weights_bytes(const etdnn_plan* plan) {
+  if (plan->conv) {
+    return plan->conv->weights_bytes();
+  }
+  return plan->linear ? plan->linear->weights_bytes() : 0;
+}
+
+size_t etdnn_plan_scratchpad_bytes(const etdnn_plan* plan) {
+  if (plan->conv) {
+    return plan->conv->scratchpad_bytes();
+  }
+  if (plan->linear) {
+    return plan->linear->scratchpad_bytes();
+  }
+  return plan->matmul ? plan->matmul->scratchpad_bytes() : 0;
+}
+
+void etdnn_plan_describe(const etdnn_plan* plan, char* out, size_t size) {
+  copy_out(plan->description, out, size);
+}
+
+void etdnn_plan_destroy(etdnn_plan* plan) {
+  delete plan;
+}
+
+}  // extern "C"

@@ -1,0 +1,247 @@
+// The optimized provider of the CPU delegate: convolution, linear and matmul on oneDNN.
+//
+// Plain pointers and shapes only (no ExecuTorch or oneDNN types), so the runtime binds it in a few
+// lines. The life cycle mirrors the delegate's: `Provider` is created once per delegate instance in
+// `init`; each optimized node is `prepare_*`d once there (weights reordered into oneDNN's preferred
+// layout, primitive created, scratchpad sized); `execute` calls `plan.run(...)` per node.
+//
+// Layouts: every plan states the activation layout it reads (`input_layout()`) and writes
+// (`output_layout()`). By default both are plain row-major (NCHW / NCL / NCDHW, [M, K]), i.e. what
+// ExecuTorch tensors hold. Between consecutive optimized convolutions ask for
+// `ConvLayouts::blocked_output` and pass that layout as the next plan's `input`: the activation then
+// stays in oneDNN's blocked layout (e.g. nChw16c) and no conversion happens between the two nodes.
+// `prepare_reorder` converts a blocked activation back to plain where a reference op reads it.
+//
+// Threads: oneDNN here runs on OpenMP (libgomp). Each prepare and run sets the OpenMP thread count
+// of the calling thread to `Provider::num_threads()` and restores the previous value afterwards, so
+// torch (which shares libgomp in a Python process) keeps its own setting. See README.md.
+//
+// Errors: `prepare_*` throw `ProviderError` with a message naming the argument; call the matching
+// `supports_*` first to fall back to the reference provider without exceptions. `run` throws
+// `ProviderError` only if oneDNN itself fails.
+//
+// Not thread-safe: plans of one Provider share its scratchpad, so run them from one thread at a
+// time (ExecuTorch executes one delegate call at a time per method).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace et_cpu_plugin {
+namespace onednn {
+
+class ProviderError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The answer of a `supports_*` check: `ok`, or the reason the reference provider must run it.
+struct Support {
+  bool ok = true;
+  std::string reason;
+  static Support yes() { return {}; }
+  static Support no(std::string why) { return {false, std::move(why)}; }
+};
+
+// An elementwise op fused after the main op, applied in list order.
+struct PostOp {
+  enum class Kind {
+    kAdd,    // += a tensor of the output's shape and layout (a residual), given to run()
+    kRelu,   // max(x, 0)
+    kClamp,  // min(max(x, min), max): hardtanh, relu6, clamp
+  };
+  Kind kind = Kind::kRelu;
+  float min = 0.0f;
+  float max = 0.0f;
+
+  static PostOp add() { return {Kind::kAdd, 0.0f, 0.0f}; }
+  static PostOp relu() { return {Kind::kRelu, 0.0f, 0.0f}; }
+  static PostOp clamp(float lo, float hi) { return {Kind::kClamp, lo, hi}; }
+};
+using PostOps = std::vector<PostOp>;
+
+// An activation layout: logical dims plus how they lie in memory. Opaque; compare with ==.
+class Layout {
+ public:
+  // Row-major contiguous fp32 tensor of `dims` (the layout of a contiguous ExecuTorch tensor).
+  static Layout plain(const std::vector<int64_t>& dims);
+
+  const std::vector<int64_t>& dims() const;
+  bool is_plain() const;
+  // Bytes a buffer of this layout needs (blocked layouts pad channels, e.g. to 16).
+  size_t size_bytes() const;
+  // oneDNN's short name of the layout, e.g. "abcd" (plain NCHW) or "aBcd16b" (nChw16c).
+  std::string describe() const;
+  bool operator==(const Layout& other) const;
+  bool operator!=(const Layout& other) const { return !(*this == other); }
+
+  struct Impl;
+  explicit Layout(std::shared_ptr<const Impl> impl);
+  const Impl& impl() const { return *impl_; }
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+// Convolution with torch semantics, 1 to 3 spatial dims (conv1d/2d/3d), grouped and depthwise.
+struct ConvParams {
+  int64_t batch = 1;
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+  int64_t groups = 1;
+  std::vector<int64_t> input_size;   // spatial extent of the input: {L}, {H, W} or {D, H, W}
+  std::vector<int64_t> kernel_size;  // same rank as input_size
+  std::vector<int64_t> stride;       // same rank; torch's stride
+  std::vector<int64_t> padding;      // same rank; symmetric, torch's padding
+  std::vector<int64_t> dilation;     // same rank; torch's dilation (1 = dense)
+};
+
+// Output spatial extent of `params` with torch's formula.
+std::vector<int64_t> conv_output_size(const ConvParams& params);
+// Whether prepare_conv accepts these arguments; if not, why.
+Support supports_conv(const ConvParams& params, const PostOps& post_ops);
+
+// Which layouts a convolution reads and writes.
+struct ConvLayouts {
+  // Layout the input arrives in; empty = plain. Pass a previous plan's output_layout() to chain.
+  std::shared_ptr<const Layout> input;
+  // true: let oneDNN choose the output layout (blocked, for a following optimized conv);
+  // false: plain, readable by any ExecuTorch kernel.
+  bool blocked_output = false;
+};
+
+// y = x @ W^T + b (torch.nn.functional.linear) or addmm(b, x, W) with a constant weight.
+struct LinearParams {
+  int64_t rows = 0;          // M: the batch (all leading dims of the input, flattened)
+  int64_t in_features = 0;   // K
+  int64_t out_features = 0;  // N
+  // false: weight is [N, K] (linear's weight); true: weight is [K, N] (addmm's mat2).
+  bool weight_is_k_by_n = false;
+};
+Support supports_linear(const LinearParams& params, const PostOps& post_ops);
+
+// out[b] = a[b] @ b[b] with both operands given at run time (mm: batch = 1; bmm).
+struct MatmulParams {
+  int64_t batch = 1;
+  int64_t m = 0;
+  int64_t k = 0;
+  int64_t n = 0;
+};
+Support supports_matmul(const MatmulParams& params, const PostOps& post_ops);
+
+struct ProviderOptions {
+  // OpenMP threads oneDNN uses. 0 = default: $ET_CPU_ONEDNN_THREADS if set, else the number of
+  // CPUs this process may run on (sched_getaffinity), i.e. 2 on the project's machines.
+  int num_threads = 0;
+};
+
+class ConvPlan;
+class LinearPlan;
+class MatmulPlan;
+class ReorderPlan;
+struct ProviderState;
+
+class Provider {
+ public:
+  explicit Provider(ProviderOptions options = {});
+  ~Provider();
+  Provider(const Provider&) = delete;
+  Provider& operator=(const Provider&) = delete;
+
+  // `weight` is torch's layout [C_out, C_in/groups, *kernel]; `bias` is [C_out] or null. Both are
+  // copied (reordered) at prepare: the caller may free them afterwards.
+  ConvPlan prepare_conv(
+      const ConvParams& params,
+      const float* weight,
+      const float* bias,
+      const PostOps& post_ops,
+      const ConvLayouts& layouts = {});
+  // `weight` as LinearParams::weight_is_k_by_n says; `bias` is [N] or null; both copied.
+  LinearPlan prepare_linear(
+      const LinearParams& params,
+      const float* weight,
+      const float* bias,
+      const PostOps& post_ops);
+  MatmulPlan prepare_matmul(const MatmulParams& params, const PostOps& post_ops);
+  // Converts activations between two layouts of the same dims (e.g. blocked -> plain).
+  ReorderPlan prepare_reorder(const Layout& from, const Layout& to);
+
+  int num_threads() const;
+  // Memory the provider holds beside the activations (for the delegate's memory report):
+  size_t weights_bytes() const;     // reordered weights + biases of every plan
+  size_t scratchpad_bytes() const;  // shared oneDNN scratchpad (max over plans)
+  size_t staging_bytes() const;     // per-plan input conversion buffers
+  // The instruction set oneDNN dispatches to, e.g. "avx512_core_bf16".
+  std::string isa() const;
+
+ private:
+  std::shared_ptr<ProviderState> state_;
+};
+
+// The plans are cheap handles (shared ownership of the prepared primitive); copy freely.
+class ConvPlan {
+ public:
+  const Layout& input_layout() const;
+  const Layout& output_layout() const;
+  std::vector<int64_t> output_dims() const;  // {N, C_out, *spatial}
+  size_t weights_bytes() const;
+  size_t scratchpad_bytes() const;
+  // oneDNN's implementation name, e.g. "brg:avx512_core" or "jit:avx512_core".
+  std::string implementation() const;
+  // `residual` is required iff the post-ops contain kAdd; it must be in output_layout(); it may be
+  // `output` itself (then no copy is made).
+  void run(const float* input, float* output, const float* residual = nullptr) const;
+
+  struct Impl;
+  explicit ConvPlan(std::shared_ptr<const Impl> impl);
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+// Input [M, K] plain, output [M, N] plain.
+class LinearPlan {
+ public:
+  size_t weights_bytes() const;
+  size_t scratchpad_bytes() const;
+  std::string implementation() const;
+  void run(const float* input, float* output, const float* residual = nullptr) const;
+
+  struct Impl;
+  explicit LinearPlan(std::shared_ptr<const Impl> impl);
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+// a [batch, M, K], b [batch, K, N], out [batch, M, N], all plain.
+class MatmulPlan {
+ public:
+  size_t scratchpad_bytes() const;
+  std::string implementation() const;
+  void run(const float* a, const float* b, float* output, const float* residual = nullptr) const;
+
+  struct Impl;
+  explicit MatmulPlan(std::shared_ptr<const Impl> impl);
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+class ReorderPlan {
+ public:
+  void run(const float* input, float* output) const;
+
+  struct Impl;
+  explicit ReorderPlan(std::shared_ptr<const Impl> impl);
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin

@@ -1,0 +1,369 @@
+"""The oneDNN provider against torch eager on generated shapes, through its C ABI.
+
+Tolerance: |provider - eager| <= 1e-4 + 1e-4 * |eager| elementwise, fp32, with weights scaled by
+1/sqrt(fan_in) so outputs are O(1). oneDNN and torch sum in different orders; nothing else differs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backends.cpu.runtime.providers.onednn.onednn_ctypes import (
+    ADD,
+    CLAMP,
+    RELU,
+    Plan,
+    PostOp,
+    Provider,
+    ProviderError,
+)
+
+ATOL = 1e-4
+RTOL = 1e-4
+_SETTINGS = settings(max_examples=40, derandomize=True, deadline=None)
+
+
+@pytest.fixture(scope="module")
+def provider() -> Provider:
+    return Provider(num_threads=2)
+
+
+def _apply_post_ops(
+    y: torch.Tensor, post_ops: Sequence[PostOp], residual: torch.Tensor | None
+) -> torch.Tensor:
+    for op in post_ops:
+        if op.kind == ADD:
+            assert residual is not None
+            y = y + residual
+        elif op.kind == RELU:
+            y = torch.relu(y)
+        else:
+            y = torch.clamp(y, op.lo, op.hi)
+    return y
+
+
+def _assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+
+
+_POST_OPS = st.sampled_from(
+    [
+        (),
+        (PostOp(RELU),),
+        (PostOp(CLAMP, 0.0, 6.0),),
+        (PostOp(CLAMP, -0.5, 0.5),),
+        (PostOp(ADD),),
+        (PostOp(ADD), PostOp(RELU)),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class ConvCase:
+    batch: int
+    in_channels: int
+    out_channels: int
+    groups: int
+    kernel: list[int]
+    stride: list[int]
+    padding: list[int]
+    dilation: list[int]
+    size: list[int]
+    bias: bool
+    post_ops: tuple[PostOp, ...]
+    blocked_output: bool
+
+
+@st.composite
+def conv_cases(draw: st.DrawFn, rank: int) -> ConvCase:
+    groups = draw(st.sampled_from([1, 1, 2, 3]))
+    depthwise = draw(st.booleans()) and groups == 1
+    in_channels = draw(st.integers(1, 5)) * groups
+    if depthwise:
+        groups = in_channels = draw(st.integers(1, 20))
+        out_channels = in_channels * draw(st.sampled_from([1, 2]))
+    else:
+        out_channels = draw(st.integers(1, 5)) * groups
+    kernel = [draw(st.integers(1, 3)) for _ in range(rank)]
+    stride = [draw(st.integers(1, 3)) for _ in range(rank)]
+    dilation = [draw(st.integers(1, 2)) for _ in range(rank)]
+    padding = [draw(st.integers(0, k)) for k in kernel]
+    # Smallest extent with a non-empty output, up to 12.
+    size = [
+        draw(st.integers(max(1, d * (k - 1) + 1 - 2 * p), 12))
+        for k, d, p in zip(kernel, dilation, padding, strict=True)
+    ]
+    return ConvCase(
+        batch=draw(st.integers(1, 2)),
+        in_channels=in_channels,
+        out_channels=out_channels,
+        groups=groups,
+        kernel=kernel,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        size=size,
+        bias=draw(st.booleans()),
+        post_ops=draw(_POST_OPS),
+        blocked_output=draw(st.booleans()),
+    )
+
+
+def _check_conv_case(provider: Provider, case: ConvCase, seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    rank = len(case.kernel)
+    x = torch.randn([case.batch, case.in_channels, *case.size], generator=generator)
+    fan_in = case.in_channels // case.groups * math.prod(case.kernel)
+    w = torch.randn(
+        [case.out_channels, case.in_channels // case.groups, *case.kernel], generator=generator
+    )
+    w = (w / math.sqrt(fan_in)).contiguous()
+    b = torch.randn(case.out_channels, generator=generator) if case.bias else None
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[rank]
+    expected = conv(x, w, b, case.stride, case.padding, case.dilation, case.groups)
+    residual = torch.randn(expected.shape, generator=generator)
+    expected = _apply_post_ops(expected, case.post_ops, residual)
+
+    plan = provider.conv(
+        x.shape,
+        w,
+        b,
+        case.stride,
+        case.padding,
+        case.dilation,
+        case.groups,
+        case.post_ops,
+        blocked_output=case.blocked_output,
+    )
+    assert plan.output_shape == tuple(expected.shape)
+    uses_residual = any(op.kind == ADD for op in case.post_ops)
+    actual = _run_to_plain(provider, plan, x, residual if uses_residual else None)
+    _assert_close(actual, expected)
+
+
+def _run_to_plain(
+    provider: Provider, plan: Plan, x: torch.Tensor, residual: torch.Tensor | None
+) -> torch.Tensor:
+    """Runs `plan`; a blocked output (and residual) goes through the provider's reorders."""
+    if plan.output_is_plain:
+        return plan.run(x, residual=residual)
+    blocked_residual = None
+    if residual is not None:
+        # Put the residual into the plan's blocked output layout with a 1x1 identity conv.
+        channels = residual.shape[1]
+        rank = residual.dim() - 2
+        eye = torch.eye(channels).reshape(channels, channels, *([1] * rank)).contiguous()
+        to_blocked = provider.conv(
+            residual.shape, eye, None, [1] * rank, [0] * rank, [1] * rank, blocked_output=True
+        )
+        assert to_blocked.same_output_layout(plan), "blocked layouts differ: cannot fuse residual"
+        blocked_residual = to_blocked.run(residual)
+    blocked = plan.run(x, residual=blocked_residual)
+    return provider.reorder_to_plain(plan).run(blocked)
+
+
+@pytest.mark.parametrize("rank", [1, 2])
+def test_conv_matches_torch(provider: Provider, rank: int) -> None:
+    @_SETTINGS
+    @given(case=conv_cases(rank), seed=st.integers(0, 2**16))
+    def check(case: ConvCase, seed: int) -> None:
+        _check_conv_case(provider, case, seed)
+
+    check()
+
+
+def test_conv3d_matches_torch(provider: Provider) -> None:
+    @settings(max_examples=8, derandomize=True, deadline=None)
+    @given(case=conv_cases(3), seed=st.integers(0, 2**16))
+    def check(case: ConvCase, seed: int) -> None:
+        _check_conv_case(provider, case, seed)
+
+    check()
+
+
+def test_conv1d_as_2d_with_unit_height(provider: Provider) -> None:
+    """A runtime may lower conv1d to conv2d over [N, C, 1, L]; both routes agree with eager."""
+    torch.manual_seed(1)
+    x = torch.randn(2, 8, 50)
+    w = torch.randn(16, 4, 5) / math.sqrt(20)
+    b = torch.randn(16)
+    expected = F.conv1d(x, w, b, stride=2, padding=2, dilation=2, groups=2)
+    plan = provider.conv(
+        (2, 8, 1, 50), w.unsqueeze(2).contiguous(), b, [1, 2], [0, 2], [1, 2], groups=2
+    )
+    _assert_close(plan.run(x.unsqueeze(2).contiguous()).squeeze(2), expected)
+
+
+def test_resnet_block_stays_blocked_between_convs(provider: Provider) -> None:
+    """conv-relu -> conv + residual -> relu with every activation in oneDNN's layout."""
+    torch.manual_seed(2)
+    x = torch.randn(1, 32, 28, 28)
+    w1 = torch.randn(32, 32, 3, 3) / math.sqrt(288)
+    w2 = torch.randn(32, 32, 3, 3) / math.sqrt(288)
+    b1, b2 = torch.randn(32), torch.randn(32)
+    eye = torch.eye(32).reshape(32, 32, 1, 1).contiguous()
+    stem = provider.conv(x.shape, eye, None, [1, 1], [0, 0], [1, 1], blocked_output=True)
+    conv1 = provider.conv(
+        x.shape,
+        w1,
+        b1,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        post_ops=[PostOp(RELU)],
+        input_from=stem,
+        blocked_output=True,
+    )
+    conv2 = provider.conv(
+        x.shape,
+        w2,
+        b2,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        post_ops=[PostOp(ADD), PostOp(RELU)],
+        input_from=conv1,
+        blocked_output=True,
+    )
+    assert not conv1.output_is_plain
+    assert conv2.same_output_layout(stem)
+    identity = stem.run(x)
+    hidden = conv1.run(identity)
+    out = conv2.run(hidden, residual=identity)
+    actual = provider.reorder_to_plain(conv2).run(out)
+    expected = F.relu(F.conv2d(F.relu(F.conv2d(x, w1, b1, padding=1)), w2, b2, padding=1) + x)
+    _assert_close(actual, expected)
+
+
+def test_residual_may_alias_the_output(provider: Provider) -> None:
+    torch.manual_seed(3)
+    x = torch.randn(1, 8, 10, 10)
+    w = torch.randn(8, 8, 1, 1) / math.sqrt(8)
+    residual = torch.randn(1, 8, 10, 10)
+    plan = provider.conv(x.shape, w, None, [1, 1], [0, 0], [1, 1], post_ops=[PostOp(ADD)])
+    buffer = residual.clone()
+    plan.run_into(buffer, x, residual=buffer)
+    _assert_close(buffer, F.conv2d(x, w) + residual)
+
+
+@dataclass(frozen=True)
+class LinearCase:
+    rows: int
+    k: int
+    n: int
+    bias: bool
+    k_by_n: bool
+    post_ops: tuple[PostOp, ...]
+
+
+@st.composite
+def linear_cases(draw: st.DrawFn) -> LinearCase:
+    return LinearCase(
+        rows=draw(st.integers(1, 40)),
+        k=draw(st.integers(1, 70)),
+        n=draw(st.integers(1, 70)),
+        bias=draw(st.booleans()),
+        k_by_n=draw(st.booleans()),
+        post_ops=draw(_POST_OPS),
+    )
+
+
+@_SETTINGS
+@given(case=linear_cases(), seed=st.integers(0, 2**16))
+def test_linear_and_addmm_match_torch(provider: Provider, case: LinearCase, seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(case.rows, case.k, generator=generator)
+    w = torch.randn(case.n, case.k, generator=generator) / math.sqrt(case.k)
+    b = torch.randn(case.n, generator=generator) if case.bias else None
+    residual = torch.randn(case.rows, case.n, generator=generator)
+    expected = _apply_post_ops(F.linear(x, w, b), case.post_ops, residual)
+    given_weight = w.t().contiguous() if case.k_by_n else w
+    plan = provider.linear(case.rows, given_weight, b, case.post_ops, weight_is_k_by_n=case.k_by_n)
+    uses_residual = any(op.kind == ADD for op in case.post_ops)
+    actual = plan.run(x, residual=residual if uses_residual else None)
+    _assert_close(actual, expected)
+
+
+@pytest.mark.parametrize(
+    "batch,m,k,n", [(1, 7, 33, 5), (1, 64, 64, 64), (3, 5, 17, 9), (4, 32, 8, 1)]
+)
+def test_mm_and_bmm_match_torch(provider: Provider, batch: int, m: int, k: int, n: int) -> None:
+    torch.manual_seed(4)
+    shape_a = [m, k] if batch == 1 else [batch, m, k]
+    shape_b = [k, n] if batch == 1 else [batch, k, n]
+    a, b = torch.randn(shape_a), torch.randn(shape_b) / math.sqrt(k)
+    plan = provider.matmul(batch, m, k, n, [PostOp(CLAMP, -1.0, 1.0)])
+    _assert_close(plan.run(a, b), torch.clamp(torch.matmul(a, b), -1.0, 1.0))
+
+
+_BASE_CONV = ConvCase(1, 4, 6, 1, [3, 3], [1, 1], [0, 0], [1, 1], [8, 8], False, (), False)
+
+
+@pytest.mark.parametrize(
+    "case,message",
+    [
+        (replace(_BASE_CONV, groups=3), "groups 3 must divide in_channels 4"),
+        (replace(_BASE_CONV, size=[2, 2], kernel=[5, 5]), "empty output"),
+        (replace(_BASE_CONV, post_ops=(PostOp(ADD), PostOp(ADD))), "only one residual add"),
+        (replace(_BASE_CONV, post_ops=(PostOp(CLAMP, 1.0, -1.0),)), "clamp min"),
+        (replace(_BASE_CONV, dilation=[1, 0]), "at spatial dim 1"),
+    ],
+)
+def test_unsupported_conv_is_rejected_with_a_reason(
+    provider: Provider, case: ConvCase, message: str
+) -> None:
+    w = torch.randn(case.out_channels, max(1, case.in_channels // case.groups), *case.kernel)
+    with pytest.raises(ProviderError, match=message):
+        provider.conv(
+            (case.batch, case.in_channels, *case.size),
+            w,
+            None,
+            case.stride,
+            case.padding,
+            case.dilation,
+            case.groups,
+            case.post_ops,
+        )
+
+
+def test_mismatched_spatial_ranks_are_rejected_before_the_c_call(provider: Provider) -> None:
+    with pytest.raises(ValueError, match=r"stride \[1\] must have 2 entries"):
+        provider.conv((1, 4, 8, 8), torch.randn(4, 4, 3, 3), None, [1], [0, 0], [1, 1])
+
+
+def test_missing_residual_is_an_error_not_a_crash(provider: Provider) -> None:
+    plan = provider.linear(2, torch.randn(3, 4), None, [PostOp(ADD)])
+    with pytest.raises(ProviderError, match="needs a residual"):
+        plan.run(torch.randn(2, 4))
+
+
+def test_thread_setting_leaves_torch_threads_alone() -> None:
+    """The provider sets OpenMP threads around its calls only; torch's setting survives."""
+    provider = Provider(num_threads=2)
+    assert provider.num_threads == 2
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        plan = provider.linear(8, torch.randn(16, 16), None)
+        plan.run(torch.randn(8, 16))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_memory_accounting_covers_reordered_weights(provider: Provider) -> None:
+    fresh = Provider(num_threads=1)
+    w = torch.randn(64, 32, 3, 3)
+    plan = fresh.conv((1, 32, 16, 16), w, torch.randn(64), [1, 1], [1, 1], [1, 1])
+    assert plan.weights_bytes >= w.numel() * 4 + 64 * 4
+    assert fresh.weights_bytes == plan.weights_bytes
+    assert fresh.scratchpad_bytes >= plan.scratchpad_bytes
+    assert fresh.isa().startswith(("avx", "sse"))

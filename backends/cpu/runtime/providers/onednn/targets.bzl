@@ -1,0 +1,61 @@
+"""Bazel targets of the CPU delegate's oneDNN provider (see tools/build_defs/runtime.bzl)."""
+
+load("//tools/build_defs:runtime.bzl", "runtime")
+
+def define_common_targets():
+    """The provider library, its C ABI for ctypes, and its tests."""
+
+    # oneDNN 2.6 from Debian's libdnnl-dev (headers in /usr/include/oneapi/dnnl, libdnnl.so in the
+    # system library path), installed by ./bazelw. oneDNN runs on OpenMP: libgomp, which torch's
+    # wheel also ships under the same soname, so one OpenMP runtime serves both in one process.
+    runtime.cxx_library(
+        name = "onednn_system",
+        linkopts = [
+            "-ldnnl",
+            "-lgomp",
+        ],
+    )
+
+    # The optimized provider the CPU delegate runtime links: #include
+    # "backends/cpu/runtime/providers/onednn/onednn_provider.h".
+    runtime.cxx_library(
+        name = "onednn_provider",
+        srcs = ["onednn_provider.cc"],
+        hdrs = ["onednn_provider.h"],
+        copts = [
+            "-std=c++17",
+            "-O2",
+        ],
+        visibility = ["//visibility:public"],
+        deps = [":onednn_system"],
+    )
+
+    # A C ABI over the provider for Python (ctypes) tests and benchmarks.
+    runtime.cxx_binary(
+        name = "libonednn_provider_c.so",
+        srcs = [
+            "onednn_c_api.cc",
+            "onednn_c_api.h",
+        ],
+        copts = [
+            "-std=c++17",
+            "-O2",
+        ],
+        linkshared = True,
+        deps = [":onednn_provider"],
+    )
+
+    runtime.python_library(
+        name = "onednn_ctypes",
+        srcs = ["onednn_ctypes.py"],
+        data = [":libonednn_provider_c.so"],
+        visibility = ["//visibility:public"],
+    )
+
+    runtime.python_test(
+        name = "onednn_provider_test",
+        srcs = ["onednn_provider_test.py"],
+        data = [":libonednn_provider_c.so"],
+        env = {"ONEDNN_PROVIDER_SO": "$(rootpath :libonednn_provider_c.so)"},
+        deps = [":onednn_ctypes"],
+    )
