@@ -13,6 +13,7 @@ registered so far, and are reported with `--verbose` instead of guessed at.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from glob import glob as _glob
@@ -23,7 +24,14 @@ import starlark as sl
 
 from tools.lint.config import Config
 from tools.lint.findings import DUPLICATE_TARGET, Finding, Frame, Location
-from tools.lint.prelude import PRELUDE_FILE, PRELUDE_LABEL, prelude_source, stub_expr
+from tools.lint.prelude import (
+    NO_NAME,
+    PRELUDE_FILE,
+    PRELUDE_LABEL,
+    RECORD_SEPARATOR,
+    prelude_source,
+    stub_expr,
+)
 from tools.lint.workspace import resolve_label
 
 _DIALECT = sl.Dialect.extended()
@@ -43,6 +51,8 @@ _GLOBALS = sl.Globals.extended_by(
 _FRAME_RE = re.compile(r"^\s*\* (.+):(\d+), in (.+)$", re.MULTILINE)
 _UNDEFINED_RE = re.compile(r"Variable `([A-Za-z_][A-Za-z0-9_]*)` not found")
 _STATEMENT_CALL_RE = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_.]*\s*\(")
+# String literals in a Starlark repr, left to right (so `": [` between two strings never matches).
+_STRING_RE = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MAX_UNDEFINED_RETRIES = 200
 # Public names the prelude defines (private `_lint_*` helpers are never injected into files).
@@ -77,14 +87,32 @@ def _parse_error(display: str, error: Exception) -> InputError:
 
 @dataclass
 class Registration:
+    """One target registered into a package. Call stack and attributes stay packed strings
+    until a finding needs them: parsing them for every registration would dominate the run."""
+
     name: str
     kind: str
     mode: str | None
-    site: Frame  # the call in the package's own files that caused it
-    frames: tuple[Frame, ...]
-    labels: tuple[str, ...] = ()  # label-like strings of its attributes (":x", "//p:x", "@r//p:x")
+    stack: str  # starlark's call_stack() text
+    attributes: str  # repr of the label-bearing keyword arguments
     hidden_of: str | None = None
     assumed: bool = False  # an unresolved call passing name = ...
+    _frames: tuple[Frame, ...] | None = None
+
+    @property
+    def frames(self) -> tuple[Frame, ...]:
+        if self._frames is None:
+            self._frames = tuple(
+                Frame(path=m.group(1), line=int(m.group(2)), function=m.group(3))
+                for m in _FRAME_RE.finditer(self.stack)
+                if not m.group(1).startswith("<")
+            )
+        return self._frames
+
+    @property
+    def labels(self) -> list[str]:
+        """Label-like strings of its attributes (":x", "//p:x", "@r//p:x")."""
+        return [s for s in _STRING_RE.findall(self.attributes) if s[:1] in (":", "/", "@")]
 
 
 @dataclass
@@ -93,12 +121,12 @@ class PackageRun:
 
     entry: str  # root-relative path of BUILD/BUCK/TARGETS
     package: str  # root-relative directory
-    registrations: list[Registration] = field(default_factory=list)
     by_name: dict[str, list[Registration]] = field(default_factory=dict)
     outputs: set[str] = field(default_factory=set)
     modes: list[str] = field(default_factory=list)
     duplicates: list[tuple[Registration, Registration]] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)  # why the label check cannot trust it
+    detailed: bool = False  # call stacks recorded (a second run, for packages with findings)
 
 
 @dataclass
@@ -112,16 +140,19 @@ class Evaluator:
 
     def __init__(self, root: Path, config: Config) -> None:
         self.root = root
+        self._root_prefix = os.path.realpath(root).rstrip("/") + "/"
         self.config = config
         self.notes: list[str] = []
         self._current: PackageRun | None = None
-        self._modules: dict[Path, _Module] = {}
+        self._pending: list[Registration] = []  # waiting for their call stack
+        self._modules: dict[str, _Module] = {}  # by root-relative path
         self._stubs: dict[tuple[str, ...], Any] = {}
         self._texts: dict[str, list[str]] = {}
         self._native = set(config.native_rules)
         prelude = sl.Module()
         prelude.add_callable("__lint_register", self._register)
-        prelude.add_callable("_lint__unknown", self._unknown_call)
+        prelude.add_callable("__lint_unknown", self._unknown_call)
+        prelude.add_callable("__lint_stack", self._stack)
         prelude.add_callable("__lint_push_mode", self._push_mode)
         prelude.add_callable("__lint_pop_mode", self._pop_mode)
         prelude.add_callable("__lint_glob", self._glob)
@@ -134,10 +165,12 @@ class Evaluator:
         self._prelude_names = set(_DEFINED_RE.findall(source))
 
     # ---- public -------------------------------------------------------------------------
-    def evaluate_entry(self, path: Path) -> PackageRun:
+    def evaluate_entry(self, path: Path, detailed: bool = False) -> PackageRun:
+        """Evaluates one BUILD/BUCK/TARGETS file. Without `detailed`, registrations carry no
+        call stack (fast); evaluate again with it to report where findings come from."""
         rel = self.rel(path)
         package = rel.rpartition("/")[0]
-        run = PackageRun(entry=rel, package=package)
+        run = PackageRun(entry=rel, package=package, detailed=detailed)
         self._current = run
         try:
             self._evaluate(path, package, module=sl.Module())
@@ -150,16 +183,20 @@ class Evaluator:
 
     def check_syntax(self, path: Path) -> None:
         """Parses a file no entry file reached, so syntax errors are reported anyway."""
-        if path.resolve() in self._modules:
+        if self.rel(path) in self._modules:
             return  # already parsed (and evaluated) because an entry file loaded it
         rel = self.rel(path)
         self._parse(path, rel, self._read(path, rel))
 
     def rel(self, path: Path) -> str:
-        try:
-            return path.resolve().relative_to(self.root.resolve()).as_posix()
-        except ValueError:
-            return path.as_posix()
+        """Root-relative '/'-separated path (string operations: this runs for every file)."""
+        text = os.path.abspath(path)
+        if text.startswith(self._root_prefix):
+            return text[len(self._root_prefix) :]
+        resolved = os.path.realpath(text)
+        if resolved.startswith(self._root_prefix):
+            return resolved[len(self._root_prefix) :]
+        return text
 
     def column_of(self, frame: Frame) -> int:
         """1-based column of the first non-blank character of the frame's line."""
@@ -267,7 +304,7 @@ class Evaluator:
         return loaded
 
     def _load_module(self, path: Path, package: str, by: str, label: str) -> Any:
-        key = path.resolve()
+        key = self.rel(path)
         cached = self._modules.get(key)
         if cached is not None:
             if cached.in_progress:
@@ -312,71 +349,76 @@ class Evaluator:
         return self._stubs[key]
 
     # ---- callbacks from Starlark --------------------------------------------------------
-    def _frames(self, stack: str) -> tuple[Frame, ...]:
-        return tuple(
-            Frame(path=m.group(1), line=int(m.group(2)), function=m.group(3))
-            for m in _FRAME_RE.finditer(stack)
-            if not m.group(1).startswith("<")
-        )
-
-    def _site(self, run: PackageRun, frames: tuple[Frame, ...]) -> Frame:
+    def site(self, package: str, registration: Registration) -> Frame:
         """The deepest frame in the package's own directory: the call a person would edit."""
+        frames = registration.frames
         for frame in reversed(frames):
-            if frame.path.rpartition("/")[0] == run.package:
+            if frame.path.rpartition("/")[0] == package:
                 return frame
-        return frames[0] if frames else Frame(run.entry, 1, "<module>")
+        return frames[0] if frames else Frame(package + "/BUILD", 1, "<module>")
 
     def _add(self, run: PackageRun, registration: Registration) -> None:
-        same = run.by_name.setdefault(registration.name, [])
+        same = run.by_name.get(registration.name)
+        if same is None:
+            run.by_name[registration.name] = [registration]
+            return
         for earlier in same:
-            if (
-                earlier.mode is None
-                or registration.mode is None
-                or earlier.mode == registration.mode
-            ):
+            if None in (earlier.mode, registration.mode) or earlier.mode == registration.mode:
                 run.duplicates.append((earlier, registration))
                 break
         same.append(registration)
-        run.registrations.append(registration)
 
-    def _register(
-        self,
-        kind: str,
-        name: str | None,
-        hidden: list[str],
-        labels: list[str],
-        outputs: list[str],
-        stack: str,
-    ) -> None:
+    def _register(self, record: str) -> bool:
+        """Records a registration; True asks the stand-in for its call stack (see `_stack`)."""
         run = self._current
         if run is None:
-            return
-        frames = self._frames(stack)
-        site = self._site(run, frames)
-        if name is None:
-            self._note_incomplete(f"{site.path}:{site.line}: {kind} call without a string name")
-            return
+            return False
+        kind, name, hidden, outputs, attributes = record.split(RECORD_SEPARATOR, 4)
         mode = run.modes[-1] if run.modes else None
-        self._add(run, Registration(name, kind, mode, site, frames, tuple(labels)))
-        for pattern in hidden:
-            hidden_name = pattern.replace("{name}", name)
-            self._add(run, Registration(hidden_name, kind, mode, site, frames, hidden_of=name))
-        run.outputs.update(outputs)
+        if name == NO_NAME:
+            self._pending = [Registration("", kind, mode, "", attributes)]
+            return True
+        registration = Registration(name, kind, mode, "", attributes)
+        self._add(run, registration)
+        self._pending = [registration]
+        if hidden:
+            for pattern in hidden.split(","):
+                hidden_name = pattern.replace("{name}", name)
+                extra = Registration(hidden_name, kind, mode, "", "", hidden_of=name)
+                self._add(run, extra)
+                self._pending.append(extra)
+        if outputs:
+            run.outputs.update(_STRING_RE.findall(outputs))
+        return run.detailed
 
-    def _unknown_call(self, symbol: str, name: str | None, labels: list[str], stack: str) -> None:
+    def _stack(self, stack: str) -> None:
+        run = self._current
+        for registration in self._pending:
+            registration.stack = stack
+            if not registration.name and run is not None:
+                site = self.site(run.package, registration)
+                why = f"{site.path}:{site.line}: {registration.kind} call without a string name"
+                self._note_incomplete(why)
+        self._pending = []
+
+    def _unknown_call(self, record: str) -> None:
         run = self._current
         if run is None:
             return
-        frames = self._frames(stack)
-        site = self._site(run, frames)
-        caller = frames[-1] if frames else site
-        if name is None and _STATEMENT_CALL_RE.match(self.line_text(caller.path, caller.line)):
-            # A bare statement call might be a macro registering targets we cannot see; a call
-            # whose value is used (`if is_fbcode():`, `x = f()`) only computes something.
-            self._note_incomplete(f"{caller.path}:{caller.line}: call of unresolved {symbol!r}")
-        if name is not None and self.config.unknown_calls_register:
-            mode = run.modes[-1] if run.modes else None
-            reg = Registration(name, symbol, mode, site, frames, tuple(labels), assumed=True)
+        symbol, name, _, _, attributes, stack = record.split(RECORD_SEPARATOR, 5)
+        self._pending = []
+        mode = run.modes[-1] if run.modes else None
+        reg = Registration(name, symbol, mode, stack, attributes, assumed=True)
+        frames = reg.frames
+        caller = frames[-1] if frames else Frame(run.entry, 1, "<module>")
+        if name == NO_NAME:
+            if _STATEMENT_CALL_RE.match(self.line_text(caller.path, caller.line)):
+                # A bare statement call might be a macro registering targets we cannot see; a
+                # call whose value is used (`if is_fbcode():`, `x = f()`) only computes something.
+                self._note_incomplete(f"{caller.path}:{caller.line}: call of unresolved {symbol!r}")
+            return
+        self._note_incomplete(f"{caller.path}:{caller.line}: call of unresolved {symbol!r}")
+        if self.config.unknown_calls_register:
             self._add(run, reg)
 
     def _note_incomplete(self, why: str) -> None:
@@ -423,7 +465,8 @@ class Evaluator:
         """Findings for every collision in `run`; `display` maps root-relative paths for output."""
         findings = []
         for first, dup in run.duplicates:
-            site = dup.site
+            site = self.site(run.package, dup)
+            first_site = self.site(run.package, first)
             shown = "'" + dup.name + "'"
             if dup.hidden_of is not None:
                 shown += f" (registered implicitly by {dup.kind}(name = '{dup.hidden_of}'))"
@@ -434,7 +477,7 @@ class Evaluator:
             pkg = "//" + run.package
             message = (
                 f"duplicate target {shown} in package '{pkg}' "
-                f"(first registered at {display(first.site.path)}:{first.site.line})"
+                f"(first registered at {display(first_site.path)}:{first_site.line})"
             )
             chain = tuple(f"{display(f.path)}:{f.line} in {f.function}" for f in dup.frames)
             if len(dup.frames) > 1:
@@ -447,7 +490,7 @@ class Evaluator:
                     name=dup.name,
                     package=pkg,
                     first=Location(
-                        display(first.site.path), first.site.line, self.column_of(first.site)
+                        display(first_site.path), first_site.line, self.column_of(first_site)
                     ),
                     chain=chain,
                 )

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.lint.config import Config
-from tools.lint.evaluator import Evaluator, InputError, PackageRun
+from tools.lint.evaluator import Evaluator, InputError, PackageRun, Registration
 from tools.lint.findings import DUPLICATE_TARGET, UNKNOWN_LOCAL_LABEL, Finding, Location
 from tools.lint.workspace import collect_files, find_root
 
@@ -35,33 +35,43 @@ def _display_for(root: Path, cwd: Path) -> Callable[[str], str]:
     return display
 
 
+def _bad_labels(evaluator: Evaluator, run: PackageRun) -> list[tuple[Registration, str]]:
+    """`":name"` labels that name neither a target nor a file of the package."""
+    package_dir = evaluator.root / run.package
+    known = run.outputs
+    bad = []
+    for regs in run.by_name.values():
+        for reg in regs:
+            for label in reg.labels if reg.attributes else ():
+                if not label.startswith(":"):
+                    continue  # labels of other packages: not this check's business
+                target = label[1:].split("[", 1)[0]  # Buck sub-targets: ":lib[shared]"
+                if not target or target in run.by_name or target in known:
+                    continue
+                if not (package_dir / target).exists():
+                    bad.append((reg, label))
+    return bad
+
+
 def _label_findings(
     evaluator: Evaluator, run: PackageRun, display: Callable[[str], str]
 ) -> list[Finding]:
-    """`":name"` labels that name neither a target nor a file of the package."""
     findings = []
-    package_dir = evaluator.root / run.package
-    known = set(run.by_name) | run.outputs
-    for reg in run.registrations:
-        for label in reg.labels:
-            if not label.startswith(":"):
-                continue  # labels of other packages: not this check's business
-            target = label[1:].split("[", 1)[0]  # Buck sub-targets: ":lib[shared]"
-            if not target or target in known or (package_dir / target).exists():
-                continue
-            line = _line_of(evaluator, reg.site.path, reg.site.line, f'"{label}"')
-            text = evaluator.line_text(reg.site.path, line)
-            column = text.find(f'"{label}"') + 1 if f'"{label}"' in text else 1
-            findings.append(
-                Finding(
-                    rule=UNKNOWN_LOCAL_LABEL,
-                    message=f"label '{label}' in {reg.kind}(name = '{reg.name}') names no target "
-                    f"or file in package '//{run.package}'",
-                    location=Location(display(reg.site.path), line, column),
-                    name=label,
-                    package="//" + run.package,
-                )
+    for reg, label in _bad_labels(evaluator, run):
+        site = evaluator.site(run.package, reg)
+        line = _line_of(evaluator, site.path, site.line, f'"{label}"')
+        text = evaluator.line_text(site.path, line)
+        column = text.find(f'"{label}"') + 1 if f'"{label}"' in text else 1
+        findings.append(
+            Finding(
+                rule=UNKNOWN_LOCAL_LABEL,
+                message=f"label '{label}' in {reg.kind}(name = '{reg.name}') names no target "
+                f"or file in package '//{run.package}'",
+                location=Location(display(site.path), line, column),
+                name=label,
+                package="//" + run.package,
             )
+        )
     return findings
 
 
@@ -100,20 +110,8 @@ def lint(
         for file in files:
             try:
                 if file.name in config.entry_files:
-                    run = evaluator.evaluate_entry(file)
                     result.packages += 1
-                    found: list[Finding] = []
-                    if DUPLICATE_TARGET in checks:
-                        found += evaluator.duplicate_findings(run, display)
-                    if UNKNOWN_LOCAL_LABEL in checks:
-                        if run.incomplete:
-                            result.notes.append(
-                                f"{display(run.entry)}: label check skipped, evaluation "
-                                f"incomplete ({run.incomplete[0]})"
-                            )
-                        else:
-                            found += _label_findings(evaluator, run, display)
-                    for finding in found:
+                    for finding in _check_entry(evaluator, file, checks, display, result.notes):
                         key = (finding.rule, *_key(finding.location), finding.name)
                         if key not in seen:  # TARGETS and BUCK may reach the same call
                             seen.add(key)
@@ -129,6 +127,36 @@ def lint(
     result.notes = list(dict.fromkeys(result.notes))
     result.findings.sort(key=Finding.sort_key)
     return result
+
+
+def _check_entry(
+    evaluator: Evaluator,
+    file: Path,
+    checks: set[str],
+    display: Callable[[str], str],
+    notes: list[str],
+) -> list[Finding]:
+    run = evaluator.evaluate_entry(file)
+    check_labels = UNKNOWN_LOCAL_LABEL in checks
+    if check_labels and run.incomplete:
+        check_labels = False
+        notes.append(
+            f"{display(run.entry)}: label check skipped, evaluation incomplete "
+            f"({run.incomplete[0]})"
+        )
+    dirty = (DUPLICATE_TARGET in checks and run.duplicates) or (
+        check_labels and _bad_labels(evaluator, run)
+    )
+    if not dirty:
+        return []
+    # Findings need call stacks: evaluate once more, recording them (same registrations).
+    run = evaluator.evaluate_entry(file, detailed=True)
+    found: list[Finding] = []
+    if DUPLICATE_TARGET in checks:
+        found += evaluator.duplicate_findings(run, display)
+    if check_labels:
+        found += _label_findings(evaluator, run, display)
+    return found
 
 
 def _key(location: Location) -> tuple[str, int, int]:

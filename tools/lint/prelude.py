@@ -11,6 +11,10 @@ import json
 
 from tools.lint.config import Config, LoadedSymbol, RuleSpec
 
+# Fields of a packed registration record: kind, name, hidden names (comma-separated), outputs
+# (repr), label-bearing attributes (repr), and for unresolved calls the call stack.
+RECORD_SEPARATOR = "\x1f"
+NO_NAME = "\x00"
 PRELUDE_LABEL = "@target_lint//:prelude.bzl"
 # Synthetic file names start with "<" so frames inside them are dropped from call chains.
 PRELUDE_FILE = "<target-lint prelude>"
@@ -23,52 +27,33 @@ _ATTR_TYPES = [
 ]  # fmt: skip
 
 _CORE = """
-def lint__labels(kwargs):
-    found = []
-    for key, value in kwargs.items():
-        if key in _NON_LABEL:
-            continue
-        if type(value) == "dict":
-            value = list(value.keys()) + list(value.values())
-        elif type(value) != "list" and type(value) != "tuple":
-            value = [value]
-        for item in value:
-            if type(item) == "list" or type(item) == "tuple":
-                found.extend([i for i in item if type(i) == "string" and i[:1] in ":/@"])
-            elif type(item) == "string" and item[:1] in ":/@":
-                found.append(item)
-    return found
-
-def lint__outputs(kwargs):
-    outs = kwargs.get("outs")
-    out = kwargs.get("out")
-    found = [o for o in outs if type(o) == "string"] if type(outs) == "list" else []
-    if type(out) == "string":
-        found.append(out)
-    return found
-
-def lint__name(kwargs):
+def lint__record(kind, hidden, kwargs):
+    # One packed string per call: starlark-pyo3 converts every argument of a Python callback
+    # separately, and this is the hot path (every registration of every package).
     name = kwargs.get("name")
-    return name if type(name) == "string" else None
+    return _SEP.join([
+        kind,
+        name if type(name) == "string" else _NONAME,
+        hidden,
+        str(kwargs.get("outs", kwargs.get("out", ""))),
+        str({k: v for k, v in kwargs.items() if k not in _NON_LABEL}),
+    ])
 
 def lint__rule(kind, hidden = [], unless = None):
+    hidden_text = ",".join(hidden)
     def rule(*args, **kwargs):
-        hide = hidden
         if unless != None and kwargs.get(unless, True) == False:
-            hide = []
-        __lint_register(
-            kind,
-            lint__name(kwargs),
-            hide,
-            lint__labels(kwargs),
-            lint__outputs(kwargs),
-            call_stack(),
-        )
+            record = lint__record(kind, "", kwargs)
+        else:
+            record = lint__record(kind, hidden_text, kwargs)
+        # The call stack costs as much as the rest: Python asks for it only when it reports.
+        if __lint_register(record):
+            __lint_stack(call_stack())
     return rule
 
 def lint__unknown(symbol):
     def unknown(*args, **kwargs):
-        _lint__unknown(symbol, lint__name(kwargs), lint__labels(kwargs), call_stack())
+        __lint_unknown(lint__record(symbol, "", kwargs) + _SEP + call_stack())
     return unknown
 
 def lint__unknown_struct(symbol, members):
@@ -80,7 +65,7 @@ def lint__mode(symbol, mode, kind_arg):
         if kind == None and args:
             kind = args[0]
         if kind == None:
-            _lint__unknown(symbol, lint__name(kwargs), lint__labels(kwargs), call_stack())
+            __lint_unknown(lint__record(symbol, "", kwargs) + _SEP + call_stack())
             return None
         __lint_push_mode(mode)
         kind(**kwargs)
@@ -166,8 +151,11 @@ def _rule_expr(kind: str, spec: RuleSpec) -> str:
 
 def prelude_source(config: Config) -> str:
     """The prelude module: Starlark built-ins of BUILD/.bzl files as recording stand-ins."""
+    non_label = {a: True for a in sorted(config.non_label_attributes)}
     lines = [
-        f"_NON_LABEL = {json.dumps(sorted(config.non_label_attributes))}",
+        f"_NON_LABEL = {json.dumps(non_label).replace('true', 'True')}",
+        f"_SEP = {json.dumps(RECORD_SEPARATOR)}",
+        f"_NONAME = {json.dumps(NO_NAME)}",
         f"_ATTR_TYPES = {json.dumps(_ATTR_TYPES)}",
         _CORE,
     ]
