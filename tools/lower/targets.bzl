@@ -1,10 +1,47 @@
-"""Bazel targets of this package (see tools/build_defs/runtime.bzl for the runtime.* shim)."""
+"""Bazel targets of this package (see tools/build_defs/runtime.bzl for the runtime.* shim).
+
+`bazel run //tools/lower -- --help`: lower a model to a .pte on the CPU delegate, run it, report.
+"""
 
 load("//tools/build_defs:runtime.bzl", "runtime")
 
 def define_common_targets():
-    """This package's targets (placeholder until its issue lands)."""
-    runtime.filegroup(
-        name = "placeholder",
-        srcs = [],
+    """The lowering tool: example models, the pipeline, the report, the CLI and its tests."""
+    runtime.python_library(
+        name = "examples",
+        srcs = ["examples.py"],
+        visibility = ["//visibility:public"],
+    )
+
+    runtime.python_library(
+        name = "lower_lib",
+        srcs = [
+            "cpu_delegate.py",
+            "errors.py",
+            "lowering.py",
+            "main.py",
+            "pipeline.py",
+            "program_io.py",
+            "report.py",
+            "runtime_check.py",
+        ],
+        visibility = ["//visibility:public"],
+        deps = [
+            ":examples",
+            "//tools/bench:harness",
+        ],
+    )
+
+    runtime.python_binary(
+        name = "lower",
+        main = "main.py",
+        visibility = ["//visibility:public"],
+        deps = [":lower_lib"],
+    )
+
+    runtime.python_test(
+        name = "lower_test",
+        size = "small",
+        srcs = ["lower_test.py"],
+        deps = [":lower_lib"],
     )

@@ -1,0 +1,230 @@
+"""Tests of the lowering tool's parts that need no delegate: examples, input sampling, the output
+check, the report, and bad-input handling of the command line (one line, right exit code)."""
+
+import json
+import os
+import zipfile
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from tools.lower import main as cli
+from tools.lower.errors import ExitCode, LowerError
+from tools.lower.examples import EXAMPLES, get_example
+from tools.lower.lowering import Delegation
+from tools.lower.program_io import load_pt2, sample_inputs
+from tools.lower.report import Report, render_text
+from tools.lower.runtime_check import compare_outputs
+
+
+class _Scale(torch.nn.Module):
+    def forward(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        return x[idx] * 2
+
+
+def _save(tmp_path: Path, name: str, dynamic: bool, keep_example_inputs: bool) -> Path:
+    x, idx = torch.randn(4, 3), torch.tensor([0, 1])
+    shapes = ({0: torch.export.Dim("rows", min=2)}, None) if dynamic else None
+    program = torch.export.export(_Scale(), (x, idx), dynamic_shapes=shapes)
+    if not keep_example_inputs:
+        program.example_inputs = None
+    path = tmp_path / name
+    torch.export.save(program, str(path))
+    return path
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_examples_are_deterministic_eval_models_with_nontrivial_batch_norms(name: str) -> None:
+    example = get_example(name)
+    a, b = example.model("small"), example.model("small")
+    assert not a.training
+    for pa, pb in zip(a.state_dict().values(), b.state_dict().values(), strict=True):
+        assert torch.equal(pa, pb)
+    for xa, xb in zip(example.sample_inputs("small"), example.sample_inputs("small"), strict=True):
+        assert torch.equal(xa, xb)
+    norms = [m for m in a.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    for bn in norms:  # identity batch norms would hide a wrong fold
+        assert bn.running_mean is not None and bn.running_mean.abs().sum() > 0
+    assert (len(norms) > 0) == (name != "index")
+
+
+def test_full_sizes_are_the_benchmark_shapes() -> None:
+    assert get_example("resnet").sample_inputs("full")[0].shape == (1, 3, 224, 224)
+    assert get_example("mobilenet").sample_inputs("full")[0].shape == (1, 3, 224, 224)
+    assert get_example("mlp_bn").sample_inputs("full")[0].shape[0] == 32
+
+
+def test_unknown_example_names_the_known_ones() -> None:
+    with pytest.raises(ValueError, match="unknown example 'vgg'; known examples: resnet"):
+        get_example("vgg")
+
+
+def test_integer_outputs_must_match_exactly_and_floats_within_tolerance() -> None:
+    ints = torch.tensor([1, 2, 3])
+    floats = torch.tensor([1.0, 2.0])
+    ok = compare_outputs([ints, floats + 1e-6], [ints, floats], atol=1e-4, rtol=0)
+    assert [c.ok for c in ok] == [True, True]
+    off_by_one = compare_outputs([ints + 1, floats], [ints, floats])
+    assert [c.ok for c in off_by_one] == [False, True]
+    assert off_by_one[0].exact_required and off_by_one[0].max_abs_error == 1.0
+    too_far = compare_outputs([ints, floats + 1e-3], [ints, floats], atol=1e-4, rtol=1e-4)
+    assert [c.ok for c in too_far] == [True, False]
+    wrong_dtype = compare_outputs([ints.int()], [ints])
+    assert not wrong_dtype[0].ok and wrong_dtype[0].problem == "got int32[3], expected int64[3]"
+    assert compare_outputs([], [ints])[0].problem == "missing"
+
+
+def test_inputs_come_from_the_saved_examples_or_the_declared_static_shapes(tmp_path: Path) -> None:
+    with_inputs = load_pt2(str(_save(tmp_path, "a.pt2", dynamic=False, keep_example_inputs=True)))
+    assert with_inputs.inputs_origin == "example inputs saved with the program"
+    program = torch.export.load(str(_save(tmp_path, "b.pt2", False, keep_example_inputs=False)))
+    inputs, origin = sample_inputs(program, "b.pt2")
+    assert origin.startswith("seeded random inputs")
+    assert [t.shape for t in inputs] == [(4, 3), (2,)]
+    assert inputs[1].dtype == torch.int64 and int(inputs[1].max()) < 4
+
+
+def test_dynamic_inputs_without_saved_examples_cannot_be_sampled(tmp_path: Path) -> None:
+    path = _save(tmp_path, "dyn.pt2", dynamic=True, keep_example_inputs=False)
+    with pytest.raises(LowerError, match=r"cannot sample input 'x': dimension .* is dynamic") as e:
+        load_pt2(str(path))
+    assert e.value.code == ExitCode.BAD_INPUT
+
+
+def _report() -> Report:
+    delegation = Delegation(subgraphs=1)
+    delegation.delegated.update({"aten.convolution.default": 3, "aten.relu.default": 2})
+    delegation.not_delegated["dtype (float64 output)"] = Counter({"aten.add.Tensor": 1})
+    return Report(
+        source="example resnet (small)",
+        target="cpu",
+        output_path="/tmp/x.pte",
+        inputs_origin="seeded",
+        export_s=1.0,
+        lowering_s=2.0,
+        delegation=delegation,
+        batch_norms_before=3,
+        batch_norms_left=0,
+        constant_bytes=2048,
+        pte_bytes=3072,
+        atol=1e-4,
+        rtol=1e-4,
+        checks=compare_outputs([torch.ones(2)], [torch.ones(2)]),
+        delegate_details={"arena_bytes": 4096},
+    )
+
+
+def test_report_reads_at_a_glance_and_round_trips_to_json() -> None:
+    text = render_text(_report())
+    assert "Ops: 5 delegated in 1 subgraph(s), 1 not delegated" in text
+    assert "delegated: convolution x3, relu x2" in text
+    assert "not delegated, dtype (float64 output): add.Tensor x1" in text
+    assert "Batch norms folded: 3 of 3" in text
+    assert "Size: .pte 3.0 KiB (1.50x) vs constants of the exported program 2.0 KiB" in text
+    assert "Delegate arena: 4.0 KiB" in text
+    assert "MATCHES eager on 1 output(s) (float: atol 0.0001 + rtol 0.0001" in text
+    data = json.loads(json.dumps(_report().to_dict()))
+    assert data["batch_norms"] == {"before": 3, "left": 0, "folded": 3}
+    assert data["delegation"]["not_delegated"] == {"dtype (float64 output)": {"aten.add.Tensor": 1}}
+    assert data["check"]["matches_eager"] is True
+
+
+def _run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = cli.main(args)
+    err = capsys.readouterr().err
+    return code, err
+
+
+def test_help_documents_exit_codes_and_examples(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for needle in ("exit codes:", "--compare", "--example", "resnet", "mlp_bn", "atol"):
+        assert needle in out
+
+
+@pytest.mark.parametrize(
+    ("make_input", "message"),
+    [
+        (lambda d: d / "missing.pt2", "missing.pt2: no such file"),
+        (lambda d: d, "is a directory, expected a .pt2 file"),
+        (lambda d: _write(d / "text.pt2", b"hello"), "text.pt2: not an exported program"),
+        (lambda d: _zip(d / "zip.pt2"), "zip.pt2: not a loadable exported program"),
+    ],
+)
+def test_bad_model_files_give_one_line_and_exit_2(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    make_input: Callable[[Path], Path],
+    message: str,
+) -> None:
+    path = make_input(tmp_path)
+    code, err = _run_cli([str(path), "-o", str(tmp_path / "o.pte"), "-q"], capsys)
+    assert code == ExitCode.BAD_INPUT
+    assert message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "o.pte").exists()
+
+
+def test_unsampleable_inputs_give_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _save(tmp_path, "dyn.pt2", dynamic=True, keep_example_inputs=False)
+    code, err = _run_cli([str(path), "-o", str(tmp_path / "o.pte"), "-q"], capsys)
+    assert code == ExitCode.BAD_INPUT
+    assert "cannot sample input 'x'" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [
+        ("no/such/dir/out.pte", "does not exist"),
+        (".", "is a directory, expected a .pte file path"),
+        ("ro/out.pte", "permission denied"),
+        ("file.txt/out.pte", "file.txt is not a directory"),
+    ],
+)
+def test_unwritable_outputs_fail_before_lowering(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str, message: str
+) -> None:
+    (tmp_path / "ro").mkdir()
+    (tmp_path / "file.txt").write_text("")
+    os.chmod(tmp_path / "ro", 0o500)
+    if output.startswith("ro/") and os.access(tmp_path / "ro", os.W_OK):
+        pytest.skip("running as root: directory permissions do not bind")
+    os.environ["BUILD_WORKING_DIRECTORY"] = str(tmp_path)
+    try:
+        code, err = _run_cli(["--example", "mlp_bn", "-o", output, "-q"], capsys)
+    finally:
+        del os.environ["BUILD_WORKING_DIRECTORY"]
+    assert code == ExitCode.BAD_INPUT
+    assert message in err and err.count("\n") == 1
+
+
+def test_model_and_example_together_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _run_cli(["m.pt2", "--example", "resnet"], capsys)
+    assert code == ExitCode.BAD_INPUT and "either MODEL.pt2 or --example" in err
+
+
+def test_relative_paths_resolve_against_the_bazel_working_directory(tmp_path: Path) -> None:
+    os.environ["BUILD_WORKING_DIRECTORY"] = str(tmp_path)
+    try:
+        assert cli.resolve("a/b.pte") == str(tmp_path / "a" / "b.pte")
+        assert cli.resolve("/abs.pte") == "/abs.pte"
+    finally:
+        del os.environ["BUILD_WORKING_DIRECTORY"]
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _zip(path: Path) -> Path:
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("readme.txt", "not a program")
+    return path

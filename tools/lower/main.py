@@ -1,0 +1,194 @@
+"""`bazel run //tools/lower -- [MODEL.pt2 | --example NAME] [-o OUT.pte] [--compare] [--json FILE]`
+
+Lowers a model to a `.pte` for the CPU delegate, runs it on the ExecuTorch runtime, checks it
+against eager PyTorch and prints a report. With no arguments it lowers the default example.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+from tools.lower.errors import ExitCode, LowerError
+
+_EXAMPLE_NAMES = ("resnet", "mobilenet", "mlp_bn", "index")  # kept in step with examples.EXAMPLES
+_TARGETS = ("cpu", "xnnpack", "none")
+
+EPILOG = """\
+examples:
+  bazel run //tools/lower                                  lower the default example (resnet, small)
+  bazel run //tools/lower -- --example mobilenet --compare side by side with XNNPACK and no delegate
+  bazel run //tools/lower -- model.pt2 -o model.pte --json report.json
+
+inputs:
+  A .pt2 is run on the example inputs saved with it (torch.export.save keeps them); without them,
+  on seeded random tensors of the static shapes its graph declares (integers in [0, 2)).
+
+numerics:
+  Float outputs must satisfy |pte - eager| <= atol + rtol * |eager| element-wise; integer and bool
+  outputs must be equal, dtype and shape included.
+
+exit codes:
+  0  the .pte was written, ran on the runtime and matches eager
+  1  the .pte was written and ran, but differs from eager beyond the tolerance
+  2  bad command line or input: missing/foreign model file, inputs that cannot be sampled,
+     an output path that cannot be written
+  3  exporting, lowering, loading or running the program failed
+
+Relative paths are resolved against the directory `bazel run` was started from. Progress goes to
+stderr; the report to stdout (or, with --json -, the JSON report to stdout).
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lower",
+        description="Lower a PyTorch model to an ExecuTorch .pte on the CPU delegate, run it on "
+        "the ExecuTorch runtime, check it against eager PyTorch and report what was delegated, "
+        "folded, how big and how fast it is.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "model",
+        nargs="?",
+        metavar="MODEL.pt2",
+        help="a program saved with torch.export.save (default: the built-in example)",
+    )
+    parser.add_argument(
+        "--example",
+        choices=_EXAMPLE_NAMES,
+        help="lower a built-in torch.nn example instead of a file (default: resnet)",
+    )
+    parser.add_argument(
+        "--size",
+        choices=("small", "full"),
+        default="small",
+        help="example size: small (seconds) or full (1x3x224x224 images, batch 32 for the MLP); "
+        "default: small",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT.pte",
+        help="where to write the .pte (default: MODEL.pte next to the model, or EXAMPLE.pte)",
+    )
+    parser.add_argument(
+        "--target",
+        choices=_TARGETS,
+        default="cpu",
+        help="what to lower for: the CPU delegate (default), XNNPACK, or none (portable kernels)",
+    )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="also lower for XNNPACK and with no delegate and time all of them and eager "
+        "side by side, as ratios",
+    )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=10,
+        metavar="N",
+        help="timed rounds for the median latency (0: skip timing); default 10",
+    )
+    parser.add_argument(
+        "--atol", type=float, default=1e-4, help="absolute tolerance vs eager (default 1e-4)"
+    )
+    parser.add_argument(
+        "--rtol", type=float, default=1e-4, help="relative tolerance vs eager (default 1e-4)"
+    )
+    parser.add_argument(
+        "--json",
+        metavar="FILE",
+        help="also write the report as JSON to FILE ('-' for stdout instead of the text report)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="threads for eager PyTorch and ExecuTorch's threadpool (default: leave as is); "
+        "on a busy shared machine, 1 gives steadier timings",
+    )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    return parser
+
+
+def resolve(path: str) -> str:
+    """Relative paths are relative to where the user ran `bazel run`, not to the runfiles tree."""
+    if os.path.isabs(path):
+        return path
+    base = os.environ.get("BUILD_WORKING_DIRECTORY") or os.getcwd()
+    return os.path.normpath(os.path.join(base, path))
+
+
+def _default_output(args: argparse.Namespace) -> str:
+    if args.model:
+        stem = os.path.splitext(args.model)[0]
+        return f"{stem}.pte"
+    return f"{args.example or 'resnet'}.pte"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    started = time.perf_counter()
+
+    def say(message: str) -> None:
+        if not args.quiet:
+            print(f"[lower {time.perf_counter() - started:6.1f}s] {message}", file=sys.stderr)
+
+    if args.model and args.example:
+        print("lower: error: give either MODEL.pt2 or --example, not both", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    if args.runs < 0:
+        print("lower: error: --runs must be >= 0", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    if args.threads is not None and args.threads < 1:
+        print("lower: error: --threads must be >= 1", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+
+    json_path = None if args.json in (None, "-") else resolve(args.json)
+    try:
+        # Imported here so that `--help` and argument errors answer without loading torch.
+        from tools.lower.pipeline import Request, check_output_path, run, set_threads
+        from tools.lower.report import render_text
+
+        if json_path is not None:
+            check_output_path(json_path)
+        if args.threads is not None:
+            set_threads(args.threads)
+        request = Request(
+            output=resolve(args.output or _default_output(args)),
+            model_path=resolve(args.model) if args.model else None,
+            example=args.example,
+            size=args.size,
+            target=args.target,
+            compare=args.compare,
+            runs=args.runs,
+            atol=args.atol,
+            rtol=args.rtol,
+        )
+        report, code = run(request, say)
+        document = json.dumps(report.to_dict(), indent=2)
+        if args.json == "-":
+            print(document)
+        else:
+            print(render_text(report))
+        if json_path is not None:
+            with open(json_path, "w") as f:
+                f.write(document + "\n")
+    except LowerError as exc:
+        print(f"lower: error: {exc.message}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("lower: interrupted", file=sys.stderr)
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

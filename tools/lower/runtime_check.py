@@ -1,0 +1,120 @@
+"""Running a `.pte` on the ExecuTorch runtime and checking its outputs against eager PyTorch.
+
+Floating-point outputs must match within ``atol + rtol * |expected|`` element-wise (the
+`torch.allclose` rule); integer and bool outputs must match exactly, dtype and shape included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+from tools.lower.errors import ExitCode, LowerError
+
+DEFAULT_ATOL = 1e-4
+DEFAULT_RTOL = 1e-4
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """How one output of the `.pte` compares with eager."""
+
+    index: int
+    dtype: str
+    shape: tuple[int, ...]
+    exact_required: bool
+    ok: bool
+    max_abs_error: float | None
+    problem: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "exact_required": self.exact_required,
+            "ok": self.ok,
+            "max_abs_error": self.max_abs_error,
+            "problem": self.problem,
+        }
+
+
+def load_program(path: str) -> Any:
+    """Loads a `.pte` from a file (the runtime then owns the bytes: FACTS.md's buffer pitfall)."""
+    from executorch.extension.pybindings import portable_lib
+
+    try:
+        return portable_lib._load_for_executorch(path)
+    except Exception as exc:
+        raise LowerError(
+            ExitCode.LOWERING_FAILED, f"{path}: the ExecuTorch runtime could not load it ({exc})"
+        ) from None
+
+
+def run_program(module: Any, inputs: Sequence[torch.Tensor], where: str) -> list[torch.Tensor]:
+    try:
+        return list(module.forward(list(inputs)))
+    except Exception as exc:
+        raise LowerError(
+            ExitCode.LOWERING_FAILED, f"{where}: running forward on the runtime failed ({exc})"
+        ) from None
+
+
+def run_eager(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    with torch.no_grad():
+        result = model(*inputs)
+    leaves = pytree.tree_leaves(result)
+    return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+
+
+def compare_outputs(
+    actual: Sequence[torch.Tensor],
+    expected: Sequence[torch.Tensor],
+    atol: float = DEFAULT_ATOL,
+    rtol: float = DEFAULT_RTOL,
+) -> list[OutputCheck]:
+    """One check per expected output; a missing or extra output is a failed check."""
+    checks: list[OutputCheck] = []
+    for index, want in enumerate(expected):
+        exact = not want.dtype.is_floating_point
+        dtype = _dtype_name(want)
+
+        def check(ok: bool, error: float | None, problem: str = "") -> OutputCheck:
+            return OutputCheck(index, dtype, tuple(want.shape), exact, ok, error, problem)  # noqa: B023
+
+        if index >= len(actual):
+            checks.append(check(False, None, "missing"))
+            continue
+        got = actual[index]
+        if got.dtype != want.dtype or got.shape != want.shape:
+            problem = f"got {_dtype_name(got)}{list(got.shape)}, expected {dtype}{list(want.shape)}"
+            checks.append(check(False, None, problem))
+            continue
+        diff = (got.double() - want.double()).abs()
+        max_error = float(diff.max()) if diff.numel() else 0.0
+        if exact:
+            ok = bool(torch.equal(got, want))
+        else:
+            ok = bool(torch.allclose(got, want, atol=atol, rtol=rtol, equal_nan=True))
+        checks.append(check(ok, max_error))
+    for index in range(len(expected), len(actual)):
+        checks.append(
+            OutputCheck(
+                index=index,
+                dtype=_dtype_name(actual[index]),
+                shape=tuple(actual[index].shape),
+                exact_required=False,
+                ok=False,
+                max_abs_error=None,
+                problem="extra output eager does not produce",
+            )
+        )
+    return checks
+
+
+def _dtype_name(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).replace("torch.", "")
