@@ -20,3 +20,18 @@ def define_common_targets():
         srcs = ["harness_test.py"],
         deps = [":harness"],
     )
+
+    # Issue #7: the target linter over a generated 600-package tree vs. buildifier -lint=warn.
+    runtime.python_binary(
+        name = "lint_bench",
+        main = "lint_bench.py",
+        args = [
+            "--buildifier",
+            "$(rootpath @buildifier//:buildifier)",
+        ],
+        data = ["@buildifier"],
+        deps = [
+            ":harness",
+            "//tools/lint:lint_lib",
+        ],
+    )
