@@ -29,9 +29,7 @@ def run_passes(ep: ExportedProgram, passes: Sequence[ProgramPass]) -> list[PassR
     for program_pass in [*passes, *constant_hygiene_passes()]:
         report = program_pass(ep)
         if not isinstance(report, PassReport):
-            raise TypeError(
-                f"pass {type(program_pass).__name__} returned {type(report).__name__}, "
-                "expected a PassReport"
-            )
+            name = getattr(program_pass, "__name__", type(program_pass).__name__)
+            raise TypeError(f"pass {name} returned {type(report).__name__}, expected a PassReport")
         reports.append(report)
     return reports

@@ -3,8 +3,105 @@
 load("//tools/build_defs:runtime.bzl", "runtime")
 
 def define_common_targets():
-    """This package's targets (placeholder until its issue lands)."""
-    runtime.filegroup(
-        name = "placeholder",
-        srcs = [],
+    """This package's targets: one test per transform module."""
+
+    # Batch-norm folding and constant hygiene (issue #3).
+    runtime.python_library(
+        name = "bn_test_util",
+        srcs = ["bn_test_util.py"],
+        deps = [
+            "//backends/transforms:batch_norm_match",
+            "//backends/transforms:fuse_batch_norm_with_conv",
+            "//backends/transforms:fuse_batch_norm_with_linear",
+            "//backends/transforms:pass_report",
+            "//backends/transforms:pipeline",
+            "//backends/transforms:program_checks",
+        ],
+    )
+
+    runtime.python_test(
+        name = "fuse_batch_norm_with_conv_test",
+        srcs = ["fuse_batch_norm_with_conv_test.py"],
+        deps = [
+            "//backends/transforms:fuse_batch_norm_with_conv",
+            "//backends/transforms:program_checks",
+            ":bn_test_util",
+        ],
+    )
+
+    runtime.python_test(
+        name = "fuse_batch_norm_with_linear_test",
+        srcs = ["fuse_batch_norm_with_linear_test.py"],
+        deps = [
+            "//backends/transforms:fuse_batch_norm_with_linear",
+            "//backends/transforms:program_checks",
+            ":bn_test_util",
+        ],
+    )
+
+    runtime.python_test(
+        name = "bn_folding_pitfalls_test",
+        srcs = ["bn_folding_pitfalls_test.py"],
+        deps = [
+            ":bn_test_util",
+        ],
+    )
+
+    runtime.python_test(
+        name = "lift_constants_test",
+        srcs = ["lift_constants_test.py"],
+        deps = [
+            "//backends/transforms:lift_constants",
+            "//backends/transforms:program_checks",
+            ":bn_test_util",
+        ],
+    )
+
+    runtime.python_test(
+        name = "prune_unused_constants_test",
+        srcs = ["prune_unused_constants_test.py"],
+        deps = [
+            "//backends/transforms:program_checks",
+            "//backends/transforms:prune_unused_constants",
+            ":bn_test_util",
+        ],
+    )
+
+    runtime.python_test(
+        name = "pass_report_test",
+        srcs = ["pass_report_test.py"],
+        deps = [
+            "//backends/transforms:pass_report",
+        ],
+    )
+
+    runtime.python_test(
+        name = "program_checks_test",
+        srcs = ["program_checks_test.py"],
+        deps = [
+            "//backends/transforms:program_checks",
+            ":bn_test_util",
+        ],
+    )
+
+    runtime.python_test(
+        name = "pipeline_test",
+        srcs = ["pipeline_test.py"],
+        deps = [
+            "//backends/transforms:pipeline",
+            "//backends/transforms:program_checks",
+            ":bn_test_util",
+        ],
+    )
+
+    runtime.python_test(
+        name = "exir_adapter_test",
+        srcs = ["exir_adapter_test.py"],
+        deps = [
+            "//backends/transforms:exir_adapter",
+            "//backends/transforms:fuse_batch_norm_with_conv",
+            "//backends/transforms:pass_report",
+            "//backends/transforms:program_checks",
+            ":bn_test_util",
+        ],
     )
