@@ -206,6 +206,16 @@ class Evaluator:
             return len(text) - len(text.lstrip()) + 1
         return 1
 
+    def suppressed(self, path: str, line: int, rule: str) -> bool:
+        """`# target-lint: disable=RULE[,RULE]` on the line or the line above silences it."""
+        for text in (self.line_text(path, line), self.line_text(path, line - 1)):
+            marker = text.find(SUPPRESS_MARKER)
+            if marker >= 0:
+                ids = text[marker + len(SUPPRESS_MARKER) :].split()[0].split(",")
+                if rule in ids:
+                    return True
+        return False
+
     def line_text(self, path: str, line: int) -> str:
         lines = self._lines(path)
         return lines[line - 1] if 0 < line <= len(lines) else ""
@@ -466,6 +476,8 @@ class Evaluator:
         findings = []
         for first, dup in run.duplicates:
             site = self.site(run.package, dup)
+            if self.suppressed(site.path, site.line, DUPLICATE_TARGET):
+                continue
             first_site = self.site(run.package, first)
             shown = "'" + dup.name + "'"
             if dup.hidden_of is not None:
@@ -503,6 +515,7 @@ class _EvalFailure(Exception):
 
 
 _UNDEFINED_LABEL = "@target_lint//:undefined.bzl"
+SUPPRESS_MARKER = "target-lint: disable="
 
 
 def _short(error: Exception) -> str:

@@ -62,6 +62,8 @@ def _label_findings(
         line = _line_of(evaluator, site.path, site.line, f'"{label}"')
         text = evaluator.line_text(site.path, line)
         column = text.find(f'"{label}"') + 1 if f'"{label}"' in text else 1
+        if evaluator.suppressed(site.path, line, UNKNOWN_LOCAL_LABEL):
+            continue
         findings.append(
             Finding(
                 rule=UNKNOWN_LOCAL_LABEL,
@@ -118,6 +120,11 @@ def lint(
                             result.findings.append(finding)
                 else:
                     evaluator.check_syntax(file)
+            except (OSError, ValueError, RuntimeError) as error:
+                # A bug or an environment problem must still name the file, not dump a trace.
+                where = display(evaluator.rel(file))
+                message = f"internal error: {type(error).__name__}: {error}"
+                result.errors.append(InputError(where, 1, 1, message))
             except InputError as error:
                 shown = InputError(display(error.path), error.line, error.column, error.message)
                 if all(str(shown) != str(e) for e in result.errors):

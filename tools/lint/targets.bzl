@@ -42,6 +42,7 @@ def define_common_targets():
             "test/cli_test.py",
             "test/lint_test.py",
         ],
+        data = ["pre_commit.sh"],
         deps = [
             ":fixture_tree",
             ":lint_lib",

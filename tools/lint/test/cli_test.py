@@ -14,7 +14,7 @@ import pytest
 from tools.lint.cli import main
 from tools.lint.test.fixture_tree import load_fixture
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).absolute().parents[3]
 
 # The parts of the SARIF 2.1.0 schema (sarif-schema-2.1.0.json) a consumer relies on. No SARIF
 # schema package is among the pinned dependencies, so the required properties are restated here.
@@ -270,3 +270,20 @@ def test_python_dash_m_entry_point(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1, proc.stderr
     assert json.loads(proc.stdout)["findings"][0]["name"] == "fuse_batch_norm_with_linear"
+
+
+def test_pre_commit_entry_script(tmp_path: Path) -> None:
+    root = load_fixture("regression").write(tmp_path)
+    script = Path(__file__).absolute().parent.parent / "pre_commit.sh"
+    env = {**os.environ, "TARGET_LINT_PYTHON": sys.executable}
+    env.pop("BUILD_WORKING_DIRECTORY", None)
+    proc = subprocess.run(
+        [str(script), "--format=github", "."],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.startswith("::error file=backends/transforms/targets.bzl,line=20,")
