@@ -1,10 +1,24 @@
-"""Bazel targets of this package (see tools/build_defs/runtime.bzl for the runtime.* shim)."""
+"""Bazel targets of the CPU delegate's ahead-of-time side (route table and CpuBackend)."""
 
 load("//tools/build_defs:runtime.bzl", "runtime")
 
 def define_common_targets():
-    """This package's targets (placeholder until its issue lands)."""
-    runtime.filegroup(
-        name = "placeholder",
-        srcs = [],
+    """The route table and CpuBackend.preprocess."""
+    runtime.python_library(
+        name = "routes",
+        srcs = ["routes.py"],
+        visibility = ["//visibility:public"],
+    )
+
+    runtime.python_library(
+        name = "cpu_backend",
+        srcs = ["cpu_backend.py"],
+        deps = [
+            "//backends/cpu/serialization:graph_writer",
+            "//backends/transforms:fuse_batch_norm_with_conv",
+            "//backends/transforms:fuse_batch_norm_with_linear",
+            "//backends/transforms:pass_report",
+            "//backends/transforms:pipeline",
+        ],
+        visibility = ["//visibility:public"],
     )

@@ -44,6 +44,35 @@ def define_common_targets():
         visibility = ["//visibility:public"],
     )
 
+    # schema.fbs rides along for the out-of-Bazel fallback in schema.py (never used under Bazel).
+    runtime.python_library(
+        name = "schema",
+        srcs = ["schema.py"],
+        data = ["schema.fbs"],
+        deps = [":schema_py"],
+        visibility = ["//visibility:public"],
+    )
+
+    runtime.python_library(
+        name = "graph_writer",
+        srcs = ["graph_writer.py"],
+        deps = [
+            ":schema",
+            "//backends/cpu:routes",
+        ],
+        visibility = ["//visibility:public"],
+    )
+
+    runtime.python_library(
+        name = "graph_reader",
+        srcs = ["graph_reader.py"],
+        deps = [
+            ":schema",
+            "//backends/cpu:routes",
+        ],
+        visibility = ["//visibility:public"],
+    )
+
     runtime.cxx_library(
         name = "schema_compile_check",
         srcs = ["schema_compile_check.cc"],

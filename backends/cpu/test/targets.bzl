@@ -1,10 +1,66 @@
-"""Bazel targets of this package (see tools/build_defs/runtime.bzl for the runtime.* shim)."""
+"""Tests of the CPU delegate's ahead-of-time side (partitioner, preprocess, payload format)."""
 
 load("//tools/build_defs:runtime.bzl", "runtime")
 
 def define_common_targets():
-    """This package's targets (placeholder until its issue lands)."""
-    runtime.filegroup(
-        name = "placeholder",
-        srcs = [],
+    """One pytest target per concern, so each stays well under a minute."""
+    runtime.python_library(
+        name = "models",
+        srcs = ["models.py"],
+    )
+
+    runtime.python_test(
+        name = "routes_test",
+        srcs = ["routes_test.py"],
+        size = "small",
+        deps = [
+            "//backends/cpu:routes",
+            "//backends/cpu/serialization:graph_reader",
+            "//backends/cpu/serialization:graph_writer",
+            "//backends/cpu/serialization:schema",
+        ],
+    )
+
+    runtime.python_test(
+        name = "partitioner_test",
+        srcs = ["partitioner_test.py"],
+        deps = [
+            ":models",
+            "//backends/cpu:routes",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:graph_reader",
+        ],
+    )
+
+    runtime.python_test(
+        name = "preprocess_test",
+        srcs = ["preprocess_test.py"],
+        deps = [
+            ":models",
+            "//backends/cpu:cpu_backend",
+            "//backends/cpu:routes",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:graph_reader",
+        ],
+    )
+
+    runtime.python_test(
+        name = "pte_size_test",
+        srcs = ["pte_size_test.py"],
+        deps = [
+            ":models",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:graph_reader",
+        ],
+    )
+
+    runtime.python_test(
+        name = "bad_input_test",
+        srcs = ["bad_input_test.py"],
+        deps = [
+            "//backends/cpu:cpu_backend",
+            "//backends/cpu/serialization:graph_reader",
+            "//backends/cpu/serialization:graph_writer",
+            "//backends/cpu/serialization:schema",
+        ],
     )

@@ -1,0 +1,130 @@
+"""CpuPartitioner: tags the Edge ops the CPU delegate can run, and reports what it left out.
+
+Use as ``to_edge_transform_and_lower(ep, partitioner=[CpuPartitioner()])``. After lowering,
+``partitioner.report`` (the last partitioned method) or ``partitioner.reports`` (one per
+`partition` call, in call order) say which nodes were claimed and, for every node left out, why:
+``LeaveOutReason.NO_ROUTE``, ``DTYPE``, ``DYNAMIC_SHAPE``, ``QUANTIZED`` or ``LAYOUT``.
+"""
+
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from executorch.exir.backend.utils import tag_constant_data
+from torch.export import ExportedProgram
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from backends.cpu.cpu_backend import CpuBackend
+from backends.cpu.partition.node_support import LeaveOutReason, LeftOutNode, check_node
+from backends.cpu.routes import ops_to_keep_undecomposed
+
+
+@dataclass(frozen=True)
+class PartitionReport:
+    """The outcome of one `CpuPartitioner.partition` call."""
+
+    claimed: tuple[str, ...]  # names of the op nodes tagged for the delegate, in graph order
+    left_out: tuple[LeftOutNode, ...]  # every op node not claimed, in graph order
+    partitions: int  # number of delegate subgraphs
+
+    def reasons(self) -> dict[str, LeaveOutReason]:
+        """Node name -> why it was left out."""
+        return {node.name: node.reason for node in self.left_out}
+
+    def __str__(self) -> str:
+        lines = [f"{len(self.claimed)} ops claimed in {self.partitions} partition(s)"]
+        lines += [f"  left out: {node}" for node in self.left_out]
+        return "\n".join(lines)
+
+
+def _is_getitem(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and node.target is operator.getitem
+
+
+class _CpuSupport(OperatorSupportBase):
+    """Answers CapabilityBasedPartitioner from precomputed decisions."""
+
+    def __init__(self, decisions: Mapping[torch.fx.Node, LeftOutNode | None]) -> None:
+        super().__init__()
+        self._decisions = decisions
+
+    def is_node_supported(
+        self, submodules: Mapping[str, torch.nn.Module], node: torch.fx.Node
+    ) -> bool:
+        if _is_getitem(node):  # goes where its multi-output producer goes
+            source = node.args[0]
+            return source in self._decisions and self._decisions[source] is None  # type: ignore[index]
+        return node in self._decisions and self._decisions[node] is None
+
+
+class CpuPartitioner(Partitioner):
+    """Claims every node with a route whose tensors are static-shape and of a supported dtype."""
+
+    TAG_PREFIX = "cpu_backend_"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.delegation_spec = DelegationSpec(CpuBackend.__name__, [])
+        self.reports: list[PartitionReport] = []
+
+    @property
+    def report(self) -> PartitionReport:
+        """The report of the most recent `partition` call."""
+        if not self.reports:
+            raise RuntimeError("CpuPartitioner.report: partition() has not run yet")
+        return self.reports[-1]
+
+    def ops_to_not_decompose(
+        self, ep: ExportedProgram
+    ) -> tuple[list[torch._ops.OpOverload], Callable[[torch.fx.Node], bool] | None]:
+        # Keep e.g. aten.linear whole so preprocess's linear-BN fusion can see it. No per-node
+        # filter: ExecuTorch takes its more reliable preserve path only when the filter is None,
+        # and a kept linear the partitioner leaves out still runs on ExecuTorch's linear.out.
+        return ops_to_keep_undecomposed(), None
+
+    def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        graph_module = exported_program.graph_module
+        decisions = {
+            node: check_node(node)
+            for node in graph_module.graph.nodes
+            if node.op == "call_function" and not _is_getitem(node)
+        }
+        partitioner = CapabilityBasedPartitioner(
+            graph_module, _CpuSupport(decisions), allows_single_node_partition=True
+        )
+        partitions = partitioner.propose_partitions()
+        tags: dict[str, DelegationSpec] = {}
+        claimed: set[torch.fx.Node] = set()
+        for partition in partitions:
+            tag = f"{self.TAG_PREFIX}{partition.id}"
+            for node in partition.nodes:
+                node.meta["delegation_tag"] = tag
+                claimed.add(node)
+            tags[tag] = self.delegation_spec
+        # Parameters, buffers and constants used only inside a partition move into the delegate,
+        # so the .pte holds them once (as preprocess's named data), not also in the outer program.
+        tag_constant_data(exported_program)
+
+        left_out = []
+        for node, decision in decisions.items():
+            if node in claimed:
+                continue
+            if decision is None:  # supported, yet the partitioner could not place it
+                decision = LeftOutNode(
+                    node.name, str(node.target), LeaveOutReason.NO_ROUTE, "not partitionable"
+                )
+            left_out.append(decision)
+        self.reports.append(
+            PartitionReport(
+                claimed=tuple(n.name for n in decisions if n in claimed),
+                left_out=tuple(left_out),
+                partitions=len(partitions),
+            )
+        )
+        return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
+
+
+__all__ = ["CpuPartitioner", "LeaveOutReason", "LeftOutNode", "PartitionReport"]

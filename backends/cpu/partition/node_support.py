@@ -1,0 +1,105 @@
+"""Decides, node by node, whether the CPU delegate can take an Edge op, and if not, why not."""
+
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from backends.cpu.routes import op_key, route_for
+
+# Tensor dtypes the delegate keeps inside: floats for CNNs/MLPs, and every integer and bool dtype so
+# indices, masks and integer results never leave the delegate.
+SUPPORTED_DTYPES: frozenset[torch.dtype] = frozenset(
+    {torch.float32, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool}
+)
+
+# Namespaces of quantize/dequantize and quantized-kernel ops (pt2e, torchao, legacy quantized).
+_QUANTIZED_NAMESPACES = frozenset({"quantized_decomposed", "quantized", "torchao"})
+_QUANTIZED_DTYPES = frozenset(
+    {torch.qint8, torch.quint8, torch.qint32, torch.quint4x2, torch.quint2x4}
+)
+
+
+class LeaveOutReason(enum.Enum):
+    """Why the partitioner left a node outside the delegate."""
+
+    NO_ROUTE = "no route"  # the CPU runtime has no route for the op (see routes.py)
+    DTYPE = "dtype"  # a tensor's dtype is outside SUPPORTED_DTYPES
+    DYNAMIC_SHAPE = "dynamic shape"  # a symbolic dimension or a symbolic scalar
+    QUANTIZED = "quantized"  # quantize/dequantize or quantized execution
+    LAYOUT = "layout"  # a tensor that is not in contiguous dim order
+
+
+@dataclass(frozen=True)
+class LeftOutNode:
+    """One node the partitioner did not claim."""
+
+    name: str  # FX node name
+    op: str  # route-table key of the op, or the FX target when it is not an operator
+    reason: LeaveOutReason
+    detail: str  # human-readable specifics, e.g. "dtype torch.float64 of output"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.op}): {self.reason.value}: {self.detail}"
+
+
+def _tensors(value: object) -> Iterator[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _tensors(item)
+
+
+def _is_symbolic(value: object) -> bool:
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def _namespace(target: object) -> str | None:
+    key = op_key(target)
+    return None if key is None else key.split(".", 1)[0]
+
+
+def check_node(node: torch.fx.Node) -> LeftOutNode | None:
+    """None when the delegate can take `node` (a call_function node), else why it cannot.
+
+    Checks run in a fixed order (quantized, dynamic shape, route, dtype, layout) so a node gets
+    the most fundamental reason.
+    """
+    key = op_key(node.target)
+    op_name = key if key is not None else str(getattr(node.target, "__name__", node.target))
+
+    def leave_out(reason: LeaveOutReason, detail: str) -> LeftOutNode:
+        return LeftOutNode(node.name, op_name, reason, detail)
+
+    inputs = [(arg.name, arg.meta.get("val")) for arg in node.all_input_nodes]
+    values = [*inputs, ("output", node.meta.get("val"))]
+
+    if _namespace(node.target) in _QUANTIZED_NAMESPACES:
+        return leave_out(LeaveOutReason.QUANTIZED, f"quantization op {op_name}")
+    for where, value in values:
+        if any(t.dtype in _QUANTIZED_DTYPES for t in _tensors(value)):
+            return leave_out(LeaveOutReason.QUANTIZED, f"quantized tensor {where}")
+
+    for where, value in values:
+        if _is_symbolic(value):
+            return leave_out(LeaveOutReason.DYNAMIC_SHAPE, f"symbolic scalar {where}")
+        for tensor in _tensors(value):
+            if not all(isinstance(dim, int) for dim in tensor.shape):
+                shape = tuple(tensor.shape)
+                return leave_out(LeaveOutReason.DYNAMIC_SHAPE, f"shape {shape} of {where}")
+    for where, value in inputs:
+        if value is not None and not isinstance(value, torch.Tensor):
+            return leave_out(LeaveOutReason.DYNAMIC_SHAPE, f"non-tensor input {where}")
+
+    if route_for(node.target) is None:
+        return leave_out(LeaveOutReason.NO_ROUTE, f"no CPU route for {op_name}")
+
+    for where, value in values:
+        for tensor in _tensors(value):
+            if tensor.dtype not in SUPPORTED_DTYPES:
+                return leave_out(LeaveOutReason.DTYPE, f"dtype {tensor.dtype} of {where}")
+            if tensor.dim() > 0 and not tensor.is_contiguous():
+                return leave_out(LeaveOutReason.LAYOUT, f"non-contiguous {where}")
+    return None

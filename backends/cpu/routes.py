@@ -1,0 +1,177 @@
+"""The CPU delegate's route table: the single source of truth for which Edge ops it executes.
+
+A route maps an Edge-dialect op (keyed like ``"aten.convolution.default"``) to the ExecuTorch
+out-variant kernel that executes it (``"aten::convolution.out"``), the provider that runs it and
+per-route flags. The partitioner claims only ops listed here, the serializer writes each op's
+route and kernel into the payload, and the C++ runtime binds the payload's kernel names through
+ExecuTorch's operator registry: there is no second list on the runtime side.
+"""
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import torch
+
+
+class Provider(enum.IntEnum):
+    """Which implementation executes a route; values mirror `Provider` in schema.fbs."""
+
+    REFERENCE = 0  # ExecuTorch's own kernels, through the operator registry
+    OPTIMIZED = 1  # the optimized provider; the runtime falls back to REFERENCE when it declines
+
+
+class RouteFlag(enum.IntFlag):
+    """Per-route flags; bit values mirror `RouteFlags` in schema.fbs."""
+
+    NONE = 0
+    # Tensor-list arguments are `Tensor?[]` in the kernel schema (index.Tensor, index_put): the
+    # runtime binds them as lists of optional tensors even when every entry is present.
+    OPTIONAL_TENSOR_LISTS = 1
+
+
+@dataclass(frozen=True)
+class Route:
+    """How the CPU runtime executes one Edge op."""
+
+    op: str  # Edge op key: "<namespace>.<name>.<overload>"
+    kernel: str  # out-variant operator name in ExecuTorch's registry: "<ns>::<name>.<overload>"
+    provider: Provider = Provider.REFERENCE
+    flags: RouteFlag = RouteFlag.NONE
+    # to_edge would decompose this op, yet the delegate (or a preprocess fusion) wants it whole.
+    keep_undecomposed: bool = False
+
+    def out_variant(self) -> torch._ops.OpOverload:
+        """The out-variant OpOverload named by `kernel`; its schema orders the payload's args."""
+        namespace, rest = self.kernel.split("::")
+        name, overload = rest.split(".")
+        return getattr(getattr(getattr(torch.ops, namespace), name), overload)
+
+
+def _r(op: str, kernel: str, **kwargs: object) -> Route:
+    return Route(op, kernel, **kwargs)  # type: ignore[arg-type]
+
+
+_OPTIONAL_LISTS = RouteFlag.OPTIONAL_TENSOR_LISTS
+
+_ROUTE_LIST: tuple[Route, ...] = (
+    # Convolution and matrix products.
+    _r("aten.convolution.default", "aten::convolution.out"),
+    _r("aten.linear.default", "aten::linear.out", keep_undecomposed=True),
+    _r("aten.addmm.default", "aten::addmm.out"),
+    _r("aten.mm.default", "aten::mm.out"),
+    _r("aten.bmm.default", "aten::bmm.out"),
+    # Elementwise arithmetic.
+    _r("aten.add.Tensor", "aten::add.out"),
+    _r("aten.add.Scalar", "aten::add.Scalar_out"),
+    _r("aten.sub.Tensor", "aten::sub.out"),
+    _r("aten.sub.Scalar", "aten::sub.Scalar_out"),
+    _r("aten.rsub.Scalar", "aten::rsub.Scalar_out"),
+    _r("aten.mul.Tensor", "aten::mul.out"),
+    _r("aten.mul.Scalar", "aten::mul.Scalar_out"),
+    _r("aten.div.Tensor", "aten::div.out"),
+    _r("aten.div.Tensor_mode", "aten::div.out_mode"),
+    _r("aten.div.Scalar", "aten::div.Scalar_out"),
+    _r("aten.remainder.Tensor", "aten::remainder.Tensor_out"),
+    _r("aten.remainder.Scalar", "aten::remainder.Scalar_out"),
+    _r("aten.floor_divide.default", "aten::floor_divide.out"),
+    _r("aten.neg.default", "aten::neg.out"),
+    _r("aten.abs.default", "aten::abs.out"),
+    # Activations.
+    _r("aten.relu.default", "aten::relu.out"),
+    _r("aten.clamp.default", "aten::clamp.out"),
+    _r("aten.clamp.Tensor", "aten::clamp.Tensor_out"),
+    _r("aten.hardtanh.default", "aten::hardtanh.out"),
+    _r("aten.sigmoid.default", "aten::sigmoid.out"),
+    _r("aten.tanh.default", "aten::tanh.out"),
+    # Pooling and reductions.
+    _r("aten.max_pool2d_with_indices.default", "aten::max_pool2d_with_indices.out"),
+    _r("aten.avg_pool2d.default", "aten::avg_pool2d.out"),
+    _r("aten._adaptive_avg_pool2d.default", "aten::_adaptive_avg_pool2d.out"),
+    _r("aten.mean.dim", "aten::mean.out"),
+    _r("aten.sum.dim_IntList", "aten::sum.IntList_out"),
+    _r("aten.amax.default", "aten::amax.out"),
+    _r("aten.argmax.default", "aten::argmax.out"),
+    _r("aten.cumsum.default", "aten::cumsum.out"),
+    # Shape and layout (Edge uses the *_copy forms).
+    _r("aten.view_copy.default", "aten::view_copy.out"),
+    _r("aten.permute_copy.default", "aten::permute_copy.out"),
+    _r("aten.cat.default", "aten::cat.out"),
+    _r("aten.slice_copy.Tensor", "aten::slice_copy.Tensor_out"),
+    _r("aten.select_copy.int", "aten::select_copy.int_out"),
+    _r("aten.expand_copy.default", "aten::expand_copy.out"),
+    _r("aten.squeeze_copy.dim", "aten::squeeze_copy.dim_out"),
+    _r("aten.squeeze_copy.dims", "aten::squeeze_copy.dims_out"),
+    _r("aten.unsqueeze_copy.default", "aten::unsqueeze_copy.out"),
+    _r("aten.clone.default", "aten::clone.out"),
+    _r("dim_order_ops._clone_dim_order.default", "dim_order_ops::_clone_dim_order.out"),
+    _r("dim_order_ops._to_dim_order_copy.default", "dim_order_ops::_to_dim_order_copy.out"),
+    _r("aten._to_copy.default", "aten::_to_copy.out"),
+    # Batch norm that no preprocess fusion absorbed.
+    _r(
+        "aten._native_batch_norm_legit_no_training.default",
+        "aten::_native_batch_norm_legit_no_training.out",
+    ),
+    # Indexing, selection and masks.
+    _r("aten.index.Tensor", "aten::index.Tensor_out", flags=_OPTIONAL_LISTS),
+    _r("aten.index_put.default", "aten::index_put.out", flags=_OPTIONAL_LISTS),
+    _r("aten.gather.default", "aten::gather.out"),
+    _r("aten.where.self", "aten::where.self_out"),
+    _r("aten.logical_and.default", "aten::logical_and.out"),
+    _r("aten.logical_or.default", "aten::logical_or.out"),
+    _r("aten.logical_not.default", "aten::logical_not.out"),
+    _r("aten.bitwise_and.Tensor", "aten::bitwise_and.Tensor_out"),
+    _r("aten.bitwise_or.Tensor", "aten::bitwise_or.Tensor_out"),
+    _r("aten.bitwise_not.default", "aten::bitwise_not.out"),
+    *(
+        _r(f"aten.{cmp}.{kind}", f"aten::{cmp}.{kind}_out")
+        for cmp in ("eq", "ne", "lt", "le", "gt", "ge")
+        for kind in ("Tensor", "Scalar")
+    ),
+    # Factories.
+    _r("aten.arange.default", "aten::arange.out"),
+    _r("aten.arange.start_step", "aten::arange.start_out"),
+    _r("aten.full.default", "aten::full.out"),
+    _r("aten.full_like.default", "aten::full_like.out"),
+    _r("aten.scalar_tensor.default", "aten::scalar_tensor.out"),
+)
+
+ROUTES: Mapping[str, Route] = MappingProxyType({route.op: route for route in _ROUTE_LIST})
+
+
+def aten_overload(target: object) -> torch._ops.OpOverload | None:
+    """The ATen-level OpOverload behind an FX call target (ATen or Edge op), or None."""
+    if isinstance(target, torch._ops.OpOverload):
+        return target
+    # An EdgeOpOverload wraps the ATen OpOverload in `_op` (an OpOverload's own `_op` is a builtin).
+    op = getattr(target, "_op", None)
+    return op if isinstance(op, torch._ops.OpOverload) else None
+
+
+def op_key(target: object) -> str | None:
+    """The route-table key of an FX call target, e.g. ``"aten.add.Tensor"``; None for non-ops.
+
+    Built from the schema name and overload name: ``OpOverload.name()`` drops ``.default`` and
+    `str()` of an EdgeOpOverload carries its whole schema.
+    """
+    op = aten_overload(target)
+    if op is None:
+        return None
+    return f"{op._schema.name.replace('::', '.')}.{op._overloadname}"
+
+
+def route_for(target: object) -> Route | None:
+    """The route of an FX call target, or None when the CPU runtime has no route for it."""
+    key = op_key(target)
+    return None if key is None else ROUTES.get(key)
+
+
+def ops_to_keep_undecomposed() -> list[torch._ops.OpOverload]:
+    """ATen ops that `to_edge` must leave whole for the delegate (see Route.keep_undecomposed)."""
+    kept = []
+    for route in _ROUTE_LIST:
+        if route.keep_undecomposed:
+            namespace, name, overload = route.op.split(".")
+            kept.append(getattr(getattr(getattr(torch.ops, namespace), name), overload))
+    return kept

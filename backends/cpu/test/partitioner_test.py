@@ -1,0 +1,122 @@
+"""CpuPartitioner: what it claims, what it leaves out and why."""
+
+import operator
+
+import torch
+from executorch.exir import EdgeProgramManager, to_edge_transform_and_lower
+from torch.export import Dim
+
+from backends.cpu.partition.cpu_partitioner import CpuPartitioner, LeaveOutReason
+from backends.cpu.routes import op_key
+from backends.cpu.serialization.graph_reader import cpu_payloads, read_payload
+from backends.cpu.test.models import (
+    IndexHeavy,
+    SmallCNN,
+    cnn_inputs,
+    index_heavy_inputs,
+    randomize_batch_norm,
+)
+
+
+def _lower(
+    model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], **export_kwargs: object
+) -> tuple[EdgeProgramManager, CpuPartitioner]:
+    partitioner = CpuPartitioner()
+    program = torch.export.export(model, inputs, **export_kwargs)  # type: ignore[arg-type]
+    return to_edge_transform_and_lower(program, partitioner=[partitioner]), partitioner
+
+
+def _outer_ops(edge: EdgeProgramManager) -> list[str]:
+    """Ops left in the outer program, besides the delegate calls and their getitems."""
+    return [
+        str(op_key(node.target))
+        for node in edge.exported_program().graph.nodes
+        if node.op == "call_function"
+        and node.target is not operator.getitem
+        and node.target is not torch.ops.higher_order.executorch_call_delegate
+    ]
+
+
+def test_float_cnn_is_delegated_whole() -> None:
+    edge, partitioner = _lower(randomize_batch_norm(SmallCNN()), cnn_inputs())
+    assert _outer_ops(edge) == []
+    assert partitioner.report.left_out == ()
+    assert partitioner.report.partitions == 1
+    (payload,) = cpu_payloads(edge.exported_program())
+    routes = read_payload(payload).routes()
+    # aten.linear reached the delegate whole (ops_to_not_decompose), not as permute + addmm.
+    assert "aten.linear.default" in routes and "aten.addmm.default" not in routes
+    assert "aten.convolution.default" in routes
+
+
+def test_integer_model_is_delegated_whole() -> None:
+    edge, partitioner = _lower(IndexHeavy(), index_heavy_inputs())
+    assert _outer_ops(edge) == []
+    assert partitioner.report.left_out == ()
+    graph = read_payload(cpu_payloads(edge.exported_program())[0])
+    for route in ("aten.argmax.default", "aten.index.Tensor", "aten.index_put.default"):
+        assert route in graph.routes()
+    dtypes = {graph.values[i].dtype for i in graph.outputs}
+    assert dtypes == {torch.int64, torch.bool}  # integer and mask outputs stay in the delegate
+
+
+class _DynamicThenStatic(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        summed = (x * 2.0).sum(0)  # dynamic input, static output
+        return torch.relu(summed + y)
+
+
+def test_dynamic_dim_leaves_out_exactly_the_dynamic_nodes() -> None:
+    inputs = (torch.randn(4, 3), torch.randn(3))
+    edge, partitioner = _lower(
+        _DynamicThenStatic(), inputs, dynamic_shapes=({0: Dim("batch", min=2, max=64)}, None)
+    )
+    report = partitioner.report
+    left_out = {node.op: node.reason for node in report.left_out}
+    assert left_out == {
+        "aten.mul.Tensor": LeaveOutReason.DYNAMIC_SHAPE,
+        "aten.sum.dim_IntList": LeaveOutReason.DYNAMIC_SHAPE,
+    }
+    assert len(report.claimed) == 2  # add and relu
+    assert sorted(_outer_ops(edge)) == ["aten.mul.Tensor", "aten.sum.dim_IntList"]
+
+
+class _QuantizeRoundTrip(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = torch.ops.quantized_decomposed.quantize_per_tensor(
+            torch.relu(x), 0.05, 0, -128, 127, torch.int8
+        )
+        dq = torch.ops.quantized_decomposed.dequantize_per_tensor(q, 0.05, 0, -128, 127, torch.int8)
+        return dq + 1.0
+
+
+def test_quantize_ops_are_left_out_as_quantized() -> None:
+    import executorch.exir.passes.quant_fusion_pass  # noqa: F401  registers quantized_decomposed
+
+    _, partitioner = _lower(_QuantizeRoundTrip(), (torch.randn(2, 8),))
+    left_out = {node.op: node.reason for node in partitioner.report.left_out}
+    assert left_out == {
+        "quantized_decomposed.quantize_per_tensor.default": LeaveOutReason.QUANTIZED,
+        "quantized_decomposed.dequantize_per_tensor.default": LeaveOutReason.QUANTIZED,
+    }
+    assert len(partitioner.report.claimed) == 2  # relu and add
+    assert partitioner.report.partitions == 2
+
+
+class _Mixed(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        wide = x.to(torch.float64) * 3.0  # float64: outside the supported dtypes
+        return torch.erf(x) + 1.0, wide  # erf: no route
+
+
+def test_unsupported_dtype_and_unrouted_op_get_their_reasons() -> None:
+    _, partitioner = _lower(_Mixed(), (torch.randn(3, 4),))
+    reasons = {node.op: node.reason for node in partitioner.report.left_out}
+    assert reasons["aten.erf.default"] == LeaveOutReason.NO_ROUTE
+    assert reasons["aten.mul.Tensor"] == LeaveOutReason.DTYPE
+    # The float64 cast produces a float64 tensor: left out for its dtype, not for lack of a route.
+    cast = [n for n in partitioner.report.left_out if "to" in n.op and "copy" in n.op]
+    assert cast and all(n.reason == LeaveOutReason.DTYPE for n in cast)
+    assert [name for name in partitioner.report.claimed if name.startswith("aten_add")]
+    text = str(partitioner.report)
+    assert "aten.erf.default" in text and "no route" in text

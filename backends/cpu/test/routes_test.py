@@ -1,0 +1,65 @@
+"""The route table: every route resolves, its kernel is registered, and enums mirror schema.fbs."""
+
+import pytest
+import torch
+from executorch.exir.dialects._ops import ops as exir_ops
+from executorch.extension.pybindings import portable_lib
+
+from backends.cpu.routes import (
+    ROUTES,
+    Provider,
+    Route,
+    RouteFlag,
+    op_key,
+    ops_to_keep_undecomposed,
+    route_for,
+)
+from backends.cpu.serialization.graph_reader import ValueKind
+from backends.cpu.serialization.graph_writer import SUPPORTED_DTYPES
+from backends.cpu.serialization.schema import fb
+
+
+@pytest.mark.parametrize("route", list(ROUTES.values()), ids=list(ROUTES))
+def test_route_resolves_and_its_kernel_is_registered(route: Route) -> None:
+    namespace, name, overload = route.op.split(".")
+    edge_op = getattr(getattr(getattr(exir_ops.edge, namespace), name), overload)
+    assert op_key(edge_op) == route.op
+    assert route_for(edge_op) is route
+    # The runtime binds kernels through ExecuTorch's operator registry, as this process has it.
+    assert route.kernel in portable_lib._get_operator_names()
+    assert [a for a in route.out_variant()._schema.arguments if a.is_out], route.kernel
+
+
+def test_index_routes_bind_optional_tensor_lists() -> None:
+    for key in ("aten.index.Tensor", "aten.index_put.default"):
+        assert ROUTES[key].flags & RouteFlag.OPTIONAL_TENSOR_LISTS
+    assert not ROUTES["aten.add.Tensor"].flags
+
+
+def test_linear_is_kept_undecomposed() -> None:
+    assert torch.ops.aten.linear.default in ops_to_keep_undecomposed()
+
+
+def test_non_operators_have_no_route() -> None:
+    import operator
+
+    assert op_key(operator.getitem) is None and route_for(operator.getitem) is None
+    assert route_for(torch.ops.aten.erf.default) is None
+
+
+def test_python_enums_mirror_the_schema() -> None:
+    assert {p.name: p.value for p in Provider} == {"REFERENCE": 0, "OPTIMIZED": 1}
+    assert (fb.Provider.Reference, fb.Provider.Optimized) == (0, 1)
+    assert fb.RouteFlags.OptionalTensorLists == RouteFlag.OPTIONAL_TENSOR_LISTS
+    assert [fb.ValueKind.Intermediate, fb.ValueKind.Input, fb.ValueKind.Output] == [0, 1, 2]
+    assert fb.ValueKind.Constant == ValueKind.CONSTANT
+    names = {
+        torch.uint8: "UInt8",
+        torch.int8: "Int8",
+        torch.int16: "Int16",
+        torch.int32: "Int32",
+        torch.int64: "Int64",
+        torch.float32: "Float32",
+        torch.bool: "Bool",
+    }
+    assert {dtype: getattr(fb.DType, names[dtype]) for dtype in names} == SUPPORTED_DTYPES
