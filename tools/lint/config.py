@@ -32,11 +32,12 @@ class RuleSpec:
 class LoadedSymbol:
     """What an unresolvable loaded symbol stands for."""
 
-    kind: str  # "rule" | "struct" | "mode_wrapper" | "helper"
+    kind: str  # "rule" | "struct" | "mode_wrapper" | "helper" | "function" | "constant"
     rule: RuleSpec = RuleSpec()
     members: dict[str, RuleSpec] = field(default_factory=dict)
     mode: str = ""
     kind_arg: str = "_kind"
+    value: Any = None  # what a "function" returns / what a "constant" is
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ class Config:
     repo_mappings: dict[str, str]
 
 
-_KINDS = ("rule", "struct", "mode_wrapper", "helper")
+_KINDS = ("rule", "struct", "mode_wrapper", "helper", "function", "constant")
 
 
 def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
@@ -93,6 +94,7 @@ def _loaded_symbol(symbol: str, raw: Any) -> LoadedSymbol:
         members={m: _rule_spec(v, f"{where}.members.{m}") for m, v in members_raw.items()},
         mode=str(raw.get("mode", "")),
         kind_arg=str(raw.get("kind_arg", "_kind")),
+        value=raw.get("returns", raw.get("value")),
     )
 
 

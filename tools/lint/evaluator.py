@@ -58,6 +58,7 @@ _MAX_UNDEFINED_RETRIES = 200
 # Public names the prelude defines (private `_lint_*` helpers are never injected into files).
 _DEFINED_RE = re.compile(r"^(?:def\s+)?([A-Za-z][A-Za-z0-9_]*)\s*(?:=|\()", re.MULTILINE)
 _STUB_HELPERS = (
+    "lint__returning",
     "lint__rule",
     "lint__unknown",
     "lint__unknown_struct",
@@ -302,12 +303,11 @@ class Evaluator:
             frozen = None
             if target is not None and target.path.is_file():
                 frozen = self._load_module(target.path, target.package, rel, label)
-            elif target is not None:
-                self.notes.append(f"{rel}: load({label!r}): no such file {self.rel(target.path)}")
             if frozen is None:
                 frozen = self._stub_module(label, symbols, text)
+                missing = "" if target is None else f" (no file {self.rel(target.path)})"
                 self.notes.append(
-                    f"{rel}: load({label!r}) not resolved in the tree; stand-ins for "
+                    f"{rel}: load({label!r}) not resolved in the tree{missing}; stand-ins for "
                     + ", ".join(sorted(set(symbols.values())))
                 )
             loaded[label] = frozen
@@ -366,6 +366,16 @@ class Evaluator:
             if frame.path.rpartition("/")[0] == package:
                 return frame
         return frames[0] if frames else Frame(package + "/BUILD", 1, "<module>")
+
+    def _diverging_sites(
+        self, package: str, first: Registration, dup: Registration
+    ) -> tuple[Frame, Frame]:
+        """Where the two call chains part: the two calls a person compares (two blocks in a
+        targets.bzl, two calls of one helper). Identical chains (a loop) fall back to `site`."""
+        for a, b in zip(first.frames, dup.frames, strict=False):
+            if (a.path, a.line) != (b.path, b.line):
+                return a, b
+        return self.site(package, first), self.site(package, dup)
 
     def _add(self, run: PackageRun, registration: Registration) -> None:
         same = run.by_name.get(registration.name)
@@ -475,10 +485,9 @@ class Evaluator:
         """Findings for every collision in `run`; `display` maps root-relative paths for output."""
         findings = []
         for first, dup in run.duplicates:
-            site = self.site(run.package, dup)
+            first_site, site = self._diverging_sites(run.package, first, dup)
             if self.suppressed(site.path, site.line, DUPLICATE_TARGET):
                 continue
-            first_site = self.site(run.package, first)
             shown = "'" + dup.name + "'"
             if dup.hidden_of is not None:
                 shown += f" (registered implicitly by {dup.kind}(name = '{dup.hidden_of}'))"

@@ -8,6 +8,7 @@ linter knows the file, line and macro call chain of every target, exactly as Buc
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from tools.lint.config import Config, LoadedSymbol, RuleSpec
 
@@ -77,6 +78,11 @@ def lint__helper(symbol):
         return kwargs
     return helper
 
+def lint__returning(value):
+    def function(*args, **kwargs):
+        return value
+    return function
+
 def lint__noop(*args, **kwargs):
     return None
 
@@ -143,6 +149,22 @@ _NATIVE_FUNCTIONS = [
 ]  # fmt: skip
 
 
+def starlark_literal(value: Any) -> str:
+    """A TOML value (None, bool, number, string, list, table) as a Starlark expression."""
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(starlark_literal(v) for v in value) + "]"
+    if isinstance(value, dict):
+        items = ", ".join(f"{json.dumps(str(k))}: {starlark_literal(v)}" for k, v in value.items())
+        return "{" + items + "}"
+    raise ValueError(f"no Starlark literal for {value!r}")
+
+
 def _rule_expr(kind: str, spec: RuleSpec) -> str:
     unless = "None" if spec.unless is None else json.dumps(spec.unless)
     hidden = json.dumps(list(spec.hidden))
@@ -187,6 +209,10 @@ def stub_expr(symbol: str, spec: LoadedSymbol | None, attributes: list[str], nat
         return _rule_expr(symbol, spec.rule)
     if spec.kind == "helper":
         return f"lint__helper({quoted})"
+    if spec.kind == "function":
+        return f"lint__returning({starlark_literal(spec.value)})"
+    if spec.kind == "constant":
+        return starlark_literal(spec.value)
     if spec.kind == "mode_wrapper":
         return f"lint__mode({quoted}, {json.dumps(spec.mode)}, {json.dumps(spec.kind_arg)})"
     fields = {m: _rule_expr(f"{symbol}.{m}", s) for m, s in spec.members.items()}
