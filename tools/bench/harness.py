@@ -5,9 +5,11 @@ its comparison measured in the same run. The harness therefore:
 
 - times the compared variants *interleaved* (round r runs every variant once, in a rotating order),
   and reports per-variant medians and the ratio of each median to a named baseline variant;
-- measures peak memory of each variant in its own fresh subprocess (``ru_maxrss`` after setting the
-  variant up and running it), so one variant's allocations never inflate another's figure;
-- records how long each variant took to set up (for lowering benchmarks: the lowering time);
+- measures peak memory of each variant in its own fresh subprocess, so one variant's allocations
+  never inflate another's: the peak RSS of the process (``VmHWM``; ``ru_maxrss`` where the peak
+  cannot be reset) and the peak over the RSS after imports ("+import": the kernel's high-water mark
+  is reset once the factory's module is imported, so importing torch does not hide the variant);
+- records how long each variant's factory took (for lowering benchmarks: the lowering time);
 - notes the background load (``os.getloadavg`` before and after), so a reader can discount a noisy
   run;
 - prints a text table, and with ``--json FILE`` (``-`` for stdout) writes the same data as JSON.
@@ -186,17 +188,42 @@ def _maxrss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def _proc_status_mib(field_name: str) -> float | None:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1]) / 1024.0  # kB
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    """Resets the kernel's high-water mark to the current RSS (Linux >= 4.0: clear_refs "5"), so
+    the peak measured next belongs to the variant, not to importing torch."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def _memory_child(payload: str) -> int:
     """Runs in a fresh interpreter: set one variant up, run it, print its peak RSS as JSON."""
     request = json.loads(payload)
     factory = resolve_factory(request["factory"])
-    after_import = _maxrss_mib()
+    gc.collect()
+    resettable = _reset_peak_rss()
+    after_import = (_proc_status_mib("VmRSS") if resettable else None) or _maxrss_mib()
     runner = factory(**request["kwargs"])
     result = None
     for _ in range(max(1, int(request["calls"]))):
         result = runner()
     del result
-    print(json.dumps({"peak_rss_mib": _maxrss_mib(), "after_import_mib": after_import}))
+    peak = (_proc_status_mib("VmHWM") if resettable else None) or _maxrss_mib()
+    print(json.dumps({"peak_rss_mib": peak, "after_import_mib": after_import}))
     return 0
 
 
@@ -264,6 +291,8 @@ def run_benchmark(
         t0 = time.perf_counter()
         try:
             runner = variant.factory(**variant.kwargs)
+            # Setup time is the factory's alone (e.g. export + lowering), without warm-up calls.
+            results[variant.name].setup_s = time.perf_counter() - t0
             for _ in range(options.warmup):
                 runner()
         except Exception as exc:  # a failed variant is reported, the others still run
@@ -272,8 +301,6 @@ def run_benchmark(
             if os.environ.get("HARNESS_TRACEBACK"):
                 traceback.print_exc()
             continue
-        # Setup time excludes warm-up calls only when there are none; report what a user waits.
-        results[variant.name].setup_s = time.perf_counter() - t0
         runners[variant.name] = runner
 
     spent = dict.fromkeys(runners, 0.0)
@@ -344,7 +371,9 @@ def run_benchmark(
 
 
 def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+    if value is None:
+        return "-".rjust(int(spec.split(".")[0]))  # keep the column aligned
+    return format(value, spec)
 
 
 def render_text(results: Sequence[BenchmarkResult]) -> str:

@@ -35,3 +35,14 @@ def define_common_targets():
             "//tools/lint:lint_lib",
         ],
     )
+
+    # Issue #8: every example model on the CPU delegate, no delegate, XNNPACK and eager.
+    runtime.python_binary(
+        name = "lower_bench",
+        main = "lower_bench.py",
+        deps = [
+            ":harness",
+            "//tools/lower:examples",
+            "//tools/lower:lower_lib",
+        ],
+    )

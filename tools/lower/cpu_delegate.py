@@ -3,6 +3,7 @@ preprocess folded, and the runtime's arena size. Imported only when the CPU targ
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
@@ -17,9 +18,11 @@ _BATCH_NORM_PASSES = ("FuseBatchNormWithConvPass", "FuseBatchNormWithLinearPass"
 
 def _prepare_runtime() -> None:
     try:
-        loader.load_cpu_backend()
+        path = loader.load_cpu_backend()
     except (FileNotFoundError, OSError) as exc:
         raise LowerError(ExitCode.LOWERING_FAILED, f"CPU delegate runtime: {exc}") from None
+    # Child processes (the benchmark's memory measurements) then load the same library.
+    os.environ.setdefault(loader.ENV_LIBRARY, path)
 
 
 def _describe(lowered_module: Any) -> dict[str, Any]:
