@@ -23,6 +23,7 @@ struct etdnn_plan {
   std::unique_ptr<onednn::ReorderPlan> reorder;
   size_t output_bytes = 0;
   bool output_plain = true;
+  bool output_channels_last = false;
   std::string description;
 };
 
@@ -129,7 +130,8 @@ etdnn_plan* etdnn_conv_prepare(
     const float* post_maxs,
     int post_count,
     const etdnn_plan* input_from,
-    int blocked_output) {
+    int input_channels_last,
+    int output_layout) {
   return guarded(
       [&]() -> etdnn_plan* {
         onednn::ConvParams params;
@@ -148,8 +150,16 @@ etdnn_plan* etdnn_conv_prepare(
             throw onednn::ProviderError("input_from is not a conv plan");
           }
           layouts.input = std::make_shared<onednn::Layout>(input_from->conv->output_layout());
+        } else if (input_channels_last) {
+          std::vector<int64_t> dims{params.batch, params.in_channels};
+          dims.insert(dims.end(), params.input_size.begin(), params.input_size.end());
+          layouts.input = std::make_shared<onednn::Layout>(onednn::Layout::channels_last(dims));
         }
-        layouts.blocked_output = blocked_output != 0;
+        if (output_layout < 0 || output_layout > 2) {
+          throw onednn::ProviderError(
+              "output_layout " + std::to_string(output_layout) + " is not 0, 1 or 2");
+        }
+        layouts.output = static_cast<onednn::OutputLayout>(output_layout);
         auto plan = std::make_unique<etdnn_plan>();
         plan->conv = std::make_unique<onednn::ConvPlan>(provider->provider.prepare_conv(
             params,
@@ -159,6 +169,7 @@ etdnn_plan* etdnn_conv_prepare(
             layouts));
         plan->output_bytes = plan->conv->output_layout().size_bytes();
         plan->output_plain = plan->conv->output_layout().is_plain();
+        plan->output_channels_last = plan->conv->output_layout().is_channels_last();
         plan->description = plan->conv->implementation() + " | " +
             plan->conv->input_layout().describe() + " -> " +
             plan->conv->output_layout().describe();
@@ -257,6 +268,30 @@ size_t etdnn_plan_output_bytes(const etdnn_plan* plan) {
 
 int etdnn_plan_output_is_plain(const etdnn_plan* plan) {
   return plan->output_plain ? 1 : 0;
+}
+
+int etdnn_plan_output_is_channels_last(const etdnn_plan* plan) {
+  return plan->output_channels_last ? 1 : 0;
+}
+
+etdnn_plan* etdnn_reorder_from_plain_prepare(etdnn_provider* provider, const etdnn_plan* conv) {
+  return guarded(
+      [&]() -> etdnn_plan* {
+        if (conv == nullptr || !conv->conv) {
+          throw onednn::ProviderError("etdnn_reorder_from_plain_prepare: not a conv plan");
+        }
+        const onednn::Layout& to = conv->conv->output_layout();
+        const onednn::Layout from = onednn::Layout::plain(to.dims());
+        auto plan = std::make_unique<etdnn_plan>();
+        plan->reorder =
+            std::make_unique<onednn::ReorderPlan>(provider->provider.prepare_reorder(from, to));
+        plan->output_bytes = to.size_bytes();
+        plan->output_plain = to.is_plain();
+        plan->output_channels_last = to.is_channels_last();
+        plan->description = "reorder | " + from.describe() + " -> " + to.describe();
+        return plan.release();
+      },
+      nullptr);
 }
 
 int etdnn_plan_same_output_layout(const etdnn_plan* a, const etdnn_plan* b) {

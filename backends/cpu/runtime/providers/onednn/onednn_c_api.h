@@ -28,7 +28,8 @@ size_t etdnn_provider_staging_bytes(const etdnn_provider* provider);
 void etdnn_provider_isa(const etdnn_provider* provider, char* out, size_t size);
 
 // geometry = {batch, in_channels, out_channels, groups}; the spatial arrays have `rank` entries.
-// input_from: NULL for a plain input, or a conv plan whose output layout this conv reads.
+// input_from: NULL for a plain (or, with input_channels_last, NHWC) input, or a conv plan whose
+// output layout this conv reads. output_layout: 0 plain, 1 channels-last, 2 oneDNN's best.
 etdnn_plan* etdnn_conv_prepare(
     etdnn_provider* provider,
     int rank,
@@ -45,7 +46,8 @@ etdnn_plan* etdnn_conv_prepare(
     const float* post_maxs,
     int post_count,
     const etdnn_plan* input_from,
-    int blocked_output);
+    int input_channels_last,
+    int output_layout);
 etdnn_plan* etdnn_linear_prepare(
     etdnn_provider* provider,
     int64_t rows,
@@ -77,6 +79,9 @@ int etdnn_plan_run(const etdnn_plan* plan, const float* a, const float* b, float
 // Bytes of the output buffer run() writes (conv: of its output layout).
 size_t etdnn_plan_output_bytes(const etdnn_plan* plan);
 int etdnn_plan_output_is_plain(const etdnn_plan* plan);
+int etdnn_plan_output_is_channels_last(const etdnn_plan* plan);
+// Converts plain data into `conv`'s output layout (e.g. to feed a residual add in that layout).
+etdnn_plan* etdnn_reorder_from_plain_prepare(etdnn_provider* provider, const etdnn_plan* conv);
 // 1 when two conv plans write the same layout (a residual must match the consumer's output).
 int etdnn_plan_same_output_layout(const etdnn_plan* a, const etdnn_plan* b);
 size_t etdnn_plan_weights_bytes(const etdnn_plan* plan);

@@ -16,6 +16,7 @@ import torch
 _ENV_VAR = "ONEDNN_PROVIDER_SO"
 
 ADD, RELU, CLAMP = 0, 1, 2
+_OUTPUT_LAYOUTS = {"plain": 0, "channels_last": 1, "best": 2}
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ def _load(path: str) -> ctypes.CDLL:
         "etdnn_provider_isa": (None, [vp, ctypes.c_char_p, sz]),
         "etdnn_conv_prepare": (
             vp,
-            [vp, i32, *[_i64p] * 6, vp, vp, vp, vp, vp, i32, vp, i32],
+            [vp, i32, *[_i64p] * 6, vp, vp, vp, vp, vp, i32, vp, i32, i32],
         ),
         "etdnn_linear_prepare": (vp, [vp, i64, i64, i64, i32, vp, vp, vp, vp, vp, i32]),
         "etdnn_matmul_prepare": (vp, [vp, i64, i64, i64, i64, vp, vp, vp, i32]),
@@ -68,6 +69,8 @@ def _load(path: str) -> ctypes.CDLL:
         "etdnn_plan_run": (i32, [vp, vp, vp, vp, vp]),
         "etdnn_plan_output_bytes": (sz, [vp]),
         "etdnn_plan_output_is_plain": (i32, [vp]),
+        "etdnn_plan_output_is_channels_last": (i32, [vp]),
+        "etdnn_reorder_from_plain_prepare": (vp, [vp, vp]),
         "etdnn_plan_same_output_layout": (i32, [vp, vp]),
         "etdnn_plan_weights_bytes": (sz, [vp]),
         "etdnn_plan_scratchpad_bytes": (sz, [vp]),
@@ -92,10 +95,9 @@ def _i64_array(values: Sequence[int]) -> ctypes.Array[ctypes.c_int64]:
 def _ptr(tensor: torch.Tensor | None) -> int | None:
     if tensor is None:
         return None
-    if tensor.dtype != torch.float32 or not tensor.is_contiguous():
-        raise ValueError(
-            f"expected a contiguous float32 tensor, got {tensor.dtype} {tensor.stride()}"
-        )
+    dense = tensor.is_contiguous() or tensor.is_contiguous(memory_format=torch.channels_last)
+    if tensor.dtype != torch.float32 or not dense:
+        raise ValueError(f"expected a dense float32 tensor, got {tensor.dtype} {tensor.stride()}")
     return int(tensor.data_ptr())
 
 
@@ -123,6 +125,10 @@ class Plan:
         return bool(self._provider.lib.etdnn_plan_same_output_layout(self._handle, other.handle))
 
     @property
+    def output_is_channels_last(self) -> bool:
+        return bool(self._provider.lib.etdnn_plan_output_is_channels_last(self._handle))
+
+    @property
     def output_bytes(self) -> int:
         return int(self._provider.lib.etdnn_plan_output_bytes(self._handle))
 
@@ -140,9 +146,11 @@ class Plan:
         return buffer.value.decode()
 
     def new_output(self) -> torch.Tensor:
-        """An output buffer: the logical shape when plain, else a flat buffer of the layout."""
+        """An output buffer: the logical shape when plain or NHWC, else a flat buffer."""
         if self.output_is_plain:
             return torch.empty(self.output_shape, dtype=torch.float32)
+        if self.output_is_channels_last and len(self.output_shape) == 4:
+            return torch.empty(self.output_shape, memory_format=torch.channels_last)
         return torch.empty(self.output_bytes // 4, dtype=torch.float32)
 
     def run_into(
@@ -227,9 +235,14 @@ class Provider:
         groups: int = 1,
         post_ops: Sequence[PostOp] = (),
         input_from: Plan | None = None,
-        blocked_output: bool = False,
+        input_channels_last: bool = False,
+        output: str = "plain",
     ) -> Plan:
-        """Prepares torch.nn.functional.conv{1,2,3}d with these arguments (input N, C, *spatial)."""
+        """Prepares torch.nn.functional.conv{1,2,3}d with these arguments (input N, C, *spatial).
+
+        The input is plain, NHWC with `input_channels_last`, or in `input_from`'s output layout;
+        `output` is "plain", "channels_last" or "best" (oneDNN's choice).
+        """
         batch, channels, *spatial = input_shape
         kernel = list(weight.shape[2:])
         rank = len(spatial)
@@ -255,7 +268,8 @@ class Provider:
             his,
             len(post_ops),
             input_from.handle if input_from else None,
-            int(blocked_output),
+            int(input_channels_last),
+            _OUTPUT_LAYOUTS[output],
         )
         out_spatial = [
             (size + 2 * pad - dil * (k - 1) - 1) // st + 1
@@ -299,6 +313,11 @@ class Provider:
         )
         shape = [m, n] if batch == 1 else [batch, m, n]
         return Plan(self, self._check(handle), shape)
+
+    def reorder_from_plain(self, conv: Plan) -> Plan:
+        """Prepares the conversion of plain data into `conv`'s output layout."""
+        handle = self.lib.etdnn_reorder_from_plain_prepare(self._handle, conv.handle)
+        return Plan(self, self._check(handle), conv.output_shape)
 
     def reorder_to_plain(self, conv: Plan) -> Plan:
         """Prepares the conversion of `conv`'s (blocked) output to plain."""

@@ -179,6 +179,34 @@ Layout Layout::plain(const std::vector<int64_t>& dims) {
   return Layout(std::make_shared<const Impl>(Impl{plain_md(dims), dims}));
 }
 
+namespace {
+memory::desc channels_last_md(const Dims& dims) {
+  if (dims.size() < 3) {
+    throw ProviderError("channels_last layout needs {N, C, *spatial} dims, got rank " +
+                        std::to_string(dims.size()));
+  }
+  // Strides of NCHW dims laid out as NHWC: C innermost, then the spatial dims, N outermost.
+  Dims strides(dims.size());
+  int64_t stride = 1;
+  strides[1] = stride;
+  stride *= dims[1];
+  for (size_t i = dims.size(); i-- > 2;) {
+    strides[i] = stride;
+    stride *= dims[i];
+  }
+  strides[0] = stride;
+  return memory::desc(dims, memory::data_type::f32, strides);
+}
+}  // namespace
+
+Layout Layout::channels_last(const std::vector<int64_t>& dims) {
+  return Layout(std::make_shared<const Impl>(Impl{channels_last_md(dims), dims}));
+}
+
+bool Layout::is_channels_last() const {
+  return impl_->dims.size() >= 3 && impl_->md == channels_last_md(impl_->dims);
+}
+
 const std::vector<int64_t>& Layout::dims() const {
   return impl_->dims;
 }
@@ -337,7 +365,23 @@ Support supports_conv(const ConvParams& p, const PostOps& post_ops) {
       return Support::no("conv: empty output for input_size " + dims_to_string(p.input_size));
     }
   }
-  return check_post_ops(post_ops);
+  const Support post_ops_ok = check_post_ops(post_ops);
+  if (!post_ops_ok.ok) {
+    return post_ops_ok;
+  }
+  // oneDNN 2.6's brgconv segfaults (seen here, 1D to 3D) when padding covers a whole kernel
+  // extent (output points that see only padding) and a residual add is fused with another
+  // post-op. Real networks never pad like that: leave those few to the reference provider.
+  if (has_add(post_ops) && post_ops.size() > 1) {
+    for (size_t i = 0; i < rank; ++i) {
+      if (p.padding[i] >= p.dilation[i] * (p.kernel_size[i] - 1) + 1) {
+        return Support::no(
+            "conv: padding " + dims_to_string(p.padding) +
+            " covers a whole kernel extent with add + another post-op (crashes oneDNN 2.6)");
+      }
+    }
+  }
+  return Support::yes();
 }
 
 struct ConvPlan::Impl {
@@ -506,8 +550,10 @@ ConvPlan Provider::prepare_conv(
     impl->has_add = has_add(post_ops);
     impl->primitive_src_md = pd.src_desc();
     impl->primitive_dst_md = pd.dst_desc();
-    const memory::desc out_md =
-        layouts.blocked_output ? impl->primitive_dst_md : plain_md(dst_dims);
+    const memory::desc out_md = layouts.output == OutputLayout::kBest
+        ? impl->primitive_dst_md
+        : layouts.output == OutputLayout::kChannelsLast ? channels_last_md(dst_dims)
+                                                         : plain_md(dst_dims);
     impl->input_layout = layout_of(given_src_md);
     impl->output_layout = layout_of(out_md);
     const auto make_reorder = [&](const memory::desc& from, const memory::desc& to) {

@@ -7,10 +7,12 @@
 //
 // Layouts: every plan states the activation layout it reads (`input_layout()`) and writes
 // (`output_layout()`). By default both are plain row-major (NCHW / NCL / NCDHW, [M, K]), i.e. what
-// ExecuTorch tensors hold. Between consecutive optimized convolutions ask for
-// `ConvLayouts::blocked_output` and pass that layout as the next plan's `input`: the activation then
-// stays in oneDNN's blocked layout (e.g. nChw16c) and no conversion happens between the two nodes.
-// `prepare_reorder` converts a blocked activation back to plain where a reference op reads it.
+// contiguous ExecuTorch tensors hold. Between consecutive optimized convolutions ask for
+// `OutputLayout::kBest` (oneDNN's choice: channels-last "acdb" for fp32 on AVX-512 with oneDNN
+// 2.6) and pass that layout as the next plan's `input`: the activation then stays in that layout and
+// no conversion happens between the two nodes. `OutputLayout::kChannelsLast` pins NHWC, which
+// ExecuTorch can also hold (dim order 0,2,3,1) and torch pools natively. `prepare_reorder` converts
+// an activation back to plain where a reference op reads it.
 //
 // Threads: oneDNN here runs on OpenMP (libgomp). Each prepare and run sets the OpenMP thread count
 // of the calling thread to `Provider::num_threads()` and restores the previous value afterwards, so
@@ -69,9 +71,12 @@ class Layout {
  public:
   // Row-major contiguous fp32 tensor of `dims` (the layout of a contiguous ExecuTorch tensor).
   static Layout plain(const std::vector<int64_t>& dims);
+  // Channels-last fp32 tensor of logical `dims` {N, C, *spatial}: NWC / NHWC / NDHWC in memory.
+  static Layout channels_last(const std::vector<int64_t>& dims);
 
   const std::vector<int64_t>& dims() const;
   bool is_plain() const;
+  bool is_channels_last() const;
   // Bytes a buffer of this layout needs (blocked layouts pad channels, e.g. to 16).
   size_t size_bytes() const;
   // oneDNN's short name of the layout, e.g. "abcd" (plain NCHW) or "aBcd16b" (nChw16c).
@@ -105,13 +110,18 @@ std::vector<int64_t> conv_output_size(const ConvParams& params);
 // Whether prepare_conv accepts these arguments; if not, why.
 Support supports_conv(const ConvParams& params, const PostOps& post_ops);
 
-// Which layouts a convolution reads and writes.
+enum class OutputLayout {
+  kPlain,        // NCHW: readable by any ExecuTorch kernel
+  kChannelsLast, // NHWC: ExecuTorch channels-last dim order; torch pools it natively
+  kBest,         // oneDNN's choice for its kernel (may be blocked), for a following optimized conv
+};
+
+// Which layouts a convolution reads and writes. Any mismatch with what the fastest kernel wants
+// is converted inside run() through a staging buffer (counted in Provider::staging_bytes()).
 struct ConvLayouts {
   // Layout the input arrives in; empty = plain. Pass a previous plan's output_layout() to chain.
   std::shared_ptr<const Layout> input;
-  // true: let oneDNN choose the output layout (blocked, for a following optimized conv);
-  // false: plain, readable by any ExecuTorch kernel.
-  bool blocked_output = false;
+  OutputLayout output = OutputLayout::kPlain;
 };
 
 // y = x @ W^T + b (torch.nn.functional.linear) or addmm(b, x, W) with a constant weight.
