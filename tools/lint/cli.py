@@ -15,7 +15,6 @@ from tools.lint.findings import CHECKS, RULE_DESCRIPTIONS
 from tools.lint.fixer import apply_fixes
 from tools.lint.formats import FORMATS, render
 from tools.lint.linter import lint
-from tools.lint.workspace import find_root
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_INPUT_ERROR = 0, 1, 2
 
@@ -57,20 +56,19 @@ def main(argv: list[str] | None = None) -> int:
     # `bazel run` starts us in the runfiles tree; paths are meant relative to the user's shell.
     cwd = Path(os.environ.get("BUILD_WORKING_DIRECTORY") or os.getcwd())
     paths = [cwd / p for p in args.paths]
-    config_path = args.config
-    if config_path is None and paths:
-        candidate = find_root(paths[0].resolve()) / REPO_CONFIG_NAME
-        config_path = candidate if candidate.is_file() else None
-    elif config_path is not None:
-        config_path = cwd / config_path
     try:
-        config = load_config(config_path)
+        # An explicit --config applies everywhere; otherwise each root's own file is used.
+        config = load_config(cwd / args.config) if args.config is not None else None
     except ConfigError as e:
         print(f"target-lint: configuration error: {e}", file=sys.stderr)
         return EXIT_INPUT_ERROR
     checks = set(CHECKS) - set(args.disable)
 
-    result = lint(paths, config, checks, cwd)
+    try:
+        result = lint(paths, config, checks, cwd)
+    except ConfigError as e:
+        print(f"target-lint: configuration error: {e}", file=sys.stderr)
+        return EXIT_INPUT_ERROR
     if args.fix and result.findings and not result.errors:
         outcome = apply_fixes(result.findings, cwd)
         for line in outcome.applied:

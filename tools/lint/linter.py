@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.lint.config import Config
+from tools.lint.config import REPO_CONFIG_NAME, Config, load_config
 from tools.lint.evaluator import Evaluator, InputError, PackageRun, Registration
 from tools.lint.findings import DUPLICATE_TARGET, UNKNOWN_LOCAL_LABEL, Finding, Location
 from tools.lint.workspace import collect_files, find_root
@@ -90,11 +90,15 @@ def _line_of(evaluator: Evaluator, path: str, start: int, needle: str) -> int:
 
 def lint(
     paths: Iterable[Path],
-    config: Config,
+    config: Config | None,
     checks: set[str],
     cwd: Path,
 ) -> LintResult:
-    """Lints every BUILD/BUILD.bazel/BUCK/TARGETS/.bzl file under `paths`."""
+    """Lints every BUILD/BUILD.bazel/BUCK/TARGETS/.bzl file under `paths`.
+
+    Without `config`, each workspace root uses its `.target-lint.toml` merged over the defaults.
+    Raises ConfigError for a root whose configuration file is broken.
+    """
     result = LintResult()
     evaluators: dict[Path, Evaluator] = {}
     seen: set[tuple[str, str, int, int, str]] = set()
@@ -103,15 +107,18 @@ def lint(
             result.errors.append(InputError(str(path), 1, 1, "no such file or directory"))
             continue
         root = find_root(path.resolve())
-        evaluator = evaluators.setdefault(root, Evaluator(root, config))
+        if root not in evaluators:
+            evaluators[root] = Evaluator(root, config or _root_config(root))
+        evaluator = evaluators[root]
         display = _display_for(root, cwd)
-        files = collect_files(path, root, config.entry_files, config.extension_suffix)
+        entry_files = evaluator.config.entry_files
+        files = collect_files(path, root, entry_files, evaluator.config.extension_suffix)
         result.files += len(files)
         # Entry files first: the .bzl files they load are parsed then, the rest afterwards.
-        files.sort(key=lambda f: f.name not in config.entry_files)
+        files.sort(key=lambda f: f.name not in entry_files)
         for file in files:
             try:
-                if file.name in config.entry_files:
+                if file.name in entry_files:
                     result.packages += 1
                     for finding in _check_entry(evaluator, file, checks, display, result.notes):
                         key = (finding.rule, *_key(finding.location), finding.name)
@@ -164,6 +171,11 @@ def _check_entry(
     if check_labels:
         found += _label_findings(evaluator, run, display)
     return found
+
+
+def _root_config(root: Path) -> Config:
+    repo_config = root / REPO_CONFIG_NAME
+    return load_config(repo_config if repo_config.is_file() else None)
 
 
 def _key(location: Location) -> tuple[str, int, int]:

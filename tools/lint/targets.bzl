@@ -41,6 +41,7 @@ def define_common_targets():
         srcs = [
             "test/cli_test.py",
             "test/lint_test.py",
+            "test/property_test.py",
         ],
         data = ["pre_commit.sh"],
         deps = [

@@ -287,3 +287,24 @@ def test_pre_commit_entry_script(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout.startswith("::error file=backends/transforms/targets.bzl,line=20,")
+
+
+def test_undecodable_file_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _tree("unreached", tmp_path, monkeypatch)
+    (root / "pkg" / "BUILD.bazel").write_bytes(b'cc_library(name = "\xff")\n')
+    code, out, err = _run(["."], capsys)
+    assert code == 2
+    assert out.startswith("pkg/BUILD.bazel:1:1: not UTF-8")
+    assert "Traceback" not in out + err
+
+
+def test_broken_repo_config_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _tree("unreached", tmp_path, monkeypatch)
+    (root / ".target-lint.toml").write_text('[loaded.x]\nkind = "macro"\n')
+    code, _, err = _run(["."], capsys)
+    assert code == 2
+    assert "loaded.x.kind: expected one of" in err

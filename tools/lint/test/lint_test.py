@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from tools.lint.config import load_config
 from tools.lint.findings import CHECKS
 from tools.lint.linter import lint
 from tools.lint.test.fixture_tree import Expected, fixture_names, load_fixture
@@ -16,7 +15,7 @@ from tools.lint.test.fixture_tree import Expected, fixture_names, load_fixture
 def test_fixture_findings(name: str, tmp_path: Path) -> None:
     fixture = load_fixture(name)
     root = fixture.write(tmp_path)
-    result = lint([root], load_config(), set(CHECKS), cwd=root)
+    result = lint([root], None, set(CHECKS), cwd=root)
     assert result.errors == []
     found = {Expected(f.rule, f.location.path, f.location.line, f.name) for f in result.findings}
     assert found == set(fixture.expected)
