@@ -1,0 +1,412 @@
+#include "backends/cpu/runtime/compiled_graph.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <executorch/runtime/kernel/kernel_runtime_context.h>
+#include <executorch/runtime/platform/log.h>
+
+#include "backends/cpu/runtime/error_report.h"
+#include "backends/cpu/runtime/memory_planner.h"
+#include "backends/cpu/runtime/reference_provider.h"
+
+namespace et_cpu_plugin {
+namespace cpu {
+
+using executorch::aten::ArrayRef;
+using executorch::aten::ScalarType;
+using executorch::aten::TensorImpl;
+using executorch::runtime::BoxedEvalueList;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+using executorch::runtime::FreeableBuffer;
+using executorch::runtime::KernelRuntimeContext;
+using executorch::runtime::MemoryAllocator;
+using executorch::runtime::NamedDataMap;
+using executorch::runtime::Span;
+
+namespace {
+
+#ifndef ET_CPU_MAX_ARENA_BYTES
+#define ET_CPU_MAX_ARENA_BYTES (size_t{1} << 35)
+#endif
+constexpr size_t kMaxArenaBytes = ET_CPU_MAX_ARENA_BYTES;
+// Cache-line alignment for arena slots and realigned constants (kernels may vectorize).
+constexpr size_t kAlignment = 64;
+
+// Storage for empty tensors, which must still have a non-null data pointer.
+alignas(kAlignment) uint8_t kEmptyStorage[kAlignment];
+
+std::string shape_string(ArrayRef<executorch::aten::SizesType> sizes) {
+  std::string text = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    text += (i ? ", " : "") + std::to_string(sizes[i]);
+  }
+  return text + "]";
+}
+
+std::string shape_string(const std::vector<int64_t>& sizes) {
+  std::string text = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    text += (i ? ", " : "") + std::to_string(sizes[i]);
+  }
+  return text + "]";
+}
+
+const char* dtype_name(ScalarType dtype) {
+  switch (dtype) {
+    case ScalarType::Byte:
+      return "uint8";
+    case ScalarType::Char:
+      return "int8";
+    case ScalarType::Short:
+      return "int16";
+    case ScalarType::Int:
+      return "int32";
+    case ScalarType::Long:
+      return "int64";
+    case ScalarType::Float:
+      return "float32";
+    case ScalarType::Bool:
+      return "bool";
+    case ScalarType::Double:
+      return "float64";
+    case ScalarType::Half:
+      return "float16";
+    case ScalarType::BFloat16:
+      return "bfloat16";
+    default:
+      return "another dtype";
+  }
+}
+
+}  // namespace
+
+CompiledGraph::~CompiledGraph() { std::free(arena_); }
+
+Error CompiledGraph::compile(const void* data, size_t size, const NamedDataMap* constants,
+                             std::unique_ptr<CompiledGraph>* out) {
+  std::unique_ptr<CompiledGraph> graph(new CompiledGraph());
+  Error error = read_payload(data, size, &graph->spec_);
+  if (error == Error::Ok) error = graph->plan_arena();
+  if (error == Error::Ok) error = graph->build_tensors(constants);
+  if (error == Error::Ok) error = graph->bind_ops();
+  if (error != Error::Ok) return error;
+  *out = std::move(graph);
+  return Error::Ok;
+}
+
+Error CompiledGraph::plan_arena() {
+  // Only intermediates live in the arena; inputs and outputs are the caller's memory, constants
+  // the program's.
+  std::vector<BufferRequest> requests;
+  std::vector<size_t> owners;
+  for (size_t i = 0; i < spec_.values.size(); ++i) {
+    const ValueSpec& value = spec_.values[i];
+    if (value.kind == ValueKind::Intermediate && value.producer >= 0 && value.nbytes > 0) {
+      requests.push_back(BufferRequest{value.nbytes, static_cast<size_t>(value.producer),
+                                       static_cast<size_t>(value.last_use)});
+      owners.push_back(i);
+      unplanned_bytes_ += value.nbytes;
+    }
+  }
+  MemoryPlan plan = plan_memory(requests, kAlignment);
+  if (plan.arena_bytes > kMaxArenaBytes) {
+    return report_error(Error::MemoryAllocationFailed,
+                        "intermediate arena of %zu bytes exceeds the limit of %zu bytes",
+                        plan.arena_bytes, kMaxArenaBytes);
+  }
+  arena_bytes_ = plan.arena_bytes;
+  if (arena_bytes_ > 0) {
+    arena_ = static_cast<uint8_t*>(std::aligned_alloc(kAlignment, arena_bytes_));
+    if (arena_ == nullptr) {
+      return report_error(Error::MemoryAllocationFailed,
+                          "cannot allocate the %zu-byte intermediate arena", arena_bytes_);
+    }
+  }
+  tensors_.resize(spec_.values.size());
+  // Record each intermediate's slot; build_tensors points the tensors at them.
+  slot_offsets_.assign(spec_.values.size(), SIZE_MAX);
+  for (size_t r = 0; r < requests.size(); ++r) slot_offsets_[owners[r]] = plan.offsets[r];
+  return Error::Ok;
+}
+
+Error CompiledGraph::build_tensors(const NamedDataMap* constants) {
+  for (size_t i = 0; i < spec_.values.size(); ++i) {
+    const ValueSpec& value = spec_.values[i];
+    Tensor& tensor = tensors_[i];
+    size_t rank = value.shape.size();
+    tensor.sizes.assign(value.shape.begin(), value.shape.end());
+    tensor.dim_order.resize(rank);
+    tensor.strides.resize(rank);
+    int64_t stride = 1;
+    for (size_t d = rank; d-- > 0;) {
+      tensor.dim_order[d] = static_cast<executorch::aten::DimOrderType>(d);
+      tensor.strides[d] = static_cast<executorch::aten::StridesType>(stride);
+      stride *= value.shape[d] == 0 ? 1 : value.shape[d];
+    }
+    // Reserve one element so data() is never null, even for rank 0.
+    tensor.sizes.reserve(rank + 1);
+    tensor.dim_order.reserve(rank + 1);
+    tensor.strides.reserve(rank + 1);
+
+    void* data = kEmptyStorage;
+    if (value.kind == ValueKind::Intermediate && slot_offsets_[i] != SIZE_MAX) {
+      data = arena_ + slot_offsets_[i];
+    } else if (value.kind == ValueKind::Constant) {
+      if (constants == nullptr) {
+        return report_error(Error::InvalidState,
+                            "constant %s (key '%s') but the program has no named data map",
+                            value.name.c_str(), value.constant_key.c_str());
+      }
+      auto buffer = constants->get_data(value.constant_key.c_str());
+      if (!buffer.ok()) {
+        return report_error(Error::NotFound, "constant %s: key '%s' not in the named data map",
+                            value.name.c_str(), value.constant_key.c_str());
+      }
+      if (buffer->size() < value.nbytes) {
+        return report_error(Error::InvalidProgram,
+                            "constant %s (key '%s'): %zu bytes stored, %s %s needs %zu",
+                            value.name.c_str(), value.constant_key.c_str(), buffer->size(),
+                            dtype_name(value.dtype), shape_string(value.shape).c_str(),
+                            value.nbytes);
+      }
+      const void* bytes = buffer->data();
+      if (value.nbytes > 0 && reinterpret_cast<uintptr_t>(bytes) % alignof(int64_t) != 0) {
+        // Kernels read elements in place: realign rather than risk unaligned loads.
+        std::unique_ptr<uint8_t[]> copy(new (std::nothrow) uint8_t[value.nbytes]);
+        if (copy == nullptr) return Error::MemoryAllocationFailed;
+        std::memcpy(copy.get(), bytes, value.nbytes);
+        bytes = copy.get();
+        constant_copies_.push_back(std::move(copy));
+      }
+      if (value.nbytes > 0) data = const_cast<void*>(bytes);  // kernels never write inputs
+      constant_buffers_.push_back(std::move(buffer.get()));
+    }
+    // Inputs and outputs get the caller's data pointer in execute().
+    tensor.impl.reset(new TensorImpl(value.dtype, static_cast<ssize_t>(rank), tensor.sizes.data(),
+                                     data, tensor.dim_order.data(), tensor.strides.data()));
+    tensor.evalue = EValue(executorch::aten::Tensor(tensor.impl.get()));
+  }
+  return Error::Ok;
+}
+
+EValue* CompiledGraph::build_arg(const ArgValue& arg) {
+  using Type = ArgValue::Type;
+  switch (arg.type) {
+    case Type::Tensor:
+      return &tensors_[arg.tensor].evalue;
+    case Type::None:
+      return &none_;
+    case Type::Int:
+      scalars_.emplace_back(arg.int_value);
+      return &scalars_.back();
+    case Type::Double:
+      scalars_.emplace_back(arg.double_value);
+      return &scalars_.back();
+    case Type::Bool:
+      scalars_.emplace_back(arg.bool_value);
+      return &scalars_.back();
+    case Type::TensorList: {
+      auto& items = list_items_.emplace_back();
+      auto& unwrapped = tensor_lists_.emplace_back();
+      items.reserve(arg.tensors.size() + 1);  // non-null data() even when empty
+      unwrapped.reserve(arg.tensors.size() + 1);
+      for (int32_t id : arg.tensors) {
+        items.push_back(&tensors_[id].evalue);
+        unwrapped.emplace_back(tensors_[id].impl.get());
+      }
+      auto& boxed = boxed_tensors_.emplace_back(items.data(), unwrapped.data(),
+                                                static_cast<int>(items.size()));
+      list_evalues_.emplace_back(&boxed);
+      return &list_evalues_.back();
+    }
+    case Type::OptionalTensorList: {
+      auto& items = list_items_.emplace_back();
+      auto& unwrapped = optional_lists_.emplace_back();
+      items.reserve(arg.tensors.size() + 1);
+      unwrapped.resize(arg.tensors.size() + 1);
+      for (int32_t id : arg.tensors) {
+        items.push_back(id < 0 ? &none_ : &tensors_[id].evalue);
+      }
+      auto& boxed = boxed_optionals_.emplace_back(items.data(), unwrapped.data(),
+                                                  static_cast<int>(items.size()));
+      list_evalues_.emplace_back(&boxed);
+      return &list_evalues_.back();
+    }
+    case Type::IntList: {
+      auto& items = list_items_.emplace_back();
+      auto& unwrapped = int_lists_.emplace_back(arg.ints.size() + 1, 0);
+      items.reserve(arg.ints.size() + 1);
+      for (int64_t value : arg.ints) {
+        scalars_.emplace_back(value);
+        items.push_back(&scalars_.back());
+      }
+      auto& boxed = boxed_ints_.emplace_back(items.data(), unwrapped.data(),
+                                             static_cast<int>(items.size()));
+      scalars_.emplace_back(&boxed);
+      return &scalars_.back();
+    }
+    case Type::DoubleList: {
+      auto& values = double_lists_.emplace_back(arg.doubles);
+      auto& ref = double_refs_.emplace_back(values.data(), values.size());
+      scalars_.emplace_back(&ref);
+      return &scalars_.back();
+    }
+    case Type::BoolList: {
+      auto& values = bool_lists_.emplace_back(new bool[arg.bools.size() + 1]);
+      for (size_t i = 0; i < arg.bools.size(); ++i) values[i] = arg.bools[i];
+      auto& ref = bool_refs_.emplace_back(values.get(), arg.bools.size());
+      scalars_.emplace_back(&ref);
+      return &scalars_.back();
+    }
+    case Type::String: {
+      auto& text = strings_.emplace_back(arg.string_value);
+      auto& ref = string_refs_.emplace_back(text.data(), text.size());
+      scalars_.emplace_back(&ref);
+      return &scalars_.back();
+    }
+  }
+  return &none_;
+}
+
+Error CompiledGraph::bind_ops() {
+  ops_.resize(spec_.ops.size());
+  const KernelProvider& reference = reference_provider();
+  for (size_t i = 0; i < spec_.ops.size(); ++i) {
+    const OpSpec& spec = spec_.ops[i];
+    Op& op = ops_[i];
+    op.args.reserve(spec.args.size() + 1);
+    for (const ArgValue& arg : spec.args) op.args.push_back(build_arg(arg));
+    // ExecuTorch's generated kernel wrappers take one stack slot after the arguments for the
+    // result (executorch/codegen/gen.py: num_boxed_args = arguments + 1) and may overwrite it.
+    list_evalues_.emplace_back();
+    op.args.push_back(&list_evalues_.back());
+    OpBinding binding{spec.name.c_str(), spec.route.c_str(), spec.kernel.c_str(), spec.flags,
+                      Span<EValue*>(op.args.data(), op.args.size())};
+    const KernelProvider* provider = find_kernel_provider(spec.provider);
+    Error error = Error::NotSupported;
+    if (provider != nullptr && provider != &reference) {
+      error = provider->bind(binding, &op.kernel);
+      if (error != Error::Ok && error != Error::NotSupported) {
+        return report_error(error, "op %zu (%s, route '%s'): provider %s failed to bind kernel %s",
+                            i, spec.name.c_str(), spec.route.c_str(), provider->name(),
+                            spec.kernel.c_str());
+      }
+      op.provider = provider;
+    }
+    if (error == Error::NotSupported) {
+      // Declined (or no such provider in this build): ExecuTorch's own kernel takes it.
+      op.provider = &reference;
+      error = reference.bind(binding, &op.kernel);
+      if (error != Error::Ok) {
+        return report_error(error,
+                            "op %zu (%s, route '%s'): kernel %s is not in ExecuTorch's operator "
+                            "registry",
+                            i, spec.name.c_str(), spec.route.c_str(), spec.kernel.c_str());
+      }
+    }
+  }
+  // Outputs: the first listing of an Output value is bound to the caller's buffer; anything else
+  // (an input or intermediate listed as output, a repeated output) is copied after the run.
+  output_is_copy_.assign(spec_.outputs.size(), true);
+  std::vector<bool> bound(spec_.values.size(), false);
+  for (size_t o = 0; o < spec_.outputs.size(); ++o) {
+    int32_t id = spec_.outputs[o];
+    if (spec_.values[id].kind == ValueKind::Output && !bound[id]) {
+      bound[id] = true;
+      output_is_copy_[o] = false;
+    }
+  }
+  return Error::Ok;
+}
+
+size_t CompiledGraph::num_ops_on_other_providers() const {
+  size_t count = 0;
+  for (const Op& op : ops_) count += op.provider != &reference_provider() ? 1 : 0;
+  return count;
+}
+
+Error CompiledGraph::check_io(const EValue* given, int32_t id, const char* role,
+                              size_t position) const {
+  const ValueSpec& value = spec_.values[id];
+  if (given == nullptr || !given->isTensor()) {
+    return report_error(Error::InvalidArgument, "%s %zu (%s): expected a %s tensor of shape %s, "
+                        "got a non-tensor", role, position, value.name.c_str(),
+                        dtype_name(value.dtype), shape_string(value.shape).c_str());
+  }
+  const auto& tensor = given->toTensor();
+  bool same_shape = static_cast<size_t>(tensor.dim()) == value.shape.size();
+  for (size_t d = 0; same_shape && d < value.shape.size(); ++d) {
+    same_shape = tensor.size(static_cast<ssize_t>(d)) == value.shape[d];
+  }
+  if (tensor.scalar_type() != value.dtype || !same_shape) {
+    return report_error(Error::InvalidArgument,
+                        "%s %zu (%s): expected dtype %s shape %s, got dtype %s shape %s", role,
+                        position, value.name.c_str(), dtype_name(value.dtype),
+                        shape_string(value.shape).c_str(), dtype_name(tensor.scalar_type()),
+                        shape_string(tensor.sizes()).c_str());
+  }
+  auto dim_order = tensor.dim_order();
+  for (size_t d = 0; d < dim_order.size(); ++d) {
+    if (dim_order[d] != static_cast<executorch::aten::DimOrderType>(d)) {
+      return report_error(Error::InvalidArgument,
+                          "%s %zu (%s): expected a contiguous tensor, got a permuted dim order",
+                          role, position, value.name.c_str());
+    }
+  }
+  if (value.nbytes > 0 && tensor.const_data_ptr() == nullptr) {
+    return report_error(Error::InvalidArgument, "%s %zu (%s): tensor has no data", role, position,
+                        value.name.c_str());
+  }
+  return Error::Ok;
+}
+
+Error CompiledGraph::execute(Span<EValue*> args, MemoryAllocator* temp_allocator) {
+  const size_t num_inputs = spec_.inputs.size();
+  const size_t num_outputs = spec_.outputs.size();
+  if (args.size() != num_inputs + num_outputs) {
+    return report_error(Error::InvalidArgument,
+                        "delegate called with %zu arguments, the graph has %zu inputs and %zu "
+                        "outputs",
+                        args.size(), num_inputs, num_outputs);
+  }
+  for (size_t i = 0; i < num_inputs; ++i) {
+    Error error = check_io(args[i], spec_.inputs[i], "input", i);
+    if (error != Error::Ok) return error;
+    if (spec_.values[spec_.inputs[i]].nbytes > 0) {
+      tensors_[spec_.inputs[i]].impl->set_data(args[i]->toTensor().mutable_data_ptr());
+    }
+  }
+  for (size_t o = 0; o < num_outputs; ++o) {
+    EValue* given = args[num_inputs + o];
+    Error error = check_io(given, spec_.outputs[o], "output", o);
+    if (error != Error::Ok) return error;
+    if (!output_is_copy_[o] && spec_.values[spec_.outputs[o]].nbytes > 0) {
+      tensors_[spec_.outputs[o]].impl->set_data(given->toTensor().mutable_data_ptr());
+    }
+  }
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    KernelRuntimeContext context(nullptr, temp_allocator);
+    Error error = ops_[i].kernel->run(context);
+    if (error != Error::Ok) {
+      const OpSpec& spec = spec_.ops[i];
+      return report_error(error, "op %zu (%s): kernel %s on provider %s failed with error 0x%x", i,
+                          spec.name.c_str(), spec.kernel.c_str(), ops_[i].provider->name(),
+                          static_cast<unsigned>(error));
+    }
+  }
+  for (size_t o = 0; o < num_outputs; ++o) {
+    const ValueSpec& value = spec_.values[spec_.outputs[o]];
+    if (output_is_copy_[o] && value.nbytes > 0) {
+      std::memcpy(args[num_inputs + o]->toTensor().mutable_data_ptr(),
+                  tensors_[spec_.outputs[o]].impl->data(), value.nbytes);
+    }
+  }
+  return Error::Ok;
+}
+
+}  // namespace cpu
+}  // namespace et_cpu_plugin

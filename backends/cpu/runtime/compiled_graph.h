@@ -1,0 +1,111 @@
+// Compile once, run many: a CompiledGraph is built in `init` from a validated GraphSpec (tensors
+// with their planned arena slots and constants, kernel arguments as EValues, each op bound to a
+// provider) and executed by `execute`, which only binds the delegate's inputs and outputs after
+// checking their dtype and shape.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <executorch/runtime/core/evalue.h>
+#include <executorch/runtime/core/freeable_buffer.h>
+#include <executorch/runtime/core/memory_allocator.h>
+#include <executorch/runtime/core/named_data_map.h>
+#include <executorch/runtime/core/span.h>
+
+#include "backends/cpu/runtime/kernel_provider.h"
+#include "backends/cpu/runtime/payload_reader.h"
+
+namespace et_cpu_plugin {
+namespace cpu {
+
+class CompiledGraph {
+ public:
+  // Reads, verifies and compiles `size` bytes of payload. `constants` may be null only when the
+  // graph has no Constant values.
+  static executorch::runtime::Error compile(const void* data, size_t size,
+                                            const executorch::runtime::NamedDataMap* constants,
+                                            std::unique_ptr<CompiledGraph>* out);
+
+  // Runs the graph on the delegate's arguments: inputs first, then outputs, in payload order.
+  executorch::runtime::Error execute(executorch::runtime::Span<executorch::runtime::EValue*> args,
+                                     executorch::runtime::MemoryAllocator* temp_allocator);
+
+  // Bytes of the intermediate-tensor arena (after lifetime-based reuse).
+  size_t arena_bytes() const { return arena_bytes_; }
+  // Bytes the intermediates would take without reuse, for reporting the planner's saving.
+  size_t unplanned_bytes() const { return unplanned_bytes_; }
+  size_t num_ops() const { return ops_.size(); }
+  // How many ops a non-Reference provider took.
+  size_t num_ops_on_other_providers() const;
+
+  CompiledGraph(const CompiledGraph&) = delete;
+  CompiledGraph& operator=(const CompiledGraph&) = delete;
+  ~CompiledGraph();
+
+ private:
+  CompiledGraph() = default;
+
+  struct Tensor {
+    std::vector<executorch::aten::SizesType> sizes;
+    std::vector<executorch::aten::DimOrderType> dim_order;
+    std::vector<executorch::aten::StridesType> strides;
+    std::unique_ptr<executorch::aten::TensorImpl> impl;
+    executorch::runtime::EValue evalue;
+  };
+
+  struct Op {
+    std::vector<executorch::runtime::EValue*> args;
+    std::unique_ptr<BoundKernel> kernel;
+    const KernelProvider* provider = nullptr;
+  };
+
+  executorch::runtime::Error build_tensors(const executorch::runtime::NamedDataMap* constants);
+  executorch::runtime::Error plan_arena();
+  executorch::runtime::Error bind_ops();
+  executorch::runtime::EValue* build_arg(const ArgValue& arg);
+  executorch::runtime::Error check_io(const executorch::runtime::EValue* given, int32_t value,
+                                      const char* role, size_t position) const;
+
+  GraphSpec spec_;
+  std::vector<Tensor> tensors_;  // one per value, never resized after build_tensors
+  std::vector<Op> ops_;
+
+  // Stable storage for kernel arguments (deques never move their elements).
+  executorch::runtime::EValue none_;
+  std::deque<executorch::runtime::EValue> scalars_;
+  std::deque<std::vector<executorch::runtime::EValue*>> list_items_;
+  std::deque<std::vector<executorch::aten::Tensor>> tensor_lists_;
+  std::deque<std::vector<std::optional<executorch::aten::Tensor>>> optional_lists_;
+  std::deque<std::vector<int64_t>> int_lists_;
+  std::deque<std::vector<double>> double_lists_;
+  std::deque<std::unique_ptr<bool[]>> bool_lists_;
+  std::deque<std::string> strings_;
+  std::deque<executorch::runtime::BoxedEvalueList<executorch::aten::Tensor>> boxed_tensors_;
+  std::deque<executorch::runtime::BoxedEvalueList<std::optional<executorch::aten::Tensor>>>
+      boxed_optionals_;
+  std::deque<executorch::runtime::BoxedEvalueList<int64_t>> boxed_ints_;
+  std::deque<executorch::aten::ArrayRef<double>> double_refs_;
+  std::deque<executorch::aten::ArrayRef<bool>> bool_refs_;
+  std::deque<executorch::aten::ArrayRef<char>> string_refs_;
+  // EValues wrapping the boxed lists: declared last so they are destroyed first (an EValue's
+  // destructor touches its boxed list).
+  std::deque<executorch::runtime::EValue> list_evalues_;
+
+  std::vector<executorch::runtime::FreeableBuffer> constant_buffers_;
+  std::vector<std::unique_ptr<uint8_t[]>> constant_copies_;  // realigned constants
+  std::vector<size_t> slot_offsets_;  // arena offset per value, SIZE_MAX when not in the arena
+  uint8_t* arena_ = nullptr;
+  size_t arena_bytes_ = 0;
+  size_t unplanned_bytes_ = 0;
+  // Outputs served by copying (a value listed twice, or an output that is not an Output value).
+  std::vector<bool> output_is_copy_;
+};
+
+}  // namespace cpu
+}  // namespace et_cpu_plugin

@@ -1,0 +1,112 @@
+// The CPU delegate's BackendInterface, registered with the ExecuTorch runtime as "CpuBackend" (the
+// name of the AOT side's BackendDetails). Thin on purpose: init compiles the payload into a
+// CompiledGraph, execute runs it, destroy frees it.
+//
+// Arena sizes are logged at init and queryable from C (and Python, through loader.py):
+//   et_cpu_runtime_last_arena_bytes()  arena of the most recent successful init
+//   et_cpu_runtime_live_arena_bytes()  arenas of all delegate handles currently alive
+//   et_cpu_runtime_last_error()        message of the most recent init/execute error
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include <executorch/runtime/backend/interface.h>
+#include <executorch/runtime/platform/log.h>
+
+#include "backends/cpu/runtime/compiled_graph.h"
+#include "backends/cpu/runtime/error_report.h"
+
+namespace et_cpu_plugin {
+namespace cpu {
+namespace {
+
+using executorch::runtime::ArrayRef;
+using executorch::runtime::Backend;
+using executorch::runtime::BackendExecutionContext;
+using executorch::runtime::BackendInitContext;
+using executorch::runtime::BackendInterface;
+using executorch::runtime::CompileSpec;
+using executorch::runtime::DelegateHandle;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+using executorch::runtime::FreeableBuffer;
+using executorch::runtime::Result;
+using executorch::runtime::Span;
+
+std::atomic<uint64_t> last_arena_bytes{0};
+std::atomic<uint64_t> live_arena_bytes{0};
+
+class CpuBackend final : public BackendInterface {
+ public:
+  bool is_available() const override { return true; }
+
+  Result<DelegateHandle*> init(BackendInitContext& context, FreeableBuffer* processed,
+                               ArrayRef<CompileSpec>) const override {
+    if (processed == nullptr) {
+      return report_error(Error::InvalidArgument, "init called without a payload");
+    }
+    std::unique_ptr<CompiledGraph> graph;
+    Error error = CompiledGraph::compile(processed->data(), processed->size(),
+                                         context.get_named_data_map(), &graph);
+    // The graph copied what it needs from the payload: the program may drop the bytes now.
+    processed->Free();
+    if (error != Error::Ok) return error;
+    ET_LOG(Info,
+           "CpuBackend: compiled %zu ops (%zu on an optimized provider); intermediate arena %zu "
+           "bytes (%zu without reuse)",
+           graph->num_ops(), graph->num_ops_on_other_providers(), graph->arena_bytes(),
+           graph->unplanned_bytes());
+    last_arena_bytes = graph->arena_bytes();
+    live_arena_bytes += graph->arena_bytes();
+    return graph.release();
+  }
+
+  Error execute(BackendExecutionContext& context, DelegateHandle* handle,
+                Span<EValue*> args) const override {
+    if (handle == nullptr) {
+      return report_error(Error::InvalidState, "execute called without a compiled graph");
+    }
+    return static_cast<CompiledGraph*>(handle)->execute(args, context.get_temp_allocator());
+  }
+
+  void destroy(DelegateHandle* handle) const override {
+    auto* graph = static_cast<CompiledGraph*>(handle);
+    if (graph != nullptr) live_arena_bytes -= graph->arena_bytes();
+    delete graph;
+  }
+};
+
+CpuBackend backend;
+const Backend registration{"CpuBackend", &backend};
+const auto registered = executorch::runtime::register_backend(registration);
+
+}  // namespace
+}  // namespace cpu
+}  // namespace et_cpu_plugin
+
+extern "C" {
+
+__attribute__((visibility("default"))) uint64_t et_cpu_runtime_last_arena_bytes() {
+  return et_cpu_plugin::cpu::last_arena_bytes.load();
+}
+
+__attribute__((visibility("default"))) uint64_t et_cpu_runtime_live_arena_bytes() {
+  return et_cpu_plugin::cpu::live_arena_bytes.load();
+}
+
+// Copies the last error message (NUL-terminated, truncated to `capacity`) into `buffer`;
+// returns its full length.
+__attribute__((visibility("default"))) size_t et_cpu_runtime_last_error(char* buffer,
+                                                                        size_t capacity) {
+  std::string message = et_cpu_plugin::cpu::last_error_message();
+  if (buffer != nullptr && capacity > 0) {
+    size_t n = message.size() < capacity - 1 ? message.size() : capacity - 1;
+    std::memcpy(buffer, message.data(), n);
+    buffer[n] = '\0';
+  }
+  return message.size();
+}
+
+}  // extern "C"

@@ -1,0 +1,95 @@
+"""Loads the CPU delegate's C++ runtime into this process so ExecuTorch programs can use it.
+
+Call `load_cpu_backend()` before loading a `.pte` that has CpuBackend delegates; the library
+registers "CpuBackend" with the runtime that `executorch.extension.pybindings.portable_lib` uses.
+The library's arena figures and last error message are readable through the functions below.
+"""
+
+import ctypes
+import os
+import threading
+
+# Where the library sits in the Bazel runfiles tree (workspace name, package, target).
+_RUNFILES_PATH = os.path.join("et_cpu_plugin", "backends", "cpu", "runtime", "libcpu_backend.so")
+# Overrides the default location (e.g. a library built outside Bazel).
+ENV_LIBRARY = "ET_CPU_BACKEND_LIBRARY"
+
+_lock = threading.Lock()
+_loaded: dict[str, ctypes.CDLL] = {}
+
+
+class CpuBackendNotFoundError(FileNotFoundError):
+    """The runtime library is not where it was looked for; the message lists the places."""
+
+
+def default_library_path() -> str:
+    """The library's path: $ET_CPU_BACKEND_LIBRARY, else the Bazel runfiles copy.
+
+    Raises CpuBackendNotFoundError listing every candidate that was tried.
+    """
+    candidates = []
+    if os.environ.get(ENV_LIBRARY):
+        candidates.append(os.environ[ENV_LIBRARY])
+    for root in (os.environ.get("RUNFILES_DIR"), os.environ.get("TEST_SRCDIR")):
+        if root:
+            candidates.append(os.path.join(root, _RUNFILES_PATH))
+    # `bazel run` / a plain py_binary: runfiles beside the entry script.
+    import sys
+
+    if sys.argv and sys.argv[0]:
+        candidates.append(os.path.join(os.path.abspath(sys.argv[0]) + ".runfiles", _RUNFILES_PATH))
+    for candidate in candidates:
+        if os.path.isfile(candidate):
+            return os.path.abspath(candidate)
+    raise CpuBackendNotFoundError(
+        "CPU delegate runtime library not found; tried: "
+        + (", ".join(candidates) or "(no candidates)")
+        + f". Build //backends/cpu/runtime:libcpu_backend.so or set {ENV_LIBRARY}."
+    )
+
+
+def load_cpu_backend(path: str | None = None) -> str:
+    """Loads the runtime library (idempotent) and returns its absolute path.
+
+    `path` defaults to `default_library_path()`. portable_lib is imported first: the library links
+    against the same libexecutorch.so and must register into the registry portable_lib uses.
+    """
+    from executorch.extension.pybindings import portable_lib  # noqa: F401
+
+    resolved = os.path.abspath(path) if path else default_library_path()
+    with _lock:
+        if resolved not in _loaded:
+            if not os.path.isfile(resolved):
+                raise CpuBackendNotFoundError(f"CPU delegate runtime library not found: {resolved}")
+            library = ctypes.CDLL(resolved, mode=ctypes.RTLD_GLOBAL)
+            library.et_cpu_runtime_last_arena_bytes.restype = ctypes.c_uint64
+            library.et_cpu_runtime_live_arena_bytes.restype = ctypes.c_uint64
+            library.et_cpu_runtime_last_error.restype = ctypes.c_size_t
+            library.et_cpu_runtime_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+            _loaded[resolved] = library
+    return resolved
+
+
+def _library() -> ctypes.CDLL:
+    with _lock:
+        if not _loaded:
+            raise RuntimeError("the CPU delegate runtime is not loaded: call load_cpu_backend()")
+        return next(iter(_loaded.values()))
+
+
+def last_arena_bytes() -> int:
+    """Intermediate-arena bytes of the most recently initialized CpuBackend delegate."""
+    return int(_library().et_cpu_runtime_last_arena_bytes())
+
+
+def live_arena_bytes() -> int:
+    """Intermediate-arena bytes of every CpuBackend delegate currently alive in this process."""
+    return int(_library().et_cpu_runtime_live_arena_bytes())
+
+
+def last_error() -> str:
+    """The runtime's most recent init/execute error message ("" if none)."""
+    library = _library()
+    buffer = ctypes.create_string_buffer(1024)
+    library.et_cpu_runtime_last_error(buffer, len(buffer))
+    return buffer.value.decode("utf-8", errors="replace")

@@ -1,0 +1,483 @@
+#include "backends/cpu/runtime/payload_reader.h"
+
+#include <cstdint>
+#include <string>
+
+#include "backends/cpu/runtime/error_report.h"
+#include "backends/cpu/runtime/kernel_signature.h"
+#include "backends/cpu/serialization/schema_generated.h"
+
+namespace et_cpu_plugin {
+namespace cpu {
+
+using executorch::aten::ScalarType;
+using executorch::runtime::Error;
+
+size_t element_size(ScalarType dtype) {
+  switch (dtype) {
+    case ScalarType::Byte:
+    case ScalarType::Char:
+    case ScalarType::Bool:
+      return 1;
+    case ScalarType::Short:
+      return 2;
+    case ScalarType::Int:
+    case ScalarType::Float:
+      return 4;
+    case ScalarType::Long:
+      return 8;
+    default:
+      return 0;
+  }
+}
+
+namespace {
+
+// Upper bounds that keep a hostile payload from turning into huge loops or allocations; far above
+// what a real model lowers to.
+constexpr size_t kMaxValues = size_t{1} << 20;
+constexpr size_t kMaxOps = size_t{1} << 20;
+
+const char* string_or(const flatbuffers::String* text, const char* fallback) {
+  return text != nullptr ? text->c_str() : fallback;
+}
+
+class Reader {
+ public:
+  explicit Reader(GraphSpec* out) : graph_(*out) {}
+
+  Error read(const fb::Graph& graph) {
+    if (graph.version() != kFormatVersion) {
+      return report_error(Error::NotSupported,
+                          "payload format version %u, this runtime reads version %u",
+                          graph.version(), kFormatVersion);
+    }
+    Error error = read_values(graph);
+    if (error == Error::Ok) error = read_io(graph);
+    if (error == Error::Ok) error = read_ops(graph);
+    if (error == Error::Ok) error = check_outputs_written();
+    return error;
+  }
+
+ private:
+  Error read_values(const fb::Graph& graph) {
+    const auto* values = graph.values();
+    if (values == nullptr || values->size() > kMaxValues) {
+      return report_error(Error::InvalidProgram, "payload has %s values table",
+                          values == nullptr ? "no" : "an oversized");
+    }
+    graph_.values.resize(values->size());
+    for (flatbuffers::uoffset_t i = 0; i < values->size(); ++i) {
+      const fb::Value* value = values->Get(i);
+      ValueSpec& spec = graph_.values[i];
+      spec.name = string_or(value->name(), "");
+      if (spec.name.empty()) spec.name = "value#" + std::to_string(i);
+      spec.dtype = static_cast<ScalarType>(static_cast<int8_t>(value->dtype()));
+      size_t item = element_size(spec.dtype);
+      if (item == 0) {
+        return report_error(Error::InvalidProgram, "value %u (%s): unsupported dtype %d", i,
+                            spec.name.c_str(), static_cast<int>(value->dtype()));
+      }
+      int kind = static_cast<int>(value->kind());
+      if (kind < 0 || kind > static_cast<int>(ValueKind::Constant)) {
+        return report_error(Error::InvalidProgram, "value %u (%s): unknown kind %d", i,
+                            spec.name.c_str(), kind);
+      }
+      spec.kind = static_cast<ValueKind>(kind);
+      const auto* shape = value->shape();
+      size_t rank = shape == nullptr ? 0 : shape->size();
+      if (rank > kMaxRank) {
+        return report_error(Error::InvalidProgram, "value %u (%s): rank %zu exceeds %zu", i,
+                            spec.name.c_str(), rank, kMaxRank);
+      }
+      // ExecuTorch tensors use 32-bit sizes and strides: every dim and the product of the
+      // non-zero dims (the largest stride) must fit; the byte count then cannot overflow.
+      int64_t span = 1;
+      bool empty = false;
+      for (size_t d = 0; d < rank; ++d) {
+        int64_t size = shape->Get(static_cast<flatbuffers::uoffset_t>(d));
+        if (size < 0 || size > INT32_MAX) {
+          return report_error(Error::InvalidProgram, "value %u (%s): invalid size %lld at dim %zu",
+                              i, spec.name.c_str(), static_cast<long long>(size), d);
+        }
+        spec.shape.push_back(size);
+        if (size == 0) {
+          empty = true;
+          continue;
+        }
+        span *= size;
+        if (span > INT32_MAX) {
+          return report_error(Error::InvalidProgram, "value %u (%s): more than 2^31 elements", i,
+                              spec.name.c_str());
+        }
+      }
+      size_t bytes = empty ? 0 : static_cast<size_t>(span) * item;
+      if (bytes > kMaxTensorBytes) {
+        return report_error(Error::InvalidProgram, "value %u (%s): %zu bytes exceed the limit %zu",
+                            i, spec.name.c_str(), bytes, kMaxTensorBytes);
+      }
+      spec.nbytes = bytes;
+      if (spec.kind == ValueKind::Constant) {
+        spec.constant_key = string_or(value->constant_key(), "");
+        if (spec.constant_key.empty()) {
+          return report_error(Error::InvalidProgram, "constant value %u (%s) has no constant_key",
+                              i, spec.name.c_str());
+        }
+      }
+    }
+    return Error::Ok;
+  }
+
+  Error read_io(const fb::Graph& graph) {
+    const size_t count = graph_.values.size();
+    std::vector<int> input_uses(count, 0);
+    if (graph.inputs() != nullptr) {
+      for (int32_t id : *graph.inputs()) {
+        if (id < 0 || static_cast<size_t>(id) >= count) {
+          return report_error(Error::InvalidProgram, "graph input refers to value %d of %zu", id,
+                              count);
+        }
+        if (graph_.values[id].kind != ValueKind::Input || input_uses[id]++ > 0) {
+          return report_error(Error::InvalidProgram,
+                              "graph input value %d (%s) is not a distinct Input value", id,
+                              graph_.values[id].name.c_str());
+        }
+        graph_.inputs.push_back(id);
+      }
+    }
+    for (size_t i = 0; i < count; ++i) {
+      if (graph_.values[i].kind == ValueKind::Input && input_uses[i] == 0) {
+        return report_error(Error::InvalidProgram, "Input value %zu (%s) is not a graph input", i,
+                            graph_.values[i].name.c_str());
+      }
+    }
+    std::vector<int> output_uses(count, 0);
+    if (graph.outputs() != nullptr) {
+      for (int32_t id : *graph.outputs()) {
+        if (id < 0 || static_cast<size_t>(id) >= count) {
+          return report_error(Error::InvalidProgram, "graph output refers to value %d of %zu", id,
+                              count);
+        }
+        ++output_uses[id];
+        graph_.outputs.push_back(id);
+      }
+    }
+    for (size_t i = 0; i < count; ++i) {
+      if (graph_.values[i].kind == ValueKind::Output && output_uses[i] == 0) {
+        return report_error(Error::InvalidProgram, "Output value %zu (%s) is not a graph output",
+                            i, graph_.values[i].name.c_str());
+      }
+    }
+    return Error::Ok;
+  }
+
+  Error read_ops(const fb::Graph& graph) {
+    const auto* ops = graph.ops();
+    if (ops == nullptr) return Error::Ok;
+    if (ops->size() > kMaxOps) {
+      return report_error(Error::InvalidProgram, "payload has %u ops", ops->size());
+    }
+    graph_.ops.resize(ops->size());
+    for (flatbuffers::uoffset_t i = 0; i < ops->size(); ++i) {
+      Error error = read_op(*ops->Get(i), i);
+      if (error != Error::Ok) return error;
+    }
+    return Error::Ok;
+  }
+
+  Error read_op(const fb::Op& op, size_t index) {
+    OpSpec& spec = graph_.ops[index];
+    spec.name = string_or(op.name(), "");
+    if (spec.name.empty()) spec.name = "op#" + std::to_string(index);
+    spec.route = string_or(op.route(), "");
+    spec.kernel = string_or(op.kernel(), "");
+    spec.provider = static_cast<uint8_t>(op.provider());
+    spec.flags = static_cast<uint32_t>(op.flags());
+    const char* signature = find_kernel_signature(spec.kernel.c_str());
+    if (signature == nullptr) {
+      return report_error(Error::InvalidProgram,
+                          "op %zu (%s, route '%s'): unknown kernel '%s' (no such out-variant "
+                          "schema)",
+                          index, spec.name.c_str(), spec.route.c_str(), spec.kernel.c_str());
+    }
+    std::vector<ArgSpec> expected = parse_signature(signature);
+    const auto* args = op.args();
+    size_t count = args == nullptr ? 0 : args->size();
+    if (count != expected.size()) {
+      return report_error(Error::InvalidProgram,
+                          "op %zu (%s): kernel %s takes %zu arguments (%s), payload has %zu",
+                          index, spec.name.c_str(), spec.kernel.c_str(), expected.size(),
+                          signature, count);
+    }
+    bool has_optional_list = false;
+    for (const ArgSpec& arg : expected) has_optional_list |= arg.kind == 'O';
+    if ((spec.flags & fb::RouteFlags_OptionalTensorLists) != 0 && !has_optional_list) {
+      return report_error(Error::InvalidProgram,
+                          "op %zu (%s): route flagged optional_tensor_lists but kernel %s has no "
+                          "Tensor?[] argument",
+                          index, spec.name.c_str(), spec.kernel.c_str());
+    }
+    // Outs are recorded after all inputs are checked: an op may not read what it writes.
+    std::vector<int32_t> writes;
+    spec.args.resize(count);
+    for (size_t a = 0; a < count; ++a) {
+      const fb::Argument* argument = args->Get(static_cast<flatbuffers::uoffset_t>(a));
+      Error error = read_arg(argument, expected[a], index, a, &spec.args[a], &writes);
+      if (error != Error::Ok) return error;
+    }
+    for (int32_t id : writes) {
+      ValueSpec& value = graph_.values[id];
+      if (value.producer >= 0) {
+        return report_error(Error::InvalidProgram, "op %zu (%s) writes value %d (%s) again", index,
+                            spec.name.c_str(), id, value.name.c_str());
+      }
+      value.producer = static_cast<int64_t>(index);
+      value.last_use = static_cast<int64_t>(index);
+    }
+    return Error::Ok;
+  }
+
+  // A tensor the op reads: it must exist before this op.
+  Error use_tensor(int32_t id, size_t op, size_t arg) {
+    if (id < 0 || static_cast<size_t>(id) >= graph_.values.size()) {
+      return report_error(Error::InvalidProgram, "op %zu (%s) argument %zu: value %d out of range",
+                          op, graph_.ops[op].name.c_str(), arg, id);
+    }
+    ValueSpec& value = graph_.values[id];
+    bool ready = value.kind == ValueKind::Input || value.kind == ValueKind::Constant ||
+                 value.producer >= 0;
+    if (!ready) {
+      return report_error(Error::InvalidProgram,
+                          "op %zu (%s) argument %zu reads value %d (%s) before any op writes it",
+                          op, graph_.ops[op].name.c_str(), arg, id, value.name.c_str());
+    }
+    value.last_use = static_cast<int64_t>(op);
+    return Error::Ok;
+  }
+
+  // A tensor the op writes (an out argument): an Intermediate or Output not yet written.
+  Error write_tensor(int32_t id, size_t op, size_t arg, std::vector<int32_t>* writes) {
+    if (id < 0 || static_cast<size_t>(id) >= graph_.values.size()) {
+      return report_error(Error::InvalidProgram, "op %zu (%s) out argument %zu: value %d out of "
+                          "range", op, graph_.ops[op].name.c_str(), arg, id);
+    }
+    const ValueSpec& value = graph_.values[id];
+    if (value.kind != ValueKind::Intermediate && value.kind != ValueKind::Output) {
+      return report_error(Error::InvalidProgram,
+                          "op %zu (%s) writes value %d (%s), which is a graph input or constant",
+                          op, graph_.ops[op].name.c_str(), id, value.name.c_str());
+    }
+    for (int32_t other : *writes) {
+      if (other == id) {
+        return report_error(Error::InvalidProgram, "op %zu (%s) writes value %d (%s) twice", op,
+                            graph_.ops[op].name.c_str(), id, value.name.c_str());
+      }
+    }
+    writes->push_back(id);
+    return Error::Ok;
+  }
+
+  Error mismatch(size_t op, size_t arg, const ArgSpec& expected, const char* got) {
+    return report_error(Error::InvalidProgram,
+                        "op %zu (%s) argument %zu: kernel %s expects kind '%c'%s, payload has %s",
+                        op, graph_.ops[op].name.c_str(), arg, graph_.ops[op].kernel.c_str(),
+                        expected.kind, expected.optional ? " (or None)" : "", got);
+  }
+
+  Error read_arg(const fb::Argument* argument, const ArgSpec& expected, size_t op, size_t index,
+                 ArgValue* out, std::vector<int32_t>* writes) {
+    using Type = ArgValue::Type;
+    if (argument == nullptr || argument->value_type() == fb::Arg_NONE) {
+      return mismatch(op, index, expected, "no value");
+    }
+    if (argument->value_as_NoneArg() != nullptr) {
+      if (!expected.optional) return mismatch(op, index, expected, "None");
+      out->type = Type::None;
+      return Error::Ok;
+    }
+    switch (expected.kind) {
+      case 'T':
+      case 'W': {
+        const auto* tensor = argument->value_as_TensorArg();
+        if (tensor == nullptr) return mismatch(op, index, expected, "a non-tensor");
+        out->type = Type::Tensor;
+        out->tensor = tensor->value();
+        return expected.kind == 'T' ? use_tensor(out->tensor, op, index)
+                                    : write_tensor(out->tensor, op, index, writes);
+      }
+      case 'L':
+      case 'V': {
+        const auto* list = argument->value_as_TensorListArg();
+        if (list == nullptr) return mismatch(op, index, expected, "a non-tensor-list");
+        out->type = Type::TensorList;
+        if (list->values() != nullptr) out->tensors.assign(list->values()->begin(), list->values()->end());
+        for (int32_t id : out->tensors) {
+          Error error = expected.kind == 'L' ? use_tensor(id, op, index)
+                                             : write_tensor(id, op, index, writes);
+          if (error != Error::Ok) return error;
+        }
+        return Error::Ok;
+      }
+      case 'O': {
+        // Tensor?[]: a plain tensor list is bound as a list of optionals (all present).
+        const flatbuffers::Vector<int32_t>* ids = nullptr;
+        bool allow_none = false;
+        if (const auto* list = argument->value_as_OptionalTensorListArg()) {
+          ids = list->values();
+          allow_none = true;
+        } else if (const auto* plain = argument->value_as_TensorListArg()) {
+          ids = plain->values();
+        } else {
+          return mismatch(op, index, expected, "a non-tensor-list");
+        }
+        out->type = Type::OptionalTensorList;
+        if (ids != nullptr) out->tensors.assign(ids->begin(), ids->end());
+        for (int32_t id : out->tensors) {
+          if (id == -1 && allow_none) continue;
+          Error error = use_tensor(id, op, index);
+          if (error != Error::Ok) return error;
+        }
+        return Error::Ok;
+      }
+      case 'i':
+      case 'e': {
+        const auto* value = argument->value_as_IntArg();
+        if (value == nullptr) return mismatch(op, index, expected, "a non-int");
+        out->type = Type::Int;
+        out->int_value = value->value();
+        return Error::Ok;
+      }
+      case 'y': {
+        const auto* value = argument->value_as_ScalarTypeArg();
+        if (value == nullptr) return mismatch(op, index, expected, "a non-ScalarType");
+        int dtype = value->value();
+        if (dtype < 0 || dtype >= static_cast<int>(ScalarType::NumOptions)) {
+          return report_error(Error::InvalidProgram, "op %zu (%s) argument %zu: invalid ScalarType "
+                              "%d", op, graph_.ops[op].name.c_str(), index, dtype);
+        }
+        out->type = Type::Int;
+        out->int_value = dtype;
+        return Error::Ok;
+      }
+      case 'f': {
+        // An integral literal for a float parameter is widened, as torch does.
+        if (const auto* value = argument->value_as_DoubleArg()) {
+          out->double_value = value->value();
+        } else if (const auto* integral = argument->value_as_IntArg()) {
+          out->double_value = static_cast<double>(integral->value());
+        } else {
+          return mismatch(op, index, expected, "a non-float");
+        }
+        out->type = Type::Double;
+        return Error::Ok;
+      }
+      case 'b': {
+        const auto* value = argument->value_as_BoolArg();
+        if (value == nullptr) return mismatch(op, index, expected, "a non-bool");
+        out->type = Type::Bool;
+        out->bool_value = value->value();
+        return Error::Ok;
+      }
+      case 's': {
+        if (const auto* value = argument->value_as_IntArg()) {
+          out->type = Type::Int;
+          out->int_value = value->value();
+        } else if (const auto* real = argument->value_as_DoubleArg()) {
+          out->type = Type::Double;
+          out->double_value = real->value();
+        } else if (const auto* flag = argument->value_as_BoolArg()) {
+          out->type = Type::Bool;
+          out->bool_value = flag->value();
+        } else {
+          return mismatch(op, index, expected, "a non-scalar");
+        }
+        return Error::Ok;
+      }
+      case 'I': {
+        const auto* list = argument->value_as_IntListArg();
+        if (list == nullptr) return mismatch(op, index, expected, "a non-int-list");
+        out->type = Type::IntList;
+        if (list->values() != nullptr) out->ints.assign(list->values()->begin(), list->values()->end());
+        return Error::Ok;
+      }
+      case 'F': {
+        const auto* list = argument->value_as_DoubleListArg();
+        if (list == nullptr) return mismatch(op, index, expected, "a non-float-list");
+        out->type = Type::DoubleList;
+        if (list->values() != nullptr) {
+          out->doubles.assign(list->values()->begin(), list->values()->end());
+        }
+        return Error::Ok;
+      }
+      case 'B': {
+        const auto* list = argument->value_as_BoolListArg();
+        if (list == nullptr) return mismatch(op, index, expected, "a non-bool-list");
+        out->type = Type::BoolList;
+        if (list->values() != nullptr) {
+          for (uint8_t flag : *list->values()) out->bools.push_back(flag != 0);
+        }
+        return Error::Ok;
+      }
+      case 'S': {
+        const auto* text = argument->value_as_StringArg();
+        if (text == nullptr || text->value() == nullptr) {
+          return mismatch(op, index, expected, "a non-string");
+        }
+        out->type = Type::String;
+        out->string_value = text->value()->str();
+        return Error::Ok;
+      }
+      default:
+        return report_error(Error::NotSupported,
+                            "op %zu (%s) argument %zu: kernel %s has an argument kind ('%c') this "
+                            "runtime cannot bind",
+                            op, graph_.ops[op].name.c_str(), index, graph_.ops[op].kernel.c_str(),
+                            expected.kind);
+    }
+  }
+
+  Error check_outputs_written() {
+    for (int32_t id : graph_.outputs) {
+      const ValueSpec& value = graph_.values[id];
+      if (value.kind == ValueKind::Intermediate && value.producer < 0) {
+        return report_error(Error::InvalidProgram, "graph output value %d (%s) is never written",
+                            id, value.name.c_str());
+      }
+    }
+    for (size_t i = 0; i < graph_.values.size(); ++i) {
+      const ValueSpec& value = graph_.values[i];
+      if (value.kind == ValueKind::Output && value.producer < 0) {
+        return report_error(Error::InvalidProgram, "Output value %zu (%s) is never written", i,
+                            value.name.c_str());
+      }
+    }
+    return Error::Ok;
+  }
+
+  GraphSpec& graph_;
+};
+
+}  // namespace
+
+Error read_payload(const void* data, size_t size, GraphSpec* out) {
+  *out = GraphSpec();
+  if (data == nullptr || size < 8) {
+    return report_error(Error::InvalidProgram, "payload of %zu bytes is too short", size);
+  }
+  // The verifier bounds every offset, vector and string before any accessor runs.
+  flatbuffers::Verifier verifier(static_cast<const uint8_t*>(data), size,
+                                 /*max_depth=*/64, /*max_tables=*/size_t{1} << 22);
+  if (!fb::VerifyGraphBuffer(verifier)) {
+    return report_error(Error::InvalidProgram,
+                        "payload of %zu bytes is not a valid CPU-delegate flatbuffer (identifier "
+                        "'%s', verifier failed)",
+                        size, fb::GraphIdentifier());
+  }
+  Reader reader(out);
+  Error error = reader.read(*fb::GetGraph(data));
+  if (error != Error::Ok) *out = GraphSpec();
+  return error;
+}
+
+}  // namespace cpu
+}  // namespace et_cpu_plugin

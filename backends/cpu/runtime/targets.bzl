@@ -1,0 +1,99 @@
+"""Bazel targets of the CPU delegate's C++ runtime (see tools/build_defs/runtime.bzl)."""
+
+load("//tools/build_defs:runtime.bzl", "runtime")
+
+_COPTS = [
+    "-std=c++17",
+    "-O2",
+    "-Wall",
+]
+
+def define_common_targets():
+    """The runtime library, its Python loader, the payload fuzzer and the tests."""
+
+    # Argument signatures of every kernel a route may name, from torch's and the executorch
+    # wheel's schemas (the venv interpreter runs the generator; nothing is downloaded).
+    runtime.python_binary(
+        name = "gen_kernel_signatures",
+        main = "gen_kernel_signatures.py",
+    )
+
+    runtime.genrule(
+        name = "kernel_signatures",
+        outs = ["kernel_signatures.inc"],
+        cmd = "$(location :gen_kernel_signatures) --out $@",
+        tools = [":gen_kernel_signatures"],
+    )
+
+    runtime.cxx_library(
+        name = "runtime_lib",
+        srcs = [
+            "compiled_graph.cc",
+            "cpu_backend.cc",
+            "error_report.cc",
+            "kernel_provider.cc",
+            "kernel_signature.cc",
+            "memory_planner.cc",
+            "payload_reader.cc",
+            "reference_provider.cc",
+        ],
+        hdrs = [
+            "compiled_graph.h",
+            "error_report.h",
+            "kernel_provider.h",
+            "kernel_signature.h",
+            "memory_planner.h",
+            "payload_reader.h",
+            "reference_provider.h",
+        ],
+        textual_hdrs = [":kernel_signatures"],
+        copts = _COPTS,
+        # Static initializers register the backend and the Reference provider.
+        alwayslink = True,
+        visibility = ["//visibility:public"],
+        deps = [
+            "//backends/cpu/serialization:schema_cc",
+            "@et_py//:executorch",
+        ],
+    )
+
+    # The library loader.py puts into the process: registers "CpuBackend" with the runtime.
+    runtime.cxx_binary(
+        name = "libcpu_backend.so",
+        linkshared = True,
+        visibility = ["//visibility:public"],
+        deps = [":runtime_lib"],
+    )
+
+    runtime.python_library(
+        name = "loader",
+        srcs = ["loader.py"],
+        data = [":libcpu_backend.so"],
+        visibility = ["//visibility:public"],
+    )
+
+    # Hand-built payloads in real .pte programs (see test/handmade_payload.py).
+    runtime.python_library(
+        name = "handmade_payload",
+        srcs = ["test/handmade_payload.py"],
+        data = ["//backends/cpu/serialization:schema_fbs"],
+        deps = ["//backends/cpu/serialization:schema_py"],
+    )
+
+    runtime.python_test(
+        name = "runtime_contract_test",
+        srcs = ["test/runtime_contract_test.py"],
+        deps = [
+            ":handmade_payload",
+            ":loader",
+        ],
+    )
+
+    runtime.python_test(
+        name = "hostile_payload_test",
+        srcs = ["test/hostile_payload_test.py"],
+        deps = [
+            ":handmade_payload",
+            ":loader",
+        ],
+    )

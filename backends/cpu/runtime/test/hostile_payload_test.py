@@ -1,0 +1,229 @@
+"""Corrupted, truncated and hostile payloads get an init error naming the problem, never a crash.
+
+Each case is a real `.pte` whose CpuBackend delegate carries the bad payload, loaded and run on
+ExecuTorch's runtime with the C++ CPU runtime registered.
+"""
+
+from collections.abc import Callable
+
+import pytest
+import torch
+from executorch.extension.pybindings import portable_lib
+
+from backends.cpu.runtime import loader
+from backends.cpu.runtime.test.handmade_payload import (
+    CONSTANT,
+    INPUT,
+    INTERMEDIATE,
+    OPTIONAL_TENSOR_LISTS,
+    OUTPUT,
+    Graph,
+    Op,
+    Value,
+    float_,
+    int_,
+    int_list,
+    none,
+    payload_bytes,
+    program,
+    tensor,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _runtime() -> None:
+    loader.load_cpu_backend()
+
+
+# The runtime does not own a program's buffer (see FACTS.md): keep every one alive.
+_BUFFERS: list[bytes] = []
+
+
+def _add_graph(dtype: torch.dtype, shape: list[int]) -> Graph:
+    return Graph(
+        values=[
+            Value(dtype, shape, INPUT),
+            Value(dtype, shape, INPUT),
+            Value(dtype, shape, OUTPUT),
+        ],
+        inputs=[0, 1],
+        outputs=[2],
+        ops=[Op("aten::add.out", [tensor(0), tensor(1), int_(1), tensor(2)])],
+    )
+
+
+def _expect_init_error(graph: Graph | bytes, *fragments: str) -> None:
+    x, y = torch.ones(3), torch.zeros(3)
+    pte = program(lambda a, b: a + b, (x, y), graph)
+    with pytest.raises(RuntimeError):
+        _BUFFERS.append(pte)
+        module = portable_lib._load_for_executorch_from_buffer(pte)
+        module.forward([x, y])  # the method, and so the delegate's init, loads on first use
+    message = loader.last_error()
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+_VALID = payload_bytes(_add_graph(torch.float32, [3]))
+
+_HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
+    "truncated": (lambda: _VALID[: len(_VALID) // 2], ("not a valid CPU-delegate flatbuffer",)),
+    "wrong identifier": (lambda: _VALID[:4] + b"XXXX" + _VALID[8:], ("identifier 'ECP1'",)),
+    "empty": (lambda: b"", ("too short",)),
+    "future version": (
+        lambda: Graph(**{**_add_graph(torch.float32, [3]).__dict__, "version": 2}),
+        ("format version 2",),
+    ),
+    "value id out of range": (
+        lambda: Graph(
+            _add_graph(torch.float32, [3]).values,
+            [0, 1],
+            [2],
+            [Op("aten::add.out", [tensor(0), tensor(7), int_(1), tensor(2)])],
+        ),
+        ("value 7 out of range",),
+    ),
+    "read before write": (
+        lambda: Graph(
+            [*_add_graph(torch.float32, [3]).values, Value(torch.float32, [3], INTERMEDIATE)],
+            [0, 1],
+            [2],
+            [Op("aten::add.out", [tensor(0), tensor(3), int_(1), tensor(2)])],
+        ),
+        ("before any op writes it",),
+    ),
+    "unknown kernel": (
+        lambda: Graph(
+            _add_graph(torch.float32, [3]).values,
+            [0, 1],
+            [2],
+            [Op("aten::no_such_op.out", [tensor(0), tensor(1), tensor(2)])],
+        ),
+        ("unknown kernel 'aten::no_such_op.out'",),
+    ),
+    "kernel not registered": (
+        lambda: Graph(
+            _add_graph(torch.float32, [3]).values,
+            [0, 1],
+            [2],
+            [Op("aten::hypot.out", [tensor(0), tensor(1), tensor(2)])],
+        ),
+        ("not in ExecuTorch's operator registry",),
+    ),
+    "argument count": (
+        lambda: Graph(
+            _add_graph(torch.float32, [3]).values,
+            [0, 1],
+            [2],
+            [Op("aten::add.out", [tensor(0), tensor(1), tensor(2)])],
+        ),
+        ("takes 4 arguments", "payload has 3"),
+    ),
+    "argument kind": (
+        lambda: Graph(
+            _add_graph(torch.float32, [3]).values,
+            [0, 1],
+            [2],
+            [Op("aten::add.out", [tensor(0), int_list([1]), int_(1), tensor(2)])],
+        ),
+        ("argument 1", "expects kind 'T'"),
+    ),
+    "None for a required tensor": (
+        lambda: Graph(
+            _add_graph(torch.float32, [3]).values,
+            [0, 1],
+            [2],
+            [Op("aten::add.out", [tensor(0), none(), float_(1.0), tensor(2)])],
+        ),
+        ("payload has None",),
+    ),
+    "writes an input": (
+        lambda: Graph(
+            _add_graph(torch.float32, [3]).values,
+            [0, 1],
+            [2],
+            [
+                Op("aten::add.out", [tensor(0), tensor(1), int_(1), tensor(2)]),
+                Op("aten::add.out", [tensor(0), tensor(1), int_(1), tensor(1)]),
+            ],
+        ),
+        ("graph input or constant",),
+    ),
+    "output never written": (
+        lambda: Graph(_add_graph(torch.float32, [3]).values, [0, 1], [2], []),
+        ("never written",),
+    ),
+    "negative dim": (
+        lambda: Graph(
+            [Value(torch.float32, [3], INPUT)] * 2 + [Value(torch.float32, [-3], OUTPUT)],
+            [0, 1],
+            [2],
+            [Op("aten::add.out", [tensor(0), tensor(1), int_(1), tensor(2)])],
+        ),
+        ("invalid size -3",),
+    ),
+    "rank 17": (
+        lambda: Graph(
+            [Value(torch.float32, [3], INPUT)] * 2 + [Value(torch.float32, [1] * 17, OUTPUT)],
+            [0, 1],
+            [2],
+            [],
+        ),
+        ("rank 17",),
+    ),
+    "huge intermediate": (
+        lambda: Graph(
+            [
+                *_add_graph(torch.float32, [3]).values,
+                Value(torch.float32, [2**30, 2**30], INTERMEDIATE),
+            ],
+            [0, 1],
+            [2],
+            [Op("aten::add.out", [tensor(0), tensor(1), int_(1), tensor(2)])],
+        ),
+        ("more than 2^31 elements",),
+    ),
+    "unsupported dtype": (
+        lambda: Graph(
+            [Value(torch.float32, [3], INPUT)] * 2 + [Value(7, [3], OUTPUT)],
+            [0, 1],
+            [2],
+            [],
+        ),
+        ("unsupported dtype 7",),
+    ),
+    "missing constant": (
+        lambda: Graph(
+            [
+                Value(torch.float32, [3], INPUT),
+                Value(torch.float32, [3], CONSTANT, constant_key="absent"),
+                Value(torch.float32, [3], OUTPUT),
+            ],
+            [0],
+            [2],
+            [Op("aten::add.out", [tensor(0), tensor(1), int_(1), tensor(2)])],
+        ),
+        ("key 'absent'", "named data map"),
+    ),
+    "flag without Tensor?[]": (
+        lambda: Graph(
+            _add_graph(torch.float32, [3]).values,
+            [0, 1],
+            [2],
+            [
+                Op(
+                    "aten::add.out",
+                    [tensor(0), tensor(1), int_(1), tensor(2)],
+                    flags=OPTIONAL_TENSOR_LISTS,
+                )
+            ],
+        ),
+        ("optional_tensor_lists",),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_HOSTILE))
+def test_bad_payload_is_an_init_error_naming_the_problem(case: str) -> None:
+    build, fragments = _HOSTILE[case]
+    _expect_init_error(build(), *fragments)

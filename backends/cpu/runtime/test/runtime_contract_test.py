@@ -1,0 +1,184 @@
+"""The C++ runtime against hand-built payloads in real `.pte` programs on ExecuTorch's runtime.
+
+Covers what the AOT writer never produces on purpose: exact integer I/O through the kernels, a
+run-time dtype mismatch, the arena planner's reuse, binding `Tensor?[]` from a plain tensor list,
+and init errors (never crashes) for corrupted or hostile payloads.
+"""
+
+from typing import Any
+
+import pytest
+import torch
+from executorch.extension.pybindings import portable_lib
+
+from backends.cpu.runtime import loader
+from backends.cpu.runtime.test.handmade_payload import (
+    CONSTANT,
+    INPUT,
+    INTERMEDIATE,
+    OPTIONAL_TENSOR_LISTS,
+    OUTPUT,
+    Graph,
+    Op,
+    Value,
+    int_,
+    optional_tensor_list,
+    program,
+    tensor,
+    tensor_list,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _runtime() -> None:
+    loader.load_cpu_backend()
+
+
+# The runtime does not own a program's buffer (see FACTS.md): keep every one alive.
+_BUFFERS: list[bytes] = []
+
+
+def _load(pte: bytes) -> Any:
+    _BUFFERS.append(pte)
+    return portable_lib._load_for_executorch_from_buffer(pte)
+
+
+def _add_graph(dtype: torch.dtype, shape: list[int]) -> Graph:
+    return Graph(
+        values=[
+            Value(dtype, shape, INPUT),
+            Value(dtype, shape, INPUT),
+            Value(dtype, shape, OUTPUT),
+        ],
+        inputs=[0, 1],
+        outputs=[2],
+        ops=[Op("aten::add.out", [tensor(0), tensor(1), int_(1), tensor(2)])],
+    )
+
+
+def _add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return a + b
+
+
+def test_int64_above_2_pow_53_is_exact() -> None:
+    x = torch.tensor([2**60 + 1, -(2**62) + 3, 2**53 + 1, 7])
+    y = torch.tensor([2**60 + 3, 2**61 - 1, 1, -(2**63)])
+    module = _load(program(_add, (x, y), _add_graph(torch.int64, [4])))
+    (out,) = module.forward([x, y])
+    assert out.dtype == torch.int64
+    assert torch.equal(out, x + y)
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.uint8, torch.int16, torch.int32])
+def test_small_integer_add_wraps_like_eager(dtype: torch.dtype) -> None:
+    info = torch.iinfo(dtype)
+    x = torch.tensor([info.max, info.min, info.max - 1, 3], dtype=dtype)
+    y = torch.tensor([1, -1 if info.min < 0 else 255, 5, info.max], dtype=dtype)
+    module = _load(program(_add, (x, y), _add_graph(dtype, [4])))
+    (out,) = module.forward([x, y])
+    assert out.dtype == dtype
+    assert torch.equal(out, x + y)
+
+
+def test_dtype_mismatch_at_run_time_names_argument_and_dtypes() -> None:
+    # The outer program hands the delegate int32 tensors; the payload was serialized for int64.
+    x = torch.tensor([1, 2, 3], dtype=torch.int32)
+    y = torch.tensor([4, 5, 6], dtype=torch.int32)  # distinct: export merges identical inputs
+    module = _load(program(_add, (x, y), _add_graph(torch.int64, [3])))
+    with pytest.raises(RuntimeError):
+        module.forward([x, y])
+    message = loader.last_error()
+    assert "input 0" in message
+    assert "expected dtype int64 shape [3]" in message
+    assert "got dtype int32 shape [3]" in message
+
+
+def test_shape_mismatch_at_run_time_is_an_error() -> None:
+    x, y = torch.ones(2, 3), torch.zeros(2, 3)
+    module = _load(program(_add, (x, y), _add_graph(torch.float32, [3, 2])))
+    with pytest.raises(RuntimeError):
+        module.forward([x, y])
+    assert "expected dtype float32 shape [3, 2], got dtype float32 shape [2, 3]" in (
+        loader.last_error()
+    )
+
+
+def _neg(value_in: int, value_out: int) -> Op:
+    return Op("aten::neg.out", [tensor(value_in), tensor(value_out)])
+
+
+def test_arena_reuses_buffers_whose_lifetimes_do_not_overlap() -> None:
+    # x -> t1 -> t2 -> t3 -> t4 -> out: at most two intermediates are alive at once.
+    n = 1024
+    values = [Value(torch.float32, [n], INPUT)]
+    values += [Value(torch.float32, [n], INTERMEDIATE) for _ in range(4)]
+    values += [Value(torch.float32, [n], OUTPUT)]
+    graph = Graph(values, [0], [5], [_neg(i, i + 1) for i in range(5)])
+    x = torch.randn(n)
+    module = _load(program(lambda a: -a, (x,), graph))
+    (out,) = module.forward([x])  # the method (and the delegate's init) loads on first use
+    assert torch.equal(out, -x)  # five negations
+    assert loader.last_arena_bytes() == 2 * n * 4
+
+
+def test_constants_come_from_the_named_data_map() -> None:
+    weight = torch.arange(6, dtype=torch.int64).reshape(2, 3) * (2**55)
+    graph = Graph(
+        values=[
+            Value(torch.int64, [2, 3], INPUT),
+            Value(torch.int64, [2, 3], CONSTANT, constant_key="w"),
+            Value(torch.int64, [2, 3], OUTPUT),
+        ],
+        inputs=[0],
+        outputs=[2],
+        ops=[Op("aten::add.out", [tensor(0), tensor(1), int_(1), tensor(2)])],
+        constants={"w": weight.numpy().tobytes()},
+    )
+    x = torch.full((2, 3), 2**54 + 1, dtype=torch.int64)
+    module = _load(program(lambda a: a + a, (x,), graph))
+    (out,) = module.forward([x])
+    assert torch.equal(out, x + weight)
+
+
+def _index_graph(indices: Any, flags: int) -> Graph:
+    return Graph(
+        values=[
+            Value(torch.float32, [4, 5], INPUT),
+            Value(torch.int64, [3], INPUT),
+            Value(torch.float32, [4, 3], OUTPUT),
+        ],
+        inputs=[0, 1],
+        outputs=[2],
+        ops=[Op("aten::index.Tensor_out", [tensor(0), indices, tensor(2)], flags=flags)],
+    )
+
+
+def test_plain_tensor_list_binds_as_optional_tensors_for_index() -> None:
+    x = torch.randn(4, 5)
+    idx = torch.tensor([4, 0, 2])
+    # x[:, idx] written as [None, idx] (optional list) and as [x-dim-0-less] plain list below.
+    graph = _index_graph(optional_tensor_list([-1, 1]), OPTIONAL_TENSOR_LISTS)
+    module = _load(program(lambda a, i: a[:, i], (x, idx), graph))
+    (out,) = module.forward([x, idx])
+    assert torch.equal(out, x[:, idx])
+
+    plain = Graph(
+        values=[
+            Value(torch.float32, [4, 5], INPUT),
+            Value(torch.int64, [3], INPUT),
+            Value(torch.float32, [3, 5], OUTPUT),
+        ],
+        inputs=[0, 1],
+        outputs=[2],
+        ops=[
+            Op(
+                "aten::index.Tensor_out",
+                [tensor(0), tensor_list([1]), tensor(2)],
+                flags=OPTIONAL_TENSOR_LISTS,
+            )
+        ],
+    )
+    idx = torch.tensor([3, 3, 1])
+    module = _load(program(lambda a, i: a[i], (x, idx), plain))
+    (out,) = module.forward([x, idx])
+    assert torch.equal(out, x[idx])
