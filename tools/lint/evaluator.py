@@ -1,14 +1,15 @@
 """Evaluates build files with starlark-pyo3 against recording stand-ins and finds collisions.
 
-Why a real interpreter: starlark-pyo3 wraps the Rust Starlark implementation Buck2 itself uses,
-so control flow, loops, comprehensions, `%`/`.format()`, `load()` and macro calls behave exactly
-as Buck2 evaluates them, and a branch that does not run registers nothing (mutually exclusive
-branches are never confused). An abstract interpreter would re-implement all of that in Python
-and, measured here, Python's own parser alone is 4x slower than starlark-pyo3's parse, which
-would break the benchmark's 2 s budget. What a concrete interpreter cannot know (symbols loaded
-from other repositories, undefined globals) is replaced by configurable stand-ins
-(`config.py`); `Label`s that still fail stop only that package's evaluation, keeping what it
-registered so far, and are reported with `--verbose` instead of guessed at.
+Why a real interpreter rather than an abstract one: starlark-pyo3 wraps the Rust Starlark
+implementation Buck2 itself uses, so control flow, loops, comprehensions, `%`/`.format()`,
+`load()` and macro calls behave exactly as Buck2 evaluates them, and a branch that does not run
+registers nothing (mutually exclusive branches are never confused). An abstract interpreter
+would re-implement those semantics in Python, and Python's own parser alone is about 3.5x slower
+than starlark-pyo3's here, which would break the benchmark's 2 s budget. The price: values the
+linter cannot know (symbols loaded from outside the tree, undefined globals) get stand-ins
+(`config.py`, `prelude.py`) whose calls return None, so a condition on them takes the `else`
+branch; an error that remains (an unknown value used in arithmetic) stops only that package's
+evaluation, keeps what it registered so far, and is reported with `--verbose`, never guessed at.
 """
 
 from __future__ import annotations
@@ -53,9 +54,10 @@ _UNDEFINED_RE = re.compile(r"Variable `([A-Za-z_][A-Za-z0-9_]*)` not found")
 _STATEMENT_CALL_RE = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_.]*\s*\(")
 # String literals in a Starlark repr, left to right (so `": [` between two strings never matches).
 _STRING_RE = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_STRING_OR_COMMENT_RE = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|#[^\n]*')
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MAX_UNDEFINED_RETRIES = 200
-# Public names the prelude defines (private `_lint_*` helpers are never injected into files).
+# Public names the prelude defines (its `lint__*` helpers reach files only through stubs).
 _DEFINED_RE = re.compile(r"^(?:def\s+)?([A-Za-z][A-Za-z0-9_]*)\s*(?:=|\()", re.MULTILINE)
 _STUB_HELPERS = (
     "lint__returning",
@@ -305,7 +307,12 @@ class Evaluator:
                 frozen = self._load_module(target.path, target.package, rel, label)
             if frozen is None:
                 frozen = self._stub_module(label, symbols, text)
-                missing = "" if target is None else f" (no file {self.rel(target.path)})"
+                if target is None:
+                    missing = ""
+                elif target.path.is_file():
+                    missing = f" ({self.rel(target.path)} did not evaluate)"
+                else:
+                    missing = f" (no file {self.rel(target.path)})"
                 self.notes.append(
                     f"{rel}: load({label!r}) not resolved in the tree{missing}; stand-ins for "
                     + ", ".join(sorted(set(symbols.values())))
@@ -341,8 +348,9 @@ class Evaluator:
     def _stub_module(self, label: str, symbols: dict[str, str], text: str) -> Any:
         """A module exporting stand-ins for `symbols` (local name -> exported name)."""
         lines = []
+        code = _STRING_OR_COMMENT_RE.sub('""', text)  # `"...:rules.bzl"` is no attribute use
         for local, exported in sorted(symbols.items()):
-            attributes = sorted(set(re.findall(rf"\b{re.escape(local)}\.([A-Za-z_]\w*)", text)))
+            attributes = sorted(set(re.findall(rf"\b{re.escape(local)}\.([A-Za-z_]\w*)", code)))
             spec = self.config.loaded.get(exported)
             native = exported in self._native
             lines.append(f"{exported} = {stub_expr(exported, spec, attributes, native)}")

@@ -113,6 +113,8 @@ def glob(include = [], exclude = [], *args, **kwargs):
 def package_name():
     return __lint_package_name()
 
+get_base_path = package_name
+
 def repository_name():
     return "@"
 
@@ -133,6 +135,7 @@ def print(*args, **kwargs):
 
 Label = lint__identity
 exports_files = lint__noop
+oncall = lint__noop
 package = lint__noop
 licenses = lint__noop
 repository_rule = lint__noop
