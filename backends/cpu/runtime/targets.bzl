@@ -9,7 +9,7 @@ _COPTS = [
 ]
 
 def define_common_targets():
-    """The runtime library, its Python loader, the payload fuzzer and the tests."""
+    """The runtime library, its Python loader and its tests."""
 
     # Argument signatures of every kernel a route may name, from torch's and the executorch
     # wheel's schemas (the venv interpreter runs the generator; nothing is downloaded).
@@ -96,4 +96,27 @@ def define_common_targets():
             ":handmade_payload",
             ":loader",
         ],
+    )
+
+    # Models lowered by the real AOT side, run on the real runtime.
+    runtime.python_library(
+        name = "lowered_program",
+        srcs = ["test/lowered_program.py"],
+        deps = [
+            ":loader",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:schema",
+        ],
+    )
+
+    runtime.python_test(
+        name = "lowered_float_test",
+        srcs = ["test/lowered_float_test.py"],
+        deps = [":lowered_program"],
+    )
+
+    runtime.python_test(
+        name = "lowered_integer_test",
+        srcs = ["test/lowered_integer_test.py"],
+        deps = [":lowered_program"],
     )
