@@ -185,6 +185,7 @@ class FuseBatchNormWithConvPass:
         return None
 
     @staticmethod
+    @torch.no_grad()  # fused tensors are constants: no autograd history to carry or fake
     def _write_fused(
         conv: torch.fx.Node,
         weight: torch.fx.Node,

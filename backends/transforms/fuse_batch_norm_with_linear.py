@@ -173,6 +173,7 @@ class FuseBatchNormWithLinearPass:
         return None
 
     @staticmethod
+    @torch.no_grad()  # fused tensors are constants: no autograd history to carry or fake
     def _write_fused(
         linear: torch.fx.Node,
         site: _LinearSite,
