@@ -36,6 +36,7 @@ from tools.lint.prelude import (
 from tools.lint.workspace import resolve_label
 
 _DIALECT = sl.Dialect.extended()
+_DIALECT.enable_f_strings = True  # Buck2 accepts f"{name}_lib"; Bazel files never use them
 _GLOBALS = sl.Globals.extended_by(
     [
         sl.LibraryExtension.CallStack,
