@@ -46,3 +46,14 @@ def define_common_targets():
             "//tools/lower:lower_lib",
         ],
     )
+
+    # Issue #3: batch-norm folding pipeline time on 1,000- and 10,000-block conv-BN chains.
+    runtime.python_binary(
+        name = "transforms_bench",
+        main = "transforms_bench.py",
+        deps = [
+            ":harness",
+            "//backends/transforms:fuse_batch_norm_with_conv",
+            "//backends/transforms:pipeline",
+        ],
+    )
