@@ -64,3 +64,15 @@ def define_common_targets():
             "//backends/cpu/serialization:schema",
         ],
     )
+
+    # Runs lowered programs on the C++ runtime (issue #6) and compares with eager PyTorch.
+    runtime.python_test(
+        name = "run_compare_test",
+        srcs = ["run_compare_test.py"],
+        deps = [
+            ":models",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/runtime:loader",
+            "//backends/cpu/serialization:graph_reader",
+        ],
+    )
