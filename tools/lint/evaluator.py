@@ -177,7 +177,7 @@ class Evaluator:
         run = PackageRun(entry=rel, package=package, detailed=detailed)
         self._current = run
         try:
-            self._evaluate(path, package, module=sl.Module())
+            self._evaluate(path, package)
         except (_EvalFailure, sl.StarlarkError) as e:
             run.incomplete.append(_short(e))
             self.notes.append(f"{rel}: evaluation stopped: {_short(e)}")
@@ -249,7 +249,9 @@ class Evaluator:
         except sl.StarlarkError as e:
             raise _parse_error(rel, e) from None
 
-    def _evaluate(self, path: Path, package: str, module: Any) -> None:
+    def _evaluate(self, path: Path, package: str) -> Any:
+        """Evaluates one file into a new module and returns that module (not frozen)."""
+        module = sl.Module()
         rel = self.rel(path)
         text = self._read(path, rel)
         ast = self._parse(path, rel, text)
@@ -269,7 +271,7 @@ class Evaluator:
             self._inject(module, wanted, undefined, loader)
             try:
                 sl.eval(module, ast, _GLOBALS, loader)
-                return
+                return module
             except sl.StarlarkError as e:
                 missing = _UNDEFINED_RE.search(str(e))
                 if missing and missing.group(1) not in undefined and not self._started(e):
@@ -332,10 +334,8 @@ class Evaluator:
                 self._note_incomplete(f"{by}: {label} did not evaluate")
             return cached.frozen
         self._modules[key] = _Module(frozen=None, in_progress=True)
-        module = sl.Module()
         try:
-            self._evaluate(path, package, module)
-            frozen = module.freeze()
+            frozen = self._evaluate(path, package).freeze()
         except (_EvalFailure, sl.StarlarkError) as e:
             self.notes.append(f"{self.rel(path)}: evaluation stopped: {_short(e)}")
             self._note_incomplete(f"{self.rel(path)} did not evaluate")

@@ -127,15 +127,17 @@ def lint(
                             result.findings.append(finding)
                 else:
                     evaluator.check_syntax(file)
-            except (OSError, ValueError, RuntimeError) as error:
-                # A bug or an environment problem must still name the file, not dump a trace.
-                where = display(evaluator.rel(file))
-                message = f"internal error: {type(error).__name__}: {error}"
-                result.errors.append(InputError(where, 1, 1, message))
             except InputError as error:
                 shown = InputError(display(error.path), error.line, error.column, error.message)
                 if all(str(shown) != str(e) for e in result.errors):
                     result.errors.append(shown)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as error:  # pyo3 panics derive from BaseException
+                # A bug (ours or the interpreter's) must still name the file, not dump a trace.
+                where = display(evaluator.rel(file))
+                message = f"internal error: {type(error).__name__}: {error}"
+                result.errors.append(InputError(where, 1, 1, message))
     for evaluator in evaluators.values():
         result.notes.extend(evaluator.notes)
     result.notes = list(dict.fromkeys(result.notes))
