@@ -4,9 +4,10 @@ bn(linear(x, W, b)) == linear(x, W * s[:, None], b * s + t) holds only when batc
 dim (dim 1) is linear's output dim, i.e. when the linear output has rank 2. A BatchNorm1d after a
 rank-3 linear normalises over the sequence axis instead and must not be folded.
 
-Besides `aten.linear` this recognises the form the Edge dialect decomposes a biased linear into,
-`addmm(b, x, permute_copy(W, [1, 0]))`, since `to_edge` does that unless a partitioner keeps
-`linear`. Fused tensors are written as new parameters; the originals stay untouched.
+Besides `aten.linear` this recognises what `to_edge` decomposes a linear into unless a partitioner
+keeps it: `addmm(b, x, permute_copy(W, [1, 0]))`, and `mm(x, permute_copy(W, [1, 0]))` without
+bias (rewritten to an addmm to take the folded bias). Fused tensors are written as new
+parameters; the originals stay untouched.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from backends.transforms.program_constants import ProgramConstants
 
 aten = torch.ops.aten
 
+# linear itself, and what to_edge decomposes it into: addmm (with bias) or mm (without).
+_LINEAR_FORMS = (aten.linear.default, aten.addmm.default, aten.mm.default)
 _TRANSPOSES = (aten.permute.default, aten.permute_copy.default, aten.t.default, aten.t_copy.default)
 
 
@@ -91,7 +94,7 @@ class FuseBatchNormWithLinearPass:
             producer = node.args[0]
             if not isinstance(producer, torch.fx.Node) or producer.op != "call_function":
                 continue
-            if aten_op(producer.target) not in (aten.linear.default, aten.addmm.default):
+            if aten_op(producer.target) not in _LINEAR_FORMS:
                 continue  # not ours
             reason = self._try_fold(node, producer, constants, fused_cache, report)
             if reason is not None:
@@ -110,12 +113,15 @@ class FuseBatchNormWithLinearPass:
             weight = args[1]
             bias = args[2] if len(args) > 2 else None
             reader, weight_index = linear, 1
-        else:  # addmm(bias, input, mat2 = W^T)
+        else:  # addmm(bias, input, mat2 = W^T) or mm(input, mat2 = W^T)
             if any(linear.kwargs.get(k, 1) != 1 for k in ("alpha", "beta")):
                 return f"addmm {linear.name} has alpha/beta other than 1"
-            bias, mat2 = args[0], args[2]
+            if aten_op(linear.target) == aten.mm.default:
+                bias, mat2 = None, args[1]
+            else:
+                bias, mat2 = args[0], args[2]
             if not (isinstance(mat2, torch.fx.Node) and _is_transpose_2d(mat2)):
-                return f"addmm {linear.name} is not a decomposed linear (mat2 is not W^T)"
+                return f"{linear.name} is not a decomposed linear (mat2 is not W^T)"
             if len(mat2.users) != 1:
                 return f"transposed weight {mat2.name} is also read by another op"
             weight, reader, weight_index = mat2.args[0], mat2, 0
@@ -166,7 +172,10 @@ class FuseBatchNormWithLinearPass:
             fused_cache[key] = self._write_fused(linear, site, bn, constants, report)
         fused_weight, fused_bias = fused_cache[key]
         _set_arg(site.weight_reader, site.weight_index, fused_weight)
-        _set_arg(linear, site.bias_index, fused_bias)
+        if aten_op(linear.target) == aten.mm.default:
+            linear = _mm_to_addmm(linear, fused_bias)
+        else:
+            _set_arg(linear, site.bias_index, fused_bias)
         replace_batch_norm(bn, linear, constants.ep.graph_signature.output_specs)
         report.folded += 1
         report.changed = True
@@ -193,6 +202,26 @@ class FuseBatchNormWithLinearPass:
             assert spec is not None and spec.target is not None
             report.added_constants.append(spec.target)
         return w_node, b_node
+
+
+def _mm_to_addmm(mm: torch.fx.Node, bias: torch.fx.Node) -> torch.fx.Node:
+    """Replaces `mm(x, W^T)` by `addmm(bias, x, W^T)` in the same dialect; returns the addmm.
+
+    A bias-free linear reaches the Edge dialect as mm, which has no slot for the folded shift.
+    """
+    if isinstance(mm.target, torch._ops.OpOverload):
+        addmm: Any = aten.addmm.default
+    else:
+        from executorch.exir.dialects._ops import ops as exir_ops
+
+        addmm = exir_ops.edge.aten.addmm.default
+    graph = mm.graph
+    with graph.inserting_after(mm):
+        node = graph.call_function(addmm, (bias, *mm.args))
+    node.meta.update(mm.meta)
+    mm.replace_all_uses_with(node)
+    graph.erase_node(mm)
+    return node
 
 
 def _set_arg(node: torch.fx.Node, index: int, value: torch.fx.Node) -> None:

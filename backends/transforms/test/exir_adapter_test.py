@@ -96,3 +96,29 @@ def test_without_hygiene_the_pte_carries_originals_and_statistics() -> None:
     pte_with_hygiene = len(with_hygiene.to_executorch().buffer)
     assert pte_fusion_only - pte_with_hygiene >= leftover
     assert pte_fusion_only > 1.45 * pte_with_hygiene
+
+
+def test_mlp_with_bias_free_linear_folds_through_transform_passes() -> None:
+    """to_edge decomposes linear into addmm / mm (no bias); both fold, and the .pte runs."""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16, bias=False),
+        torch.nn.BatchNorm1d(16),
+        torch.nn.ReLU(),
+        torch.nn.Linear(16, 4),
+        torch.nn.BatchNorm1d(4),
+    )
+    randomize_batch_norms(model, torch.Generator().manual_seed(11)).eval()
+    inputs = (torch.randn(5, 8),)
+    reports: list[PassReport] = []
+    manager = to_edge_transform_and_lower(
+        export(model, inputs), transform_passes=edge_transform_passes(fusion_passes(), reports)
+    )
+    edge = manager.exported_program()
+    check_program_consistency(edge)
+    assert reports[1].folded == 2 and batch_norm_count(edge) == 0
+    assert constant_bytes(edge) == 4 * (16 * 8 + 16 + 4 * 16 + 4)
+    pte = manager.to_executorch().buffer
+    module = _load_for_executorch_from_buffer(pte)
+    expected = eager(model, inputs)
+    torch.testing.assert_close(module.forward(inputs)[0], expected, rtol=RTOL, atol=ATOL)

@@ -21,6 +21,7 @@ from backends.transforms.test.bn_test_util import (
     batch_norm_count,
     eager,
     export,
+    op_names,
     randomize_batch_norms,
     run_checked,
     run_program,
@@ -76,11 +77,10 @@ def test_fused_program_matches_eager_edge(keep_linear: bool, bias: bool) -> None
     inputs = (torch.randn(4, 6),)
     ep = to_edge_program(model, inputs, keep_linear=keep_linear)
     reports = run_checked(ep, [FuseBatchNormWithLinearPass()])
+    assert reports[0].folded == 1 and batch_norm_count(ep) == 0
     if not keep_linear and not bias:
-        # to_edge turns a bias-free linear into mm, which has no bias slot to fold into.
-        assert reports[0].folded == 0 and batch_norm_count(ep) == 1
-    else:
-        assert reports[0].folded == 1 and batch_norm_count(ep) == 0
+        # to_edge turned the bias-free linear into mm; the fold made it an addmm with a bias.
+        assert "aten.mm.default" not in op_names(ep) and "aten.addmm.default" in op_names(ep)
     assert_matches_eager(run_program(ep, inputs), eager(model, inputs))
 
 
