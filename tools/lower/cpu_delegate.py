@@ -16,11 +16,26 @@ from tools.lower.lowering import TargetSetup, count_batch_norms
 _BATCH_NORM_PASSES = ("FuseBatchNormWithConvPass", "FuseBatchNormWithLinearPass")
 
 
+# Under `bazel run`, loader.py's default search misses the library (it looks beside argv[0], which
+# is main.py inside the runfiles tree); this file sits in the same runfiles tree as the library.
+_RUNFILES_LIBRARY = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "backends",
+    "cpu",
+    "runtime",
+    "libcpu_backend.so",
+)
+
+
 def _prepare_runtime() -> None:
+    explicit = os.environ.get(loader.ENV_LIBRARY)
+    beside_us = None if explicit or not os.path.isfile(_RUNFILES_LIBRARY) else _RUNFILES_LIBRARY
     try:
-        path = loader.load_cpu_backend()
-    except (FileNotFoundError, OSError) as exc:
-        raise LowerError(ExitCode.LOWERING_FAILED, f"CPU delegate runtime: {exc}") from None
+        path = loader.load_cpu_backend(beside_us)
+    except Exception as exc:  # missing file, dlopen failure, a library of another version
+        raise LowerError(
+            ExitCode.LOWERING_FAILED, f"CPU delegate runtime could not be loaded: {exc}"
+        ) from None
     # Child processes (the benchmark's memory measurements) then load the same library.
     os.environ.setdefault(loader.ENV_LIBRARY, path)
 
@@ -47,13 +62,11 @@ def _runtime_details() -> dict[str, Any]:
 def target_setup() -> TargetSetup:
     partitioner = CpuPartitioner()
 
-    def explain(node: torch.fx.Node) -> str | None:
+    def explain(node: torch.fx.Node) -> tuple[str, str] | None:
         for report in reversed(partitioner.reports):
             for left in report.left_out:
                 if left.name == node.name:
-                    return (
-                        f"{left.reason.value} ({left.detail})" if left.detail else left.reason.value
-                    )
+                    return left.reason.value, left.detail
         return None
 
     return TargetSetup(

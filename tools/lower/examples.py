@@ -262,7 +262,7 @@ EXAMPLES: dict[str, Example] = {
             build=lambda s: MobileNetLike(s.width, s.depth[0]),
             inputs=_image_inputs,
             specs={
-                "small": ExampleSpec(width=8, image=32, depth=(4,)),
+                "small": ExampleSpec(width=8, image=32, depth=(3,)),
                 "full": ExampleSpec(width=16, image=224, depth=(11,)),
             },
         ),

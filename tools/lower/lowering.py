@@ -50,6 +50,8 @@ class Delegation:
     not_delegated: dict[str, Counter[str]] = field(default_factory=dict)
     subgraphs: int = 0
     payload_bytes: int = 0
+    # Every node left out: {"node", "op", "reason", "detail"}, in graph order.
+    left_out: list[dict[str, str]] = field(default_factory=list)
 
     @property
     def delegated_count(self) -> int:
@@ -110,7 +112,8 @@ def constant_bytes(program: ExportedProgram) -> int:
 class TargetSetup:
     """How to lower for a target, and how to ask its delegate what it did.
 
-    ``explain(node)`` says why a node stayed out of the delegate (None: no reason known);
+    ``explain(node)`` says why a node stayed out of the delegate as ``(reason, detail)``, where
+    the reason is what the report groups by (None: no reason known);
     ``describe_delegate(lowered_module)`` returns figures about one delegated subgraph, where the
     key ``batch_norm_ops`` counts batch norms the subgraph still executes; ``runtime_details()``
     returns figures the runtime knows once the program is loaded (e.g. ``arena_bytes``).
@@ -118,7 +121,7 @@ class TargetSetup:
 
     partitioners: list[Any]
     prepare_runtime: Callable[[], None] = lambda: None
-    explain: Callable[[torch.fx.Node], str | None] = lambda _node: None
+    explain: Callable[[torch.fx.Node], tuple[str, str] | None] = lambda _node: None
     describe_delegate: Callable[[Any], dict[str, Any]] = lambda _module: {}
     runtime_details: Callable[[], dict[str, Any]] = lambda: {}
 
@@ -209,8 +212,14 @@ def analyse(
             for key, value in described.items():
                 details[key] = details.get(key, 0) + value if isinstance(value, int) else value
             continue
-        reason = setup.explain(node) or (NOT_CLAIMED if setup.partitioners else NO_PARTITIONER)
+        reason, detail = setup.explain(node) or (
+            NOT_CLAIMED if setup.partitioners else NO_PARTITIONER,
+            "",
+        )
         delegation.not_delegated.setdefault(reason, Counter())[name] += 1
+        delegation.left_out.append(
+            {"node": node.name, "op": name, "reason": reason, "detail": detail}
+        )
         if _is_batch_norm(name):
             batch_norms += 1
     return delegation, batch_norms, details

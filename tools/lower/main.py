@@ -187,6 +187,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("lower: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug, not bad input: still one line unless asked for more
+        if os.environ.get("LOWER_TRACEBACK"):
+            raise
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        print(
+            f"lower: internal error: {type(exc).__name__}: {first} "
+            "(set LOWER_TRACEBACK=1 for the traceback)",
+            file=sys.stderr,
+        )
+        return ExitCode.LOWERING_FAILED
     return code
 
 

@@ -71,6 +71,7 @@ class Report:
                     reason: dict(sorted(ops.items())) for reason, ops in d.not_delegated.items()
                 },
                 "not_delegated_count": d.not_delegated_count,
+                "left_out_nodes": list(d.left_out),
                 "payload_bytes": d.payload_bytes,
             },
             "batch_norms": {

@@ -28,6 +28,8 @@ def define_common_targets():
         visibility = ["//visibility:public"],
         deps = [
             ":examples",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/runtime:loader",
             "//tools/bench:harness",
         ],
     )

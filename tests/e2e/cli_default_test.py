@@ -1,0 +1,44 @@
+"""End to end through the real `//tools/lower` binary, as a user runs it: no arguments (README's
+main-job command), and a bad path."""
+
+import os
+import subprocess
+from pathlib import Path
+
+# Relative to the runfiles tree, which is the working directory when the test starts.
+_BINARY = os.path.abspath(os.environ["LOWER_BINARY"])
+
+
+def _run(args: list[str], workdir: Path) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["BUILD_WORKING_DIRECTORY"] = str(workdir)  # what `bazel run` sets
+    return subprocess.run(
+        [_BINARY, *args],
+        cwd=workdir,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_no_arguments_lowers_the_default_example_end_to_end(tmp_path: Path) -> None:
+    proc = _run(["--runs", "2"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "resnet.pte").stat().st_size > 0
+    out = proc.stdout
+    assert "Lowered example resnet (small) for the CPU delegate" in out
+    assert "0 not delegated" in out and "Batch norms folded: 6 of 6" in out
+    assert "Check: MATCHES eager" in out and "Delegate arena:" in out
+    assert "[lower" in proc.stderr  # progress goes to stderr, not into the report
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_missing_model_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    proc = _run(["nope.pt2"], tmp_path)
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip().splitlines()[-1] == f"lower: error: {tmp_path}/nope.pt2: no such file"
+    )
+    assert "Traceback" not in proc.stderr
