@@ -120,3 +120,27 @@ def test_unsupported_dtype_and_unrouted_op_get_their_reasons() -> None:
     assert [name for name in partitioner.report.claimed if name.startswith("aten_add")]
     text = str(partitioner.report)
     assert "aten.erf.default" in text and "no route" in text
+
+
+class _ChannelsLast(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(x.to(memory_format=torch.channels_last)))
+        return y.contiguous() + 1.0
+
+
+def test_channels_last_tensors_are_left_out_for_layout() -> None:
+    # The payload describes contiguous tensors only; the contiguous tail is still claimed.
+    edge, partitioner = _lower(_ChannelsLast(), (torch.randn(1, 3, 4, 4),))
+    reasons = {node.op: node.reason for node in partitioner.report.left_out}
+    assert reasons == {
+        "dim_order_ops._to_dim_order_copy.default": LeaveOutReason.LAYOUT,
+        "aten.convolution.default": LeaveOutReason.LAYOUT,
+        "aten.relu.default": LeaveOutReason.LAYOUT,
+        "dim_order_ops._clone_dim_order.default": LeaveOutReason.LAYOUT,
+    }
+    assert len(partitioner.report.claimed) == 1
+    assert read_payload(cpu_payloads(edge.exported_program())[0]).routes() == ["aten.add.Tensor"]

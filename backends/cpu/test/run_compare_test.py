@@ -94,12 +94,13 @@ def test_partially_delegated_program_matches_eager() -> None:
 class _IntegerArithmetic(torch.nn.Module):
     def forward(
         self, a: torch.Tensor, b: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         # abs(): ExecuTorch's own remainder kernel rounds like C for negative int8 dividends
         # (-4 where torch gives 3), with or without this delegate; the delegate matches it.
         mixed = (a * b + a).abs() % 7
         bigger = torch.where(a > b, a, b)
-        return mixed, bigger, (a == b) | (a < 0)
+        halves = b.to(torch.float32) * 0.5  # a dtype cast (_to_dim_order_copy); exact in float
+        return mixed, bigger, (a == b) | (a < 0), halves
 
 
 _INT_DTYPES = [torch.int8, torch.int16, torch.int32, torch.int64]
