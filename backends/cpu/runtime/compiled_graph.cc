@@ -109,7 +109,7 @@ Error CompiledGraph::plan_arena() {
       requests.push_back(BufferRequest{value.nbytes, static_cast<size_t>(value.producer),
                                        static_cast<size_t>(value.last_use)});
       owners.push_back(i);
-      unplanned_bytes_ += value.nbytes;
+      unplanned_bytes_ += (value.nbytes + kAlignment - 1) / kAlignment * kAlignment;
     }
   }
   MemoryPlan plan = plan_memory(requests, kAlignment);

@@ -36,9 +36,11 @@ class CompiledGraph {
   executorch::runtime::Error execute(executorch::runtime::Span<executorch::runtime::EValue*> args,
                                      executorch::runtime::MemoryAllocator* temp_allocator);
 
+  // The validated description the graph was compiled from.
+  const GraphSpec& spec() const { return spec_; }
   // Bytes of the intermediate-tensor arena (after lifetime-based reuse).
   size_t arena_bytes() const { return arena_bytes_; }
-  // Bytes the intermediates would take without reuse, for reporting the planner's saving.
+  // Bytes the intermediates would take without reuse (same alignment), for the planner's saving.
   size_t unplanned_bytes() const { return unplanned_bytes_; }
   size_t num_ops() const { return ops_.size(); }
   // How many ops a non-Reference provider took.

@@ -6,6 +6,7 @@
 //   et_cpu_runtime_last_arena_bytes()  arena of the most recent successful init
 //   et_cpu_runtime_live_arena_bytes()  arenas of all delegate handles currently alive
 //   et_cpu_runtime_last_error()        message of the most recent init/execute error
+//   et_cpu_runtime_kernel_status(name) whether a route's kernel can be bound (for route-table tests)
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -13,10 +14,12 @@
 #include <string>
 
 #include <executorch/runtime/backend/interface.h>
+#include <executorch/runtime/kernel/operator_registry.h>
 #include <executorch/runtime/platform/log.h>
 
 #include "backends/cpu/runtime/compiled_graph.h"
 #include "backends/cpu/runtime/error_report.h"
+#include "backends/cpu/runtime/kernel_signature.h"
 
 namespace et_cpu_plugin {
 namespace cpu {
@@ -107,6 +110,17 @@ __attribute__((visibility("default"))) size_t et_cpu_runtime_last_error(char* bu
     buffer[n] = '\0';
   }
   return message.size();
+}
+
+}  // extern "C"
+
+extern "C" {
+
+// 0: the runtime can bind `kernel`; 1: no out-variant schema for it is known to this runtime;
+// 2: it is not in ExecuTorch's operator registry of this process.
+__attribute__((visibility("default"))) int et_cpu_runtime_kernel_status(const char* kernel) {
+  if (et_cpu_plugin::cpu::find_kernel_signature(kernel) == nullptr) return 1;
+  return executorch::runtime::get_op_function_from_registry(kernel).ok() ? 0 : 2;
 }
 
 }  // extern "C"

@@ -66,6 +66,8 @@ def load_cpu_backend(path: str | None = None) -> str:
             library.et_cpu_runtime_live_arena_bytes.restype = ctypes.c_uint64
             library.et_cpu_runtime_last_error.restype = ctypes.c_size_t
             library.et_cpu_runtime_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+            library.et_cpu_runtime_kernel_status.restype = ctypes.c_int
+            library.et_cpu_runtime_kernel_status.argtypes = [ctypes.c_char_p]
             _loaded[resolved] = library
     return resolved
 
@@ -93,3 +95,11 @@ def last_error() -> str:
     buffer = ctypes.create_string_buffer(1024)
     library.et_cpu_runtime_last_error(buffer, len(buffer))
     return buffer.value.decode("utf-8", errors="replace")
+
+
+_KERNEL_STATUS = {0: "ok", 1: "no out-variant schema", 2: "not in the operator registry"}
+
+
+def kernel_status(kernel: str) -> str:
+    """Whether the runtime can bind `kernel` (e.g. "aten::add.out"): "ok" or why not."""
+    return _KERNEL_STATUS[int(_library().et_cpu_runtime_kernel_status(kernel.encode()))]

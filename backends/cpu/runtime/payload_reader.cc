@@ -1,7 +1,9 @@
 #include "backends/cpu/runtime/payload_reader.h"
 
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "backends/cpu/runtime/error_report.h"
 #include "backends/cpu/runtime/kernel_signature.h"
@@ -37,6 +39,15 @@ namespace {
 // what a real model lowers to.
 constexpr size_t kMaxValues = size_t{1} << 20;
 constexpr size_t kMaxOps = size_t{1} << 20;
+
+// The verifier checks a vector's length field (4-byte alignment), not that 8-byte elements are
+// 8-byte aligned: copy elements out bytewise instead of loading them in place.
+template <typename T>
+std::vector<T> copy_vector(const flatbuffers::Vector<T>* vector) {
+  std::vector<T> out(vector == nullptr ? 0 : vector->size());
+  if (!out.empty()) std::memcpy(out.data(), vector->Data(), out.size() * sizeof(T));
+  return out;
+}
 
 const char* string_or(const flatbuffers::String* text, const char* fallback) {
   return text != nullptr ? text->c_str() : fallback;
@@ -84,8 +95,8 @@ class Reader {
                             spec.name.c_str(), kind);
       }
       spec.kind = static_cast<ValueKind>(kind);
-      const auto* shape = value->shape();
-      size_t rank = shape == nullptr ? 0 : shape->size();
+      const std::vector<int64_t> shape = copy_vector(value->shape());
+      size_t rank = shape.size();
       if (rank > kMaxRank) {
         return report_error(Error::InvalidProgram, "value %u (%s): rank %zu exceeds %zu", i,
                             spec.name.c_str(), rank, kMaxRank);
@@ -95,7 +106,7 @@ class Reader {
       int64_t span = 1;
       bool empty = false;
       for (size_t d = 0; d < rank; ++d) {
-        int64_t size = shape->Get(static_cast<flatbuffers::uoffset_t>(d));
+        int64_t size = shape[d];
         if (size < 0 || size > INT32_MAX) {
           return report_error(Error::InvalidProgram, "value %u (%s): invalid size %lld at dim %zu",
                               i, spec.name.c_str(), static_cast<long long>(size), d);
@@ -132,7 +143,7 @@ class Reader {
     const size_t count = graph_.values.size();
     std::vector<int> input_uses(count, 0);
     if (graph.inputs() != nullptr) {
-      for (int32_t id : *graph.inputs()) {
+      for (int32_t id : copy_vector(graph.inputs())) {
         if (id < 0 || static_cast<size_t>(id) >= count) {
           return report_error(Error::InvalidProgram, "graph input refers to value %d of %zu", id,
                               count);
@@ -153,7 +164,7 @@ class Reader {
     }
     std::vector<int> output_uses(count, 0);
     if (graph.outputs() != nullptr) {
-      for (int32_t id : *graph.outputs()) {
+      for (int32_t id : copy_vector(graph.outputs())) {
         if (id < 0 || static_cast<size_t>(id) >= count) {
           return report_error(Error::InvalidProgram, "graph output refers to value %d of %zu", id,
                               count);
@@ -310,7 +321,7 @@ class Reader {
         const auto* list = argument->value_as_TensorListArg();
         if (list == nullptr) return mismatch(op, index, expected, "a non-tensor-list");
         out->type = Type::TensorList;
-        if (list->values() != nullptr) out->tensors.assign(list->values()->begin(), list->values()->end());
+        out->tensors = copy_vector(list->values());
         for (int32_t id : out->tensors) {
           Error error = expected.kind == 'L' ? use_tensor(id, op, index)
                                              : write_tensor(id, op, index, writes);
@@ -331,7 +342,7 @@ class Reader {
           return mismatch(op, index, expected, "a non-tensor-list");
         }
         out->type = Type::OptionalTensorList;
-        if (ids != nullptr) out->tensors.assign(ids->begin(), ids->end());
+        out->tensors = copy_vector(ids);
         for (int32_t id : out->tensors) {
           if (id == -1 && allow_none) continue;
           Error error = use_tensor(id, op, index);
@@ -397,16 +408,14 @@ class Reader {
         const auto* list = argument->value_as_IntListArg();
         if (list == nullptr) return mismatch(op, index, expected, "a non-int-list");
         out->type = Type::IntList;
-        if (list->values() != nullptr) out->ints.assign(list->values()->begin(), list->values()->end());
+        out->ints = copy_vector(list->values());
         return Error::Ok;
       }
       case 'F': {
         const auto* list = argument->value_as_DoubleListArg();
         if (list == nullptr) return mismatch(op, index, expected, "a non-float-list");
         out->type = Type::DoubleList;
-        if (list->values() != nullptr) {
-          out->doubles.assign(list->values()->begin(), list->values()->end());
-        }
+        out->doubles = copy_vector(list->values());
         return Error::Ok;
       }
       case 'B': {
@@ -463,6 +472,14 @@ Error read_payload(const void* data, size_t size, GraphSpec* out) {
   *out = GraphSpec();
   if (data == nullptr || size < 8) {
     return report_error(Error::InvalidProgram, "payload of %zu bytes is too short", size);
+  }
+  // Table fields are aligned relative to the buffer's start: give the reader an 8-aligned copy
+  // when the caller's bytes are not (ExecuTorch's usually are).
+  std::vector<uint64_t> aligned;
+  if (reinterpret_cast<uintptr_t>(data) % alignof(uint64_t) != 0) {
+    aligned.resize((size + sizeof(uint64_t) - 1) / sizeof(uint64_t));
+    std::memcpy(aligned.data(), data, size);
+    data = aligned.data();
   }
   // The verifier bounds every offset, vector and string before any accessor runs.
   flatbuffers::Verifier verifier(static_cast<const uint8_t*>(data), size,

@@ -8,6 +8,38 @@ _COPTS = [
     "-Wall",
 ]
 
+_RUNTIME_SRCS = [
+    "compiled_graph.cc",
+    "error_report.cc",
+    "kernel_provider.cc",
+    "kernel_signature.cc",
+    "memory_planner.cc",
+    "payload_reader.cc",
+    "reference_provider.cc",
+]
+
+_RUNTIME_HDRS = [
+    "compiled_graph.h",
+    "error_report.h",
+    "kernel_provider.h",
+    "kernel_signature.h",
+    "memory_planner.h",
+    "payload_reader.h",
+    "reference_provider.h",
+]
+
+# The fuzz smoke compiles the read path itself, sanitized, with small size limits (a hostile
+# shape is then rejected before it can become a multi-GB allocation).
+_FUZZ_COPTS = [
+    "-std=c++17",
+    "-O1",
+    "-g",
+    "-fsanitize=address,undefined",
+    "-fno-sanitize-recover=undefined",
+    "-DET_CPU_MAX_TENSOR_BYTES=(size_t{1}<<26)",
+    "-DET_CPU_MAX_ARENA_BYTES=(size_t{1}<<28)",
+]
+
 def define_common_targets():
     """The runtime library, its Python loader and its tests."""
 
@@ -27,25 +59,8 @@ def define_common_targets():
 
     runtime.cxx_library(
         name = "runtime_lib",
-        srcs = [
-            "compiled_graph.cc",
-            "cpu_backend.cc",
-            "error_report.cc",
-            "kernel_provider.cc",
-            "kernel_signature.cc",
-            "memory_planner.cc",
-            "payload_reader.cc",
-            "reference_provider.cc",
-        ],
-        hdrs = [
-            "compiled_graph.h",
-            "error_report.h",
-            "kernel_provider.h",
-            "kernel_signature.h",
-            "memory_planner.h",
-            "payload_reader.h",
-            "reference_provider.h",
-        ],
+        srcs = _RUNTIME_SRCS + ["cpu_backend.cc"],
+        hdrs = _RUNTIME_HDRS,
         textual_hdrs = [":kernel_signatures"],
         copts = _COPTS,
         # Static initializers register the backend and the Reference provider.
@@ -72,6 +87,31 @@ def define_common_targets():
         visibility = ["//visibility:public"],
     )
 
+    # Fuzzing: payload_fuzzer.cc is the libFuzzer target (fuzz/run_libfuzzer.sh fuzzes it with
+    # clang); the smoke binary drives it with a fixed budget of deterministic mutations.
+    runtime.cxx_binary(
+        name = "payload_fuzz_smoke",
+        srcs = _RUNTIME_SRCS + _RUNTIME_HDRS + [
+            "fuzz/fuzz_smoke_main.cc",
+            "fuzz/payload_fuzzer.cc",
+            ":kernel_signatures",
+        ],
+        copts = _FUZZ_COPTS,
+        linkopts = ["-fsanitize=address,undefined"],
+        deps = [
+            "//backends/cpu/serialization:schema_cc",
+            "@et_py//:executorch",
+        ],
+    )
+
+    runtime.sh_test(
+        name = "payload_fuzz_smoke_test",
+        size = "small",
+        srcs = ["fuzz/payload_fuzz_smoke_test.sh"],
+        args = ["$(rootpath :payload_fuzz_smoke)"],
+        data = [":payload_fuzz_smoke"],
+    )
+
     # Hand-built payloads in real .pte programs (see test/handmade_payload.py).
     runtime.python_library(
         name = "handmade_payload",
@@ -86,6 +126,7 @@ def define_common_targets():
         deps = [
             ":handmade_payload",
             ":loader",
+            "//backends/cpu:routes",
         ],
     )
 

@@ -182,3 +182,16 @@ def test_plain_tensor_list_binds_as_optional_tensors_for_index() -> None:
     module = _load(program(lambda a, i: a[i], (x, idx), plain))
     (out,) = module.forward([x, idx])
     assert torch.equal(out, x[idx])
+
+
+def test_every_route_in_the_route_table_binds() -> None:
+    from backends.cpu.routes import ROUTES
+
+    unbindable = {
+        route.kernel: loader.kernel_status(route.kernel)
+        for route in ROUTES.values()
+        if loader.kernel_status(route.kernel) != "ok"
+    }
+    assert not unbindable
+    assert loader.kernel_status("aten::no_such_op.out") == "no out-variant schema"
+    assert loader.kernel_status("aten::hypot.out") == "not in the operator registry"

@@ -1,0 +1,197 @@
+// Smoke driver for payload_fuzzer.cc without libFuzzer: runs LLVMFuzzerTestOneInput on built-in
+// seed payloads and on a fixed number of deterministic mutations of them (bit flips, byte
+// overwrites with boundary values, truncations, splices), plus any files named on the command
+// line. Deterministic (fixed seed), so a failure reproduces; built with sanitizers in Bazel.
+//
+//   payload_fuzz_smoke [--iterations=N] [FILE...]
+//   payload_fuzz_smoke --write-seeds=DIR   (writes the seeds as a libFuzzer corpus; with
+//                                           -DPAYLOAD_SEEDS_ONLY only this mode is compiled)
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/serialization/schema_generated.h"
+
+#ifdef PAYLOAD_SEEDS_ONLY
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }
+#else
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+#endif
+
+namespace {
+
+namespace fb = et_cpu_plugin::cpu::fb;
+using Bytes = std::vector<uint8_t>;
+
+flatbuffers::Offset<fb::Argument> tensor_arg(flatbuffers::FlatBufferBuilder& b, int id) {
+  return fb::CreateArgument(b, fb::Arg_TensorArg, fb::CreateTensorArg(b, id).Union());
+}
+
+flatbuffers::Offset<fb::Argument> int_arg(flatbuffers::FlatBufferBuilder& b, int64_t v) {
+  return fb::CreateArgument(b, fb::Arg_IntArg, fb::CreateIntArg(b, v).Union());
+}
+
+flatbuffers::Offset<fb::Argument> ints_arg(flatbuffers::FlatBufferBuilder& b,
+                                           std::vector<int64_t> v) {
+  return fb::CreateArgument(b, fb::Arg_IntListArg, fb::CreateIntListArgDirect(b, &v).Union());
+}
+
+flatbuffers::Offset<fb::Value> value(flatbuffers::FlatBufferBuilder& b, fb::DType dtype,
+                                     std::vector<int64_t> shape, fb::ValueKind kind,
+                                     const char* key = nullptr) {
+  return fb::CreateValueDirect(b, dtype, &shape, kind, key, "v");
+}
+
+Bytes finish(flatbuffers::FlatBufferBuilder& b,
+             std::vector<flatbuffers::Offset<fb::Value>> values, std::vector<int32_t> inputs,
+             std::vector<int32_t> outputs, std::vector<flatbuffers::Offset<fb::Op>> ops) {
+  b.Finish(fb::CreateGraphDirect(b, 1, &values, &inputs, &outputs, &ops), fb::GraphIdentifier());
+  return Bytes(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+}
+
+flatbuffers::Offset<fb::Op> op(flatbuffers::FlatBufferBuilder& b, const char* kernel,
+                               std::vector<flatbuffers::Offset<fb::Argument>> args,
+                               uint32_t flags = 0) {
+  return fb::CreateOpDirect(b, kernel, kernel, fb::Provider_Reference,
+                            static_cast<fb::RouteFlags>(flags), &args, "op");
+}
+
+// x + c -> t; neg(t) -> out, with a constant and an intermediate.
+Bytes seed_add_chain() {
+  flatbuffers::FlatBufferBuilder b;
+  auto values = std::vector<flatbuffers::Offset<fb::Value>>{
+      value(b, fb::DType_Int64, {2, 3}, fb::ValueKind_Input),
+      value(b, fb::DType_Int64, {2, 3}, fb::ValueKind_Constant, "c"),
+      value(b, fb::DType_Int64, {2, 3}, fb::ValueKind_Intermediate),
+      value(b, fb::DType_Int64, {2, 3}, fb::ValueKind_Output)};
+  std::vector<flatbuffers::Offset<fb::Op>> ops;
+  ops.push_back(op(b, "aten::add.out", {tensor_arg(b, 0), tensor_arg(b, 1), int_arg(b, 1),
+                                        tensor_arg(b, 2)}));
+  ops.push_back(op(b, "aten::neg.out", {tensor_arg(b, 2), tensor_arg(b, 3)}));
+  return finish(b, std::move(values), {0}, {3}, std::move(ops));
+}
+
+// convolution with an optional bias and int lists.
+Bytes seed_conv() {
+  flatbuffers::FlatBufferBuilder b;
+  auto values = std::vector<flatbuffers::Offset<fb::Value>>{
+      value(b, fb::DType_Float32, {1, 3, 8, 8}, fb::ValueKind_Input),
+      value(b, fb::DType_Float32, {4, 3, 3, 3}, fb::ValueKind_Constant, "w"),
+      value(b, fb::DType_Float32, {1, 4, 6, 6}, fb::ValueKind_Output)};
+  auto none = fb::CreateArgument(b, fb::Arg_NoneArg, fb::CreateNoneArg(b).Union());
+  auto transposed = fb::CreateArgument(b, fb::Arg_BoolArg, fb::CreateBoolArg(b, false).Union());
+  std::vector<flatbuffers::Offset<fb::Op>> ops;
+  ops.push_back(op(b, "aten::convolution.out",
+                   {tensor_arg(b, 0), tensor_arg(b, 1), none, ints_arg(b, {1, 1}),
+                    ints_arg(b, {0, 0}), ints_arg(b, {1, 1}), transposed, ints_arg(b, {0, 0}),
+                    int_arg(b, 1), tensor_arg(b, 2)}));
+  return finish(b, std::move(values), {0}, {2}, std::move(ops));
+}
+
+// index.Tensor with a [None, idx] optional list, and a plain list bound as optional.
+Bytes seed_index() {
+  flatbuffers::FlatBufferBuilder b;
+  auto values = std::vector<flatbuffers::Offset<fb::Value>>{
+      value(b, fb::DType_Float32, {4, 5}, fb::ValueKind_Input),
+      value(b, fb::DType_Int64, {3}, fb::ValueKind_Input),
+      value(b, fb::DType_Float32, {4, 3}, fb::ValueKind_Output),
+      value(b, fb::DType_Float32, {3, 5}, fb::ValueKind_Output)};
+  std::vector<int32_t> optional_ids = {-1, 1};
+  std::vector<int32_t> plain_ids = {1};
+  auto optional_list = fb::CreateArgument(
+      b, fb::Arg_OptionalTensorListArg,
+      fb::CreateOptionalTensorListArgDirect(b, &optional_ids).Union());
+  auto plain_list = fb::CreateArgument(b, fb::Arg_TensorListArg,
+                                       fb::CreateTensorListArgDirect(b, &plain_ids).Union());
+  std::vector<flatbuffers::Offset<fb::Op>> ops;
+  ops.push_back(op(b, "aten::index.Tensor_out", {tensor_arg(b, 0), optional_list, tensor_arg(b, 2)},
+                   fb::RouteFlags_OptionalTensorLists));
+  ops.push_back(op(b, "aten::index.Tensor_out", {tensor_arg(b, 0), plain_list, tensor_arg(b, 3)},
+                   fb::RouteFlags_OptionalTensorLists));
+  return finish(b, std::move(values), {0, 1}, {2, 3}, std::move(ops));
+}
+
+// Deterministic xorshift: the smoke run is the same every time.
+struct Rng {
+  uint64_t state = 0x9E3779B97F4A7C15ull;
+  uint64_t next() {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  }
+  size_t below(size_t n) { return n == 0 ? 0 : static_cast<size_t>(next() % n); }
+};
+
+Bytes mutate(const Bytes& seed, const std::vector<Bytes>& seeds, Rng& rng) {
+  Bytes data = seed;
+  const int rounds = 1 + static_cast<int>(rng.below(4));
+  static const uint8_t kBoundary[] = {0x00, 0x01, 0x7f, 0x80, 0xff, 0xfe, 0x10, 0x40};
+  for (int r = 0; r < rounds && !data.empty(); ++r) {
+    switch (rng.below(5)) {
+      case 0:  // flip one bit
+        data[rng.below(data.size())] ^= static_cast<uint8_t>(1u << rng.below(8));
+        break;
+      case 1:  // boundary byte
+        data[rng.below(data.size())] = kBoundary[rng.below(sizeof(kBoundary))];
+        break;
+      case 2:  // truncate
+        data.resize(rng.below(data.size()));
+        break;
+      case 3: {  // overwrite a 4-byte word (offsets, lengths, ids)
+        size_t at = rng.below(data.size());
+        uint32_t word = static_cast<uint32_t>(rng.next());
+        for (size_t i = 0; i < 4 && at + i < data.size(); ++i) data[at + i] = (word >> (8 * i)) & 0xff;
+        break;
+      }
+      default: {  // splice in a piece of another seed
+        const Bytes& other = seeds[rng.below(seeds.size())];
+        size_t from = rng.below(other.size());
+        size_t len = rng.below(other.size() - from + 1);
+        size_t at = rng.below(data.size());
+        for (size_t i = 0; i < len && at + i < data.size(); ++i) data[at + i] = other[from + i];
+        break;
+      }
+    }
+  }
+  return data;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  long iterations = 20000;
+  std::vector<Bytes> inputs;
+  std::vector<Bytes> seeds = {seed_add_chain(), seed_conv(), seed_index()};
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--write-seeds=", 14) == 0) {
+      for (size_t s = 0; s < seeds.size(); ++s) {
+        std::ofstream out(std::string(argv[i] + 14) + "/seed" + std::to_string(s), std::ios::binary);
+        out.write(reinterpret_cast<const char*>(seeds[s].data()),
+                  static_cast<std::streamsize>(seeds[s].size()));
+      }
+      return 0;
+    }
+    if (std::strncmp(argv[i], "--iterations=", 13) == 0) {
+      iterations = std::strtol(argv[i] + 13, nullptr, 10);
+      continue;
+    }
+    std::ifstream file(argv[i], std::ios::binary);
+    inputs.emplace_back(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+  }
+  for (const Bytes& seed : seeds) LLVMFuzzerTestOneInput(seed.data(), seed.size());
+  for (const Bytes& input : inputs) LLVMFuzzerTestOneInput(input.data(), input.size());
+  Rng rng;
+  for (long i = 0; i < iterations; ++i) {
+    Bytes data = mutate(seeds[rng.below(seeds.size())], seeds, rng);
+    LLVMFuzzerTestOneInput(data.data(), data.size());
+  }
+  std::printf("payload fuzz smoke: %zu seeds, %zu files, %ld mutations, no crash\n", seeds.size(),
+              inputs.size(), iterations);
+  return 0;
+}
