@@ -93,3 +93,21 @@ def define_common_targets():
         ],
         visibility = ["//visibility:public"],
     )
+
+    # QAT conv-batch-norm folding (issue #4).
+    runtime.python_library(
+        name = "qat_conv_output_quantizer",
+        srcs = ["qat_conv_output_quantizer.py"],
+        visibility = ["//visibility:public"],
+    )
+
+    runtime.python_library(
+        name = "fuse_qat_conv_bn",
+        srcs = ["fuse_qat_conv_bn.py"],
+        deps = [
+            ":batch_norm_match",
+            ":pass_report",
+            ":program_constants",
+        ],
+        visibility = ["//visibility:public"],
+    )

@@ -105,3 +105,33 @@ def define_common_targets():
             ":bn_test_util",
         ],
     )
+
+    # QAT conv-batch-norm folding (issue #4): the real pt2e flow, whose convert_pt2e dominates the
+    # run time, so one target per weight granularity lets Bazel run them side by side.
+    runtime.python_test(
+        name = "fuse_qat_conv_bn_per_tensor_test",
+        srcs = ["fuse_qat_conv_bn_test.py"],
+        data = ["fuse_qat_conv_bn_sequences.json"],
+        env = {"QAT_WEIGHT_GRANULARITY": "per_tensor"},
+        size = "large",
+        deps = [
+            "//backends/transforms:batch_norm_match",
+            "//backends/transforms:fuse_qat_conv_bn",
+            "//backends/transforms:program_checks",
+            "//backends/transforms:qat_conv_output_quantizer",
+        ],
+    )
+
+    runtime.python_test(
+        name = "fuse_qat_conv_bn_per_channel_test",
+        srcs = ["fuse_qat_conv_bn_test.py"],
+        data = ["fuse_qat_conv_bn_sequences.json"],
+        env = {"QAT_WEIGHT_GRANULARITY": "per_channel"},
+        size = "large",
+        deps = [
+            "//backends/transforms:batch_norm_match",
+            "//backends/transforms:fuse_qat_conv_bn",
+            "//backends/transforms:program_checks",
+            "//backends/transforms:qat_conv_output_quantizer",
+        ],
+    )
