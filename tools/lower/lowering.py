@@ -166,7 +166,7 @@ def lower(program: ExportedProgram, target: str, setup: TargetSetup | None = Non
             copy.deepcopy(program),
             partitioner=setup.partitioners or None,
         )
-        analysis = analyse(edge.exported_program().graph_module, target, setup)
+        analysis = analyse(edge.exported_program().graph_module, setup)
         pte = edge.to_executorch().buffer
     except LowerError:
         raise
@@ -188,9 +188,14 @@ def lower(program: ExportedProgram, target: str, setup: TargetSetup | None = Non
 
 
 def analyse(
-    graph_module: torch.fx.GraphModule, target: str, setup: TargetSetup
+    graph_module: torch.fx.GraphModule, setup: TargetSetup
 ) -> tuple[Delegation, int, dict[str, Any]]:
-    """Counts delegated and left-out ops (grouped by reason) and the batch norms still executed."""
+    """Counts delegated and left-out ops (grouped by reason) and the batch norms still executed.
+
+    Batch norms inside a delegated subgraph count as executed only when the target's
+    ``describe_delegate`` says so: the CPU delegate reports what its preprocess folded; XNNPACK
+    folds batch norms into its convolutions in its own preprocess and is taken at its word.
+    """
     delegation = Delegation()
     batch_norms = 0
     details: dict[str, Any] = {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,4 +188,10 @@ def render_text(report: Report) -> str:
                 + " ".join(f"{x:.2f}" for x in r.load_average)
                 + f"; torch threads {r.threads}"
             )
+            cores = os.cpu_count() or 1
+            if r.load_average[0] > cores and r.threads > 1:
+                lines.append(
+                    f"  (busy machine: load {r.load_average[0]:.1f} on {cores} cores; "
+                    "multi-threaded paths suffer most, --threads 1 gives steadier ratios)"
+                )
     return "\n".join(lines)
