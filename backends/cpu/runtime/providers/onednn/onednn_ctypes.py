@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 
 _ENV_VAR = "ONEDNN_PROVIDER_SO"
+_PACKAGE = "backends/cpu/runtime/providers/onednn"
+_LIBRARY = "libonednn_provider_c.so"
 
 ADD, RELU, CLAMP = 0, 1, 2
 _OUTPUT_LAYOUTS = {"plain": 0, "channels_last": 1, "best": 2}
@@ -29,18 +31,18 @@ class PostOp:
 
 
 def library_path() -> str:
-    """The C ABI shared library: $ONEDNN_PROVIDER_SO, resolved against Bazel runfiles."""
+    """The C ABI library: $ONEDNN_PROVIDER_SO (a runfiles path or absolute), else the one Bazel
+    put next to this module in the runfiles, else bazel-bin's from the source tree."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [os.path.join(here, _LIBRARY), os.path.join("bazel-bin", _PACKAGE, _LIBRARY)]
     path = os.environ.get(_ENV_VAR)
-    if not path:
-        raise RuntimeError(
-            f"${_ENV_VAR} must name libonednn_provider_c.so (set by the Bazel target)"
-        )
-    for root in (os.environ.get("RUNFILES_DIR"), os.environ.get("TEST_SRCDIR"), os.getcwd()):
-        if root:
-            candidate = os.path.join(root, "et_cpu_plugin", path)
-            if os.path.exists(candidate):
-                return candidate
-    return os.path.abspath(path)
+    if path:
+        roots = (os.environ.get("RUNFILES_DIR"), os.environ.get("TEST_SRCDIR"), os.getcwd())
+        candidates = [os.path.join(r, "et_cpu_plugin", path) for r in roots if r] + [path]
+    for candidate in candidates:
+        if os.path.exists(candidate):
+            return os.path.abspath(candidate)
+    raise FileNotFoundError(f"{_LIBRARY} not found; looked at {candidates}")
 
 
 _i64p = ctypes.POINTER(ctypes.c_int64)
