@@ -80,3 +80,13 @@ def define_common_targets():
             "//backends/cpu/runtime/providers/onednn:onednn_ctypes",
         ],
     )
+
+    # Issue #9: the oneDNN provider vs eager and XNNPACK (networks, layers, GEMM GFLOP/s).
+    runtime.python_binary(
+        name = "onednn_bench",
+        main = "onednn_bench.py",
+        deps = [
+            ":harness",
+            "//backends/cpu/runtime/providers/onednn:onednn_ctypes",
+        ],
+    )
