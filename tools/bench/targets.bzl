@@ -37,14 +37,27 @@ def define_common_targets():
     )
 
     # Issue #8: every example model on the CPU delegate, no delegate, XNNPACK and eager.
-    runtime.python_binary(
-        name = "lower_bench",
-        main = "lower_bench.py",
+    runtime.python_library(
+        name = "lower_bench_lib",
+        srcs = ["lower_bench.py"],
         deps = [
             ":harness",
             "//tools/lower:examples",
             "//tools/lower:lower_lib",
         ],
+    )
+
+    runtime.python_binary(
+        name = "lower_bench",
+        main = "lower_bench.py",
+        deps = [":lower_bench_lib"],
+    )
+
+    runtime.python_test(
+        name = "lower_bench_test",
+        size = "medium",
+        srcs = ["lower_bench_test.py"],
+        deps = [":lower_bench_lib"],
     )
 
     # Issue #3: batch-norm folding pipeline time on 1,000- and 10,000-block conv-BN chains.
