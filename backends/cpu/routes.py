@@ -121,8 +121,12 @@ _ROUTE_LIST: tuple[Route, ...] = (
     _r("aten.logical_and.default", "aten::logical_and.out"),
     _r("aten.logical_or.default", "aten::logical_or.out"),
     _r("aten.logical_not.default", "aten::logical_not.out"),
-    _r("aten.bitwise_and.Tensor", "aten::bitwise_and.Tensor_out"),
-    _r("aten.bitwise_or.Tensor", "aten::bitwise_or.Tensor_out"),
+    _r("aten.logical_xor.default", "aten::logical_xor.out"),
+    *(
+        _r(f"aten.bitwise_{kind}.{variant}", f"aten::bitwise_{kind}.{variant}_out")
+        for kind in ("and", "or", "xor")
+        for variant in ("Tensor", "Scalar")
+    ),
     _r("aten.bitwise_not.default", "aten::bitwise_not.out"),
     *(
         _r(f"aten.{cmp}.{kind}", f"aten::{cmp}.{kind}_out")

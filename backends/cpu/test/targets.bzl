@@ -76,3 +76,15 @@ def define_common_targets():
             "//backends/cpu/serialization:graph_reader",
         ],
     )
+
+    # One tiny program per route family, run on the runtime: guards each op's argument encoding.
+    runtime.python_test(
+        name = "ops_run_test",
+        srcs = ["ops_run_test.py"],
+        deps = [
+            ":models",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/runtime:loader",
+            "//backends/cpu/serialization:graph_reader",
+        ],
+    )
