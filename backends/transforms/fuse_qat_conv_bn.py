@@ -155,7 +155,7 @@ class FuseQATConvBN:
         for chain in chains:
             slot = bias_slots.get(chain.conv)
             if slot is None:
-                continue  # already reported by the bias prep
+                continue  # its bias could not be prepared: reported by the bias prep
             widened = _fold(chain, slot, constants, report, orphan_candidates)
             if widened:
                 self.widened_channels[chain.conv.name] = widened
@@ -228,7 +228,9 @@ def _scalar(node: object, constants: ProgramConstants) -> float | None:
 def _match_chain(conv: Node, constants: ProgramConstants) -> QATChain | str:
     if _is_op(conv, aten.convolution.default) and conv.args[6]:
         return "transposed convolution is not supported"
-    chain: list[tuple[Node, str]] = []
+    operands = _quantized_operands(conv, constants)
+    if isinstance(operands, str):
+        return f"{operands}: no int32 bias to fold the batch norm into"
     node: Node = conv
     for what, ops in (
         ("convolution", (qd.quantize_per_tensor.default,)),
@@ -240,7 +242,6 @@ def _match_chain(conv: Node, constants: ProgramConstants) -> QATChain | str:
             return user
         if not _is_op(user, *ops):
             return f"{what} {node.name!r} feeds {user.name!r} ({user.target}), not the QAT chain"
-        chain.append((node, what))
         node = user
     div = node
     q = next(iter(conv.users))

@@ -28,6 +28,7 @@ from executorch.exir import EdgeCompileConfig, EdgeProgramManager, to_edge
 from executorch.extension.pybindings import portable_lib
 from torch import nn
 from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, InputSpec
 from torchao.quantization.pt2e import move_exported_model_to_eval
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_qat_pt2e
 
@@ -321,6 +322,39 @@ def test_outputs_stay_within_one_output_step(flow: Flow) -> None:
         assert within[name] >= 0.999, (name, within)
         # Below one step in theory; 1e-3 for float ties at a rounding boundary (seen: 1.0003).
         assert worst[name] <= 1.0 + 1e-3, (name, worst)
+
+
+def _as_kind(ep: ExportedProgram, kind: InputKind) -> ExportedProgram:
+    """A copy of `ep` whose parameters and buffers are all inputs of `kind` instead."""
+    ep = copy.deepcopy(ep)
+    specs = ep.graph_signature.input_specs
+    for index, spec in enumerate(specs):
+        if spec.kind not in (InputKind.PARAMETER, InputKind.BUFFER) or spec.target is None:
+            continue
+        value = ep.state_dict.pop(spec.target).detach()
+        if kind == InputKind.CONSTANT_TENSOR:
+            ep.constants[spec.target] = value
+            persistent = None
+        else:
+            ep.state_dict[spec.target] = value
+            persistent = True
+        specs[index] = InputSpec(kind, spec.arg, spec.target, persistent)
+    check_program_consistency(ep)
+    return ep
+
+
+@pytest.mark.parametrize("kind", [InputKind.BUFFER, InputKind.CONSTANT_TENSOR])
+def test_folds_whatever_kind_the_constants_are(flow: Flow, kind: InputKind) -> None:
+    """Biases and statistics as buffers or lifted constants fold to the same int32 biases."""
+    ep = _as_kind(flow.before, kind)
+    report = FuseQATConvBN()(ep)
+    assert report.folded == len(CHAIN_BLOCKS) and report.skipped == [], report.to_dict()
+    check_program_consistency(ep)
+    reference = _convs(flow.after)
+    for name, conv in _convs(ep).items():
+        expected = _bias_scale_and_values(flow.after, reference[name])
+        scale, values = _bias_scale_and_values(ep, conv)
+        assert torch.equal(scale, expected[0]) and torch.equal(values, expected[1]), name
 
 
 def test_torchao_folded_conv_gets_its_int32_bias(flow: Flow) -> None:
