@@ -376,9 +376,10 @@ def _fmt(value: float | None, spec: str) -> str:
     return format(value, spec)
 
 
-def render_text(results: Sequence[BenchmarkResult]) -> str:
-    """A fixed-width table per benchmark, with the load note and any errors underneath."""
-    lines: list[str] = [_environment_line()]
+def render_text(results: Sequence[BenchmarkResult], environment: bool = True) -> str:
+    """A fixed-width table per benchmark, with the load note and any errors underneath; first a
+    line describing the environment unless ``environment`` is False."""
+    lines: list[str] = [_environment_line()] if environment else []
     header = (
         f"{'variant':<22} {'median ms':>11} {'min ms':>10} {'max ms':>10} {'n':>3} "
         f"{'x baseline':>10} {'setup s':>8} {'peak MiB':>9} {'+import MiB':>11}"
@@ -493,19 +494,22 @@ def main(
     if not selected:
         print(f"error: no benchmark named {args.only}", file=sys.stderr)
         return 2
-    results = [run_benchmark(b, options, progress) for b in selected]
-    text = render_text(results)
+    # Tables go out as each benchmark finishes (a full run can take many minutes); with --json -
+    # stdout carries only the JSON document, so the tables go to stderr.
+    table_stream = sys.stderr if args.json == "-" else sys.stdout
+    print(_environment_line(), file=table_stream, flush=True)
+    results: list[BenchmarkResult] = []
+    for bench in selected:
+        results.append(run_benchmark(bench, options, progress))
+        print(render_text(results[-1:], environment=False), file=table_stream, flush=True)
     if args.json == "-":
         print(json.dumps(to_json(results), indent=2))
-        print(text, file=sys.stderr)
-    else:
-        print(text)
-        if args.json:
-            path = args.json
-            if not os.path.isabs(path) and os.environ.get("BUILD_WORKING_DIRECTORY"):
-                path = os.path.join(os.environ["BUILD_WORKING_DIRECTORY"], path)
-            with open(path, "w") as f:
-                json.dump(to_json(results), f, indent=2)
+    elif args.json:
+        path = args.json
+        if not os.path.isabs(path) and os.environ.get("BUILD_WORKING_DIRECTORY"):
+            path = os.path.join(os.environ["BUILD_WORKING_DIRECTORY"], path)
+        with open(path, "w") as f:
+            json.dump(to_json(results), f, indent=2)
     failed = any(v.error for r in results for v in r.variants)
     return 1 if failed else 0
 
