@@ -80,3 +80,15 @@ def define_common_targets():
             "//backends/cpu/runtime/providers/onednn:onednn_ctypes",
         ],
     )
+
+    # Issue #6: the C++ CPU delegate runtime vs no delegate, XNNPACK and eager (ratios, peak memory).
+    runtime.python_binary(
+        name = "cpu_delegate_bench",
+        main = "cpu_delegate_bench.py",
+        deps = [
+            ":harness",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/runtime:loader",
+            "//tools/lower:examples",
+        ],
+    )

@@ -30,7 +30,8 @@ def default_library_path() -> str:
     candidates = []
     if os.environ.get(ENV_LIBRARY):
         candidates.append(os.environ[ENV_LIBRARY])
-    for root in (os.environ.get("RUNFILES_DIR"), os.environ.get("TEST_SRCDIR")):
+    runfiles_roots = ("RUNFILES_DIR", "TEST_SRCDIR", "PYTHON_RUNFILES")
+    for root in (os.environ.get(name) for name in runfiles_roots):
         if root:
             candidates.append(os.path.join(root, _RUNFILES_PATH))
     # `bazel run` / a plain py_binary: runfiles beside the entry script.
