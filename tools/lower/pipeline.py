@@ -207,7 +207,7 @@ def _time_paths(
         options = harness.Options(
             repeats=request.runs, warmup=1, min_repeats=3, budget_s=10.0, memory=False
         )
-        result = harness.run_benchmark(benchmark, options)
+        result = harness.run_benchmark(benchmark, options, say)
     for v in result.variants:
         row = rows[v.name]
         row.median_ms = v.median_ms
