@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/runtime/memory_planner.h"
 #include "backends/cpu/serialization/schema_generated.h"
 
 #ifdef PAYLOAD_SEEDS_ONLY
@@ -162,6 +163,39 @@ Bytes mutate(const Bytes& seed, const std::vector<Bytes>& seeds, Rng& rng) {
   return data;
 }
 
+#ifndef PAYLOAD_SEEDS_ONLY
+// Property check of the arena planner on random lifetimes: buffers alive at the same time never
+// share a byte, every offset is aligned, and the arena covers every buffer.
+void check_memory_planner(Rng& rng, int rounds) {
+  using et_cpu_plugin::cpu::BufferRequest;
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<BufferRequest> requests(rng.below(40));
+    for (auto& request : requests) {
+      request.bytes = rng.below(5) == 0 ? 0 : 1 + rng.below(5000);
+      request.first_op = rng.below(30);
+      request.last_op = request.first_op + rng.below(10);
+    }
+    auto plan = et_cpu_plugin::cpu::plan_memory(requests, 64);
+    for (size_t a = 0; a < requests.size(); ++a) {
+      if (plan.offsets[a] % 64 != 0 || plan.offsets[a] + requests[a].bytes > plan.arena_bytes) {
+        std::fprintf(stderr, "planner: buffer %zu misplaced\n", a);
+        std::abort();
+      }
+      for (size_t b = a + 1; b < requests.size(); ++b) {
+        bool alive_together = requests[a].first_op <= requests[b].last_op &&
+                              requests[b].first_op <= requests[a].last_op;
+        bool bytes_overlap = plan.offsets[a] < plan.offsets[b] + requests[b].bytes &&
+                             plan.offsets[b] < plan.offsets[a] + requests[a].bytes;
+        if (alive_together && bytes_overlap) {
+          std::fprintf(stderr, "planner: live buffers %zu and %zu overlap\n", a, b);
+          std::abort();
+        }
+      }
+    }
+  }
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -191,6 +225,9 @@ int main(int argc, char** argv) {
     Bytes data = mutate(seeds[rng.below(seeds.size())], seeds, rng);
     LLVMFuzzerTestOneInput(data.data(), data.size());
   }
+#ifndef PAYLOAD_SEEDS_ONLY
+  check_memory_planner(rng, 2000);
+#endif
   std::printf("payload fuzz smoke: %zu seeds, %zu files, %ld mutations, no crash\n", seeds.size(),
               inputs.size(), iterations);
   return 0;

@@ -195,3 +195,13 @@ def test_every_route_in_the_route_table_binds() -> None:
     assert not unbindable
     assert loader.kernel_status("aten::no_such_op.out") == "no out-variant schema"
     assert loader.kernel_status("aten::hypot.out") == "not in the operator registry"
+
+
+def test_route_on_an_absent_optimized_provider_falls_back_to_reference() -> None:
+    # Provider.Optimized (1) has no provider registered in this build: Reference takes the op.
+    graph = _add_graph(torch.int64, [2])
+    graph.ops[0].provider = 1
+    x, y = torch.tensor([2**62, -1]), torch.tensor([5, 2**60])
+    module = _load(program(_add, (x, y), graph))
+    (out,) = module.forward([x, y])
+    assert torch.equal(out, x + y)
