@@ -101,13 +101,18 @@ Error CompiledGraph::compile(const void* data, size_t size, const NamedDataMap* 
 Error CompiledGraph::plan_arena() {
   // Only intermediates live in the arena; inputs and outputs are the caller's memory, constants
   // the program's.
+  // An intermediate listed as a graph output is copied out after the last op: it stays alive
+  // to the end.
+  std::vector<bool> copied_out(spec_.values.size(), false);
+  for (int32_t id : spec_.outputs) copied_out[id] = true;
   std::vector<BufferRequest> requests;
   std::vector<size_t> owners;
   for (size_t i = 0; i < spec_.values.size(); ++i) {
     const ValueSpec& value = spec_.values[i];
     if (value.kind == ValueKind::Intermediate && value.producer >= 0 && value.nbytes > 0) {
+      size_t last_use = copied_out[i] ? spec_.ops.size() : static_cast<size_t>(value.last_use);
       requests.push_back(BufferRequest{value.nbytes, static_cast<size_t>(value.producer),
-                                       static_cast<size_t>(value.last_use)});
+                                       last_use});
       owners.push_back(i);
       unplanned_bytes_ += (value.nbytes + kAlignment - 1) / kAlignment * kAlignment;
     }

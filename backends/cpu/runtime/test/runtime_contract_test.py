@@ -205,3 +205,22 @@ def test_route_on_an_absent_optimized_provider_falls_back_to_reference() -> None
     module = _load(program(_add, (x, y), graph))
     (out,) = module.forward([x, y])
     assert torch.equal(out, x + y)
+
+
+def test_intermediate_listed_as_output_keeps_its_arena_slot_to_the_end() -> None:
+    # t1 = x + x is also a graph output; t3, produced after t1's last reader, must not reuse its
+    # bytes, since outputs that are not Output values are copied out after the last op.
+    n = 8
+
+    def doubled(value_in: int, value_out: int) -> Op:
+        return Op("aten::add.out", [tensor(value_in), tensor(value_in), int_(1), tensor(value_out)])
+
+    values = [Value(torch.int64, [n], INPUT)]
+    values += [Value(torch.int64, [n], INTERMEDIATE) for _ in range(3)]
+    values += [Value(torch.int64, [n], OUTPUT)]
+    graph = Graph(values, [0], [1, 4], [doubled(i, i + 1) for i in range(4)])
+    x = torch.arange(n) + 2**40
+    module = _load(program(lambda a: (a + a, a - a), (x,), graph))
+    first, last = module.forward([x])
+    assert torch.equal(first, 2 * x)
+    assert torch.equal(last, 16 * x)
