@@ -4,7 +4,9 @@ portable kernels), the XNNPACK delegate, and eager PyTorch. Ratios are against t
 "setup s" is export plus lowering (eager: building the model); peak memory is per path, each in a
 fresh process.
 
-    bazel run //tools/bench:lower_bench -- [--only resnet] [--size small] [--json out.json]
+    bazel run //tools/bench:lower_bench -- [--only resnet] [--size small] [--threads 1] [--json F]
+
+The memory subprocesses do not inherit --threads (peak memory hardly depends on it).
 """
 
 from __future__ import annotations
@@ -61,16 +63,29 @@ def make_eager(example: str, size: str) -> harness.Runner:
     return run
 
 
-def _size_from_argv() -> str:
-    # --size is ours; everything else goes to the harness.
-    if "--size" in sys.argv:
-        i = sys.argv.index("--size")
-        size = sys.argv[i + 1] if i + 1 < len(sys.argv) else ""
-        del sys.argv[i : i + 2]
-        if size not in ("small", "full"):
-            raise SystemExit(f"lower_bench: --size must be small or full, got {size!r}")
-        return size
-    return "full"
+def _take_option(flag: str) -> str | None:
+    # Our own options; everything else goes to the harness.
+    if flag not in sys.argv:
+        return None
+    i = sys.argv.index(flag)
+    value = sys.argv[i + 1] if i + 1 < len(sys.argv) else ""
+    del sys.argv[i : i + 2]
+    return value
+
+
+def _configure_from_argv() -> str:
+    """Applies --threads N (eager and ExecuTorch's threadpool) and returns --size (default full)."""
+    size = _take_option("--size") or "full"
+    if size not in ("small", "full"):
+        raise SystemExit(f"lower_bench: --size must be small or full, got {size!r}")
+    threads = _take_option("--threads")
+    if threads is not None:
+        if not threads.isdigit() or int(threads) < 1:
+            raise SystemExit(f"lower_bench: --threads must be a positive integer, got {threads!r}")
+        from tools.lower.pipeline import set_threads
+
+        set_threads(int(threads))
+    return size
 
 
 SIZE = "full"
@@ -98,10 +113,11 @@ def benchmarks() -> list[harness.Benchmark]:
 
 
 if __name__ == "__main__":
-    SIZE = _size_from_argv()
+    SIZE = _configure_from_argv()
     raise SystemExit(
         harness.main(
             benchmarks,
-            description=__doc__.split("\n\n")[0] + " (extra option: --size small|full)",
+            description=__doc__.split("\n\n")[0]
+            + " (extra options: --size small|full, --threads N)",
         )
     )
