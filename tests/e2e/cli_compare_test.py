@@ -2,30 +2,12 @@
 lowered and timed side by side with XNNPACK, no delegate and eager (--compare), with --json."""
 
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import torch
 
+from tests.e2e.lower_binary import run_lower_binary
 from tools.lower.examples import get_example
-
-# Relative to the runfiles tree, which is the working directory when the test starts.
-_BINARY = os.path.abspath(os.environ["LOWER_BINARY"])
-
-
-def _run(args: list[str], workdir: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["BUILD_WORKING_DIRECTORY"] = str(workdir)  # what `bazel run` sets
-    return subprocess.run(
-        [_BINARY, *args],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 def test_a_saved_program_at_a_relative_path_with_compare_and_json(tmp_path: Path) -> None:
@@ -34,7 +16,7 @@ def test_a_saved_program_at_a_relative_path_with_compare_and_json(tmp_path: Path
     torch.export.save(program, str(tmp_path / "mlp.pt2"))
     args = ["mlp.pt2", "-o", "out/mlp.pte", "--compare", "--runs", "3", "--json", "r.json"]
     (tmp_path / "out").mkdir()
-    proc = _run(args, tmp_path)
+    proc = run_lower_binary(args, tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["inputs_origin"] == "example inputs saved with the program"

@@ -1,30 +1,13 @@
 """End to end through the real `//tools/lower` binary, as a user runs it: no arguments (README's
 main-job command), and a bad path."""
 
-import os
-import subprocess
 from pathlib import Path
 
-# Relative to the runfiles tree, which is the working directory when the test starts.
-_BINARY = os.path.abspath(os.environ["LOWER_BINARY"])
-
-
-def _run(args: list[str], workdir: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["BUILD_WORKING_DIRECTORY"] = str(workdir)  # what `bazel run` sets
-    return subprocess.run(
-        [_BINARY, *args],
-        cwd=workdir,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+from tests.e2e.lower_binary import run_lower_binary
 
 
 def test_no_arguments_lowers_the_default_example_end_to_end(tmp_path: Path) -> None:
-    proc = _run(["--runs", "2"], tmp_path)
+    proc = run_lower_binary(["--runs", "2"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "resnet.pte").stat().st_size > 0
     out = proc.stdout
@@ -36,7 +19,7 @@ def test_no_arguments_lowers_the_default_example_end_to_end(tmp_path: Path) -> N
 
 
 def test_a_missing_model_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    proc = _run(["nope.pt2"], tmp_path)
+    proc = run_lower_binary(["nope.pt2"], tmp_path)
     assert proc.returncode == 2
     assert (
         proc.stderr.strip().splitlines()[-1] == f"lower: error: {tmp_path}/nope.pt2: no such file"

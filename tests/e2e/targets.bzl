@@ -29,6 +29,11 @@ def define_common_targets():
             deps = [":lower_e2e"],
         )
 
+    runtime.python_library(
+        name = "lower_binary",
+        srcs = ["lower_binary.py"],
+    )
+
     # These run the real binary in a subprocess, the way `bazel run //tools/lower` does.
     for name in ["cli_default_test", "cli_compare_test"]:
         runtime.python_test(
@@ -37,7 +42,10 @@ def define_common_targets():
             srcs = [name + ".py"],
             data = ["//tools/lower"],
             env = {"LOWER_BINARY": "$(rootpath //tools/lower)"},
-            deps = ["//tools/lower:examples"],
+            deps = [
+                ":lower_binary",
+                "//tools/lower:examples",
+            ],
         )
 
     runtime.python_test(
