@@ -54,14 +54,17 @@ def _r(op: str, kernel: str, **kwargs: object) -> Route:
 
 
 _OPTIONAL_LISTS = RouteFlag.OPTIONAL_TENSOR_LISTS
+_OPT = Provider.OPTIMIZED
 
 _ROUTE_LIST: tuple[Route, ...] = (
     # Convolution and matrix products.
-    _r("aten.convolution.default", "aten::convolution.out"),
-    _r("aten.linear.default", "aten::linear.out", keep_undecomposed=True),
-    _r("aten.addmm.default", "aten::addmm.out"),
-    _r("aten.mm.default", "aten::mm.out"),
-    _r("aten.bmm.default", "aten::bmm.out"),
+    # Convolution and matrix products: the optimized provider (oneDNN) takes them where its
+    # constraints hold (float32, constant weights, not transposed, ...), Reference otherwise.
+    _r("aten.convolution.default", "aten::convolution.out", provider=_OPT),
+    _r("aten.linear.default", "aten::linear.out", provider=_OPT, keep_undecomposed=True),
+    _r("aten.addmm.default", "aten::addmm.out", provider=_OPT),
+    _r("aten.mm.default", "aten::mm.out", provider=_OPT),
+    _r("aten.bmm.default", "aten::bmm.out", provider=_OPT),
     # Elementwise arithmetic.
     _r("aten.add.Tensor", "aten::add.out"),
     _r("aten.add.Scalar", "aten::add.Scalar_out"),

@@ -3,7 +3,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
+#include <unordered_set>
 
 #include <executorch/runtime/kernel/kernel_runtime_context.h>
 #include <executorch/runtime/platform/log.h>
@@ -90,6 +92,7 @@ Error CompiledGraph::compile(const void* data, size_t size, const NamedDataMap* 
                              std::unique_ptr<CompiledGraph>* out) {
   std::unique_ptr<CompiledGraph> graph(new CompiledGraph());
   Error error = read_payload(data, size, &graph->spec_);
+  if (error == Error::Ok) graph->find_fusion_candidates();
   if (error == Error::Ok) error = graph->plan_arena();
   if (error == Error::Ok) error = graph->build_tensors(constants);
   if (error == Error::Ok) error = graph->bind_ops();
@@ -105,13 +108,22 @@ Error CompiledGraph::plan_arena() {
   // to the end.
   std::vector<bool> copied_out(spec_.values.size(), false);
   for (int32_t id : spec_.outputs) copied_out[id] = true;
+  // A step fused into an earlier op is written when that op runs: its result must not share
+  // bytes with anything alive from then on (e.g. the fused op's own input).
+  std::vector<int64_t> first_write(spec_.values.size(), -1);
+  for (size_t i = 0; i < spec_.values.size(); ++i) first_write[i] = spec_.values[i].producer;
+  for (size_t op = 0; op < fusable_.size(); ++op) {
+    for (const FusionCandidate& step : fusable_[op]) {
+      first_write[step.output] = static_cast<int64_t>(op);
+    }
+  }
   std::vector<BufferRequest> requests;
   std::vector<size_t> owners;
   for (size_t i = 0; i < spec_.values.size(); ++i) {
     const ValueSpec& value = spec_.values[i];
     if (value.kind == ValueKind::Intermediate && value.producer >= 0 && value.nbytes > 0) {
       size_t last_use = copied_out[i] ? spec_.ops.size() : static_cast<size_t>(value.last_use);
-      requests.push_back(BufferRequest{value.nbytes, static_cast<size_t>(value.producer),
+      requests.push_back(BufferRequest{value.nbytes, static_cast<size_t>(first_write[i]),
                                        last_use});
       owners.push_back(i);
       unplanned_bytes_ += (value.nbytes + kAlignment - 1) / kAlignment * kAlignment;
@@ -277,23 +289,160 @@ EValue* CompiledGraph::build_arg(const ArgValue& arg) {
   return &none_;
 }
 
+
+namespace {
+
+// A scalar argument as a double; false when it is not a number.
+bool scalar_value(const ArgValue& arg, double* out) {
+  if (arg.type == ArgValue::Type::Double) {
+    *out = arg.double_value;
+    return true;
+  }
+  if (arg.type == ArgValue::Type::Int) {
+    *out = static_cast<double>(arg.int_value);
+    return true;
+  }
+  return false;
+}
+
+bool same_tensor_type(const ValueSpec& a, const ValueSpec& b) {
+  return a.dtype == b.dtype && a.shape == b.shape;
+}
+
+}  // namespace
+
+void CompiledGraph::find_fusion_candidates() {
+  const size_t num_ops = spec_.ops.size();
+  const size_t num_values = spec_.values.size();
+  fusable_.assign(num_ops, {});
+  // Readers and outputs per value, from the ops' tensor arguments.
+  std::vector<int> reads(num_values, 0);
+  std::vector<int64_t> reader(num_values, -1);
+  std::vector<std::vector<int32_t>> written(num_ops);
+  for (size_t v = 0; v < num_values; ++v) {
+    if (spec_.values[v].producer >= 0) written[spec_.values[v].producer].push_back(v);
+  }
+  for (size_t op = 0; op < num_ops; ++op) {
+    for (const ArgValue& arg : spec_.ops[op].args) {
+      auto count = [&](int32_t id) {
+        if (id < 0 || spec_.values[id].producer == static_cast<int64_t>(op)) return;
+        ++reads[id];
+        reader[id] = static_cast<int64_t>(op);
+      };
+      if (arg.type == ArgValue::Type::Tensor) count(arg.tensor);
+      for (int32_t id : arg.tensors) count(id);
+    }
+  }
+  std::vector<bool> is_graph_output(num_values, false);
+  for (int32_t id : spec_.outputs) is_graph_output[id] = true;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+
+  for (size_t head = 0; head < num_ops; ++head) {
+    if (spec_.ops[head].provider == kReferenceProviderId || written[head].size() != 1) continue;
+    int32_t current = written[head][0];
+    for (size_t k = head + 1; k < num_ops && fusable_[head].size() < 3; ++k) {
+      const ValueSpec& value = spec_.values[current];
+      const OpSpec& step = spec_.ops[k];
+      // The result we would stop materializing must be an intermediate only this step reads.
+      if (value.kind != ValueKind::Intermediate || is_graph_output[current] ||
+          reads[current] != 1 || reader[current] != static_cast<int64_t>(k) ||
+          written[k].size() != 1 || value.dtype != ScalarType::Float) {
+        break;
+      }
+      const int32_t result = written[k][0];
+      if (!same_tensor_type(value, spec_.values[result])) break;
+      const std::vector<ArgValue>& a = step.args;
+      auto is_current = [&](const ArgValue& arg) {
+        return arg.type == ArgValue::Type::Tensor && arg.tensor == current;
+      };
+      FusionCandidate candidate{FusableStep::Kind::kRelu, 0.0, 0.0, -1, result};
+      if (step.route == "aten.relu.default" && a.size() == 2 && is_current(a[0])) {
+        candidate.kind = FusableStep::Kind::kRelu;
+      } else if ((step.route == "aten.hardtanh.default" || step.route == "aten.clamp.default") &&
+                 a.size() == 4 && is_current(a[0])) {
+        candidate.kind = FusableStep::Kind::kClamp;
+        candidate.min = -kInf;
+        candidate.max = kInf;
+        if (a[1].type != ArgValue::Type::None && !scalar_value(a[1], &candidate.min)) break;
+        if (a[2].type != ArgValue::Type::None && !scalar_value(a[2], &candidate.max)) break;
+      } else if (step.route == "aten.add.Tensor" && a.size() == 4 &&
+                 (is_current(a[0]) != is_current(a[1]))) {
+        double alpha = 0.0;
+        const ArgValue& other = is_current(a[0]) ? a[1] : a[0];
+        if (!scalar_value(a[2], &alpha) || alpha != 1.0 || other.type != ArgValue::Type::Tensor) {
+          break;
+        }
+        const ValueSpec& operand = spec_.values[other.tensor];
+        // Ready before the head runs: an input, a constant or an earlier op's result.
+        bool ready = operand.kind == ValueKind::Input || operand.kind == ValueKind::Constant ||
+                     (operand.producer >= 0 && operand.producer < static_cast<int64_t>(head));
+        if (!ready || !same_tensor_type(operand, value)) break;
+        candidate.kind = FusableStep::Kind::kAdd;
+        candidate.residual = other.tensor;
+      } else {
+        break;
+      }
+      fusable_[head].push_back(candidate);
+      current = result;
+    }
+  }
+}
+
 Error CompiledGraph::bind_ops() {
   ops_.resize(spec_.ops.size());
   const KernelProvider& reference = reference_provider();
+  sessions_.resize(256);
+  session_by_id_.assign(256, nullptr);
+  std::vector<bool> opened(256, false);
   for (size_t i = 0; i < spec_.ops.size(); ++i) {
     const OpSpec& spec = spec_.ops[i];
     Op& op = ops_[i];
+    if (op.provider != nullptr) continue;  // fused into an earlier op
     op.args.reserve(spec.args.size() + 1);
-    for (const ArgValue& arg : spec.args) op.args.push_back(build_arg(arg));
+    std::vector<char> constant_flags;
+    for (const ArgValue& arg : spec.args) {
+      op.args.push_back(build_arg(arg));
+      constant_flags.push_back(arg.type == ArgValue::Type::Tensor &&
+                               spec_.values[arg.tensor].kind == ValueKind::Constant);
+    }
     // ExecuTorch's generated kernel wrappers take one stack slot after the arguments for the
     // result (executorch/codegen/gen.py: num_boxed_args = arguments + 1) and may overwrite it.
     list_evalues_.emplace_back();
     op.args.push_back(&list_evalues_.back());
+    constant_flags.push_back(false);
+    std::unique_ptr<bool[]> is_constant(new bool[constant_flags.size()]);
+    for (size_t a = 0; a < constant_flags.size(); ++a) is_constant[a] = constant_flags[a] != 0;
+
     OpBinding binding{spec.name.c_str(), spec.route.c_str(), spec.kernel.c_str(), spec.flags,
                       Span<EValue*>(op.args.data(), op.args.size())};
+    binding.arg_is_constant = is_constant.get();
+    bool_lists_.push_back(std::move(is_constant));
     const KernelProvider* provider = find_kernel_provider(spec.provider);
     Error error = Error::NotSupported;
+    std::string reason = "no such provider in this build";
+    size_t fused = 0;
+    std::vector<FusableStep> steps;
     if (provider != nullptr && provider != &reference) {
+      if (!opened[spec.provider]) {
+        opened[spec.provider] = true;
+        sessions_[spec.provider] = provider->open_session();
+        session_by_id_[spec.provider] = sessions_[spec.provider].get();
+      }
+      for (const FusionCandidate& c : fusable_[i]) {
+        FusableStep step;
+        step.kind = c.kind;
+        step.min = c.min;
+        step.max = c.max;
+        step.residual = c.residual >= 0 ? &tensors_[c.residual].evalue : nullptr;
+        step.output = &tensors_[c.output].evalue;
+        step.op_name = spec_.ops[i + 1 + steps.size()].name.c_str();
+        steps.push_back(step);
+      }
+      binding.session = session_by_id_[spec.provider];
+      binding.fusable = Span<const FusableStep>(steps.data(), steps.size());
+      binding.fused_steps = &fused;
+      binding.decline_reason = &reason;
+      reason.clear();
       error = provider->bind(binding, &op.kernel);
       if (error != Error::Ok && error != Error::NotSupported) {
         return report_error(error, "op %zu (%s, route '%s'): provider %s failed to bind kernel %s",
@@ -301,9 +450,25 @@ Error CompiledGraph::bind_ops() {
                             spec.kernel.c_str());
       }
       op.provider = provider;
+      if (error == Error::Ok) {
+        if (fused > steps.size()) fused = steps.size();
+        op.placement = std::string(spec.name) + " " + spec.kernel + ": " + provider->name();
+        for (size_t f = 0; f < fused; ++f) {
+          Op& skipped = ops_[i + 1 + f];
+          skipped.provider = provider;
+          skipped.placement = spec_.ops[i + 1 + f].name + " " + spec_.ops[i + 1 + f].kernel +
+                              ": fused into " + spec.name + " (" + provider->name() + ")";
+        }
+      }
     }
     if (error == Error::NotSupported) {
       // Declined (or no such provider in this build): ExecuTorch's own kernel takes it.
+      op.placement = std::string(spec.name) + " " + spec.kernel + ": Reference";
+      if (spec.provider != kReferenceProviderId) {
+        op.placement += " (declined by " +
+                        std::string(provider != nullptr ? provider->name() : "a missing provider") +
+                        ": " + (reason.empty() ? "no reason given" : reason) + ")";
+      }
       op.provider = &reference;
       error = reference.bind(binding, &op.kernel);
       if (error != Error::Ok) {
@@ -312,6 +477,28 @@ Error CompiledGraph::bind_ops() {
                             "registry",
                             i, spec.name.c_str(), spec.route.c_str(), spec.kernel.c_str());
       }
+    }
+  }
+  // Sessions learn which tensors other providers (or the caller) read, then may settle layouts.
+  for (size_t id = 0; id < sessions_.size(); ++id) {
+    if (!sessions_[id]) continue;
+    const KernelProvider* owner = find_kernel_provider(static_cast<uint8_t>(id));
+    std::unordered_set<const TensorImpl*> outside;
+    for (int32_t v : spec_.outputs) outside.insert(tensors_[v].impl.get());
+    for (size_t j = 0; j < spec_.ops.size(); ++j) {
+      if (ops_[j].provider == owner) continue;
+      for (const ArgValue& arg : spec_.ops[j].args) {
+        if (arg.type == ArgValue::Type::Tensor) outside.insert(tensors_[arg.tensor].impl.get());
+        for (int32_t t : arg.tensors) {
+          if (t >= 0) outside.insert(tensors_[t].impl.get());
+        }
+      }
+    }
+    Error error = sessions_[id]->finalize(
+        [&outside](const TensorImpl* tensor) { return outside.count(tensor) > 0; });
+    if (error != Error::Ok) {
+      return report_error(error, "provider %s failed to finalize the graph's kernels",
+                          owner != nullptr ? owner->name() : "?");
     }
   }
   // Outputs: the first listing of an Output value is bound to the caller's buffer; anything else
@@ -332,6 +519,27 @@ size_t CompiledGraph::num_ops_on_other_providers() const {
   size_t count = 0;
   for (const Op& op : ops_) count += op.provider != &reference_provider() ? 1 : 0;
   return count;
+}
+
+size_t CompiledGraph::num_fused_ops() const {
+  size_t count = 0;
+  for (const Op& op : ops_) count += op.kernel == nullptr ? 1 : 0;
+  return count;
+}
+
+size_t CompiledGraph::provider_bytes() const {
+  size_t bytes = 0;
+  for (const auto& session : sessions_) bytes += session ? session->held_bytes() : 0;
+  return bytes;
+}
+
+std::string CompiledGraph::placement() const {
+  std::string text;
+  for (const Op& op : ops_) text += op.placement + "\n";
+  for (const auto& session : sessions_) {
+    if (session && !session->summary().empty()) text += session->summary() + "\n";
+  }
+  return text;
 }
 
 Error CompiledGraph::check_io(const EValue* given, int32_t id, const char* role,
@@ -394,6 +602,7 @@ Error CompiledGraph::execute(Span<EValue*> args, MemoryAllocator* temp_allocator
     }
   }
   for (size_t i = 0; i < ops_.size(); ++i) {
+    if (ops_[i].kernel == nullptr) continue;  // fused into an earlier op
     KernelRuntimeContext context(nullptr, temp_allocator);
     Error error = ops_[i].kernel->run(context);
     if (error != Error::Ok) {

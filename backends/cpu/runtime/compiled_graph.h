@@ -45,6 +45,12 @@ class CompiledGraph {
   size_t num_ops() const { return ops_.size(); }
   // How many ops a non-Reference provider took.
   size_t num_ops_on_other_providers() const;
+  // How many ops a provider fused into the op before them (they do not run on their own).
+  size_t num_fused_ops() const;
+  // Bytes providers hold for this graph beside the arena (reordered weights, scratchpads).
+  size_t provider_bytes() const;
+  // One line per op: where it runs and, for a declined op, why ("op kernel: Provider ...").
+  std::string placement() const;
 
   CompiledGraph(const CompiledGraph&) = delete;
   CompiledGraph& operator=(const CompiledGraph&) = delete;
@@ -63,9 +69,21 @@ class CompiledGraph {
 
   struct Op {
     std::vector<executorch::runtime::EValue*> args;
-    std::unique_ptr<BoundKernel> kernel;
+    std::unique_ptr<BoundKernel> kernel;  // null when fused into an earlier op
     const KernelProvider* provider = nullptr;
+    std::string placement;
   };
+
+  // An elementwise op that may ride along with the op before it (see FusableStep).
+  struct FusionCandidate {
+    FusableStep::Kind kind;
+    double min = 0.0;
+    double max = 0.0;
+    int32_t residual = -1;  // kAdd: value id of the other operand
+    int32_t output = -1;    // value id the step writes
+  };
+
+  void find_fusion_candidates();
 
   executorch::runtime::Error build_tensors(const executorch::runtime::NamedDataMap* constants);
   executorch::runtime::Error plan_arena();
@@ -77,6 +95,9 @@ class CompiledGraph {
   GraphSpec spec_;
   std::vector<Tensor> tensors_;  // one per value, never resized after build_tensors
   std::vector<Op> ops_;
+  std::vector<std::vector<FusionCandidate>> fusable_;  // per op, offered to its provider
+  std::vector<std::unique_ptr<ProviderSession>> sessions_;  // per provider id, opened lazily
+  std::vector<ProviderSession*> session_by_id_;
 
   // Stable storage for kernel arguments (deques never move their elements).
   executorch::runtime::EValue none_;

@@ -7,10 +7,14 @@
 //   et_cpu_runtime_live_arena_bytes()  arenas of all delegate handles currently alive
 //   et_cpu_runtime_last_error()        message of the most recent init/execute error
 //   et_cpu_runtime_kernel_status(name) whether a route's kernel can be bound (for route-table tests)
+//   et_cpu_runtime_last_provider_bytes() bytes providers hold beside the arena (most recent init)
+//   et_cpu_runtime_last_placement()    one line per op of the most recent init: provider, fusion,
+//                                      or why the optimized provider declined it
 #include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include <executorch/runtime/backend/interface.h>
@@ -40,6 +44,9 @@ using executorch::runtime::Span;
 
 std::atomic<uint64_t> last_arena_bytes{0};
 std::atomic<uint64_t> live_arena_bytes{0};
+std::atomic<uint64_t> last_provider_bytes{0};
+std::mutex placement_mutex;
+std::string last_placement;
 
 class CpuBackend final : public BackendInterface {
  public:
@@ -57,11 +64,16 @@ class CpuBackend final : public BackendInterface {
     processed->Free();
     if (error != Error::Ok) return error;
     ET_LOG(Info,
-           "CpuBackend: compiled %zu ops (%zu on an optimized provider); intermediate arena %zu "
-           "bytes (%zu without reuse)",
-           graph->num_ops(), graph->num_ops_on_other_providers(), graph->arena_bytes(),
-           graph->unplanned_bytes());
+           "CpuBackend: compiled %zu ops (%zu on an optimized provider, %zu of them fused); "
+           "intermediate arena %zu bytes (%zu without reuse); provider memory %zu bytes",
+           graph->num_ops(), graph->num_ops_on_other_providers(), graph->num_fused_ops(),
+           graph->arena_bytes(), graph->unplanned_bytes(), graph->provider_bytes());
     last_arena_bytes = graph->arena_bytes();
+    last_provider_bytes = graph->provider_bytes();
+    {
+      std::lock_guard<std::mutex> lock(placement_mutex);
+      last_placement = graph->placement();
+    }
     live_arena_bytes += graph->arena_bytes();
     return graph.release();
   }
@@ -97,6 +109,27 @@ __attribute__((visibility("default"))) uint64_t et_cpu_runtime_last_arena_bytes(
 
 __attribute__((visibility("default"))) uint64_t et_cpu_runtime_live_arena_bytes() {
   return et_cpu_plugin::cpu::live_arena_bytes.load();
+}
+
+__attribute__((visibility("default"))) uint64_t et_cpu_runtime_last_provider_bytes() {
+  return et_cpu_plugin::cpu::last_provider_bytes.load();
+}
+
+// Copies the placement of the most recent init (NUL-terminated, truncated to `capacity`) into
+// `buffer`; returns its full length.
+__attribute__((visibility("default"))) size_t et_cpu_runtime_last_placement(char* buffer,
+                                                                            size_t capacity) {
+  std::string text;
+  {
+    std::lock_guard<std::mutex> lock(et_cpu_plugin::cpu::placement_mutex);
+    text = et_cpu_plugin::cpu::last_placement;
+  }
+  if (buffer != nullptr && capacity > 0) {
+    size_t n = text.size() < capacity - 1 ? text.size() : capacity - 1;
+    std::memcpy(buffer, text.data(), n);
+    buffer[n] = '\0';
+  }
+  return text.size();
 }
 
 // Copies the last error message (NUL-terminated, truncated to `capacity`) into `buffer`;

@@ -8,8 +8,11 @@
 //   const bool registered = register_kernel_provider(/*Provider.Optimized*/ 1, &my_provider);
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 
 #include <executorch/runtime/core/error.h>
 #include <executorch/runtime/core/evalue.h>
@@ -18,6 +21,41 @@
 
 namespace et_cpu_plugin {
 namespace cpu {
+
+// A provider's state shared by the ops of one compiled graph (one delegate instance), e.g. a
+// oneDNN engine and the scratchpad its plans share. Created by KernelProvider::open_session at
+// init, destroyed with the graph; ops of one graph run one after another on one thread.
+class ProviderSession {
+ public:
+  virtual ~ProviderSession() = default;
+  // Bytes the provider holds for this graph beside the runtime's arena (reordered weights,
+  // scratchpads, conversion buffers), for the delegate's memory report.
+  virtual size_t held_bytes() const { return 0; }
+  // One line for the placement log (e.g. how many activations stay in the provider's layout).
+  virtual std::string summary() const { return ""; }
+  // Called once after every op of the graph is bound. `read_outside(tensor)` is true when an op
+  // bound to another provider reads `tensor`, or it is a graph output: a tensor only this
+  // provider's kernels read may stay in the provider's own layout between them (the runtime
+  // never looks at its bytes). Any error fails init.
+  virtual executorch::runtime::Error finalize(
+      const std::function<bool(const executorch::aten::TensorImpl*)>& read_outside) {
+    (void)read_outside;
+    return executorch::runtime::Error::Ok;
+  }
+};
+
+// An elementwise op the runtime offers to fuse after the op being bound. Offered only when the
+// graph allows it: the steps follow the op directly in execution order, each reads the previous
+// result as its only reader, and an add's other operand is ready before the op runs.
+struct FusableStep {
+  enum class Kind { kRelu, kClamp, kAdd };
+  Kind kind = Kind::kRelu;
+  double min = 0.0;                                // kClamp: bounds (+-infinity when absent)
+  double max = 0.0;
+  executorch::runtime::EValue* residual = nullptr;  // kAdd: the other operand (same shape)
+  executorch::runtime::EValue* output = nullptr;    // the step's result tensor
+  const char* op_name = nullptr;                    // FX node name of the step
+};
 
 // What a provider sees of one op at bind time. `args` point into storage the compiled graph owns
 // for its whole life, in the kernel's out-variant schema order (out tensors last), followed by one
@@ -30,6 +68,17 @@ struct OpBinding {
   const char* kernel;   // out-variant kernel name, e.g. "aten::convolution.out"
   uint32_t flags;       // RouteFlags bits
   executorch::runtime::Span<executorch::runtime::EValue*> args;
+  // Parallel to `args` (valid for the graph's life): true where the argument is a constant tensor (weights: data final at
+  // bind time, so a provider may reorder it once).
+  const bool* arg_is_constant = nullptr;
+  // The provider's per-graph state (KernelProvider::open_session), or null.
+  ProviderSession* session = nullptr;
+  // Steps the provider may fuse, a prefix of which it takes by setting *fused_steps; the kernel
+  // then writes the last taken step's output and the runtime skips those ops.
+  executorch::runtime::Span<const FusableStep> fusable;
+  size_t* fused_steps = nullptr;
+  // A provider that declines (Error::NotSupported) says why here, for the kernel placement log.
+  std::string* decline_reason = nullptr;
 };
 
 // One op bound to an implementation; run() is called once per execute.
@@ -43,6 +92,8 @@ class KernelProvider {
  public:
   virtual ~KernelProvider() = default;
   virtual const char* name() const = 0;
+  // The per-graph state handed to every bind of one graph; null when the provider needs none.
+  virtual std::unique_ptr<ProviderSession> open_session() const { return nullptr; }
   // Binds `op` into *out. Error::NotSupported declines the op (the runtime then uses Reference);
   // any other error fails init.
   virtual executorch::runtime::Error bind(const OpBinding& op,

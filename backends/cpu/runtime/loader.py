@@ -69,6 +69,9 @@ def load_cpu_backend(path: str | None = None) -> str:
             library.et_cpu_runtime_last_error.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
             library.et_cpu_runtime_kernel_status.restype = ctypes.c_int
             library.et_cpu_runtime_kernel_status.argtypes = [ctypes.c_char_p]
+            library.et_cpu_runtime_last_provider_bytes.restype = ctypes.c_uint64
+            library.et_cpu_runtime_last_placement.restype = ctypes.c_size_t
+            library.et_cpu_runtime_last_placement.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
             _loaded[resolved] = library
     return resolved
 
@@ -88,6 +91,22 @@ def last_arena_bytes() -> int:
 def live_arena_bytes() -> int:
     """Intermediate-arena bytes of every CpuBackend delegate currently alive in this process."""
     return int(_library().et_cpu_runtime_live_arena_bytes())
+
+
+def last_provider_bytes() -> int:
+    """Bytes the providers of the most recent init hold beside the arena (reordered weights,
+    scratchpads, conversion buffers)."""
+    return int(_library().et_cpu_runtime_last_provider_bytes())
+
+
+def last_placement() -> list[str]:
+    """One line per op of the most recently initialized delegate: "<node> <kernel>: <provider>",
+    "...: fused into <node> (<provider>)" or "...: Reference (declined by <provider>: <why>)"."""
+    library = _library()
+    size = int(library.et_cpu_runtime_last_placement(None, 0))
+    buffer = ctypes.create_string_buffer(size + 1)
+    library.et_cpu_runtime_last_placement(buffer, len(buffer))
+    return buffer.value.decode("utf-8", errors="replace").splitlines()
 
 
 def last_error() -> str:

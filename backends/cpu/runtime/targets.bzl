@@ -77,7 +77,10 @@ def define_common_targets():
         name = "libcpu_backend.so",
         linkshared = True,
         visibility = ["//visibility:public"],
-        deps = [":runtime_lib"],
+        deps = [
+            ":runtime_lib",
+            "//backends/cpu/runtime/providers/onednn:onednn_kernel_provider",
+        ],
     )
 
     runtime.python_library(
@@ -160,4 +163,16 @@ def define_common_targets():
         name = "lowered_integer_test",
         srcs = ["test/lowered_integer_test.py"],
         deps = [":lowered_program"],
+    )
+
+    # The Optimized (oneDNN) provider against the Reference provider, in the real runtime.
+    runtime.python_test(
+        name = "optimized_provider_test",
+        srcs = ["test/optimized_provider_test.py"],
+        deps = [
+            ":lowered_program",
+            "//backends/cpu:routes",
+            "//backends/cpu/serialization:graph_writer",
+            "//tools/lower:examples",
+        ],
     )

@@ -197,14 +197,26 @@ def test_every_route_in_the_route_table_binds() -> None:
     assert loader.kernel_status("aten::hypot.out") == "not in the operator registry"
 
 
-def test_route_on_an_absent_optimized_provider_falls_back_to_reference() -> None:
-    # Provider.Optimized (1) has no provider registered in this build: Reference takes the op.
+@pytest.mark.parametrize(
+    "provider, why",
+    [
+        (1, "declined by Optimized(oneDNN): no oneDNN kernel for aten::add.out"),
+        (7, "declined by a missing provider"),
+    ],
+)
+def test_route_on_a_declining_or_absent_provider_falls_back_to_reference(
+    provider: int, why: str
+) -> None:
+    # Provider.Optimized (1, oneDNN) has no add kernel; id 7 has no provider in this build:
+    # Reference takes the op either way, and the placement log says why.
     graph = _add_graph(torch.int64, [2])
-    graph.ops[0].provider = 1
+    graph.ops[0].provider = provider
     x, y = torch.tensor([2**62, -1]), torch.tensor([5, 2**60])
     module = _load(program(_add, (x, y), graph))
     (out,) = module.forward([x, y])
     assert torch.equal(out, x + y)
+    line = loader.last_placement()[0]  # the add (a provider session adds a summary line)
+    assert "aten::add.out: Reference" in line and why in line, line
 
 
 def test_intermediate_listed_as_output_keeps_its_arena_slot_to_the_end() -> None:

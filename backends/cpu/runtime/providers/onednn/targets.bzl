@@ -30,6 +30,25 @@ def define_common_targets():
         deps = [":onednn_system"],
     )
 
+    # The runtime's Optimized provider (KernelProvider id 1) on top of the plans above; linked
+    # into libcpu_backend.so, registered by a static initializer.
+    runtime.cxx_library(
+        name = "onednn_kernel_provider",
+        srcs = ["onednn_kernel_provider.cc"],
+        copts = [
+            "-std=c++17",
+            "-O2",
+            "-Wall",
+        ],
+        alwayslink = True,
+        visibility = ["//visibility:public"],
+        deps = [
+            ":onednn_provider",
+            "//backends/cpu/runtime:runtime_lib",
+            "@et_py//:executorch",
+        ],
+    )
+
     # A C ABI over the provider for Python (ctypes) tests and benchmarks.
     runtime.cxx_binary(
         name = "libonednn_provider_c.so",

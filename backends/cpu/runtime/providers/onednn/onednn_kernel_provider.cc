@@ -1,0 +1,625 @@
+// The CPU delegate's Optimized provider (Provider.Optimized = 1 in schema.fbs): binds
+// convolution, linear, addmm, mm and bmm on float32 to oneDNN plans (onednn_provider.h) and
+// declines everything else, with a reason, so the runtime falls back to ExecuTorch's kernels.
+//
+// Everything that can be done once happens in bind (i.e. the delegate's init): the weights are
+// constants, reordered into oneDNN's layout and the primitive created there; run() only reads
+// the current data pointers (graph inputs and outputs are rebound before every execute).
+// Elementwise ops the runtime offers (ReLU, clamp/hardtanh, a residual add) become oneDNN
+// post-ops of the plan.
+//
+// Threads: one setting, ET_CPU_ONEDNN_THREADS, default 1 (see README.md): oneDNN's OpenMP team
+// splits work statically, and with anything else on the 2 cores a 2-thread team waits for its
+// descheduled half (measured 3-40x slower); 1 thread never oversubscribes and still beat
+// XNNPACK's 2 threads on the conv networks under load.
+#include <sched.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include <executorch/runtime/core/evalue.h>
+#include <executorch/runtime/platform/log.h>
+
+#include "backends/cpu/runtime/kernel_provider.h"
+#include "backends/cpu/runtime/providers/onednn/onednn_provider.h"
+
+namespace et_cpu_plugin {
+namespace cpu {
+namespace {
+
+using executorch::aten::ScalarType;
+using executorch::aten::Tensor;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+using executorch::runtime::KernelRuntimeContext;
+
+constexpr uint8_t kOptimizedProviderId = 1;
+
+// ET_CPU_ONEDNN_THREADS if it is a positive integer, else 1; never more than the CPUs this
+// process may run on.
+int delegate_thread_count() {
+  int threads = 1;
+  if (const char* env = std::getenv("ET_CPU_ONEDNN_THREADS")) {
+    const int value = std::atoi(env);
+    if (value > 0) threads = value;
+  }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) {
+    threads = std::min(threads, CPU_COUNT(&set));
+  }
+  return threads;
+}
+
+// Why an op is declined; bind() copies it into the binding's decline_reason.
+struct Decline {
+  std::string reason;
+};
+
+const Tensor* tensor_arg(const OpBinding& op, size_t index) {
+  if (index >= op.args.size() || !op.args[index]->isTensor()) return nullptr;
+  return &op.args[index]->toTensor();
+}
+
+bool is_f32(const Tensor* tensor) {
+  return tensor != nullptr && tensor->scalar_type() == ScalarType::Float;
+}
+
+bool is_constant(const OpBinding& op, size_t index) {
+  return op.arg_is_constant != nullptr && op.arg_is_constant[index];
+}
+
+std::vector<int64_t> dims_of(const Tensor& tensor) {
+  std::vector<int64_t> dims;
+  for (ssize_t d = 0; d < tensor.dim(); ++d) dims.push_back(tensor.size(d));
+  return dims;
+}
+
+bool scalar_of(const EValue* value, double* out) {
+  if (value->isInt()) {
+    *out = static_cast<double>(value->toInt());
+    return true;
+  }
+  if (value->isDouble()) {
+    *out = value->toDouble();
+    return true;
+  }
+  return false;
+}
+
+// An int list argument of length 1 or `rank`, broadcast to `rank`; false otherwise.
+bool int_list(const EValue* value, size_t rank, std::vector<int64_t>* out) {
+  if (!value->isIntList()) return false;
+  auto list = value->toIntList();
+  if (list.size() != 1 && list.size() != rank) return false;
+  out->clear();
+  for (size_t i = 0; i < rank; ++i) out->push_back(list[list.size() == 1 ? 0 : i]);
+  return true;
+}
+
+// The post-ops for the first `count` offered steps, and the residual tensor if one is an add;
+// false when the steps cannot be expressed (two adds).
+bool post_ops_for(const OpBinding& op, size_t count, onednn::PostOps* post,
+                  const Tensor** residual) {
+  post->clear();
+  *residual = nullptr;
+  for (size_t s = 0; s < count; ++s) {
+    const FusableStep& step = op.fusable[s];
+    switch (step.kind) {
+      case FusableStep::Kind::kRelu:
+        post->push_back(onednn::PostOp::relu());
+        break;
+      case FusableStep::Kind::kClamp: {
+        if (std::isnan(step.min) || std::isnan(step.max)) return false;
+        const float lo = step.min < -FLT_MAX ? -FLT_MAX : static_cast<float>(step.min);
+        const float hi = step.max > FLT_MAX ? FLT_MAX : static_cast<float>(step.max);
+        if (lo == 0.0f && hi == FLT_MAX) {
+          post->push_back(onednn::PostOp::relu());
+        } else {
+          post->push_back(onednn::PostOp::clamp(lo, hi));
+        }
+        break;
+      }
+      case FusableStep::Kind::kAdd:
+        if (*residual != nullptr || step.residual == nullptr || !step.residual->isTensor()) {
+          return false;
+        }
+        *residual = &step.residual->toTensor();
+        post->push_back(onednn::PostOp::add());
+        break;
+    }
+  }
+  return true;
+}
+
+// The tensor the kernel writes: the op's out argument, or the last fused step's output.
+Tensor* final_output(const OpBinding& op, size_t out_index, size_t fused) {
+  if (fused > 0) return &op.fusable[fused - 1].output->toTensor();
+  return &op.args[out_index]->toTensor();
+}
+
+// Tries the longest offered prefix of fusable steps the provider accepts, then fewer.
+template <typename Check>
+size_t longest_supported_prefix(const OpBinding& op, Check check, onednn::PostOps* post,
+                                const Tensor** residual) {
+  for (size_t count = op.fusable.size() + 1; count-- > 0;) {
+    if (post_ops_for(op, count, post, residual) && check(*post).ok) return count;
+  }
+  post->clear();
+  *residual = nullptr;
+  return 0;
+}
+
+// A kernel the session can prepare again on another Provider (see OnednnSession::finalize).
+class OnednnKernel : public BoundKernel {
+ public:
+  using InChannelsLast = std::function<bool(const executorch::aten::TensorImpl*)>;
+  // Prepares the plan on `provider`; `channels_last(t)` says which activations stay NHWC.
+  virtual void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) = 0;
+  // Tensors this kernel reads as plain data whatever their producer (matmul operands...).
+  virtual std::vector<const executorch::aten::TensorImpl*> plain_reads() const { return {}; }
+  // The activation it writes in its own layout when allowed (convolutions), or null.
+  virtual const executorch::aten::TensorImpl* chainable_output() const { return nullptr; }
+};
+
+const executorch::aten::TensorImpl* impl_of(const Tensor* tensor) {
+  return tensor ? tensor->unsafeGetTensorImpl() : nullptr;
+}
+
+struct ConvRecipe {
+  onednn::ConvParams params;
+  const float* weight = nullptr;  // the graph's constants: alive as long as the graph
+  const float* bias = nullptr;
+  onednn::PostOps post;
+};
+
+class ConvKernel final : public OnednnKernel {
+ public:
+  ConvKernel(ConvRecipe recipe, const Tensor* input, Tensor* output, const Tensor* residual)
+      : recipe_(std::move(recipe)), input_(input), output_(output), residual_(residual) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    onednn::ConvLayouts layouts;
+    if (channels_last(impl_of(input_))) {
+      layouts.input =
+          std::make_shared<onednn::Layout>(onednn::Layout::channels_last(dims_of(*input_)));
+    }
+    layouts.output = channels_last(impl_of(output_)) ? onednn::OutputLayout::kChannelsLast
+                                                     : onednn::OutputLayout::kPlain;
+    plan_ = std::make_unique<onednn::ConvPlan>(provider.prepare_conv(
+        recipe_.params, recipe_.weight, recipe_.bias, recipe_.post, layouts));
+    residual_fix_.reset();
+    if (residual_ != nullptr) {
+      // The residual must arrive in the output's layout: convert it into the output buffer
+      // and add in place when its producer left it in the other one.
+      const std::vector<int64_t> dims = dims_of(*residual_);
+      const onednn::Layout given = channels_last(impl_of(residual_))
+                                       ? onednn::Layout::channels_last(dims)
+                                       : onednn::Layout::plain(dims);
+      if (given != plan_->output_layout()) {
+        residual_fix_ = std::make_unique<onednn::ReorderPlan>(
+            provider.prepare_reorder(given, plan_->output_layout()));
+      }
+    }
+  }
+
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return impl_of(output_);
+  }
+
+  Error run(KernelRuntimeContext&) override {
+    try {
+      float* out = output_->mutable_data_ptr<float>();
+      const float* residual = residual_ ? residual_->const_data_ptr<float>() : nullptr;
+      if (residual_fix_) {
+        residual_fix_->run(residual, out);
+        residual = out;
+      }
+      plan_->run(input_->const_data_ptr<float>(), out, residual);
+    } catch (const std::exception& e) {
+      ET_LOG(Error, "CpuBackend: oneDNN convolution failed: %s", e.what());
+      return Error::Internal;
+    }
+    return Error::Ok;
+  }
+
+ private:
+  ConvRecipe recipe_;
+  const Tensor* input_;
+  Tensor* output_;
+  const Tensor* residual_;
+  std::unique_ptr<onednn::ConvPlan> plan_;
+  std::unique_ptr<onednn::ReorderPlan> residual_fix_;
+};
+
+class LinearKernel final : public OnednnKernel {
+ public:
+  LinearKernel(onednn::LinearParams params, const float* weight, const float* bias,
+               onednn::PostOps post, const Tensor* input, Tensor* output, const Tensor* residual)
+      : params_(params), weight_(weight), bias_(bias), post_(std::move(post)), input_(input),
+        output_(output), residual_(residual) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast&) override {
+    plan_ = std::make_unique<onednn::LinearPlan>(
+        provider.prepare_linear(params_, weight_, bias_, post_));
+  }
+  std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
+    return {impl_of(input_), impl_of(residual_)};
+  }
+
+  Error run(KernelRuntimeContext&) override {
+    try {
+      plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>(),
+                 residual_ ? residual_->const_data_ptr<float>() : nullptr);
+    } catch (const std::exception& e) {
+      ET_LOG(Error, "CpuBackend: oneDNN linear failed: %s", e.what());
+      return Error::Internal;
+    }
+    return Error::Ok;
+  }
+
+ private:
+  onednn::LinearParams params_;
+  const float* weight_;
+  const float* bias_;
+  onednn::PostOps post_;
+  const Tensor* input_;
+  Tensor* output_;
+  const Tensor* residual_;
+  std::unique_ptr<onednn::LinearPlan> plan_;
+};
+
+class MatmulKernel final : public OnednnKernel {
+ public:
+  MatmulKernel(onednn::MatmulParams params, onednn::PostOps post, const Tensor* a,
+               const Tensor* b, Tensor* output, const Tensor* residual)
+      : params_(params), post_(std::move(post)), a_(a), b_(b), output_(output),
+        residual_(residual) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast&) override {
+    plan_ = std::make_unique<onednn::MatmulPlan>(provider.prepare_matmul(params_, post_));
+  }
+  std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
+    return {impl_of(a_), impl_of(b_), impl_of(residual_)};
+  }
+
+  Error run(KernelRuntimeContext&) override {
+    try {
+      plan_->run(a_->const_data_ptr<float>(), b_->const_data_ptr<float>(),
+                 output_->mutable_data_ptr<float>(),
+                 residual_ ? residual_->const_data_ptr<float>() : nullptr);
+    } catch (const std::exception& e) {
+      ET_LOG(Error, "CpuBackend: oneDNN matmul failed: %s", e.what());
+      return Error::Internal;
+    }
+    return Error::Ok;
+  }
+
+ private:
+  onednn::MatmulParams params_;
+  onednn::PostOps post_;
+  const Tensor* a_;
+  const Tensor* b_;
+  Tensor* output_;
+  const Tensor* residual_;
+  std::unique_ptr<onednn::MatmulPlan> plan_;
+};
+
+// One per delegate instance. Binding prepares each kernel with plain activations (so a kernel
+// oneDNN cannot prepare is declined while the runtime can still fall back); finalize, knowing who
+// reads what, prepares them all again on a fresh Provider with activations that only its
+// convolutions read kept channels-last (oneDNN's fp32 layout here: no conversion between them).
+class OnednnSession final : public ProviderSession {
+ public:
+  OnednnSession() : provider_(std::make_unique<onednn::Provider>(options())) {}
+
+  size_t held_bytes() const override {
+    return provider_->weights_bytes() + provider_->scratchpad_bytes() +
+           provider_->staging_bytes();
+  }
+  std::string summary() const override {
+    return "Optimized(oneDNN): " + std::to_string(kernels_.size()) + " kernels, " +
+           std::to_string(chained_) + " activations kept channels-last, " +
+           std::to_string(provider_->num_threads()) + " threads, isa " + provider_->isa();
+  }
+  onednn::Provider& provider() { return *provider_; }
+  void add(OnednnKernel* kernel) { kernels_.push_back(kernel); }
+
+  Error finalize(const std::function<bool(const executorch::aten::TensorImpl*)>& read_outside)
+      override {
+    std::unordered_set<const executorch::aten::TensorImpl*> plain;
+    for (OnednnKernel* kernel : kernels_) {
+      for (const auto* tensor : kernel->plain_reads()) plain.insert(tensor);
+    }
+    std::unordered_set<const executorch::aten::TensorImpl*> chained;
+    if (chaining_enabled()) {
+      for (OnednnKernel* kernel : kernels_) {
+        const auto* out = kernel->chainable_output();
+        if (out != nullptr && !read_outside(out) && plain.count(out) == 0) chained.insert(out);
+      }
+    }
+    auto attempt = [&](const OnednnKernel::InChannelsLast& channels_last) {
+      auto fresh = std::make_unique<onednn::Provider>(options());
+      for (OnednnKernel* kernel : kernels_) kernel->prepare(*fresh, channels_last);
+      provider_ = std::move(fresh);
+    };
+    try {
+      attempt([&](const executorch::aten::TensorImpl* t) { return chained.count(t) > 0; });
+      chained_ = chained.size();
+      return Error::Ok;
+    } catch (const std::exception& e) {
+      ET_LOG(Info, "CpuBackend: oneDNN layout chaining failed (%s); plain layouts", e.what());
+    }
+    try {
+      attempt([](const executorch::aten::TensorImpl*) { return false; });
+      chained_ = 0;
+      return Error::Ok;
+    } catch (const std::exception& e) {
+      ET_LOG(Error, "CpuBackend: oneDNN kernels could not be prepared again: %s", e.what());
+      return Error::Internal;
+    }
+  }
+
+ private:
+  static onednn::ProviderOptions options() {
+    onednn::ProviderOptions options;
+    options.num_threads = delegate_thread_count();
+    return options;
+  }
+  // ET_CPU_ONEDNN_CHAIN=0 keeps every activation plain (for measuring what chaining saves).
+  static bool chaining_enabled() {
+    const char* env = std::getenv("ET_CPU_ONEDNN_CHAIN");
+    return env == nullptr || std::string(env) != "0";
+  }
+
+  std::unique_ptr<onednn::Provider> provider_;
+  std::vector<OnednnKernel*> kernels_;  // owned by the graph, which outlives the session's use
+  size_t chained_ = 0;
+};
+
+// aten::convolution.out(input, weight, bias?, stride, padding, dilation, transposed,
+// output_padding, groups, *, out)
+Error bind_conv(const OpBinding& op, OnednnSession& session, std::unique_ptr<BoundKernel>* out,
+                Decline* decline, size_t* fused) {
+  const Tensor* input = tensor_arg(op, 0);
+  const Tensor* weight = tensor_arg(op, 1);
+  const Tensor* bias = tensor_arg(op, 2);
+  if (op.args.size() < 10 || !is_f32(input) || !is_f32(weight) || !is_f32(tensor_arg(op, 9)) ||
+      (bias != nullptr && !is_f32(bias))) {
+    decline->reason = "convolution: only float32 input, weight, bias and output";
+    return Error::NotSupported;
+  }
+  if (!is_constant(op, 1) || (bias != nullptr && !is_constant(op, 2))) {
+    decline->reason = "convolution: weight and bias must be constants (reordered once at init)";
+    return Error::NotSupported;
+  }
+  if (!op.args[6]->isBool() || op.args[6]->toBool()) {
+    decline->reason = "convolution: transposed convolution is not supported by the provider";
+    return Error::NotSupported;
+  }
+  const ssize_t rank = input->dim();
+  if (rank < 3 || rank > 5 || weight->dim() != rank) {
+    decline->reason = "convolution: input must be 3D, 4D or 5D (conv1d/2d/3d)";
+    return Error::NotSupported;
+  }
+  const size_t spatial = static_cast<size_t>(rank - 2);
+  onednn::ConvParams params;
+  params.batch = input->size(0);
+  params.in_channels = input->size(1);
+  params.out_channels = weight->size(0);
+  if (!op.args[8]->isInt()) {
+    decline->reason = "convolution: groups is not an int";
+    return Error::NotSupported;
+  }
+  params.groups = op.args[8]->toInt();
+  for (size_t d = 0; d < spatial; ++d) {
+    params.input_size.push_back(input->size(static_cast<ssize_t>(d + 2)));
+    params.kernel_size.push_back(weight->size(static_cast<ssize_t>(d + 2)));
+  }
+  if (!int_list(op.args[3], spatial, &params.stride) ||
+      !int_list(op.args[4], spatial, &params.padding) ||
+      !int_list(op.args[5], spatial, &params.dilation)) {
+    decline->reason = "convolution: stride, padding and dilation must have 1 or " +
+                      std::to_string(spatial) + " entries";
+    return Error::NotSupported;
+  }
+  // The output shape the graph planned must be the one oneDNN computes.
+  const Tensor* planned = tensor_arg(op, 9);
+  std::vector<int64_t> expected{params.batch, params.out_channels};
+  for (int64_t size : onednn::conv_output_size(params)) expected.push_back(size);
+  if (dims_of(*planned) != expected) {
+    decline->reason = "convolution: output shape differs from the convolution's";
+    return Error::NotSupported;
+  }
+  onednn::Support base = onednn::supports_conv(params, {});
+  if (!base.ok) {
+    decline->reason = base.reason;
+    return Error::NotSupported;
+  }
+  onednn::PostOps post;
+  const Tensor* residual = nullptr;
+  *fused = longest_supported_prefix(
+      op, [&](const onednn::PostOps& p) { return onednn::supports_conv(params, p); }, &post,
+      &residual);
+  ConvRecipe recipe{params, weight->const_data_ptr<float>(),
+                    bias ? bias->const_data_ptr<float>() : nullptr, post};
+  auto kernel = std::make_unique<ConvKernel>(std::move(recipe), input,
+                                             final_output(op, 9, *fused), residual);
+  kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
+  session.add(kernel.get());
+  *out = std::move(kernel);
+  return Error::Ok;
+}
+
+bool bias_is_vector(const Tensor* bias, int64_t n) {
+  if (bias == nullptr) return true;
+  if (bias->dim() == 1) return bias->size(0) == n;
+  return bias->dim() == 2 && bias->size(0) == 1 && bias->size(1) == n;
+}
+
+// aten::linear.out(input, weight, bias?, *, out) and
+// aten::addmm.out(self, mat1, mat2, *, beta, alpha, out) with a constant [K, N] mat2.
+Error bind_linear(const OpBinding& op, bool is_addmm, OnednnSession& session,
+                  std::unique_ptr<BoundKernel>* out, Decline* decline, size_t* fused) {
+  const size_t input_index = is_addmm ? 1 : 0;
+  const size_t weight_index = is_addmm ? 2 : 1;
+  const size_t bias_index = is_addmm ? 0 : 2;
+  const size_t out_index = is_addmm ? 5 : 3;
+  const char* what = is_addmm ? "addmm" : "linear";
+  if (op.args.size() <= out_index) {
+    decline->reason = std::string(what) + ": unexpected argument count";
+    return Error::NotSupported;
+  }
+  const Tensor* input = tensor_arg(op, input_index);
+  const Tensor* weight = tensor_arg(op, weight_index);
+  const Tensor* bias = tensor_arg(op, bias_index);
+  const Tensor* output = tensor_arg(op, out_index);
+  if (!is_f32(input) || !is_f32(weight) || !is_f32(output) || (bias && !is_f32(bias))) {
+    decline->reason = std::string(what) + ": only float32 tensors";
+    return Error::NotSupported;
+  }
+  if (!is_constant(op, weight_index) || (bias != nullptr && !is_constant(op, bias_index))) {
+    decline->reason = std::string(what) + ": weight and bias must be constants";
+    return Error::NotSupported;
+  }
+  if (is_addmm) {
+    double beta = 0.0;
+    double alpha = 0.0;
+    if (!scalar_of(op.args[3], &beta) || !scalar_of(op.args[4], &alpha) || beta != 1.0 ||
+        alpha != 1.0) {
+      decline->reason = "addmm: beta and alpha must be 1";
+      return Error::NotSupported;
+    }
+  }
+  if (weight->dim() != 2 || input->dim() < 1 || (is_addmm && input->dim() != 2)) {
+    decline->reason = std::string(what) + ": weight must be 2D" + (is_addmm ? ", mat1 2D" : "");
+    return Error::NotSupported;
+  }
+  onednn::LinearParams params;
+  params.weight_is_k_by_n = is_addmm;
+  params.in_features = input->size(input->dim() - 1);
+  params.out_features = is_addmm ? weight->size(1) : weight->size(0);
+  if ((is_addmm ? weight->size(0) : weight->size(1)) != params.in_features ||
+      !bias_is_vector(bias, params.out_features)) {
+    decline->reason = std::string(what) + ": shapes are not [M, K] x weight + bias[N]";
+    return Error::NotSupported;
+  }
+  params.rows = params.in_features > 0 ? input->numel() / params.in_features : 0;
+  if (static_cast<int64_t>(output->numel()) != params.rows * params.out_features) {
+    decline->reason = std::string(what) + ": output size differs from M x N";
+    return Error::NotSupported;
+  }
+  onednn::Support base = onednn::supports_linear(params, {});
+  if (!base.ok) {
+    decline->reason = base.reason;
+    return Error::NotSupported;
+  }
+  onednn::PostOps post;
+  const Tensor* residual = nullptr;
+  *fused = longest_supported_prefix(
+      op, [&](const onednn::PostOps& p) { return onednn::supports_linear(params, p); }, &post,
+      &residual);
+  auto kernel = std::make_unique<LinearKernel>(
+      params, weight->const_data_ptr<float>(), bias ? bias->const_data_ptr<float>() : nullptr,
+      post, input, final_output(op, out_index, *fused), residual);
+  kernel->prepare(session.provider(), {});
+  session.add(kernel.get());
+  *out = std::move(kernel);
+  return Error::Ok;
+}
+
+// aten::mm.out(self, mat2, *, out) and aten::bmm.out(self, mat2, *, out).
+Error bind_matmul(const OpBinding& op, bool batched, OnednnSession& session,
+                  std::unique_ptr<BoundKernel>* out, Decline* decline, size_t* fused) {
+  const Tensor* a = tensor_arg(op, 0);
+  const Tensor* b = tensor_arg(op, 1);
+  const Tensor* output = tensor_arg(op, 2);
+  const ssize_t rank = batched ? 3 : 2;
+  if (!is_f32(a) || !is_f32(b) || !is_f32(output) || a->dim() != rank || b->dim() != rank) {
+    decline->reason = std::string(batched ? "bmm" : "mm") + ": only float32 operands of rank " +
+                      std::to_string(rank);
+    return Error::NotSupported;
+  }
+  onednn::MatmulParams params;
+  params.batch = batched ? a->size(0) : 1;
+  params.m = a->size(rank - 2);
+  params.k = a->size(rank - 1);
+  params.n = b->size(rank - 1);
+  if (b->size(rank - 2) != params.k || (batched && b->size(0) != params.batch)) {
+    decline->reason = std::string(batched ? "bmm" : "mm") + ": operand shapes do not match";
+    return Error::NotSupported;
+  }
+  onednn::Support base = onednn::supports_matmul(params, {});
+  if (!base.ok) {
+    decline->reason = base.reason;
+    return Error::NotSupported;
+  }
+  onednn::PostOps post;
+  const Tensor* residual = nullptr;
+  *fused = longest_supported_prefix(
+      op, [&](const onednn::PostOps& p) { return onednn::supports_matmul(params, p); }, &post,
+      &residual);
+  auto kernel =
+      std::make_unique<MatmulKernel>(params, post, a, b, final_output(op, 2, *fused), residual);
+  kernel->prepare(session.provider(), {});
+  session.add(kernel.get());
+  *out = std::move(kernel);
+  return Error::Ok;
+}
+
+class OnednnKernelProvider final : public KernelProvider {
+ public:
+  const char* name() const override { return "Optimized(oneDNN)"; }
+
+  std::unique_ptr<ProviderSession> open_session() const override {
+    return std::make_unique<OnednnSession>();
+  }
+
+  Error bind(const OpBinding& op, std::unique_ptr<BoundKernel>* out) const override {
+    Decline decline;
+    size_t fused = 0;
+    Error error = Error::NotSupported;
+    auto* session = static_cast<OnednnSession*>(op.session);
+    const std::string kernel = op.kernel;
+    if (session == nullptr) {
+      decline.reason = "no provider session";
+    } else {
+      try {
+        OnednnSession& provider = *session;
+        if (kernel == "aten::convolution.out") {
+          error = bind_conv(op, provider, out, &decline, &fused);
+        } else if (kernel == "aten::linear.out" || kernel == "aten::addmm.out") {
+          error = bind_linear(op, kernel == "aten::addmm.out", provider, out, &decline, &fused);
+        } else if (kernel == "aten::mm.out" || kernel == "aten::bmm.out") {
+          error = bind_matmul(op, kernel == "aten::bmm.out", provider, out, &decline, &fused);
+        } else {
+          decline.reason = "no oneDNN kernel for " + kernel;
+        }
+      } catch (const std::exception& e) {
+        // prepare_* throw with the reason supports_* did not foresee: fall back, don't fail.
+        decline.reason = e.what();
+        error = Error::NotSupported;
+        out->reset();
+        fused = 0;
+      }
+    }
+    if (error == Error::NotSupported && op.decline_reason != nullptr) {
+      *op.decline_reason = decline.reason;
+    }
+    if (error == Error::Ok && op.fused_steps != nullptr) *op.fused_steps = fused;
+    return error;
+  }
+};
+
+const OnednnKernelProvider kProvider;
+const bool kRegistered = register_kernel_provider(kOptimizedProviderId, &kProvider);
+
+}  // namespace
+}  // namespace cpu
+}  // namespace et_cpu_plugin

@@ -1,0 +1,202 @@
+"""The Optimized (oneDNN) provider inside the CPU delegate runtime: every route it takes gives the
+results of the Reference provider (ExecuTorch's kernels) within TOLERANCE, on generated
+convolution/linear shapes and the lowering tool's example models; it declines what it cannot run
+(with the reason in the placement log) and fuses ReLU/clamp/residual adds that follow it.
+
+The same model is lowered twice: once with the route table as is (Optimized routes), once with
+every route forced to Reference (the serializer's route lookup patched), and both run in the real
+ExecuTorch runtime.
+"""
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backends.cpu import routes
+from backends.cpu.runtime import loader
+from backends.cpu.runtime.test.lowered_program import lower
+from backends.cpu.serialization import graph_writer
+from tools.lower.examples import get_example
+
+# oneDNN accumulates in a different order (blocked K, FMA) than ExecuTorch's loops: rounding
+# differences grow with the reduction length, so the bound is relative to the output's scale.
+ATOL = 1e-4
+RTOL = 1e-4
+
+
+def assert_close_scaled(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    scale = max(1.0, float(expected.detach().abs().max()))
+    torch.testing.assert_close(actual, expected, atol=ATOL * scale, rtol=RTOL)
+
+
+def _reference_route(target: object) -> routes.Route | None:
+    route = routes.route_for(target)
+    if route is None:
+        return None
+    return dataclasses.replace(route, provider=routes.Provider.REFERENCE)
+
+
+def run_both(
+    model: torch.nn.Module, inputs: tuple[Any, ...], with_reference: bool = True
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[str]]:
+    """Outputs with the route table's providers, outputs all-Reference (eager's when
+    `with_reference` is false), and the placement log of the optimized lowering."""
+    optimized, _ = lower(model, inputs)
+    out_opt = optimized.forward(list(inputs))
+    placement = loader.last_placement()
+    placement.append(f"provider bytes: {loader.last_provider_bytes()}")
+    if not with_reference:
+        expected = model(*inputs)
+        return (
+            list(out_opt),
+            list(expected if isinstance(expected, tuple) else [expected]),
+            placement,
+        )
+    with torch.no_grad(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(graph_writer, "route_for", _reference_route)
+        reference, _ = lower(model, inputs)
+    out_ref = reference.forward(list(inputs))
+    return list(out_opt), list(out_ref), placement
+
+
+def placed(placement: list[str], kernel: str, where: str) -> list[str]:
+    return [line for line in placement if f" {kernel}: {where}" in line]
+
+
+class Conv(torch.nn.Module):
+    def __init__(self, conv: torch.nn.Module, act: str) -> None:
+        super().__init__()
+        self.conv = conv
+        self.act = act
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv(x)
+        if self.act == "relu":
+            y = torch.relu(y)
+        elif self.act == "hardtanh":
+            y = torch.nn.functional.hardtanh(y, -0.5, 0.5)
+        return y
+
+
+@st.composite
+def conv_cases(draw: st.DrawFn) -> tuple[torch.nn.Module, torch.Tensor]:
+    dims = draw(st.sampled_from([1, 2, 3]))
+    groups = draw(st.sampled_from([1, 2, 4]))
+    depthwise = draw(st.booleans())
+    c_in = 4 if depthwise else groups * draw(st.integers(1, 3))
+    c_out = c_in if depthwise else groups * draw(st.integers(1, 3))
+    if depthwise:
+        groups = c_in
+    kernel = draw(st.integers(1, 3))
+    stride = draw(st.integers(1, 2))
+    dilation = draw(st.integers(1, 2))
+    padding = draw(st.integers(0, (kernel - 1) * dilation // 2 + 1))
+    size = draw(st.integers(kernel * dilation + 2, 9 if dims == 3 else 14))
+    bias = draw(st.booleans())
+    act = draw(st.sampled_from(["none", "relu", "hardtanh"]))
+    conv_class = {1: torch.nn.Conv1d, 2: torch.nn.Conv2d, 3: torch.nn.Conv3d}[dims]
+    torch.manual_seed(draw(st.integers(0, 1000)))
+    conv = conv_class(c_in, c_out, kernel, stride, padding, dilation, groups, bias)
+    x = torch.randn(2, c_in, *([size] * dims))
+    return Conv(conv, act).eval(), x
+
+
+@settings(max_examples=12, derandomize=True, deadline=None)
+@given(conv_cases())
+def test_generated_convolutions_match_reference(case: tuple[torch.nn.Module, torch.Tensor]) -> None:
+    model, x = case
+    # ExecuTorch's portable convolution has no 3D case (InvalidArgument): there eager is the
+    # reference.
+    out_opt, out_ref, placement = run_both(model, (x,), with_reference=x.dim() < 5)
+    with torch.no_grad():
+        assert_close_scaled(out_opt[0], out_ref[0])
+        assert_close_scaled(out_opt[0], model(x))
+    assert placed(placement, "aten::convolution.out", "Optimized"), placement
+
+
+@pytest.mark.parametrize("rows, k, n", [(1, 7, 5), (8, 64, 33), (32, 256, 128)])
+def test_linear_with_relu_and_residual_is_fused_and_matches_reference(
+    rows: int, k: int, n: int
+) -> None:
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = torch.nn.Linear(k, n)
+            self.fc2 = torch.nn.Linear(n, n, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.relu(self.fc1(x))
+            return torch.relu(self.fc2(h) + h)
+
+    torch.manual_seed(rows)
+    model = Net().eval()
+    x = torch.randn(rows, k)
+    out_opt, out_ref, placement = run_both(model, (x,))
+    assert_close_scaled(out_opt[0], out_ref[0])
+    fused = [line for line in placement if "fused into" in line]
+    # fc1's relu; fc2's add and relu.
+    assert len(fused) == 3, placement
+
+
+def test_matmuls_and_what_the_provider_declines() -> None:
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.up = torch.nn.ConvTranspose2d(3, 4, 2, stride=2)
+
+        def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> Any:
+            return torch.mm(a, b), torch.bmm(c, c.transpose(1, 2)), self.up(c.unsqueeze(0))
+
+    torch.manual_seed(3)
+    model = Net().eval()
+    inputs = (torch.randn(5, 6), torch.randn(6, 7), torch.randn(3, 4, 4))
+    out_opt, out_ref, placement = run_both(model, inputs)
+    for got, want in zip(out_opt, out_ref, strict=True):
+        assert_close_scaled(got, want)
+    assert placed(placement, "aten::mm.out", "Optimized"), placement
+    assert placed(placement, "aten::bmm.out", "Optimized"), placement
+    declined = placed(placement, "aten::convolution.out", "Reference")
+    assert declined and "transposed" in declined[0], placement
+
+
+def test_integer_matmul_falls_back_with_a_reason() -> None:
+    class Net(torch.nn.Module):
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return torch.mm(a, b)
+
+    inputs = (torch.randint(-9, 9, (3, 4)), torch.randint(-9, 9, (4, 2)))
+    out_opt, _, placement = run_both(Net(), inputs)
+    assert torch.equal(out_opt[0], inputs[0] @ inputs[1])
+    declined = placed(placement, "aten::mm.out", "Reference")
+    assert declined and "float32" in declined[0], placement
+
+
+def _examples() -> Iterator[str]:
+    yield from ("resnet", "mobilenet", "mlp_bn")
+
+
+@pytest.mark.parametrize("chain", ["1", "0"])
+@pytest.mark.parametrize("name", list(_examples()))
+def test_example_models_match_reference(name: str, chain: str) -> None:
+    # ET_CPU_ONEDNN_CHAIN=0: every activation plain; default: the convolutions' activations that
+    # only other convolutions read stay channels-last.
+    example = get_example(name)
+    model = example.model("small")
+    inputs = example.sample_inputs("small")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ET_CPU_ONEDNN_CHAIN", chain)
+        out_opt, out_ref, placement = run_both(model, inputs)
+    for got, want in zip(out_opt, out_ref, strict=True):
+        assert_close_scaled(got, want)
+    (summary,) = [line for line in placement if line.startswith("Optimized(oneDNN): ")]
+    chained = int(summary.split(", ")[1].split()[0])
+    assert (chained > 0) == (chain == "1" and name != "mlp_bn"), summary
+    optimized = [line for line in placement if "Optimized" in line and "fused" not in line]
+    assert optimized, placement
+    assert not [line for line in placement if "declined" in line], placement
+    assert placement[-1] != "provider bytes: 0", placement
