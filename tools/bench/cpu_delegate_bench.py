@@ -1,18 +1,23 @@
-"""Issue #6's benchmark: the C++ CPU delegate runtime vs the same program with no delegate
-(ExecuTorch's kernels called directly by the method), vs the XNNPACK delegate, vs eager PyTorch, on
-a ResNet-shaped and a MobileNet-shaped conv-BN model at 1x3x224x224 and an MLP-BN at batch 32
-(tools/lower/examples.py, size "full"). Ratios are against the CPU delegate, measured interleaved in
-one run; peak memory is per path, each in a fresh process. The CPU delegate's intermediate-arena
-size (after lifetime reuse) is printed to stderr when it is set up.
+"""Issues #6 and #9's benchmark: the C++ CPU delegate runtime (its Optimized provider on oneDNN,
+with 1 thread by default and with 2) vs the XNNPACK delegate vs eager PyTorch (and, with
+--no-delegate, the same program with no delegate: ExecuTorch's kernels called by the method), on a
+ResNet-shaped and a MobileNet-shaped conv-BN model at 1x3x224x224 and an MLP-BN at batch 32
+(tools/lower/examples.py, size "full"), plus a 2048^3 torch.mm as the GEMM reference. Ratios are
+against the CPU delegate, measured interleaved in one run; peak memory is per path, each in a
+fresh process. After each table: achieved GFLOP/s per path (the model's conv/linear FLOPs over
+the median) and the delegate's own memory (arena + provider-held reordered weights/scratch).
 
-    bazel run //tools/bench:cpu_delegate_bench -- [--only resnet] [--size small] [--json out.json]
+    bazel run //tools/bench:cpu_delegate_bench -- [--only resnet/full] [--size small]
+        [--no-delegate] [--json out.json]
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import torch
 from executorch.exir import to_edge_transform_and_lower
@@ -21,14 +26,35 @@ from tools.bench import harness
 from tools.lower.examples import get_example
 
 BASELINE = "cpu delegate"
+# The same delegate with oneDNN on 2 OpenMP threads (ET_CPU_ONEDNN_THREADS=2; the default is 1).
+TWO_THREADS = "cpu delegate 2t"
 MODELS = ("resnet", "mobilenet", "mlp_bn")
 _SIZE = ["full"]  # --size rewrites it before the benchmarks are built
+_WITH_NO_DELEGATE = [False]  # --no-delegate adds the (slow) ExecuTorch-kernels-only path
+# Delegate memory reported by each CPU-delegate factory: (arena, provider-held) bytes.
+_DELEGATE_MEMORY: dict[str, tuple[int, int]] = {}
+GEMM = 2048
 # The runtime does not own a loaded program's bytes (FACTS.md): keep them alive with the module.
 _KEEP: list[bytes] = []
 
 
+@contextmanager
+def _onednn_threads(path: str) -> Iterator[None]:
+    # The runtime reads ET_CPU_ONEDNN_THREADS when a delegate is initialized (first forward).
+    saved = os.environ.get("ET_CPU_ONEDNN_THREADS")
+    if path == TWO_THREADS:
+        os.environ["ET_CPU_ONEDNN_THREADS"] = "2"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("ET_CPU_ONEDNN_THREADS", None)
+        else:
+            os.environ["ET_CPU_ONEDNN_THREADS"] = saved
+
+
 def _partitioners(path: str) -> list[object]:
-    if path == BASELINE:
+    if path in (BASELINE, TWO_THREADS):
         from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 
         return [CpuPartitioner()]
@@ -56,11 +82,49 @@ def make_program(example: str, size: str, path: str) -> harness.Runner:
     os.environ.setdefault(loader.ENV_LIBRARY, loader.load_cpu_backend())
     module = portable_lib._load_for_executorch_from_buffer(pte)
     args = list(inputs)
-    module.forward(args)  # loads the method: the delegate's init runs here
-    if path == BASELINE:
-        arena = loader.last_arena_bytes()
-        print(f"[{example}/{size}] CPU delegate arena: {arena} bytes", file=sys.stderr)
+    with _onednn_threads(path):
+        module.forward(args)  # loads the method: the delegate's init runs here
+    if path in (BASELINE, TWO_THREADS):
+        arena, held = loader.last_arena_bytes(), loader.last_provider_bytes()
+        _DELEGATE_MEMORY[f"{example}/{size}"] = (arena, held)
+        placement = loader.last_placement()
+        ops = [line for line in placement if not line.startswith("Optimized(")]
+        optimized = sum(1 for line in ops if "Optimized" in line)
+        print(
+            f"[{example}/{size}] {path}: arena {arena} bytes, provider {held} bytes; "
+            f"{optimized}/{len(ops)} ops optimized (fused included)",
+            file=sys.stderr,
+        )
+        for line in placement:
+            if "declined" in line or line.startswith("Optimized("):
+                print(f"  {line}", file=sys.stderr)
     return lambda: module.forward(args)
+
+
+def make_mm(threads: int) -> harness.Runner:
+    """A GEMM_^3 torch.mm on `threads` threads: the GFLOP/s reference."""
+    a, b = torch.randn(GEMM, GEMM), torch.randn(GEMM, GEMM)
+
+    def run() -> object:
+        saved = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return torch.mm(a, b)
+        finally:
+            torch.set_num_threads(saved)
+
+    return run
+
+
+def model_flops(example: str, size: str) -> int:
+    """FLOPs of one forward (2 per multiply-add of convolutions and matrix products)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    spec = get_example(example)
+    model, inputs = spec.model(size), spec.sample_inputs(size)
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(*inputs)
+    return int(counter.get_total_flops())
 
 
 def make_eager(example: str, size: str) -> harness.Runner:
@@ -85,23 +149,84 @@ def benchmarks() -> list[harness.Benchmark]:
                     harness.Variant(
                         path, make_program, {"example": example, "size": size, "path": path}
                     )
-                    for path in (BASELINE, "no delegate", "xnnpack")
+                    for path in (
+                        BASELINE,
+                        TWO_THREADS,
+                        *(["no delegate"] if _WITH_NO_DELEGATE[0] else []),
+                        "xnnpack",
+                    )
                 ),
                 harness.Variant("eager", make_eager, {"example": example, "size": size}),
             ],
             notes=get_example(example).description,
         )
         for example in MODELS
+    ] + [
+        harness.Benchmark(
+            name=f"torch.mm {GEMM}^3",
+            baseline="2 threads",
+            variants=[
+                harness.Variant(f"{n} thread{'s' if n > 1 else ''}", make_mm, {"threads": n})
+                for n in (1, 2)
+            ],
+            notes="GEMM reference for achieved GFLOP/s",
+        )
     ]
 
 
+def summary(result: harness.BenchmarkResult) -> str:
+    """GFLOP/s per path and the delegate's memory beside XNNPACK's peak RSS."""
+    if result.name.startswith("torch.mm"):
+        flops = 2 * GEMM**3
+    else:
+        example, size = result.name.split("/")
+        flops = model_flops(example, size)
+    lines = [f"  {result.name}: {flops / 1e9:.2f} GFLOP per call"]
+    for v in result.variants:
+        if v.median_ms:
+            lines.append(f"    {v.name:<16} {flops / v.median_ms / 1e6:8.1f} GFLOP/s")
+    memory = _DELEGATE_MEMORY.get(result.name)
+    if memory is not None:
+        arena, held = memory
+        rss = {v.name: v.peak_rss_over_import_mib for v in result.variants}
+        xnn = rss.get("xnnpack")
+        lines.append(
+            f"    delegate memory: arena {arena / 2**20:.1f} MiB + provider (reordered weights, "
+            f"scratchpad, staging) {held / 2**20:.1f} MiB = {(arena + held) / 2**20:.1f} MiB; "
+            f"peak RSS over import: cpu delegate {rss.get(BASELINE) or float('nan'):.1f} MiB, "
+            f"xnnpack {xnn or float('nan'):.1f} MiB"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if "--size" in args:  # ours, not the harness's
-        at = args.index("--size")
-        _SIZE[0] = args[at + 1]
-        del args[at : at + 2]
-    return harness.main(benchmarks, args, description=__doc__ or "")
+    parser = harness.build_parser(__doc__ or "")
+    parser.add_argument("--size", default="full", help="example size: full (default) or small")
+    parser.add_argument("--no-delegate", action="store_true", help="add the no-delegate path")
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    _SIZE[0] = args.size
+    _WITH_NO_DELEGATE[0] = args.no_delegate
+    options = harness.Options(
+        repeats=args.repeats, warmup=args.warmup, budget_s=args.budget, memory=not args.no_memory
+    )
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            print(msg, file=sys.stderr, flush=True)
+
+    selected = [b for b in benchmarks() if not args.only or b.name in args.only]
+    if not selected:
+        print(f"error: no benchmark named {args.only}", file=sys.stderr)
+        return 2
+    results = []
+    for bench in selected:
+        results.append(harness.run_benchmark(bench, options, progress))
+        print(harness.render_text(results[-1:]), flush=True)
+        print(summary(results[-1]), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(harness.to_json(results), f, indent=2)
+    return 1 if any(v.error for r in results for v in r.variants) else 0
 
 
 if __name__ == "__main__":
