@@ -114,36 +114,27 @@ class ProgramConstants:
     def add_parameter(self, hint: str, tensor: torch.Tensor) -> torch.fx.Node:
         """Adds `tensor` as a new parameter placeholder (never reusing an existing entry)."""
         target = self._unique_target(hint)
-        with self.graph.inserting_before(self._insertion_anchor()):
-            node = self.graph.placeholder(target)
-        node.meta["val"] = self._fake(tensor)
-        parameter = torch.nn.Parameter(tensor.detach(), requires_grad=False)
-        self.ep.state_dict[target] = parameter
-        spec = InputSpec(
-            kind=InputKind.PARAMETER,
-            arg=TensorArgument(name=node.name),
-            target=target,
-            persistent=None,
-        )
-        self._spec_by_name[node.name] = spec
-        self._target_refs[target] = 1
-        self._dirty = True
-        return node
+        self.ep.state_dict[target] = torch.nn.Parameter(tensor.detach(), requires_grad=False)
+        return self._add_input(target, tensor, InputKind.PARAMETER, self._insertion_anchor())
 
     def add_lifted_constant(self, hint: str, tensor: torch.Tensor) -> torch.fx.Node:
         """Adds `tensor` as a new CONSTANT_TENSOR placeholder (for lifted `get_attr` constants)."""
         target = self._unique_target(hint)
-        with self.graph.inserting_before(self._first_user_input_or_output()):
+        self.ep.constants[target] = tensor
+        return self._add_input(
+            target, tensor, InputKind.CONSTANT_TENSOR, self._first_user_input_or_output()
+        )
+
+    def _add_input(
+        self, target: str, tensor: torch.Tensor, kind: InputKind, anchor: torch.fx.Node
+    ) -> torch.fx.Node:
+        """The placeholder and signature entry of a constant already stored under `target`."""
+        with self.graph.inserting_before(anchor):
             node = self.graph.placeholder(target)
         node.meta["val"] = self._fake(tensor)
-        self.ep.constants[target] = tensor
-        spec = InputSpec(
-            kind=InputKind.CONSTANT_TENSOR,
-            arg=TensorArgument(name=node.name),
-            target=target,
-            persistent=None,
+        self._spec_by_name[node.name] = InputSpec(
+            kind=kind, arg=TensorArgument(name=node.name), target=target, persistent=None
         )
-        self._spec_by_name[node.name] = spec
         self._target_refs[target] = 1
         self._dirty = True
         return node
