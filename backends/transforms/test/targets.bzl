@@ -108,30 +108,17 @@ def define_common_targets():
 
     # QAT conv-batch-norm folding (issue #4): the real pt2e flow, whose convert_pt2e dominates the
     # run time, so one target per weight granularity lets Bazel run them side by side.
-    runtime.python_test(
-        name = "fuse_qat_conv_bn_per_tensor_test",
-        srcs = ["fuse_qat_conv_bn_test.py"],
-        data = ["fuse_qat_conv_bn_sequences.json"],
-        env = {"QAT_WEIGHT_GRANULARITY": "per_tensor"},
-        size = "large",
-        deps = [
-            "//backends/transforms:batch_norm_match",
-            "//backends/transforms:fuse_qat_conv_bn",
-            "//backends/transforms:program_checks",
-            "//backends/transforms:qat_conv_output_quantizer",
-        ],
-    )
-
-    runtime.python_test(
-        name = "fuse_qat_conv_bn_per_channel_test",
-        srcs = ["fuse_qat_conv_bn_test.py"],
-        data = ["fuse_qat_conv_bn_sequences.json"],
-        env = {"QAT_WEIGHT_GRANULARITY": "per_channel"},
-        size = "large",
-        deps = [
-            "//backends/transforms:batch_norm_match",
-            "//backends/transforms:fuse_qat_conv_bn",
-            "//backends/transforms:program_checks",
-            "//backends/transforms:qat_conv_output_quantizer",
-        ],
-    )
+    for granularity in ["per_tensor", "per_channel"]:
+        runtime.python_test(
+            name = "fuse_qat_conv_bn_{}_test".format(granularity),
+            srcs = ["fuse_qat_conv_bn_test.py"],
+            data = ["fuse_qat_conv_bn_sequences.json"],
+            env = {"QAT_WEIGHT_GRANULARITY": granularity},
+            size = "large",
+            deps = [
+                "//backends/transforms:batch_norm_match",
+                "//backends/transforms:fuse_qat_conv_bn",
+                "//backends/transforms:program_checks",
+                "//backends/transforms:qat_conv_output_quantizer",
+            ],
+        )
