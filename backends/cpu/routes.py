@@ -89,7 +89,12 @@ _ROUTE_LIST: tuple[Route, ...] = (
     _r("aten.sigmoid.default", "aten::sigmoid.out"),
     _r("aten.tanh.default", "aten::tanh.out"),
     # Pooling and reductions.
-    _r("aten.max_pool2d_with_indices.default", "aten::max_pool2d_with_indices.out"),
+    # Optimized when the indices are unused (inference).
+    _r(
+        "aten.max_pool2d_with_indices.default",
+        "aten::max_pool2d_with_indices.out",
+        provider=_OPT,
+    ),
     _r("aten.avg_pool2d.default", "aten::avg_pool2d.out"),
     _r("aten._adaptive_avg_pool2d.default", "aten::_adaptive_avg_pool2d.out"),
     _r("aten.mean.dim", "aten::mean.out"),

@@ -394,29 +394,43 @@ Error CompiledGraph::bind_ops() {
   sessions_.resize(256);
   session_by_id_.assign(256, nullptr);
   std::vector<bool> opened(256, false);
+  std::vector<bool> graph_output(spec_.values.size(), false);
+  for (int32_t id : spec_.outputs) graph_output[id] = true;
   for (size_t i = 0; i < spec_.ops.size(); ++i) {
     const OpSpec& spec = spec_.ops[i];
     Op& op = ops_[i];
     if (op.provider != nullptr) continue;  // fused into an earlier op
     op.args.reserve(spec.args.size() + 1);
     std::vector<char> constant_flags;
+    std::vector<char> unread_flags;
     for (const ArgValue& arg : spec.args) {
       op.args.push_back(build_arg(arg));
-      constant_flags.push_back(arg.type == ArgValue::Type::Tensor &&
-                               spec_.values[arg.tensor].kind == ValueKind::Constant);
+      const bool is_tensor = arg.type == ArgValue::Type::Tensor;
+      const ValueSpec* value = is_tensor ? &spec_.values[arg.tensor] : nullptr;
+      constant_flags.push_back(is_tensor && value->kind == ValueKind::Constant);
+      unread_flags.push_back(is_tensor && value->kind == ValueKind::Intermediate &&
+                             value->producer == static_cast<int64_t>(i) &&
+                             value->last_use <= value->producer && !graph_output[arg.tensor]);
     }
     // ExecuTorch's generated kernel wrappers take one stack slot after the arguments for the
     // result (executorch/codegen/gen.py: num_boxed_args = arguments + 1) and may overwrite it.
     list_evalues_.emplace_back();
     op.args.push_back(&list_evalues_.back());
     constant_flags.push_back(false);
+    unread_flags.push_back(false);
     std::unique_ptr<bool[]> is_constant(new bool[constant_flags.size()]);
-    for (size_t a = 0; a < constant_flags.size(); ++a) is_constant[a] = constant_flags[a] != 0;
+    std::unique_ptr<bool[]> is_unread(new bool[unread_flags.size()]);
+    for (size_t a = 0; a < constant_flags.size(); ++a) {
+      is_constant[a] = constant_flags[a] != 0;
+      is_unread[a] = unread_flags[a] != 0;
+    }
 
     OpBinding binding{spec.name.c_str(), spec.route.c_str(), spec.kernel.c_str(), spec.flags,
                       Span<EValue*>(op.args.data(), op.args.size())};
     binding.arg_is_constant = is_constant.get();
+    binding.arg_is_unread = is_unread.get();
     bool_lists_.push_back(std::move(is_constant));
+    bool_lists_.push_back(std::move(is_unread));
     const KernelProvider* provider = find_kernel_provider(spec.provider);
     Error error = Error::NotSupported;
     std::string reason = "no such provider in this build";

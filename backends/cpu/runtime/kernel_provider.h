@@ -71,6 +71,9 @@ struct OpBinding {
   // Parallel to `args` (valid for the graph's life): true where the argument is a constant tensor (weights: data final at
   // bind time, so a provider may reorder it once).
   const bool* arg_is_constant = nullptr;
+  // Parallel to `args`: true where the argument is a tensor no op reads and the graph does not
+  // output (e.g. max pooling's indices), which a provider may leave unwritten.
+  const bool* arg_is_unread = nullptr;
   // The provider's per-graph state (KernelProvider::open_session), or null.
   ProviderSession* session = nullptr;
   // Steps the provider may fuse, a prefix of which it takes by setting *fused_steps; the kernel

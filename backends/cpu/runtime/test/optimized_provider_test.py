@@ -200,3 +200,44 @@ def test_example_models_match_reference(name: str, chain: str) -> None:
     assert optimized, placement
     assert not [line for line in placement if "declined" in line], placement
     assert placement[-1] != "provider bytes: 0", placement
+
+
+class Pool(torch.nn.Module):
+    def __init__(self, kernel: int, stride: int | None, padding: int, ceil: bool) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(8, 4, 1)
+        self.args = (kernel, stride, padding, 1, ceil)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # conv -> pool -> conv: the pool reads and writes channels-last between two convolutions.
+        y = torch.nn.functional.max_pool2d(torch.relu(self.conv(x)), *self.args)
+        return self.conv2(y)
+
+
+@pytest.mark.parametrize(
+    "kernel, stride, padding, ceil, size",
+    # ResNet's stem pool; floor mode dropping a row; ceil mode adding a partial window.
+    [(3, 2, 1, False, 14), (2, None, 0, False, 13), (3, 2, 0, True, 14)],
+)
+def test_max_pool_between_convolutions_matches_reference(
+    kernel: int, stride: int | None, padding: int, ceil: bool, size: int
+) -> None:
+    torch.manual_seed(kernel)
+    model = Pool(kernel, stride, padding, ceil).eval()
+    x = torch.randn(1, 3, size, size)
+    out_opt, out_ref, placement = run_both(model, (x,))
+    assert_close_scaled(out_opt[0], out_ref[0])
+    assert placed(placement, "aten::max_pool2d_with_indices.out", "Optimized"), placement
+
+
+def test_max_pool_whose_indices_are_used_is_declined() -> None:
+    class Net(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> Any:
+            return torch.nn.functional.max_pool2d(x, 2, return_indices=True)
+
+    x = torch.randn(1, 2, 6, 6)
+    out_opt, out_ref, placement = run_both(Net(), (x,))
+    assert torch.equal(out_opt[0], out_ref[0]) and torch.equal(out_opt[1], out_ref[1])
+    declined = placed(placement, "aten::max_pool2d_with_indices.out", "Reference")
+    assert declined and "indices are read" in declined[0], placement

@@ -311,6 +311,40 @@ class MatmulKernel final : public OnednnKernel {
   std::unique_ptr<onednn::MatmulPlan> plan_;
 };
 
+class MaxPoolKernel final : public OnednnKernel {
+ public:
+  MaxPoolKernel(onednn::PoolParams params, const Tensor* input, Tensor* output)
+      : params_(std::move(params)), input_(input), output_(output) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    auto layout = [&](const Tensor* t) {
+      return channels_last(impl_of(t)) ? onednn::Layout::channels_last(dims_of(*t))
+                                       : onednn::Layout::plain(dims_of(*t));
+    };
+    plan_ = std::make_unique<onednn::PoolPlan>(
+        provider.prepare_max_pool(params_, layout(input_), layout(output_)));
+  }
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return impl_of(output_);
+  }
+
+  Error run(KernelRuntimeContext&) override {
+    try {
+      plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>());
+    } catch (const std::exception& e) {
+      ET_LOG(Error, "CpuBackend: oneDNN max pooling failed: %s", e.what());
+      return Error::Internal;
+    }
+    return Error::Ok;
+  }
+
+ private:
+  onednn::PoolParams params_;
+  const Tensor* input_;
+  Tensor* output_;
+  std::unique_ptr<onednn::PoolPlan> plan_;
+};
+
 // One per delegate instance. Binding prepares each kernel with plain activations (so a kernel
 // oneDNN cannot prepare is declined while the runtime can still fall back); finalize, knowing who
 // reads what, prepares them all again on a fresh Provider with activations that only its
@@ -573,6 +607,53 @@ Error bind_matmul(const OpBinding& op, bool batched, OnednnSession& session,
   return Error::Ok;
 }
 
+// aten::max_pool2d_with_indices.out(self, kernel_size, stride, padding, dilation, ceil_mode, *,
+// out, indices): taken when nobody reads the indices (inference graphs), which it leaves unwritten.
+Error bind_max_pool(const OpBinding& op, OnednnSession& session,
+                    std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  const Tensor* input = tensor_arg(op, 0);
+  Tensor* output = op.args.size() > 7 && op.args[6]->isTensor() ? &op.args[6]->toTensor() : nullptr;
+  if (!is_f32(input) || !is_f32(output) || input->dim() != 4) {
+    decline->reason = "max_pool2d: only float32 NCHW (4D) tensors";
+    return Error::NotSupported;
+  }
+  if (op.arg_is_unread == nullptr || !op.arg_is_unread[7]) {
+    decline->reason = "max_pool2d: its indices are read (the provider does not compute them)";
+    return Error::NotSupported;
+  }
+  onednn::PoolParams params;
+  params.batch = input->size(0);
+  params.channels = input->size(1);
+  params.input_size = {input->size(2), input->size(3)};
+  params.output_size = {output->size(2), output->size(3)};
+  std::vector<int64_t> dilation;
+  if (!int_list(op.args[1], 2, &params.kernel_size) || !int_list(op.args[3], 2, &params.padding) ||
+      !int_list(op.args[4], 2, &dilation)) {
+    decline->reason = "max_pool2d: kernel_size, padding and dilation need 1 or 2 entries";
+    return Error::NotSupported;
+  }
+  if (op.args[2]->isIntList() && op.args[2]->toIntList().size() == 0) {
+    params.stride = params.kernel_size;  // torch: stride defaults to the kernel size
+  } else if (!int_list(op.args[2], 2, &params.stride)) {
+    decline->reason = "max_pool2d: stride needs 0, 1 or 2 entries";
+    return Error::NotSupported;
+  }
+  if (dilation[0] != 1 || dilation[1] != 1) {
+    decline->reason = "max_pool2d: dilation is not supported by the provider";
+    return Error::NotSupported;
+  }
+  onednn::Support support = onednn::supports_max_pool(params);
+  if (!support.ok) {
+    decline->reason = support.reason;
+    return Error::NotSupported;
+  }
+  auto kernel = std::make_unique<MaxPoolKernel>(params, input, output);
+  kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
+  session.add(kernel.get());
+  *out = std::move(kernel);
+  return Error::Ok;
+}
+
 class OnednnKernelProvider final : public KernelProvider {
  public:
   const char* name() const override { return "Optimized(oneDNN)"; }
@@ -596,6 +677,8 @@ class OnednnKernelProvider final : public KernelProvider {
           error = bind_conv(op, provider, out, &decline, &fused);
         } else if (kernel == "aten::linear.out" || kernel == "aten::addmm.out") {
           error = bind_linear(op, kernel == "aten::addmm.out", provider, out, &decline, &fused);
+        } else if (kernel == "aten::max_pool2d_with_indices.out") {
+          error = bind_max_pool(op, provider, out, &decline);
         } else if (kernel == "aten::mm.out" || kernel == "aten::bmm.out") {
           error = bind_matmul(op, kernel == "aten::bmm.out", provider, out, &decline, &fused);
         } else {

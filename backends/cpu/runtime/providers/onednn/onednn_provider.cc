@@ -800,6 +800,110 @@ ReorderPlan Provider::prepare_reorder(const Layout& from, const Layout& to) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Max pooling
+
+// The right/bottom padding that makes oneDNN's floor formula give the requested output size:
+// torch's padding in floor mode (or less, when the last rows are dropped), more in ceil mode.
+int64_t pool_right_padding(const PoolParams& p, size_t i) {
+  return std::max<int64_t>(
+      0, (p.output_size[i] - 1) * p.stride[i] + p.kernel_size[i] - p.input_size[i] - p.padding[i]);
+}
+
+Support supports_max_pool(const PoolParams& p) {
+  const size_t rank = p.input_size.size();
+  if (rank < 1 || rank > 3 || p.output_size.size() != rank || p.kernel_size.size() != rank ||
+      p.stride.size() != rank || p.padding.size() != rank) {
+    return Support::no("max_pool: 1 to 3 spatial dims, every size list of the same rank");
+  }
+  if (p.batch < 1 || p.channels < 1) {
+    return Support::no("max_pool: batch and channels must be positive");
+  }
+  for (size_t i = 0; i < rank; ++i) {
+    if (p.kernel_size[i] < 1 || p.stride[i] < 1 || p.padding[i] < 0 || p.output_size[i] < 1 ||
+        2 * p.padding[i] > p.kernel_size[i]) {
+      return Support::no("max_pool: kernel/stride positive, 0 <= padding <= kernel / 2");
+    }
+    const int64_t right = pool_right_padding(p, i);
+    if (right >= p.kernel_size[i] ||
+        (p.input_size[i] + p.padding[i] + right - p.kernel_size[i]) / p.stride[i] + 1 !=
+            p.output_size[i]) {
+      return Support::no("max_pool: output size does not match input, kernel, stride, padding");
+    }
+  }
+  return Support::yes();
+}
+
+struct PoolPlan::Impl {
+  std::shared_ptr<ProviderState> state;
+  dnnl::pooling_forward primitive;
+  memory::desc src;
+  memory::desc dst;
+  memory::desc scratchpad_md;
+  std::string implementation;
+};
+
+PoolPlan::PoolPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+std::string PoolPlan::implementation() const {
+  return impl_->implementation;
+}
+
+void PoolPlan::run(const float* input, float* output) const {
+  const Impl& p = *impl_;
+  ProviderState& state = *p.state;
+  ThreadCountGuard threads(state.num_threads);
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, memory(p.src, state.engine, const_cast<float*>(input))},
+      {DNNL_ARG_DST, memory(p.dst, state.engine, output)}};
+  execute(state, p.primitive, p.scratchpad_md, std::move(args));
+}
+
+PoolPlan Provider::prepare_max_pool(
+    const PoolParams& params, const Layout& input, const Layout& output) {
+  const Support support = supports_max_pool(params);
+  if (!support.ok) {
+    throw ProviderError("prepare_max_pool: " + support.reason);
+  }
+  Dims src_dims{params.batch, params.channels};
+  src_dims.insert(src_dims.end(), params.input_size.begin(), params.input_size.end());
+  Dims dst_dims{params.batch, params.channels};
+  dst_dims.insert(dst_dims.end(), params.output_size.begin(), params.output_size.end());
+  if (input.dims() != std::vector<int64_t>(src_dims) ||
+      output.dims() != std::vector<int64_t>(dst_dims)) {
+    throw ProviderError("prepare_max_pool: layout dims differ from the pooling's");
+  }
+  Dims right;
+  for (size_t i = 0; i < params.input_size.size(); ++i) {
+    right.push_back(pool_right_padding(params, i));
+  }
+  ProviderState& state = *state_;
+  ThreadCountGuard threads(state.num_threads);
+  return wrap_dnnl("prepare_max_pool", [&] {
+    auto impl = std::make_shared<PoolPlan::Impl>();
+    impl->state = state_;
+    impl->src = input.impl().md;
+    impl->dst = output.impl().md;
+    dnnl::pooling_forward::desc desc(
+        dnnl::prop_kind::forward_inference,
+        dnnl::algorithm::pooling_max,
+        impl->src,
+        impl->dst,
+        Dims(params.stride.begin(), params.stride.end()),
+        Dims(params.kernel_size.begin(), params.kernel_size.end()),
+        Dims(params.padding.begin(), params.padding.end()),
+        right);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::pooling_forward::primitive_desc pd(desc, attr, state.engine);
+    impl->primitive = dnnl::pooling_forward(pd);
+    impl->implementation = pd.impl_info_str();
+    impl->scratchpad_md = pd.scratchpad_desc();
+    state.reserve_scratchpad(impl->scratchpad_md);
+    return PoolPlan(std::move(impl));
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
 // Provider
 
 Provider::Provider(ProviderOptions options) : state_(std::make_shared<ProviderState>()) {

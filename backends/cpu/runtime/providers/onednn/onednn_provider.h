@@ -143,6 +143,20 @@ struct MatmulParams {
 };
 Support supports_matmul(const MatmulParams& params, const PostOps& post_ops);
 
+// Max pooling (torch.nn.functional.max_pool1d/2d/3d without dilation) for inference: the output
+// size is given (floor or ceil mode alike: the right padding is derived from it; padded cells
+// never win the max). No indices are computed.
+struct PoolParams {
+  int64_t batch = 1;
+  int64_t channels = 0;
+  std::vector<int64_t> input_size;   // spatial extent of the input
+  std::vector<int64_t> output_size;  // spatial extent of the output
+  std::vector<int64_t> kernel_size;
+  std::vector<int64_t> stride;
+  std::vector<int64_t> padding;      // left/top padding (torch's padding)
+};
+Support supports_max_pool(const PoolParams& params);
+
 struct ProviderOptions {
   // OpenMP threads oneDNN uses. 0 = default: $ET_CPU_ONEDNN_THREADS if set, else the number of
   // CPUs this process may run on (sched_getaffinity), i.e. 2 on the project's machines.
@@ -153,6 +167,7 @@ class ConvPlan;
 class LinearPlan;
 class MatmulPlan;
 class ReorderPlan;
+class PoolPlan;
 struct ProviderState;
 
 class Provider {
@@ -179,6 +194,9 @@ class Provider {
   MatmulPlan prepare_matmul(const MatmulParams& params, const PostOps& post_ops);
   // Converts activations between two layouts of the same dims (e.g. blocked -> plain).
   ReorderPlan prepare_reorder(const Layout& from, const Layout& to);
+  // Max pooling reading `input` and writing `output` (plain or channels-last layouts of the
+  // input and output dims).
+  PoolPlan prepare_max_pool(const PoolParams& params, const Layout& input, const Layout& output);
 
   int num_threads() const;
   // Memory the provider holds beside the activations (for the delegate's memory report):
@@ -248,6 +266,18 @@ class ReorderPlan {
 
   struct Impl;
   explicit ReorderPlan(std::shared_ptr<const Impl> impl);
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+class PoolPlan {
+ public:
+  std::string implementation() const;
+  void run(const float* input, float* output) const;
+
+  struct Impl;
+  explicit PoolPlan(std::shared_ptr<const Impl> impl);
 
  private:
   std::shared_ptr<const Impl> impl_;
