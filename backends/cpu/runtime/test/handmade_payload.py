@@ -25,6 +25,7 @@ from executorch.exir._serialize._named_data_store import NamedDataStore
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from executorch.extension.pybindings import portable_lib
 from torch.export import ExportedProgram
 
 _SCHEMA = Path(__file__).resolve().parents[2] / "serialization" / "schema.fbs"
@@ -227,6 +228,16 @@ def program(
     edge = copy.deepcopy(_edge_program(function, example_inputs))
     lowered = edge.to_backend(_DelegateEverything(specs))
     return bytes(lowered.to_executorch().buffer)
+
+
+# portable_lib does not keep a program's buffer alive (see FACTS.md): every loaded one stays here.
+_LOADED_BUFFERS: list[bytes] = []
+
+
+def load_program(pte: bytes) -> Any:
+    """Loads `pte` on the ExecuTorch runtime, keeping its buffer alive for the process's life."""
+    _LOADED_BUFFERS.append(pte)
+    return portable_lib._load_for_executorch_from_buffer(pte)
 
 
 _EDGE_CACHE: dict[tuple[Any, ...], EdgeProgramManager] = {}

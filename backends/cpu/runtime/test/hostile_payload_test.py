@@ -8,7 +8,6 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from executorch.extension.pybindings import portable_lib
 
 from backends.cpu.runtime import loader
 from backends.cpu.runtime.test.handmade_payload import (
@@ -23,6 +22,7 @@ from backends.cpu.runtime.test.handmade_payload import (
     float_,
     int_,
     int_list,
+    load_program,
     none,
     payload_bytes,
     program,
@@ -33,10 +33,6 @@ from backends.cpu.runtime.test.handmade_payload import (
 @pytest.fixture(scope="module", autouse=True)
 def _runtime() -> None:
     loader.load_cpu_backend()
-
-
-# The runtime does not own a program's buffer (see FACTS.md): keep every one alive.
-_BUFFERS: list[bytes] = []
 
 
 def _add_graph(dtype: torch.dtype, shape: list[int]) -> Graph:
@@ -56,8 +52,7 @@ def _expect_init_error(graph: Graph | bytes, *fragments: str) -> None:
     x, y = torch.ones(3), torch.zeros(3)
     pte = program(lambda a, b: a + b, (x, y), graph)
     with pytest.raises(RuntimeError):
-        _BUFFERS.append(pte)
-        module = portable_lib._load_for_executorch_from_buffer(pte)
+        module = load_program(pte)
         module.forward([x, y])  # the method, and so the delegate's init, loads on first use
     message = loader.last_error()
     for fragment in fragments:

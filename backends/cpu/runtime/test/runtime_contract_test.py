@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import torch
-from executorch.extension.pybindings import portable_lib
 
 from backends.cpu.runtime import loader
 from backends.cpu.runtime.test.handmade_payload import (
@@ -22,6 +21,7 @@ from backends.cpu.runtime.test.handmade_payload import (
     Op,
     Value,
     int_,
+    load_program,
     optional_tensor_list,
     program,
     tensor,
@@ -32,15 +32,6 @@ from backends.cpu.runtime.test.handmade_payload import (
 @pytest.fixture(scope="module", autouse=True)
 def _runtime() -> None:
     loader.load_cpu_backend()
-
-
-# The runtime does not own a program's buffer (see FACTS.md): keep every one alive.
-_BUFFERS: list[bytes] = []
-
-
-def _load(pte: bytes) -> Any:
-    _BUFFERS.append(pte)
-    return portable_lib._load_for_executorch_from_buffer(pte)
 
 
 def _add_graph(dtype: torch.dtype, shape: list[int]) -> Graph:
@@ -63,7 +54,7 @@ def _add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def test_int64_above_2_pow_53_is_exact() -> None:
     x = torch.tensor([2**60 + 1, -(2**62) + 3, 2**53 + 1, 7])
     y = torch.tensor([2**60 + 3, 2**61 - 1, 1, -(2**63)])
-    module = _load(program(_add, (x, y), _add_graph(torch.int64, [4])))
+    module = load_program(program(_add, (x, y), _add_graph(torch.int64, [4])))
     (out,) = module.forward([x, y])
     assert out.dtype == torch.int64
     assert torch.equal(out, x + y)
@@ -74,7 +65,7 @@ def test_small_integer_add_wraps_like_eager(dtype: torch.dtype) -> None:
     info = torch.iinfo(dtype)
     x = torch.tensor([info.max, info.min, info.max - 1, 3], dtype=dtype)
     y = torch.tensor([1, -1 if info.min < 0 else 255, 5, info.max], dtype=dtype)
-    module = _load(program(_add, (x, y), _add_graph(dtype, [4])))
+    module = load_program(program(_add, (x, y), _add_graph(dtype, [4])))
     (out,) = module.forward([x, y])
     assert out.dtype == dtype
     assert torch.equal(out, x + y)
@@ -84,7 +75,7 @@ def test_dtype_mismatch_at_run_time_names_argument_and_dtypes() -> None:
     # The outer program hands the delegate int32 tensors; the payload was serialized for int64.
     x = torch.tensor([1, 2, 3], dtype=torch.int32)
     y = torch.tensor([4, 5, 6], dtype=torch.int32)  # distinct: export merges identical inputs
-    module = _load(program(_add, (x, y), _add_graph(torch.int64, [3])))
+    module = load_program(program(_add, (x, y), _add_graph(torch.int64, [3])))
     with pytest.raises(RuntimeError):
         module.forward([x, y])
     message = loader.last_error()
@@ -95,7 +86,7 @@ def test_dtype_mismatch_at_run_time_names_argument_and_dtypes() -> None:
 
 def test_shape_mismatch_at_run_time_is_an_error() -> None:
     x, y = torch.ones(2, 3), torch.zeros(2, 3)
-    module = _load(program(_add, (x, y), _add_graph(torch.float32, [3, 2])))
+    module = load_program(program(_add, (x, y), _add_graph(torch.float32, [3, 2])))
     with pytest.raises(RuntimeError):
         module.forward([x, y])
     assert "expected dtype float32 shape [3, 2], got dtype float32 shape [2, 3]" in (
@@ -115,7 +106,7 @@ def test_arena_reuses_buffers_whose_lifetimes_do_not_overlap() -> None:
     values += [Value(torch.float32, [n], OUTPUT)]
     graph = Graph(values, [0], [5], [_neg(i, i + 1) for i in range(5)])
     x = torch.randn(n)
-    module = _load(program(lambda a: -a, (x,), graph))
+    module = load_program(program(lambda a: -a, (x,), graph))
     (out,) = module.forward([x])  # the method (and the delegate's init) loads on first use
     assert torch.equal(out, -x)  # five negations
     assert loader.last_arena_bytes() == 2 * n * 4
@@ -135,7 +126,7 @@ def test_constants_come_from_the_named_data_map() -> None:
         constants={"w": weight.numpy().tobytes()},
     )
     x = torch.full((2, 3), 2**54 + 1, dtype=torch.int64)
-    module = _load(program(lambda a: a + a, (x,), graph))
+    module = load_program(program(lambda a: a + a, (x,), graph))
     (out,) = module.forward([x])
     assert torch.equal(out, x + weight)
 
@@ -158,7 +149,7 @@ def test_plain_tensor_list_binds_as_optional_tensors_for_index() -> None:
     idx = torch.tensor([4, 0, 2])
     # x[:, idx] written as [None, idx] (optional list) and as [x-dim-0-less] plain list below.
     graph = _index_graph(optional_tensor_list([-1, 1]), OPTIONAL_TENSOR_LISTS)
-    module = _load(program(lambda a, i: a[:, i], (x, idx), graph))
+    module = load_program(program(lambda a, i: a[:, i], (x, idx), graph))
     (out,) = module.forward([x, idx])
     assert torch.equal(out, x[:, idx])
 
@@ -179,7 +170,7 @@ def test_plain_tensor_list_binds_as_optional_tensors_for_index() -> None:
         ],
     )
     idx = torch.tensor([3, 3, 1])
-    module = _load(program(lambda a, i: a[i], (x, idx), plain))
+    module = load_program(program(lambda a, i: a[i], (x, idx), plain))
     (out,) = module.forward([x, idx])
     assert torch.equal(out, x[idx])
 
@@ -212,7 +203,7 @@ def test_route_on_a_declining_or_absent_provider_falls_back_to_reference(
     graph = _add_graph(torch.int64, [2])
     graph.ops[0].provider = provider
     x, y = torch.tensor([2**62, -1]), torch.tensor([5, 2**60])
-    module = _load(program(_add, (x, y), graph))
+    module = load_program(program(_add, (x, y), graph))
     (out,) = module.forward([x, y])
     assert torch.equal(out, x + y)
     line = loader.last_placement()[0]  # the add (a provider session adds a summary line)
@@ -232,7 +223,7 @@ def test_intermediate_listed_as_output_keeps_its_arena_slot_to_the_end() -> None
     values += [Value(torch.int64, [n], OUTPUT)]
     graph = Graph(values, [0], [1, 4], [doubled(i, i + 1) for i in range(4)])
     x = torch.arange(n) + 2**40
-    module = _load(program(lambda a: (a + a, a - a), (x,), graph))
+    module = load_program(program(lambda a: (a + a, a - a), (x,), graph))
     first, last = module.forward([x])
     assert torch.equal(first, 2 * x)
     assert torch.equal(last, 16 * x)
