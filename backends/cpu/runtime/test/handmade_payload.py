@@ -136,6 +136,20 @@ def none() -> Any:
     return _arg("NoneArg")
 
 
+def add_graph(dtype: torch.dtype, shape: list[int]) -> Graph:
+    """The smallest useful payload: output = input 0 + input 1 (`aten::add.out`, alpha 1)."""
+    return Graph(
+        values=[
+            Value(dtype, shape, INPUT),
+            Value(dtype, shape, INPUT),
+            Value(dtype, shape, OUTPUT),
+        ],
+        inputs=[0, 1],
+        outputs=[2],
+        ops=[Op("aten::add.out", [tensor(0), tensor(1), int_(1), tensor(2)])],
+    )
+
+
 def payload_bytes(graph: Graph) -> bytes:
     """Serializes `graph` as the AOT writer would (file identifier included)."""
     root = fb.GraphT()

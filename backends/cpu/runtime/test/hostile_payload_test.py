@@ -19,6 +19,7 @@ from backends.cpu.runtime.test.handmade_payload import (
     Graph,
     Op,
     Value,
+    add_graph,
     float_,
     int_,
     int_list,
@@ -35,19 +36,6 @@ def _runtime() -> None:
     loader.load_cpu_backend()
 
 
-def _add_graph(dtype: torch.dtype, shape: list[int]) -> Graph:
-    return Graph(
-        values=[
-            Value(dtype, shape, INPUT),
-            Value(dtype, shape, INPUT),
-            Value(dtype, shape, OUTPUT),
-        ],
-        inputs=[0, 1],
-        outputs=[2],
-        ops=[Op("aten::add.out", [tensor(0), tensor(1), int_(1), tensor(2)])],
-    )
-
-
 def _expect_init_error(graph: Graph | bytes, *fragments: str) -> None:
     x, y = torch.ones(3), torch.zeros(3)
     pte = program(lambda a, b: a + b, (x, y), graph)
@@ -59,19 +47,19 @@ def _expect_init_error(graph: Graph | bytes, *fragments: str) -> None:
         assert fragment in message, message
 
 
-_VALID = payload_bytes(_add_graph(torch.float32, [3]))
+_VALID = payload_bytes(add_graph(torch.float32, [3]))
 
 _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
     "truncated": (lambda: _VALID[: len(_VALID) // 2], ("not a valid CPU-delegate flatbuffer",)),
     "wrong identifier": (lambda: _VALID[:4] + b"XXXX" + _VALID[8:], ("identifier 'ECP1'",)),
     "empty": (lambda: b"", ("too short",)),
     "future version": (
-        lambda: Graph(**{**_add_graph(torch.float32, [3]).__dict__, "version": 2}),
+        lambda: Graph(**{**add_graph(torch.float32, [3]).__dict__, "version": 2}),
         ("format version 2",),
     ),
     "value id out of range": (
         lambda: Graph(
-            _add_graph(torch.float32, [3]).values,
+            add_graph(torch.float32, [3]).values,
             [0, 1],
             [2],
             [Op("aten::add.out", [tensor(0), tensor(7), int_(1), tensor(2)])],
@@ -80,7 +68,7 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
     ),
     "read before write": (
         lambda: Graph(
-            [*_add_graph(torch.float32, [3]).values, Value(torch.float32, [3], INTERMEDIATE)],
+            [*add_graph(torch.float32, [3]).values, Value(torch.float32, [3], INTERMEDIATE)],
             [0, 1],
             [2],
             [Op("aten::add.out", [tensor(0), tensor(3), int_(1), tensor(2)])],
@@ -89,7 +77,7 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
     ),
     "unknown kernel": (
         lambda: Graph(
-            _add_graph(torch.float32, [3]).values,
+            add_graph(torch.float32, [3]).values,
             [0, 1],
             [2],
             [Op("aten::no_such_op.out", [tensor(0), tensor(1), tensor(2)])],
@@ -98,7 +86,7 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
     ),
     "kernel not registered": (
         lambda: Graph(
-            _add_graph(torch.float32, [3]).values,
+            add_graph(torch.float32, [3]).values,
             [0, 1],
             [2],
             [Op("aten::hypot.out", [tensor(0), tensor(1), tensor(2)])],
@@ -107,7 +95,7 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
     ),
     "argument count": (
         lambda: Graph(
-            _add_graph(torch.float32, [3]).values,
+            add_graph(torch.float32, [3]).values,
             [0, 1],
             [2],
             [Op("aten::add.out", [tensor(0), tensor(1), tensor(2)])],
@@ -116,7 +104,7 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
     ),
     "argument kind": (
         lambda: Graph(
-            _add_graph(torch.float32, [3]).values,
+            add_graph(torch.float32, [3]).values,
             [0, 1],
             [2],
             [Op("aten::add.out", [tensor(0), int_list([1]), int_(1), tensor(2)])],
@@ -125,7 +113,7 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
     ),
     "None for a required tensor": (
         lambda: Graph(
-            _add_graph(torch.float32, [3]).values,
+            add_graph(torch.float32, [3]).values,
             [0, 1],
             [2],
             [Op("aten::add.out", [tensor(0), none(), float_(1.0), tensor(2)])],
@@ -134,7 +122,7 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
     ),
     "writes an input": (
         lambda: Graph(
-            _add_graph(torch.float32, [3]).values,
+            add_graph(torch.float32, [3]).values,
             [0, 1],
             [2],
             [
@@ -145,7 +133,7 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
         ("graph input or constant",),
     ),
     "output never written": (
-        lambda: Graph(_add_graph(torch.float32, [3]).values, [0, 1], [2], []),
+        lambda: Graph(add_graph(torch.float32, [3]).values, [0, 1], [2], []),
         ("never written",),
     ),
     "negative dim": (
@@ -169,7 +157,7 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
     "huge intermediate": (
         lambda: Graph(
             [
-                *_add_graph(torch.float32, [3]).values,
+                *add_graph(torch.float32, [3]).values,
                 Value(torch.float32, [2**30, 2**30], INTERMEDIATE),
             ],
             [0, 1],
@@ -202,7 +190,7 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
     ),
     "flag without Tensor?[]": (
         lambda: Graph(
-            _add_graph(torch.float32, [3]).values,
+            add_graph(torch.float32, [3]).values,
             [0, 1],
             [2],
             [

@@ -20,6 +20,7 @@ from backends.cpu.runtime.test.handmade_payload import (
     Graph,
     Op,
     Value,
+    add_graph,
     int_,
     load_program,
     optional_tensor_list,
@@ -34,19 +35,6 @@ def _runtime() -> None:
     loader.load_cpu_backend()
 
 
-def _add_graph(dtype: torch.dtype, shape: list[int]) -> Graph:
-    return Graph(
-        values=[
-            Value(dtype, shape, INPUT),
-            Value(dtype, shape, INPUT),
-            Value(dtype, shape, OUTPUT),
-        ],
-        inputs=[0, 1],
-        outputs=[2],
-        ops=[Op("aten::add.out", [tensor(0), tensor(1), int_(1), tensor(2)])],
-    )
-
-
 def _add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a + b
 
@@ -54,7 +42,7 @@ def _add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def test_int64_above_2_pow_53_is_exact() -> None:
     x = torch.tensor([2**60 + 1, -(2**62) + 3, 2**53 + 1, 7])
     y = torch.tensor([2**60 + 3, 2**61 - 1, 1, -(2**63)])
-    module = load_program(program(_add, (x, y), _add_graph(torch.int64, [4])))
+    module = load_program(program(_add, (x, y), add_graph(torch.int64, [4])))
     (out,) = module.forward([x, y])
     assert out.dtype == torch.int64
     assert torch.equal(out, x + y)
@@ -65,7 +53,7 @@ def test_small_integer_add_wraps_like_eager(dtype: torch.dtype) -> None:
     info = torch.iinfo(dtype)
     x = torch.tensor([info.max, info.min, info.max - 1, 3], dtype=dtype)
     y = torch.tensor([1, -1 if info.min < 0 else 255, 5, info.max], dtype=dtype)
-    module = load_program(program(_add, (x, y), _add_graph(dtype, [4])))
+    module = load_program(program(_add, (x, y), add_graph(dtype, [4])))
     (out,) = module.forward([x, y])
     assert out.dtype == dtype
     assert torch.equal(out, x + y)
@@ -75,7 +63,7 @@ def test_dtype_mismatch_at_run_time_names_argument_and_dtypes() -> None:
     # The outer program hands the delegate int32 tensors; the payload was serialized for int64.
     x = torch.tensor([1, 2, 3], dtype=torch.int32)
     y = torch.tensor([4, 5, 6], dtype=torch.int32)  # distinct: export merges identical inputs
-    module = load_program(program(_add, (x, y), _add_graph(torch.int64, [3])))
+    module = load_program(program(_add, (x, y), add_graph(torch.int64, [3])))
     with pytest.raises(RuntimeError):
         module.forward([x, y])
     message = loader.last_error()
@@ -86,7 +74,7 @@ def test_dtype_mismatch_at_run_time_names_argument_and_dtypes() -> None:
 
 def test_shape_mismatch_at_run_time_is_an_error() -> None:
     x, y = torch.ones(2, 3), torch.zeros(2, 3)
-    module = load_program(program(_add, (x, y), _add_graph(torch.float32, [3, 2])))
+    module = load_program(program(_add, (x, y), add_graph(torch.float32, [3, 2])))
     with pytest.raises(RuntimeError):
         module.forward([x, y])
     assert "expected dtype float32 shape [3, 2], got dtype float32 shape [2, 3]" in (
@@ -200,7 +188,7 @@ def test_route_on_a_declining_or_absent_provider_falls_back_to_reference(
 ) -> None:
     # Provider.Optimized (1, oneDNN) has no add kernel; id 7 has no provider in this build:
     # Reference takes the op either way, and the placement log says why.
-    graph = _add_graph(torch.int64, [2])
+    graph = add_graph(torch.int64, [2])
     graph.ops[0].provider = provider
     x, y = torch.tensor([2**62, -1]), torch.tensor([5, 2**60])
     module = load_program(program(_add, (x, y), graph))
