@@ -1,5 +1,6 @@
-"""Issues #6 and #9's benchmark: the C++ CPU delegate runtime (its Optimized provider on oneDNN,
-with 1 thread by default and with 2) vs the XNNPACK delegate vs eager PyTorch (and, with
+"""Issues #6 and #9's benchmark: the C++ CPU delegate runtime (its Optimized provider on oneDNN:
+by default 2 threads sharing split ops, also on 1 thread and on oneDNN's OpenMP team) vs the
+XNNPACK delegate vs eager PyTorch (and, with
 --no-delegate, the same program with no delegate: ExecuTorch's kernels called by the method), on a
 ResNet-shaped and a MobileNet-shaped conv-BN model at 1x3x224x224 and an MLP-BN at batch 32
 (tools/lower/examples.py, size "full"), plus a 2048^3 torch.mm as the GEMM reference. Ratios are
@@ -26,8 +27,15 @@ from tools.bench import harness
 from tools.lower.examples import get_example
 
 BASELINE = "cpu delegate"
-# The same delegate with oneDNN on 2 OpenMP threads (ET_CPU_ONEDNN_THREADS=2; the default is 1).
-TWO_THREADS = "cpu delegate 2t"
+# The same delegate on one thread (ET_CPU_ONEDNN_THREADS=1), and with each op on oneDNN's 2-thread
+# OpenMP team instead of split pieces (ET_CPU_ONEDNN_WORK_SHARING=0).
+ONE_THREAD = "cpu delegate 1t"
+OPENMP = "cpu delegate openmp"
+_DELEGATE_ENV = {
+    BASELINE: {},
+    ONE_THREAD: {"ET_CPU_ONEDNN_THREADS": "1"},
+    OPENMP: {"ET_CPU_ONEDNN_WORK_SHARING": "0"},
+}
 MODELS = ("resnet", "mobilenet", "mlp_bn")
 _SIZE = ["full"]  # --size rewrites it before the benchmarks are built
 _WITH_NO_DELEGATE = [False]  # --no-delegate adds the (slow) ExecuTorch-kernels-only path
@@ -39,22 +47,23 @@ _KEEP: list[bytes] = []
 
 
 @contextmanager
-def _onednn_threads(path: str) -> Iterator[None]:
-    # The runtime reads ET_CPU_ONEDNN_THREADS when a delegate is initialized (first forward).
-    saved = os.environ.get("ET_CPU_ONEDNN_THREADS")
-    if path == TWO_THREADS:
-        os.environ["ET_CPU_ONEDNN_THREADS"] = "2"
+def _onednn_settings(path: str) -> Iterator[None]:
+    # The runtime reads its ET_CPU_ONEDNN_* settings when a delegate is initialized (first
+    # forward).
+    names = ("ET_CPU_ONEDNN_THREADS", "ET_CPU_ONEDNN_WORK_SHARING")
+    saved = {name: os.environ.pop(name, None) for name in names}
+    os.environ.update(_DELEGATE_ENV.get(path, {}))
     try:
         yield
     finally:
-        if saved is None:
-            os.environ.pop("ET_CPU_ONEDNN_THREADS", None)
-        else:
-            os.environ["ET_CPU_ONEDNN_THREADS"] = saved
+        for name, value in saved.items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
 
 
 def _partitioners(path: str) -> list[object]:
-    if path in (BASELINE, TWO_THREADS):
+    if path in _DELEGATE_ENV:
         from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 
         return [CpuPartitioner()]
@@ -82,11 +91,12 @@ def make_program(example: str, size: str, path: str) -> harness.Runner:
     os.environ.setdefault(loader.ENV_LIBRARY, loader.load_cpu_backend())
     module = portable_lib._load_for_executorch_from_buffer(pte)
     args = list(inputs)
-    with _onednn_threads(path):
+    with _onednn_settings(path):
         module.forward(args)  # loads the method: the delegate's init runs here
-    if path in (BASELINE, TWO_THREADS):
+    if path in _DELEGATE_ENV:
         arena, held = loader.last_arena_bytes(), loader.last_provider_bytes()
-        _DELEGATE_MEMORY[f"{example}/{size}"] = (arena, held)
+        if path == BASELINE:
+            _DELEGATE_MEMORY[f"{example}/{size}"] = (arena, held)
         placement = loader.last_placement()
         ops = [line for line in placement if not line.startswith("Optimized(")]
         optimized = sum(1 for line in ops if "Optimized" in line)
@@ -151,7 +161,8 @@ def benchmarks() -> list[harness.Benchmark]:
                     )
                     for path in (
                         BASELINE,
-                        TWO_THREADS,
+                        ONE_THREAD,
+                        OPENMP,
                         *(["no delegate"] if _WITH_NO_DELEGATE[0] else []),
                         "xnnpack",
                     )
@@ -219,12 +230,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: no benchmark named {args.only}", file=sys.stderr)
         return 2
     results = []
+    if args.background_load:
+        print(f"# background load: {args.background_load} busy processes while timing")
     for bench in selected:
-        results.append(harness.run_benchmark(bench, options, progress))
+        with harness.background_load(args.background_load):
+            results.append(harness.run_benchmark(bench, options, progress))
         print(harness.render_text(results[-1:]), flush=True)
         print(summary(results[-1]), flush=True)
     if args.json:
-        with open(args.json, "w") as f:
+        path = args.json
+        if not os.path.isabs(path) and os.environ.get("BUILD_WORKING_DIRECTORY"):
+            path = os.path.join(os.environ["BUILD_WORKING_DIRECTORY"], path)
+        with open(path, "w") as f:
             json.dump(harness.to_json(results), f, indent=2)
     return 1 if any(v.error for r in results for v in r.variants) else 0
 

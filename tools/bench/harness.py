@@ -50,8 +50,10 @@ Contract:
 - Slow variants do not stall a run: a variant leaves the rotation once it has ``min_repeats``
   samples and has used up ``budget_s`` seconds of timed calls; its median is over the samples taken.
 - ``main(benchmarks, argv)`` parses the common options (``--repeats``, ``--warmup``, ``--budget``,
-  ``--only``, ``--no-memory``, ``--json``) and returns the process exit code: 0 when every variant
-  ran, 1 when any variant failed (its error is shown in the table instead of figures).
+  ``--only``, ``--no-memory``, ``--json``, ``--background-load N``: N busy processes while
+  timing, to measure how each variant degrades on a shared machine) and returns the process
+  exit code: 0 when every variant ran, 1 when any variant failed (its error is shown in the
+  table instead of figures).
 - ``run_benchmark(benchmark, options)`` returns a ``BenchmarkResult``; ``render_text`` and
   ``to_json`` turn results into the table and the JSON document for callers with their own CLI.
 """
@@ -71,7 +73,8 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -469,7 +472,27 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         "--json", metavar="FILE", help="also write the results as JSON ('-': stdout)"
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument(
+        "--background-load",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N busy-looping processes while timing (what a shared machine does to the "
+        "variants); default 0",
+    )
     return parser
+
+
+@contextmanager
+def background_load(processes: int) -> Iterator[None]:
+    """`processes` busy-looping Python processes for the duration of the block."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
 def main(
@@ -499,8 +522,11 @@ def main(
     table_stream = sys.stderr if args.json == "-" else sys.stdout
     print(_environment_line(), file=table_stream, flush=True)
     results: list[BenchmarkResult] = []
+    if args.background_load:
+        print(f"# background load: {args.background_load} busy processes", file=table_stream)
     for bench in selected:
-        results.append(run_benchmark(bench, options, progress))
+        with background_load(args.background_load):
+            results.append(run_benchmark(bench, options, progress))
         print(render_text(results[-1:], environment=False), file=table_stream, flush=True)
     if args.json == "-":
         print(json.dumps(to_json(results), indent=2))

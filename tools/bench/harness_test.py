@@ -121,3 +121,31 @@ def test_bad_benchmark_definitions_are_rejected() -> None:
         harness.Benchmark("x", [harness.Variant("a", make_sleeper)], baseline="zzz")
     with pytest.raises(ValueError, match="module-level function"):
         harness.factory_reference(lambda: lambda: None)
+
+
+def test_background_load_runs_busy_processes_only_inside_the_block() -> None:
+    """--background-load N: N processes burn CPU while timing, and none outlives the run."""
+    with harness.background_load(2):
+        start = time.process_time()
+        children = _child_pids()
+        assert len(children) >= 2
+    time.sleep(0.1)
+    assert not (set(children) & set(_child_pids()))
+    assert time.process_time() - start < 1.0  # the load is in the children, not in us
+
+
+def _child_pids() -> list[int]:
+    import os
+
+    me = str(os.getpid())
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[1] == me and fields[0] != "Z":
+                pids.append(int(entry))
+    return pids

@@ -34,6 +34,9 @@ def default_library_path() -> str:
     for root in (os.environ.get(name) for name in runfiles_roots):
         if root:
             candidates.append(os.path.join(root, _RUNFILES_PATH))
+    # Runfiles trees hold the library beside this file (Bazel's Python stub does not always
+    # export RUNFILES_DIR to the program it runs).
+    candidates.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "libcpu_backend.so"))
     # `bazel run` / a plain py_binary: runfiles beside the entry script.
     import sys
 

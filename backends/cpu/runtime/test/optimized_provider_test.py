@@ -202,6 +202,24 @@ def test_example_models_match_reference(name: str, chain: str) -> None:
     assert placement[-1] != "provider bytes: 0", placement
 
 
+@pytest.mark.parametrize("name", list(_examples()))
+def test_example_models_split_into_pieces_match_reference(name: str) -> None:
+    # ET_CPU_ONEDNN_TASK_FLOPS=0: every convolution / linear / matmul that can be split is, as
+    # finely as allowed (row bands, channel blocks, column blocks), on 2 work-sharing threads.
+    example = get_example(name)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")
+        patch.setenv("ET_CPU_ONEDNN_THREADS", "2")
+        out_opt, out_ref, placement = run_both(example.model("small"), example.sample_inputs())
+    for got, want in zip(out_opt, out_ref, strict=True):
+        assert_close_scaled(got, want)
+    (summary,) = [line for line in placement if line.startswith("Optimized(oneDNN): ")]
+    assert "2 threads (work sharing" in summary, summary
+    split = int(summary.split("work sharing, ")[1].split()[0])
+    # The small MLP's layers are narrower than two 64-column blocks: nothing to split there.
+    assert (split > 0) == (name != "mlp_bn"), summary
+
+
 class Pool(torch.nn.Module):
     def __init__(self, kernel: int, stride: int | None, padding: int, ceil: bool) -> None:
         super().__init__()

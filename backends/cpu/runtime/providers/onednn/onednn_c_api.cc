@@ -13,7 +13,7 @@ namespace onednn = et_cpu_plugin::onednn;
 
 struct etdnn_provider {
   onednn::Provider provider;
-  explicit etdnn_provider(int threads) : provider(onednn::ProviderOptions{threads}) {}
+  explicit etdnn_provider(const onednn::ProviderOptions& options) : provider(options) {}
 };
 
 struct etdnn_plan {
@@ -87,7 +87,16 @@ const char* etdnn_last_error(void) {
 }
 
 etdnn_provider* etdnn_provider_create(int num_threads) {
-  return guarded([&] { return new etdnn_provider(num_threads); }, nullptr);
+  return etdnn_provider_create_ex(num_threads, 1, -1);
+}
+
+etdnn_provider* etdnn_provider_create_ex(int num_threads, int work_sharing,
+                                         int64_t min_task_flops) {
+  onednn::ProviderOptions options;
+  options.num_threads = num_threads;
+  options.work_sharing = work_sharing != 0;
+  options.min_task_flops = min_task_flops;
+  return guarded([&] { return new etdnn_provider(options); }, nullptr);
 }
 
 void etdnn_provider_destroy(etdnn_provider* provider) {
@@ -96,6 +105,10 @@ void etdnn_provider_destroy(etdnn_provider* provider) {
 
 int etdnn_provider_num_threads(const etdnn_provider* provider) {
   return provider->provider.num_threads();
+}
+
+int etdnn_provider_work_sharing(const etdnn_provider* provider) {
+  return provider->provider.work_sharing() ? 1 : 0;
 }
 
 size_t etdnn_provider_weights_bytes(const etdnn_provider* provider) {
@@ -313,6 +326,16 @@ size_t etdnn_plan_scratchpad_bytes(const etdnn_plan* plan) {
     return plan->linear->scratchpad_bytes();
   }
   return plan->matmul ? plan->matmul->scratchpad_bytes() : 0;
+}
+
+size_t etdnn_plan_pieces(const etdnn_plan* plan) {
+  if (plan->conv) {
+    return plan->conv->pieces();
+  }
+  if (plan->linear) {
+    return plan->linear->pieces();
+  }
+  return plan->matmul ? plan->matmul->pieces() : 1;
 }
 
 void etdnn_plan_describe(const etdnn_plan* plan, char* out, size_t size) {

@@ -19,8 +19,13 @@ typedef struct etdnn_plan etdnn_plan;
 const char* etdnn_last_error(void);
 
 etdnn_provider* etdnn_provider_create(int num_threads);
+// work_sharing: 1 = split plans on the provider's pool (default), 0 = oneDNN's OpenMP team.
+// min_task_flops: see ProviderOptions (-1 = default, 0 = split every op as finely as allowed).
+etdnn_provider* etdnn_provider_create_ex(int num_threads, int work_sharing,
+                                         int64_t min_task_flops);
 void etdnn_provider_destroy(etdnn_provider* provider);
 int etdnn_provider_num_threads(const etdnn_provider* provider);
+int etdnn_provider_work_sharing(const etdnn_provider* provider);
 size_t etdnn_provider_weights_bytes(const etdnn_provider* provider);
 size_t etdnn_provider_scratchpad_bytes(const etdnn_provider* provider);
 size_t etdnn_provider_staging_bytes(const etdnn_provider* provider);
@@ -86,6 +91,8 @@ etdnn_plan* etdnn_reorder_from_plain_prepare(etdnn_provider* provider, const etd
 int etdnn_plan_same_output_layout(const etdnn_plan* a, const etdnn_plan* b);
 size_t etdnn_plan_weights_bytes(const etdnn_plan* plan);
 size_t etdnn_plan_scratchpad_bytes(const etdnn_plan* plan);
+// Pieces a split plan runs on the work-sharing pool (1: one oneDNN call).
+size_t etdnn_plan_pieces(const etdnn_plan* plan);
 // "implementation | input layout -> output layout" into `out`.
 void etdnn_plan_describe(const etdnn_plan* plan, char* out, size_t size);
 void etdnn_plan_destroy(etdnn_plan* plan);

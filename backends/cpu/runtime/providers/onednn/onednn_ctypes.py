@@ -55,6 +55,8 @@ def _load(path: str) -> ctypes.CDLL:
     signatures: dict[str, tuple[object, list[object]]] = {
         "etdnn_last_error": (ctypes.c_char_p, []),
         "etdnn_provider_create": (vp, [i32]),
+        "etdnn_provider_create_ex": (vp, [i32, i32, i64]),
+        "etdnn_provider_work_sharing": (i32, [vp]),
         "etdnn_provider_destroy": (None, [vp]),
         "etdnn_provider_num_threads": (i32, [vp]),
         "etdnn_provider_weights_bytes": (sz, [vp]),
@@ -76,6 +78,7 @@ def _load(path: str) -> ctypes.CDLL:
         "etdnn_plan_same_output_layout": (i32, [vp, vp]),
         "etdnn_plan_weights_bytes": (sz, [vp]),
         "etdnn_plan_scratchpad_bytes": (sz, [vp]),
+        "etdnn_plan_pieces": (sz, [vp]),
         "etdnn_plan_describe": (None, [vp, ctypes.c_char_p, sz]),
         "etdnn_plan_destroy": (None, [vp]),
     }
@@ -142,6 +145,11 @@ class Plan:
     def scratchpad_bytes(self) -> int:
         return int(self._provider.lib.etdnn_plan_scratchpad_bytes(self._handle))
 
+    @property
+    def pieces(self) -> int:
+        """Pieces the work-sharing pool runs (1: one oneDNN call)."""
+        return int(self._provider.lib.etdnn_plan_pieces(self._handle))
+
     def describe(self) -> str:
         buffer = ctypes.create_string_buffer(512)
         self._provider.lib.etdnn_plan_describe(self._handle, buffer, len(buffer))
@@ -187,9 +195,19 @@ def _post_arrays(
 class Provider:
     """One oneDNN provider (engine, threads, shared scratchpad)."""
 
-    def __init__(self, num_threads: int = 0, path: str | None = None) -> None:
+    def __init__(
+        self,
+        num_threads: int = 0,
+        path: str | None = None,
+        work_sharing: bool = True,
+        min_task_flops: int = -1,
+    ) -> None:
+        """`work_sharing` False runs each op on oneDNN's OpenMP team; `min_task_flops` 0 splits
+        every op as finely as allowed (-1: the provider's default)."""
         self.lib = _load(path or library_path())
-        self._handle = self.lib.etdnn_provider_create(num_threads)
+        self._handle = self.lib.etdnn_provider_create_ex(
+            num_threads, int(work_sharing), min_task_flops
+        )
         if not self._handle:
             raise ProviderError(self.last_error())
 
@@ -203,6 +221,10 @@ class Provider:
     @property
     def num_threads(self) -> int:
         return int(self.lib.etdnn_provider_num_threads(self._handle))
+
+    @property
+    def work_sharing(self) -> bool:
+        return bool(self.lib.etdnn_provider_work_sharing(self._handle))
 
     @property
     def weights_bytes(self) -> int:

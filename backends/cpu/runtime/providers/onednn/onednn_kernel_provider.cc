@@ -8,10 +8,12 @@
 // Elementwise ops the runtime offers (ReLU, clamp/hardtanh, a residual add) become oneDNN
 // post-ops of the plan.
 //
-// Threads: one setting, ET_CPU_ONEDNN_THREADS, default 1 (see README.md): oneDNN's OpenMP team
-// splits work statically, and with anything else on the 2 cores a 2-thread team waits for its
-// descheduled half (measured 3-40x slower); 1 thread never oversubscribes and still beat
-// XNNPACK's 2 threads on the conv networks under load.
+// Threads: one setting, ET_CPU_ONEDNN_THREADS, default the CPUs this process may run on (2
+// here). Large convolutions, linears and matmuls are split into pieces that the calling thread
+// and the provider's pool take one at a time (work_pool.h): a thread the OS deschedules on a busy
+// machine delays one piece, not the op, which is what made oneDNN's OpenMP team (static split)
+// 3-44x slower under load. ET_CPU_ONEDNN_WORK_SHARING=0 goes back to the OpenMP team (for
+// measurement). See README.md.
 #include <sched.h>
 
 #include <cfloat>
@@ -41,20 +43,26 @@ using executorch::runtime::KernelRuntimeContext;
 
 constexpr uint8_t kOptimizedProviderId = 1;
 
-// ET_CPU_ONEDNN_THREADS if it is a positive integer, else 1; never more than the CPUs this
-// process may run on.
+// ET_CPU_ONEDNN_THREADS if it is a positive integer, else the CPUs this process may run on;
+// never more than those (more threads than cores only queue behind each other).
 int delegate_thread_count() {
-  int threads = 1;
-  if (const char* env = std::getenv("ET_CPU_ONEDNN_THREADS")) {
-    const int value = std::atoi(env);
-    if (value > 0) threads = value;
-  }
+  int cpus = 1;
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) {
-    threads = std::min(threads, CPU_COUNT(&set));
+    cpus = CPU_COUNT(&set);
   }
-  return threads;
+  if (const char* env = std::getenv("ET_CPU_ONEDNN_THREADS")) {
+    const int value = std::atoi(env);
+    if (value > 0) return std::min(value, cpus);
+  }
+  return cpus;
+}
+
+// ET_CPU_ONEDNN_WORK_SHARING=0 runs each op whole on oneDNN's OpenMP team instead.
+bool work_sharing_enabled() {
+  const char* env = std::getenv("ET_CPU_ONEDNN_WORK_SHARING");
+  return env == nullptr || std::string(env) != "0";
 }
 
 // Why an op is declined; bind() copies it into the binding's decline_reason.
@@ -166,6 +174,8 @@ class OnednnKernel : public BoundKernel {
   virtual std::vector<const executorch::aten::TensorImpl*> plain_reads() const { return {}; }
   // The activation it writes in its own layout when allowed (convolutions), or null.
   virtual const executorch::aten::TensorImpl* chainable_output() const { return nullptr; }
+  // Pieces its plan runs on the work-sharing pool (1: one oneDNN call).
+  virtual size_t pieces() const { return 1; }
 };
 
 const executorch::aten::TensorImpl* impl_of(const Tensor* tensor) {
@@ -212,6 +222,7 @@ class ConvKernel final : public OnednnKernel {
   const executorch::aten::TensorImpl* chainable_output() const override {
     return impl_of(output_);
   }
+  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
 
   Error run(KernelRuntimeContext&) override {
     try {
@@ -252,6 +263,7 @@ class LinearKernel final : public OnednnKernel {
   std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
     return {impl_of(input_), impl_of(residual_)};
   }
+  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
 
   Error run(KernelRuntimeContext&) override {
     try {
@@ -288,6 +300,7 @@ class MatmulKernel final : public OnednnKernel {
   std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
     return {impl_of(a_), impl_of(b_), impl_of(residual_)};
   }
+  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
 
   Error run(KernelRuntimeContext&) override {
     try {
@@ -360,7 +373,10 @@ class OnednnSession final : public ProviderSession {
   std::string summary() const override {
     return "Optimized(oneDNN): " + std::to_string(kernels_.size()) + " kernels, " +
            std::to_string(chained_) + " activations kept channels-last, " +
-           std::to_string(provider_->num_threads()) + " threads, isa " + provider_->isa();
+           std::to_string(provider_->num_threads()) + " threads (" +
+           (provider_->work_sharing() ? "work sharing, " + std::to_string(split_) + " ops split"
+                                      : std::string("OpenMP")) +
+           "), isa " + provider_->isa();
   }
   onednn::Provider& provider() { return *provider_; }
   void add(OnednnKernel* kernel) { kernels_.push_back(kernel); }
@@ -380,7 +396,11 @@ class OnednnSession final : public ProviderSession {
     }
     auto attempt = [&](const OnednnKernel::InChannelsLast& channels_last) {
       auto fresh = std::make_unique<onednn::Provider>(options());
-      for (OnednnKernel* kernel : kernels_) kernel->prepare(*fresh, channels_last);
+      split_ = 0;
+      for (OnednnKernel* kernel : kernels_) {
+        kernel->prepare(*fresh, channels_last);
+        if (kernel->pieces() > 1) ++split_;
+      }
       provider_ = std::move(fresh);
     };
     try {
@@ -404,6 +424,7 @@ class OnednnSession final : public ProviderSession {
   static onednn::ProviderOptions options() {
     onednn::ProviderOptions options;
     options.num_threads = delegate_thread_count();
+    options.work_sharing = work_sharing_enabled();
     return options;
   }
   // ET_CPU_ONEDNN_CHAIN=0 keeps every activation plain (for measuring what chaining saves).
@@ -415,6 +436,7 @@ class OnednnSession final : public ProviderSession {
   std::unique_ptr<onednn::Provider> provider_;
   std::vector<OnednnKernel*> kernels_;  // owned by the graph, which outlives the session's use
   size_t chained_ = 0;
+  size_t split_ = 0;  // kernels split into pieces for the work-sharing pool
 };
 
 // aten::convolution.out(input, weight, bias?, stride, padding, dilation, transposed,

@@ -12,6 +12,8 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "backends/cpu/runtime/providers/onednn/work_pool.h"
+
 namespace et_cpu_plugin {
 namespace onednn {
 
@@ -82,6 +84,22 @@ int default_thread_count() {
   }
   return 1;
 }
+
+int64_t default_min_task_flops() {
+  if (const char* env = std::getenv("ET_CPU_ONEDNN_TASK_FLOPS")) {
+    char* end = nullptr;
+    const long long value = std::strtoll(env, &end, 10);
+    if (end != env && value >= 0) {
+      return value;
+    }
+  }
+  return 1000000;
+}
+
+// Pieces per pool thread at most: enough that a thread the OS deschedules leaves most of an op
+// to the others, few enough that the fixed cost of a oneDNN call (a few us) stays small. Measured
+// on the example networks: 2 per thread beat 4 (ResNet 17 vs 21 ms, MobileNet 3.7 vs 5.7 ms).
+constexpr int64_t kPiecesPerThread = 2;
 
 Dims row_major_strides(const Dims& dims) {
   Dims strides(dims.size(), 1);
@@ -266,14 +284,44 @@ struct ProviderState {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
   int num_threads = 1;
+  int omp_threads = 1;  // oneDNN's OpenMP team size on the calling thread
+  int64_t min_task_flops = 0;
   AlignedBuffer scratchpad;
   size_t weights_bytes = 0;
   size_t staging_bytes = 0;
+  // Work sharing: the pool, and one stream and scratchpad per pool thread (index 0 = caller).
+  std::unique_ptr<WorkPool> pool;
+  std::vector<dnnl::stream> piece_streams;
+  std::vector<AlignedBuffer> piece_scratchpads;
+  // Dense outputs of channel pieces (see split_conv), one per pool thread, copied out in place.
+  std::vector<AlignedBuffer> piece_outputs;
 
   memory scratchpad_memory(const memory::desc& md) const {
     return memory(md, engine, scratchpad.data());
   }
   void reserve_scratchpad(const memory::desc& md) { scratchpad.reserve(md.get_size()); }
+  void reserve_piece_scratchpad(const memory::desc& md) {
+    for (AlignedBuffer& buffer : piece_scratchpads) buffer.reserve(md.get_size());
+  }
+  void reserve_piece_output(size_t bytes) {
+    for (AlignedBuffer& buffer : piece_outputs) buffer.reserve(bytes);
+  }
+  size_t scratchpad_total() const {
+    size_t total = scratchpad.size();
+    for (const AlignedBuffer& buffer : piece_scratchpads) total += buffer.size();
+    for (const AlignedBuffer& buffer : piece_outputs) total += buffer.size();
+    return total;
+  }
+
+  // Pieces an op of `flops` splits into over `units` independent slices; 1 = run it whole.
+  size_t pieces_for(double flops, int64_t units) const {
+    if (!pool || pool->size() < 2 || units < 2) {
+      return 1;
+    }
+    int64_t pieces = min_task_flops > 0 ? static_cast<int64_t>(flops / min_task_flops) : units;
+    pieces = std::min({pieces, units, kPiecesPerThread * pool->size()});
+    return pieces < 2 ? 1 : static_cast<size_t>(pieces);
+  }
 };
 
 namespace {
@@ -310,6 +358,73 @@ void execute(
     primitive.execute(state.stream, args);
     state.stream.wait();
   });
+}
+
+// One piece of a split plan: a primitive over a slice of the op. Offsets are in floats from the
+// start of the op's buffers; pieces never overlap in what they write.
+struct Piece {
+  dnnl::primitive primitive;
+  memory::desc src_md;
+  memory::desc weights_md;  // matmul: the run-time operand b; linear: the piece's own weights
+  memory::desc dst_md;
+  memory::desc scratchpad_md;
+  OwnedTensor weights;  // linear pieces own their column block; conv pieces share the plan's
+  OwnedTensor bias;
+  size_t src_offset = 0;
+  size_t weights_offset = 0;
+  size_t dst_offset = 0;
+  // Channel pieces of a channels-last convolution: output channels [first_channel,
+  // first_channel + channels) of every pixel, computed into the thread's dense piece output and
+  // copied into place (oneDNN's fast kernels only write dense outputs). 0 = a dense slice.
+  int64_t first_channel = 0;
+  int64_t channels = 0;
+  int64_t pixels = 0;  // N * spatial: rows of the strided copy
+};
+
+// Copies `rows` rows of `width` floats between a dense block and a row-strided one.
+void copy_rows(const float* from, int64_t from_stride, float* to, int64_t to_stride,
+               int64_t rows, int64_t width) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(to + r * to_stride, from + r * from_stride, static_cast<size_t>(width) * 4);
+  }
+}
+
+// Gives `piece` the primitive of `pd` and room for its scratchpad in every pool thread's buffer.
+template <typename Primitive, typename PrimitiveDesc>
+void adopt_primitive(ProviderState& state, Piece& piece, const PrimitiveDesc& pd) {
+  piece.primitive = Primitive(pd);
+  piece.scratchpad_md = pd.scratchpad_desc();
+  state.reserve_piece_scratchpad(piece.scratchpad_md);
+}
+
+// [begin, end) of slice `index` when `units` are split into `count` near-equal slices.
+std::pair<int64_t, int64_t> slice_of(int64_t units, size_t count, size_t index) {
+  const int64_t n = static_cast<int64_t>(count);
+  const int64_t i = static_cast<int64_t>(index);
+  return {units * i / n, units * (i + 1) / n};
+}
+
+// Runs every piece on the pool; `args(piece)` gives its arguments beside the scratchpad.
+void run_pieces(
+    ProviderState& state,
+    const std::vector<Piece>& pieces,
+    const std::function<std::unordered_map<int, memory>(const Piece&)>& args) {
+  state.pool->run(pieces.size(), [&](size_t index, int worker) {
+    const Piece& piece = pieces[index];
+    std::unordered_map<int, memory> piece_args = args(piece);
+    piece_args.emplace(
+        DNNL_ARG_SCRATCHPAD,
+        memory(piece.scratchpad_md, state.engine, state.piece_scratchpads[worker].data()));
+    dnnl::stream& stream = state.piece_streams[worker];
+    wrap_dnnl("execute piece", [&] {
+      piece.primitive.execute(stream, piece_args);
+      stream.wait();
+    });
+  });
+}
+
+float* offset(const float* base, size_t floats) {
+  return const_cast<float*>(base) + floats;
 }
 
 }  // namespace
@@ -406,6 +521,8 @@ struct ConvPlan::Impl {
   dnnl::reorder output_reorder;    // primitive dst -> output layout
   std::shared_ptr<AlignedBuffer> staged_input;
   std::shared_ptr<AlignedBuffer> staged_output;
+  // Work sharing: the primitive's rows (or images) split into pieces; empty = one call.
+  std::vector<Piece> pieces;
 };
 
 ConvPlan::ConvPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
@@ -420,13 +537,22 @@ std::vector<int64_t> ConvPlan::output_dims() const {
   return impl_->output_layout.dims();
 }
 size_t ConvPlan::weights_bytes() const {
-  return impl_->weights.md.get_size() + (impl_->has_bias ? impl_->bias.md.get_size() : 0);
+  size_t total = impl_->weights.md.get_size() + (impl_->has_bias ? impl_->bias.md.get_size() : 0);
+  for (const Piece& piece : impl_->pieces) {
+    total += piece.weights.md.get_size() + (piece.channels > 0 && impl_->has_bias
+                                                ? piece.bias.md.get_size()
+                                                : 0);
+  }
+  return total;
 }
 size_t ConvPlan::scratchpad_bytes() const {
   return impl_->scratchpad_md.get_size();
 }
 std::string ConvPlan::implementation() const {
   return impl_->implementation;
+}
+size_t ConvPlan::pieces() const {
+  return std::max<size_t>(1, impl_->pieces.size());
 }
 
 void ConvPlan::run(const float* input, float* output, const float* residual) const {
@@ -435,10 +561,13 @@ void ConvPlan::run(const float* input, float* output, const float* residual) con
   if (p.has_add && residual == nullptr) {
     throw ProviderError("conv plan: post-op add needs a residual tensor, got null");
   }
-  ThreadCountGuard threads(state.num_threads);
+  ThreadCountGuard threads(state.omp_threads);
   memory src(p.input_layout.impl().md, state.engine, const_cast<float*>(input));
   memory out(p.output_layout.impl().md, state.engine, output);
   memory dst = out;
+  // With pieces and no staging, each piece copies its own slice of the residual (in parallel).
+  const bool copy_residual_per_piece =
+      !p.pieces.empty() && p.has_add && !p.reorder_output && residual != output;
   wrap_dnnl("layout conversion", [&] {
     if (p.reorder_input) {
       memory staged(p.primitive_src_md, state.engine, p.staged_input->data());
@@ -453,19 +582,60 @@ void ConvPlan::run(const float* input, float* output, const float* residual) con
       memory res(p.output_layout.impl().md, state.engine, const_cast<float*>(residual));
       if (p.reorder_output) {
         p.residual_reorder.execute(state.stream, res, dst);
-      } else if (residual != output) {
+      } else if (residual != output && !copy_residual_per_piece) {
         std::memcpy(output, residual, p.output_layout.size_bytes());
       }
     }
+    state.stream.wait();
   });
-  std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, src},
-      {DNNL_ARG_WEIGHTS, p.weights.as_memory(state.engine)},
-      {DNNL_ARG_DST, dst}};
-  if (p.has_bias) {
-    args.emplace(DNNL_ARG_BIAS, p.bias.as_memory(state.engine));
+  if (!p.pieces.empty()) {
+    const float* src_data = static_cast<const float*>(src.get_data_handle());
+    float* dst_data = static_cast<float*>(dst.get_data_handle());
+    const int64_t out_channels = p.output_layout.dims()[1];
+    // Where a channel piece reads its residual slice: the staged output already holds it.
+    const float* residual_rows = p.reorder_output ? dst_data : residual;
+    state.pool->run(p.pieces.size(), [&](size_t index, int worker) {
+      const Piece& piece = p.pieces[index];
+      const bool channel_piece = piece.channels > 0;
+      float* piece_dst = channel_piece ? static_cast<float*>(state.piece_outputs[worker].data())
+                                       : dst_data + piece.dst_offset;
+      if (channel_piece && p.has_add) {
+        copy_rows(residual_rows + piece.first_channel, out_channels, piece_dst, piece.channels,
+                  piece.pixels, piece.channels);
+      } else if (copy_residual_per_piece) {
+        std::memcpy(piece_dst, residual + piece.dst_offset, piece.dst_md.get_size());
+      }
+      const OwnedTensor& weights = channel_piece ? piece.weights : p.weights;
+      const OwnedTensor& bias = channel_piece ? piece.bias : p.bias;
+      std::unordered_map<int, memory> args{
+          {DNNL_ARG_SRC, memory(piece.src_md, state.engine, offset(src_data, piece.src_offset))},
+          {DNNL_ARG_WEIGHTS, weights.as_memory(state.engine)},
+          {DNNL_ARG_DST, memory(piece.dst_md, state.engine, piece_dst)},
+          {DNNL_ARG_SCRATCHPAD,
+           memory(piece.scratchpad_md, state.engine, state.piece_scratchpads[worker].data())}};
+      if (p.has_bias) {
+        args.emplace(DNNL_ARG_BIAS, bias.as_memory(state.engine));
+      }
+      dnnl::stream& stream = state.piece_streams[worker];
+      wrap_dnnl("execute piece", [&] {
+        piece.primitive.execute(stream, args);
+        stream.wait();
+      });
+      if (channel_piece) {
+        copy_rows(piece_dst, piece.channels, dst_data + piece.first_channel, out_channels,
+                  piece.pixels, piece.channels);
+      }
+    });
+  } else {
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, src},
+        {DNNL_ARG_WEIGHTS, p.weights.as_memory(state.engine)},
+        {DNNL_ARG_DST, dst}};
+    if (p.has_bias) {
+      args.emplace(DNNL_ARG_BIAS, p.bias.as_memory(state.engine));
+    }
+    execute(state, p.primitive, p.scratchpad_md, std::move(args));
   }
-  execute(state, p.primitive, p.scratchpad_md, std::move(args));
   if (p.reorder_output) {
     wrap_dnnl("output reorder", [&] {
       p.output_reorder.execute(state.stream, dst, out);
@@ -473,6 +643,199 @@ void ConvPlan::run(const float* input, float* output, const float* residual) con
     });
   }
 }
+
+namespace {
+
+double product(const std::vector<int64_t>& values, size_t from = 0) {
+  double result = 1;
+  for (size_t i = from; i < values.size(); ++i) result *= static_cast<double>(values[i]);
+  return result;
+}
+
+// Output channels per channel piece at least (one AVX-512 register of fp32).
+constexpr int64_t kConvChannels = 16;
+
+// Splits a weight-heavy convolution (weights larger than its activations: the deep layers of a
+// CNN) into blocks of output channels, so each piece streams only its share of the weights.
+// Each piece owns its block, reordered here from torch's layout (the plan then drops its whole
+// copy), reads the whole input and computes a dense channels-last output of its channels, which
+// run() copies into place. Empty result: no such split.
+std::vector<Piece> split_conv_channels(
+    ProviderState& state,
+    const ConvParams& params,
+    const ConvPlan::Impl& plan,
+    const Dims& src_dims,
+    const Dims& dst_dims,
+    const Dims& strides,
+    const Dims& dilation,
+    const dnnl::primitive_attr& attr,
+    const float* weight,
+    const float* bias,
+    double flops) {
+  const size_t count = state.pieces_for(flops, params.out_channels / kConvChannels);
+  if (count < 2) {
+    return {};
+  }
+  const int64_t blocks = params.out_channels / kConvChannels;
+  const int64_t per_channel = static_cast<int64_t>(product(params.kernel_size)) *
+                              params.in_channels;
+  std::vector<Piece> pieces;
+  try {
+    for (size_t i = 0; i < count; ++i) {
+      auto [begin, end] = slice_of(blocks, count, i);
+      begin *= kConvChannels;
+      end = i + 1 == count ? params.out_channels : end * kConvChannels;
+      Piece piece;
+      piece.first_channel = begin;
+      piece.channels = end - begin;
+      piece.pixels = static_cast<int64_t>(product(dst_dims)) / params.out_channels;
+      Dims piece_dst = dst_dims;
+      piece_dst[1] = piece.channels;
+      Dims weight_dims{piece.channels, params.in_channels};
+      weight_dims.insert(weight_dims.end(), params.kernel_size.begin(), params.kernel_size.end());
+      piece.src_md = plan.primitive_src_md;
+      piece.dst_md = channels_last_md(piece_dst);
+      dnnl::convolution_forward::desc desc(
+          dnnl::prop_kind::forward_inference,
+          dnnl::algorithm::convolution_direct,
+          piece.src_md,
+          any_md(weight_dims),
+          bias ? any_md({piece.channels}) : memory::desc(),
+          piece.dst_md,
+          strides,
+          dilation,
+          Dims(params.padding.begin(), params.padding.end()),
+          Dims(params.padding.begin(), params.padding.end()));
+      dnnl::convolution_forward::primitive_desc pd(desc, attr, state.engine);
+      if (pd.impl_info_str() != plan.implementation) {
+        return {};
+      }
+      adopt_primitive<dnnl::convolution_forward>(state, piece, pd);
+      piece.weights = reorder_constant(
+          state, plain_md(weight_dims), weight + begin * per_channel, pd.weights_desc());
+      if (bias) {
+        piece.bias = reorder_constant(
+            state, plain_md({piece.channels}), bias + begin, pd.bias_desc());
+      }
+      pieces.push_back(std::move(piece));
+    }
+  } catch (const dnnl::error&) {
+    return {};
+  }
+  for (const Piece& piece : pieces) {
+    state.reserve_piece_output(piece.dst_md.get_size());
+  }
+  return pieces;
+}
+
+// Splits a convolution whose primitive reads and writes channels-last data into pieces: blocks
+// of output channels when its weights outweigh its activations (split_conv_channels), else
+// images of the batch or (batch 1) bands of output rows along the first spatial dim, each band
+// reading the input rows it needs with its own top/bottom padding. Bands share the plan's
+// reordered weights, so each must accept their layout with the same implementation; if any
+// would not, the plan stays whole (empty result).
+std::vector<Piece> split_conv(
+    ProviderState& state,
+    const ConvParams& params,
+    ConvPlan::Impl& plan,
+    const Dims& src_dims,
+    const Dims& dst_dims,
+    const Dims& strides,
+    const Dims& dilation,
+    const dnnl::primitive_attr& attr,
+    const dnnl::convolution_forward::primitive_desc& whole,
+    const float* weight,
+    const float* bias) {
+  if (plan.primitive_src_md != channels_last_md(src_dims) ||
+      plan.primitive_dst_md != channels_last_md(dst_dims)) {
+    return {};
+  }
+  const std::vector<int64_t> out_size(dst_dims.begin() + 2, dst_dims.end());
+  const double flops = 2.0 * product(dst_dims) * (params.in_channels / params.groups) *
+                       product(params.kernel_size);
+  const size_t weights_bytes = plan.weights.md.get_size();
+  if (params.groups == 1 &&
+      weights_bytes > plan.primitive_src_md.get_size() + plan.primitive_dst_md.get_size()) {
+    const size_t weights_before = state.weights_bytes;
+    std::vector<Piece> pieces = split_conv_channels(
+        state, params, plan, src_dims, dst_dims, strides, dilation, attr, weight, bias, flops);
+    if (!pieces.empty()) {
+      // The pieces own every weight now: drop the plan's whole copy.
+      state.weights_bytes -= weights_bytes + (plan.has_bias ? plan.bias.md.get_size() : 0);
+      plan.weights = OwnedTensor{};
+      plan.bias = OwnedTensor{};
+      return pieces;
+    }
+    state.weights_bytes = weights_before;
+  }
+  const bool by_batch = params.batch > 1;
+  const int64_t units = by_batch ? params.batch : out_size[0];
+  const size_t count = state.pieces_for(flops, units);
+  if (count < 2) {
+    return {};
+  }
+  // Floats per image, and per row of the first spatial dim (channels-last: contiguous).
+  const int64_t src_row = static_cast<int64_t>(product(src_dims, 3)) * params.in_channels;
+  const int64_t dst_row = static_cast<int64_t>(product(dst_dims, 3)) * params.out_channels;
+  const int64_t src_image = src_row * src_dims[2];
+  const int64_t dst_image = dst_row * dst_dims[2];
+  std::vector<Piece> pieces;
+  try {
+    for (size_t i = 0; i < count; ++i) {
+      const auto [begin, end] = slice_of(units, count, i);
+      Dims piece_src = src_dims;
+      Dims piece_dst = dst_dims;
+      Dims pad_left(params.padding.begin(), params.padding.end());
+      Dims pad_right = pad_left;
+      Piece piece;
+      if (by_batch) {
+        piece_src[0] = piece_dst[0] = end - begin;
+        piece.src_offset = static_cast<size_t>(begin * src_image);
+        piece.dst_offset = static_cast<size_t>(begin * dst_image);
+      } else {
+        // Input rows [first, last) that output rows [begin, end) read, padding included.
+        const int64_t first = begin * params.stride[0] - params.padding[0];
+        const int64_t last = (end - 1) * params.stride[0] - params.padding[0] +
+                             params.dilation[0] * (params.kernel_size[0] - 1) + 1;
+        const int64_t lo = std::max<int64_t>(0, first);
+        const int64_t hi = std::min<int64_t>(params.input_size[0], last);
+        if (hi <= lo) {
+          return {};  // a band that sees only padding: not worth a special case
+        }
+        piece_src[2] = hi - lo;
+        piece_dst[2] = end - begin;
+        pad_left[0] = lo - first;
+        pad_right[0] = last - hi;
+        piece.src_offset = static_cast<size_t>(lo * src_row);
+        piece.dst_offset = static_cast<size_t>(begin * dst_row);
+      }
+      piece.src_md = channels_last_md(piece_src);
+      piece.dst_md = channels_last_md(piece_dst);
+      dnnl::convolution_forward::desc desc(
+          dnnl::prop_kind::forward_inference,
+          dnnl::algorithm::convolution_direct,
+          piece.src_md,
+          whole.weights_desc(),
+          plan.has_bias ? whole.bias_desc() : memory::desc(),
+          piece.dst_md,
+          strides,
+          dilation,
+          pad_left,
+          pad_right);
+      dnnl::convolution_forward::primitive_desc pd(desc, attr, state.engine);
+      if (pd.impl_info_str() != plan.implementation) {
+        return {};  // the band would run a slower kernel: keep the op whole
+      }
+      adopt_primitive<dnnl::convolution_forward>(state, piece, pd);
+      pieces.push_back(std::move(piece));
+    }
+  } catch (const dnnl::error&) {
+    return {};
+  }
+  return pieces;
+}
+
+}  // namespace
 
 ConvPlan Provider::prepare_conv(
     const ConvParams& params,
@@ -488,7 +851,7 @@ ConvPlan Provider::prepare_conv(
     throw ProviderError("prepare_conv: weight is null");
   }
   ProviderState& state = *state_;
-  ThreadCountGuard threads(state.num_threads);
+  ThreadCountGuard threads(state.omp_threads);
   const size_t rank = params.input_size.size();
   const std::vector<int64_t> out_size = conv_output_size(params);
 
@@ -574,6 +937,11 @@ ConvPlan Provider::prepare_conv(
       impl->staged_output->reserve(impl->primitive_dst_md.get_size());
       state.staging_bytes += impl->primitive_dst_md.get_size();
     }
+    impl->pieces = split_conv(state, params, *impl, src_dims, dst_dims, strides, dilation,
+                              make_attr(post_ops), pd, weight, bias);
+    if (!impl->pieces.empty()) {
+      impl->implementation += ", " + std::to_string(impl->pieces.size()) + " pieces";
+    }
     return ConvPlan(std::move(impl));
   });
 }
@@ -611,18 +979,24 @@ struct LinearPlan::Impl {
   OwnedTensor bias;
   bool has_bias = false;
   bool has_add = false;
+  // Work sharing: column blocks of the output, each with its own weights; empty = one call.
+  std::vector<Piece> pieces;
+  size_t weights_bytes = 0;
 };
 
 LinearPlan::LinearPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
 size_t LinearPlan::weights_bytes() const {
-  return impl_->weights.md.get_size() + (impl_->has_bias ? impl_->bias.md.get_size() : 0);
+  return impl_->weights_bytes;
 }
 size_t LinearPlan::scratchpad_bytes() const {
   return impl_->scratchpad_md.get_size();
 }
 std::string LinearPlan::implementation() const {
   return impl_->implementation;
+}
+size_t LinearPlan::pieces() const {
+  return std::max<size_t>(1, impl_->pieces.size());
 }
 
 void LinearPlan::run(const float* input, float* output, const float* residual) const {
@@ -631,9 +1005,22 @@ void LinearPlan::run(const float* input, float* output, const float* residual) c
   if (p.has_add && residual == nullptr) {
     throw ProviderError("linear plan: post-op add needs a residual tensor, got null");
   }
-  ThreadCountGuard threads(state.num_threads);
+  ThreadCountGuard threads(state.omp_threads);
   if (p.has_add && residual != output) {
     std::memcpy(output, residual, p.dst_md.get_size());
+  }
+  if (!p.pieces.empty()) {
+    run_pieces(state, p.pieces, [&](const Piece& piece) {
+      std::unordered_map<int, memory> args{
+          {DNNL_ARG_SRC, memory(piece.src_md, state.engine, const_cast<float*>(input))},
+          {DNNL_ARG_WEIGHTS, piece.weights.as_memory(state.engine)},
+          {DNNL_ARG_DST, memory(piece.dst_md, state.engine, output + piece.dst_offset)}};
+      if (p.has_bias) {
+        args.emplace(DNNL_ARG_BIAS, piece.bias.as_memory(state.engine));
+      }
+      return args;
+    });
+    return;
   }
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, memory(p.src_md, state.engine, const_cast<float*>(input))},
@@ -645,6 +1032,70 @@ void LinearPlan::run(const float* input, float* output, const float* residual) c
   execute(state, p.primitive, p.scratchpad_md, std::move(args));
 }
 
+namespace {
+
+// Columns per linear piece at least: narrower blocks starve oneDNN's GEMM kernel.
+constexpr int64_t kLinearColumns = 64;
+
+// Splits a linear into column blocks of its output: each piece reads the whole input, owns its
+// block of the weights (reordered once here, so the weights are not duplicated) and writes its
+// columns of the row-major output. Empty result: the plan stays whole.
+std::vector<Piece> split_linear(
+    ProviderState& state,
+    const LinearParams& params,
+    const memory::desc& src_md,
+    const float* weight,
+    const float* bias,
+    const dnnl::primitive_attr& attr,
+    const std::string& whole_implementation) {
+  const int64_t m = params.rows;
+  const int64_t k = params.in_features;
+  const int64_t n = params.out_features;
+  const size_t count = state.pieces_for(2.0 * m * k * n, n / kLinearColumns);
+  if (count < 2) {
+    return {};
+  }
+  std::vector<Piece> pieces;
+  try {
+    const int64_t blocks = n / kLinearColumns;
+    for (size_t i = 0; i < count; ++i) {
+      auto [begin, end] = slice_of(blocks, count, i);
+      begin *= kLinearColumns;
+      end = i + 1 == count ? n : end * kLinearColumns;
+      const int64_t width = end - begin;
+      Piece piece;
+      piece.src_md = src_md;
+      piece.dst_md = memory::desc({m, width}, memory::data_type::f32, Dims{n, 1});
+      piece.dst_offset = static_cast<size_t>(begin);
+      // This block of the weight as a logical [K, width] matrix.
+      const memory::desc user_weight_md = params.weight_is_k_by_n
+          ? memory::desc({k, width}, memory::data_type::f32, Dims{n, 1})
+          : memory::desc({k, width}, memory::data_type::f32, Dims{1, k});
+      const float* user_weight = params.weight_is_k_by_n ? weight + begin : weight + begin * k;
+      const memory::desc bias_md = bias ? plain_md({1, width}) : memory::desc();
+      dnnl::matmul::desc desc(piece.src_md, any_md({k, width}), bias_md, piece.dst_md);
+      dnnl::matmul::primitive_desc pd(desc, attr, state.engine);
+      // A column block writes a strided output, which oneDNN 2.6's brgemm matmul refuses; its
+      // jit GEMM takes it at about the same speed. Only the reference kernel is not worth it.
+      if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0 &&
+          whole_implementation.rfind("ref", 0) != 0) {
+        return {};
+      }
+      adopt_primitive<dnnl::matmul>(state, piece, pd);
+      piece.weights = reorder_constant(state, user_weight_md, user_weight, pd.weights_desc());
+      if (bias) {
+        piece.bias = reorder_constant(state, plain_md({1, width}), bias + begin, pd.bias_desc());
+      }
+      pieces.push_back(std::move(piece));
+    }
+  } catch (const dnnl::error&) {
+    return {};
+  }
+  return pieces;
+}
+
+}  // namespace
+
 LinearPlan Provider::prepare_linear(
     const LinearParams& params, const float* weight, const float* bias, const PostOps& post_ops) {
   const Support support = supports_linear(params, post_ops);
@@ -655,7 +1106,7 @@ LinearPlan Provider::prepare_linear(
     throw ProviderError("prepare_linear: weight is null");
   }
   ProviderState& state = *state_;
-  ThreadCountGuard threads(state.num_threads);
+  ThreadCountGuard threads(state.omp_threads);
   const int64_t m = params.rows;
   const int64_t k = params.in_features;
   const int64_t n = params.out_features;
@@ -675,14 +1126,23 @@ LinearPlan Provider::prepare_linear(
     dnnl::matmul::primitive_desc pd(desc, make_attr(post_ops), state.engine);
     impl->primitive = dnnl::matmul(pd);
     impl->implementation = pd.impl_info_str();
-    impl->scratchpad_md = pd.scratchpad_desc();
-    state.reserve_scratchpad(impl->scratchpad_md);
-    impl->weights = reorder_constant(state, user_weight_md, weight, pd.weights_desc());
-    if (bias) {
-      impl->has_bias = true;
-      impl->bias = reorder_constant(state, plain_md({1, n}), bias, pd.bias_desc());
-    }
+    impl->has_bias = bias != nullptr;
     impl->has_add = has_add(post_ops);
+    const size_t weights_before = state.weights_bytes;
+    impl->pieces = split_linear(
+        state, params, impl->src_md, weight, bias, make_attr(post_ops), impl->implementation);
+    if (!impl->pieces.empty()) {
+      impl->implementation += ", " + std::to_string(impl->pieces.size()) + " pieces";
+    } else {
+      state.weights_bytes = weights_before;  // a split abandoned half-way frees its blocks
+      impl->scratchpad_md = pd.scratchpad_desc();
+      state.reserve_scratchpad(impl->scratchpad_md);
+      impl->weights = reorder_constant(state, user_weight_md, weight, pd.weights_desc());
+      if (bias) {
+        impl->bias = reorder_constant(state, plain_md({1, n}), bias, pd.bias_desc());
+      }
+    }
+    impl->weights_bytes = state.weights_bytes - weights_before;
     return LinearPlan(std::move(impl));
   });
 }
@@ -696,6 +1156,8 @@ struct MatmulPlan::Impl {
   memory::desc b_md;
   memory::desc dst_md;
   bool has_add = false;
+  // Work sharing: batches (bmm) or row bands of a and the output; empty = one call.
+  std::vector<Piece> pieces;
 };
 
 MatmulPlan::MatmulPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
@@ -706,6 +1168,9 @@ size_t MatmulPlan::scratchpad_bytes() const {
 std::string MatmulPlan::implementation() const {
   return impl_->implementation;
 }
+size_t MatmulPlan::pieces() const {
+  return std::max<size_t>(1, impl_->pieces.size());
+}
 
 void MatmulPlan::run(const float* a, const float* b, float* output, const float* residual) const {
   const Impl& p = *impl_;
@@ -713,9 +1178,19 @@ void MatmulPlan::run(const float* a, const float* b, float* output, const float*
   if (p.has_add && residual == nullptr) {
     throw ProviderError("matmul plan: post-op add needs a residual tensor, got null");
   }
-  ThreadCountGuard threads(state.num_threads);
+  ThreadCountGuard threads(state.omp_threads);
   if (p.has_add && residual != output) {
     std::memcpy(output, residual, p.dst_md.get_size());
+  }
+  if (!p.pieces.empty()) {
+    run_pieces(state, p.pieces, [&](const Piece& piece) {
+      return std::unordered_map<int, memory>{
+          {DNNL_ARG_SRC, memory(piece.src_md, state.engine, offset(a, piece.src_offset))},
+          {DNNL_ARG_WEIGHTS,
+           memory(piece.weights_md, state.engine, offset(b, piece.weights_offset))},
+          {DNNL_ARG_DST, memory(piece.dst_md, state.engine, output + piece.dst_offset)}};
+    });
+    return;
   }
   execute(
       state,
@@ -726,13 +1201,69 @@ void MatmulPlan::run(const float* a, const float* b, float* output, const float*
        {DNNL_ARG_DST, memory(p.dst_md, state.engine, output)}});
 }
 
+namespace {
+
+// Rows per matmul piece at least (each piece reads all of b).
+constexpr int64_t kMatmulRows = 16;
+
+// Splits a matmul into batches (bmm) or bands of rows of a (mm); empty result: one call.
+std::vector<Piece> split_matmul(
+    ProviderState& state,
+    const MatmulParams& params,
+    const dnnl::primitive_attr& attr,
+    const std::string& whole_implementation) {
+  const bool by_batch = params.batch > 1;
+  const int64_t units = by_batch ? params.batch : params.m / kMatmulRows;
+  const double flops = 2.0 * params.batch * params.m * params.k * params.n;
+  const size_t count = state.pieces_for(flops, units);
+  if (count < 2) {
+    return {};
+  }
+  std::vector<Piece> pieces;
+  try {
+    for (size_t i = 0; i < count; ++i) {
+      auto [begin, end] = slice_of(units, count, i);
+      Piece piece;
+      if (by_batch) {
+        const int64_t batch = end - begin;
+        piece.src_md = plain_md({batch, params.m, params.k});
+        piece.weights_md = plain_md({batch, params.k, params.n});
+        piece.dst_md = plain_md({batch, params.m, params.n});
+        piece.src_offset = static_cast<size_t>(begin * params.m * params.k);
+        piece.weights_offset = static_cast<size_t>(begin * params.k * params.n);
+        piece.dst_offset = static_cast<size_t>(begin * params.m * params.n);
+      } else {
+        begin *= kMatmulRows;
+        end = i + 1 == count ? params.m : end * kMatmulRows;
+        piece.src_md = plain_md({end - begin, params.k});
+        piece.weights_md = plain_md({params.k, params.n});
+        piece.dst_md = plain_md({end - begin, params.n});
+        piece.src_offset = static_cast<size_t>(begin * params.k);
+        piece.dst_offset = static_cast<size_t>(begin * params.n);
+      }
+      dnnl::matmul::desc desc(piece.src_md, piece.weights_md, piece.dst_md);
+      dnnl::matmul::primitive_desc pd(desc, attr, state.engine);
+      if (pd.impl_info_str() != whole_implementation) {
+        return {};
+      }
+      adopt_primitive<dnnl::matmul>(state, piece, pd);
+      pieces.push_back(std::move(piece));
+    }
+  } catch (const dnnl::error&) {
+    return {};
+  }
+  return pieces;
+}
+
+}  // namespace
+
 MatmulPlan Provider::prepare_matmul(const MatmulParams& params, const PostOps& post_ops) {
   const Support support = supports_matmul(params, post_ops);
   if (!support.ok) {
     throw ProviderError("prepare_matmul: " + support.reason);
   }
   ProviderState& state = *state_;
-  ThreadCountGuard threads(state.num_threads);
+  ThreadCountGuard threads(state.omp_threads);
   return wrap_dnnl("prepare_matmul", [&] {
     using Impl = MatmulPlan::Impl;
     auto impl = std::make_shared<Impl>();
@@ -753,6 +1284,10 @@ MatmulPlan Provider::prepare_matmul(const MatmulParams& params, const PostOps& p
     impl->scratchpad_md = pd.scratchpad_desc();
     state.reserve_scratchpad(impl->scratchpad_md);
     impl->has_add = has_add(post_ops);
+    impl->pieces = split_matmul(state, params, make_attr(post_ops), impl->implementation);
+    if (!impl->pieces.empty()) {
+      impl->implementation += ", " + std::to_string(impl->pieces.size()) + " pieces";
+    }
     return MatmulPlan(std::move(impl));
   });
 }
@@ -772,7 +1307,7 @@ ReorderPlan::ReorderPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(imp
 void ReorderPlan::run(const float* input, float* output) const {
   const Impl& p = *impl_;
   ProviderState& state = *p.state;
-  ThreadCountGuard threads(state.num_threads);
+  ThreadCountGuard threads(state.omp_threads);
   memory src(p.from, state.engine, const_cast<float*>(input));
   memory dst(p.to, state.engine, output);
   wrap_dnnl("reorder", [&] {
@@ -787,7 +1322,7 @@ ReorderPlan Provider::prepare_reorder(const Layout& from, const Layout& to) {
         "prepare_reorder: dims differ: from " + dims_to_string(from.dims()) + " to " +
         dims_to_string(to.dims()));
   }
-  ThreadCountGuard threads(state_->num_threads);
+  ThreadCountGuard threads(state_->omp_threads);
   return wrap_dnnl("prepare_reorder", [&] {
     auto impl = std::make_shared<ReorderPlan::Impl>();
     impl->state = state_;
@@ -851,7 +1386,7 @@ std::string PoolPlan::implementation() const {
 void PoolPlan::run(const float* input, float* output) const {
   const Impl& p = *impl_;
   ProviderState& state = *p.state;
-  ThreadCountGuard threads(state.num_threads);
+  ThreadCountGuard threads(state.omp_threads);
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, memory(p.src, state.engine, const_cast<float*>(input))},
       {DNNL_ARG_DST, memory(p.dst, state.engine, output)}};
@@ -877,7 +1412,7 @@ PoolPlan Provider::prepare_max_pool(
     right.push_back(pool_right_padding(params, i));
   }
   ProviderState& state = *state_;
-  ThreadCountGuard threads(state.num_threads);
+  ThreadCountGuard threads(state.omp_threads);
   return wrap_dnnl("prepare_max_pool", [&] {
     auto impl = std::make_shared<PoolPlan::Impl>();
     impl->state = state_;
@@ -907,7 +1442,23 @@ PoolPlan Provider::prepare_max_pool(
 // Provider
 
 Provider::Provider(ProviderOptions options) : state_(std::make_shared<ProviderState>()) {
-  state_->num_threads = options.num_threads > 0 ? options.num_threads : default_thread_count();
+  ProviderState& state = *state_;
+  state.num_threads = options.num_threads > 0 ? options.num_threads : default_thread_count();
+  state.min_task_flops =
+      options.min_task_flops >= 0 ? options.min_task_flops : default_min_task_flops();
+  if (options.work_sharing) {
+    state.omp_threads = 1;
+    if (state.num_threads > 1) {
+      state.pool = std::make_unique<WorkPool>(state.num_threads);
+    }
+    for (int i = 0; i < state.num_threads; ++i) {
+      state.piece_streams.emplace_back(state.engine);
+    }
+    state.piece_scratchpads.resize(static_cast<size_t>(state.num_threads));
+    state.piece_outputs.resize(static_cast<size_t>(state.num_threads));
+  } else {
+    state.omp_threads = state.num_threads;
+  }
 }
 
 Provider::~Provider() = default;
@@ -915,11 +1466,14 @@ Provider::~Provider() = default;
 int Provider::num_threads() const {
   return state_->num_threads;
 }
+bool Provider::work_sharing() const {
+  return state_->omp_threads == 1 && state_->pool != nullptr;
+}
 size_t Provider::weights_bytes() const {
   return state_->weights_bytes;
 }
 size_t Provider::scratchpad_bytes() const {
-  return state_->scratchpad.size();
+  return state_->scratchpad_total();
 }
 size_t Provider::staging_bytes() const {
   return state_->staging_bytes;

@@ -14,8 +14,12 @@
 // ExecuTorch can also hold (dim order 0,2,3,1) and torch pools natively. `prepare_reorder` converts
 // an activation back to plain where a reference op reads it.
 //
-// Threads: oneDNN here runs on OpenMP (libgomp). Each prepare and run sets the OpenMP thread count
-// of the calling thread to `Provider::num_threads()` and restores the previous value afterwards, so
+// Threads: with work sharing (the default), a plan whose primitive reads and writes channels-last
+// (or plain [M, K]) data is split at prepare into pieces (rows of the output, images of the
+// batch, column blocks of a linear's output), each its own single-threaded oneDNN primitive, that
+// the calling thread and the provider's WorkPool take one at a time (work_pool.h says why). oneDNN
+// is built on OpenMP (libgomp) here: each prepare and run sets the calling thread's OpenMP thread
+// count (1 with work sharing, else num_threads) and restores the previous value afterwards, so
 // torch (which shares libgomp in a Python process) keeps its own setting. See README.md.
 //
 // Errors: `prepare_*` throw `ProviderError` with a message naming the argument; call the matching
@@ -158,9 +162,16 @@ struct PoolParams {
 Support supports_max_pool(const PoolParams& params);
 
 struct ProviderOptions {
-  // OpenMP threads oneDNN uses. 0 = default: $ET_CPU_ONEDNN_THREADS if set, else the number of
+  // Threads the provider uses. 0 = default: $ET_CPU_ONEDNN_THREADS if set, else the number of
   // CPUs this process may run on (sched_getaffinity), i.e. 2 on the project's machines.
   int num_threads = 0;
+  // true: split plans (see below) on the provider's own work-sharing pool, oneDNN single-threaded
+  // inside each piece. false: one oneDNN call per op on an OpenMP team of num_threads.
+  bool work_sharing = true;
+  // Smallest work (FLOPs) worth a separate piece of a split plan; smaller ops run whole on the
+  // calling thread. < 0 = default: $ET_CPU_ONEDNN_TASK_FLOPS if set, else 1,000,000 (about 15 us
+  // of one AVX-512 core). 0 splits every op as finely as allowed (tests).
+  int64_t min_task_flops = -1;
 };
 
 class ConvPlan;
@@ -199,9 +210,10 @@ class Provider {
   PoolPlan prepare_max_pool(const PoolParams& params, const Layout& input, const Layout& output);
 
   int num_threads() const;
+  bool work_sharing() const;
   // Memory the provider holds beside the activations (for the delegate's memory report):
   size_t weights_bytes() const;     // reordered weights + biases of every plan
-  size_t scratchpad_bytes() const;  // shared oneDNN scratchpad (max over plans)
+  size_t scratchpad_bytes() const;  // oneDNN scratchpads: the shared one + one per pool thread
   size_t staging_bytes() const;     // per-plan input conversion buffers
   // The instruction set oneDNN dispatches to, e.g. "avx512_core_bf16".
   std::string isa() const;
@@ -218,8 +230,10 @@ class ConvPlan {
   std::vector<int64_t> output_dims() const;  // {N, C_out, *spatial}
   size_t weights_bytes() const;
   size_t scratchpad_bytes() const;
-  // oneDNN's implementation name, e.g. "brg:avx512_core" or "jit:avx512_core".
+  // oneDNN's implementation name, e.g. "brgconv:avx512_core", plus ", N pieces" when split.
   std::string implementation() const;
+  // Pieces the work-sharing pool runs (1: the whole op in one oneDNN call).
+  size_t pieces() const;
   // `residual` is required iff the post-ops contain kAdd; it must be in output_layout(); it may be
   // `output` itself (then no copy is made).
   void run(const float* input, float* output, const float* residual = nullptr) const;
@@ -237,6 +251,7 @@ class LinearPlan {
   size_t weights_bytes() const;
   size_t scratchpad_bytes() const;
   std::string implementation() const;
+  size_t pieces() const;
   void run(const float* input, float* output, const float* residual = nullptr) const;
 
   struct Impl;
@@ -251,6 +266,7 @@ class MatmulPlan {
  public:
   size_t scratchpad_bytes() const;
   std::string implementation() const;
+  size_t pieces() const;
   void run(const float* a, const float* b, float* output, const float* residual = nullptr) const;
 
   struct Impl;

@@ -32,9 +32,13 @@ RTOL = 1e-4
 _SETTINGS = settings(max_examples=40, derandomize=True, deadline=None)
 
 
-@pytest.fixture(scope="module")
-def provider() -> Provider:
-    return Provider(num_threads=2)
+@pytest.fixture(scope="module", params=["pieces", "openmp"])
+def provider(request: pytest.FixtureRequest) -> Provider:
+    """Every case runs twice: split into as many pieces as allowed on the work-sharing pool
+    (min_task_flops=0, so even tiny test shapes split), and whole on oneDNN's OpenMP team."""
+    if request.param == "pieces":
+        return Provider(num_threads=2, min_task_flops=0)
+    return Provider(num_threads=2, work_sharing=False)
 
 
 def _apply_post_ops(
@@ -305,7 +309,7 @@ def linear_cases(draw: st.DrawFn) -> LinearCase:
     return LinearCase(
         rows=draw(st.integers(1, 40)),
         k=draw(st.integers(1, 70)),
-        n=draw(st.integers(1, 70)),
+        n=draw(st.sampled_from([1, 5, 64, 70, 130, 200])),
         bias=draw(st.booleans()),
         k_by_n=draw(st.booleans()),
         post_ops=draw(_POST_OPS),
@@ -379,6 +383,88 @@ def test_missing_residual_is_an_error_not_a_crash(provider: Provider) -> None:
     plan = provider.linear(2, torch.randn(3, 4), None, [PostOp(ADD)])
     with pytest.raises(ProviderError, match="needs a residual"):
         plan.run(torch.randn(2, 4))
+
+
+def test_default_provider_splits_large_ops_only() -> None:
+    """Work sharing is the default: a ResNet-sized conv, a wide linear and a bmm split into
+    pieces; an op below the default piece size, and every op without work sharing, do not."""
+    shared = Provider(num_threads=2)
+    assert shared.work_sharing
+    x_shape = (1, 64, 56, 56)
+    w = torch.randn(64, 64, 3, 3)
+    conv = shared.conv(
+        x_shape, w, None, [1, 1], [1, 1], [1, 1], input_channels_last=True, output="channels_last"
+    )
+    assert conv.pieces > 1, conv.describe()
+    assert "pieces" in conv.describe()
+    assert shared.linear(32, torch.randn(1024, 1024), None).pieces > 1
+    assert shared.matmul(8, 64, 64, 64, []).pieces > 1
+    assert shared.linear(1, torch.randn(10, 16), None).pieces == 1
+    openmp = Provider(num_threads=2, work_sharing=False)
+    assert not openmp.work_sharing
+    assert openmp.conv(x_shape, w, None, [1, 1], [1, 1], [1, 1]).pieces == 1
+    single = Provider(num_threads=1)
+    assert single.conv(x_shape, w, None, [1, 1], [1, 1], [1, 1]).pieces == 1
+
+
+def test_split_plan_gives_the_same_result_every_run() -> None:
+    """Pieces are claimed by whichever thread is free: the result must not depend on who ran
+    which piece (200 runs of a 12-piece conv with a residual add, bitwise equal)."""
+    shared = Provider(num_threads=2, min_task_flops=0)
+    torch.manual_seed(7)
+    w, b = torch.randn(32, 16, 3, 3) / 12, torch.randn(32)
+    plan = shared.conv(
+        (1, 16, 24, 24),
+        w,
+        b,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        post_ops=[PostOp(ADD), PostOp(RELU)],
+        input_channels_last=True,
+        output="channels_last",
+    )
+    assert plan.pieces > 2
+    x = torch.randn(1, 16, 24, 24).contiguous(memory_format=torch.channels_last)
+    residual = torch.randn(1, 32, 24, 24).contiguous(memory_format=torch.channels_last)
+    first = plan.run(x, residual=residual)
+    expected = torch.relu(F.conv2d(x, w, b, padding=1) + residual)
+    _assert_close(first, expected)
+    for _ in range(200):
+        assert torch.equal(plan.run(x, residual=residual), first)
+
+
+@pytest.mark.parametrize("output", ["channels_last", "plain"])
+@pytest.mark.parametrize("post_ops", [(), (PostOp(ADD), PostOp(RELU)), (PostOp(CLAMP, 0.0, 6.0),)])
+def test_weight_heavy_conv_splits_by_output_channels(
+    output: str, post_ops: tuple[PostOp, ...]
+) -> None:
+    """A conv whose weights outweigh its activations (a deep CNN layer) splits into blocks of
+    output channels, each with its own weights, copied into place; a plain output goes through
+    the staging buffer (and so does the residual). Memory: the weights are held once."""
+    shared = Provider(num_threads=2, min_task_flops=0)
+    torch.manual_seed(11)
+    w, b = torch.randn(72, 48, 3, 3) / 20, torch.randn(72)
+    plan = shared.conv(
+        (1, 48, 5, 5),
+        w,
+        b,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        post_ops=post_ops,
+        input_channels_last=True,
+        output=output,
+    )
+    assert plan.pieces == 4, plan.describe()  # 72 channels: blocks of 16, 16, 16, 24
+    assert plan.weights_bytes == shared.weights_bytes
+    assert w.numel() * 4 <= plan.weights_bytes < 2 * w.numel() * 4
+    x = torch.randn(1, 48, 5, 5).contiguous(memory_format=torch.channels_last)
+    layout = torch.channels_last if output == "channels_last" else torch.contiguous_format
+    residual = torch.randn(1, 72, 5, 5).contiguous(memory_format=layout)
+    uses_residual = any(op.kind == ADD for op in post_ops)
+    expected = _apply_post_ops(F.conv2d(x, w, b, padding=1), post_ops, residual)
+    _assert_close(plan.run(x, residual=residual if uses_residual else None), expected)
 
 
 def test_thread_setting_leaves_torch_threads_alone() -> None:

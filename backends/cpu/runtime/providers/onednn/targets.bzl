@@ -13,6 +13,7 @@ def define_common_targets():
         linkopts = [
             "-ldnnl",
             "-lgomp",
+            "-pthread",
         ],
     )
 
@@ -20,7 +21,11 @@ def define_common_targets():
     # "backends/cpu/runtime/providers/onednn/onednn_provider.h".
     runtime.cxx_library(
         name = "onednn_provider",
-        srcs = ["onednn_provider.cc"],
+        srcs = [
+            "onednn_provider.cc",
+            "work_pool.cc",
+            "work_pool.h",
+        ],
         hdrs = ["onednn_provider.h"],
         copts = [
             "-std=c++17",
