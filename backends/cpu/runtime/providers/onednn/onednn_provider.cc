@@ -379,7 +379,51 @@ struct Piece {
   int64_t first_channel = 0;
   int64_t channels = 0;
   int64_t pixels = 0;  // N * spatial: rows of the strided copy
+  // Memory objects of the piece's arguments, made on its first run and re-pointed afterwards
+  // (making them costs about as much as a small piece's kernel). One thread runs a piece at a
+  // time, so no lock.
+  mutable std::unordered_map<int, memory> args;
 };
+
+// What a piece reads and writes in one run; a null weights/bias pointer means none.
+struct PieceData {
+  const float* src = nullptr;
+  float* dst = nullptr;
+  const memory::desc* weights_md = nullptr;
+  const float* weights = nullptr;
+  const memory::desc* bias_md = nullptr;
+  const float* bias = nullptr;
+};
+
+void point(std::unordered_map<int, memory>& args, int arg, const memory::desc& md,
+           const dnnl::engine& engine, const void* data) {
+  auto found = args.find(arg);
+  if (found == args.end()) {
+    args.emplace(arg, memory(md, engine, const_cast<void*>(data)));
+  } else {
+    found->second.set_data_handle(const_cast<void*>(data));
+  }
+}
+
+// Runs one piece on `worker`'s stream and scratchpad.
+void execute_piece(ProviderState& state, const Piece& piece, int worker, const PieceData& data) {
+  wrap_dnnl("execute piece", [&] {
+    auto& args = piece.args;
+    point(args, DNNL_ARG_SRC, piece.src_md, state.engine, data.src);
+    point(args, DNNL_ARG_DST, piece.dst_md, state.engine, data.dst);
+    point(args, DNNL_ARG_SCRATCHPAD, piece.scratchpad_md, state.engine,
+          state.piece_scratchpads[worker].data());
+    if (data.weights != nullptr) {
+      point(args, DNNL_ARG_WEIGHTS, *data.weights_md, state.engine, data.weights);
+    }
+    if (data.bias != nullptr) {
+      point(args, DNNL_ARG_BIAS, *data.bias_md, state.engine, data.bias);
+    }
+    dnnl::stream& stream = state.piece_streams[worker];
+    piece.primitive.execute(stream, args);
+    stream.wait();
+  });
+}
 
 // Copies `rows` rows of `width` floats between a dense block and a row-strided one.
 void copy_rows(const float* from, int64_t from_stride, float* to, int64_t to_stride,
@@ -408,24 +452,16 @@ std::pair<int64_t, int64_t> slice_of(int64_t units, size_t count, size_t index) 
 void run_pieces(
     ProviderState& state,
     const std::vector<Piece>& pieces,
-    const std::function<std::unordered_map<int, memory>(const Piece&)>& args) {
+    const std::function<PieceData(const Piece&)>& data) {
   state.pool->run(pieces.size(), [&](size_t index, int worker) {
-    const Piece& piece = pieces[index];
-    std::unordered_map<int, memory> piece_args = args(piece);
-    piece_args.emplace(
-        DNNL_ARG_SCRATCHPAD,
-        memory(piece.scratchpad_md, state.engine, state.piece_scratchpads[worker].data()));
-    dnnl::stream& stream = state.piece_streams[worker];
-    wrap_dnnl("execute piece", [&] {
-      piece.primitive.execute(stream, piece_args);
-      stream.wait();
-    });
+    execute_piece(state, pieces[index], worker, data(pieces[index]));
   });
 }
 
-float* offset(const float* base, size_t floats) {
-  return const_cast<float*>(base) + floats;
+const float* data_of(const OwnedTensor& tensor) {
+  return tensor.bytes ? static_cast<const float*>(tensor.bytes->data()) : nullptr;
 }
+
 
 }  // namespace
 
@@ -607,20 +643,16 @@ void ConvPlan::run(const float* input, float* output, const float* residual) con
       }
       const OwnedTensor& weights = channel_piece ? piece.weights : p.weights;
       const OwnedTensor& bias = channel_piece ? piece.bias : p.bias;
-      std::unordered_map<int, memory> args{
-          {DNNL_ARG_SRC, memory(piece.src_md, state.engine, offset(src_data, piece.src_offset))},
-          {DNNL_ARG_WEIGHTS, weights.as_memory(state.engine)},
-          {DNNL_ARG_DST, memory(piece.dst_md, state.engine, piece_dst)},
-          {DNNL_ARG_SCRATCHPAD,
-           memory(piece.scratchpad_md, state.engine, state.piece_scratchpads[worker].data())}};
+      PieceData data;
+      data.src = src_data + piece.src_offset;
+      data.dst = piece_dst;
+      data.weights_md = &weights.md;
+      data.weights = data_of(weights);
       if (p.has_bias) {
-        args.emplace(DNNL_ARG_BIAS, bias.as_memory(state.engine));
+        data.bias_md = &bias.md;
+        data.bias = data_of(bias);
       }
-      dnnl::stream& stream = state.piece_streams[worker];
-      wrap_dnnl("execute piece", [&] {
-        piece.primitive.execute(stream, args);
-        stream.wait();
-      });
+      execute_piece(state, piece, worker, data);
       if (channel_piece) {
         copy_rows(piece_dst, piece.channels, dst_data + piece.first_channel, out_channels,
                   piece.pixels, piece.channels);
@@ -1011,14 +1043,16 @@ void LinearPlan::run(const float* input, float* output, const float* residual) c
   }
   if (!p.pieces.empty()) {
     run_pieces(state, p.pieces, [&](const Piece& piece) {
-      std::unordered_map<int, memory> args{
-          {DNNL_ARG_SRC, memory(piece.src_md, state.engine, const_cast<float*>(input))},
-          {DNNL_ARG_WEIGHTS, piece.weights.as_memory(state.engine)},
-          {DNNL_ARG_DST, memory(piece.dst_md, state.engine, output + piece.dst_offset)}};
+      PieceData data;
+      data.src = input;
+      data.dst = output + piece.dst_offset;
+      data.weights_md = &piece.weights.md;
+      data.weights = data_of(piece.weights);
       if (p.has_bias) {
-        args.emplace(DNNL_ARG_BIAS, piece.bias.as_memory(state.engine));
+        data.bias_md = &piece.bias.md;
+        data.bias = data_of(piece.bias);
       }
-      return args;
+      return data;
     });
     return;
   }
@@ -1184,11 +1218,12 @@ void MatmulPlan::run(const float* a, const float* b, float* output, const float*
   }
   if (!p.pieces.empty()) {
     run_pieces(state, p.pieces, [&](const Piece& piece) {
-      return std::unordered_map<int, memory>{
-          {DNNL_ARG_SRC, memory(piece.src_md, state.engine, offset(a, piece.src_offset))},
-          {DNNL_ARG_WEIGHTS,
-           memory(piece.weights_md, state.engine, offset(b, piece.weights_offset))},
-          {DNNL_ARG_DST, memory(piece.dst_md, state.engine, output + piece.dst_offset)}};
+      PieceData data;
+      data.src = a + piece.src_offset;
+      data.dst = output + piece.dst_offset;
+      data.weights_md = &piece.weights_md;
+      data.weights = b + piece.weights_offset;
+      return data;
     });
     return;
   }
