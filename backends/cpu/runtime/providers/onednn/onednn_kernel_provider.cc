@@ -14,8 +14,6 @@
 // machine delays one piece, not the op, which is what made oneDNN's OpenMP team (static split)
 // 3-44x slower under load. ET_CPU_ONEDNN_WORK_SHARING=0 goes back to the OpenMP team (for
 // measurement). See README.md.
-#include <sched.h>
-
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
@@ -42,22 +40,6 @@ using executorch::runtime::EValue;
 using executorch::runtime::KernelRuntimeContext;
 
 constexpr uint8_t kOptimizedProviderId = 1;
-
-// ET_CPU_ONEDNN_THREADS if it is a positive integer, else the CPUs this process may run on;
-// never more than those (more threads than cores only queue behind each other).
-int delegate_thread_count() {
-  int cpus = 1;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) {
-    cpus = CPU_COUNT(&set);
-  }
-  if (const char* env = std::getenv("ET_CPU_ONEDNN_THREADS")) {
-    const int value = std::atoi(env);
-    if (value > 0) return std::min(value, cpus);
-  }
-  return cpus;
-}
 
 // ET_CPU_ONEDNN_WORK_SHARING=0 runs each op whole on oneDNN's OpenMP team instead.
 bool work_sharing_enabled() {
@@ -423,7 +405,7 @@ class OnednnSession final : public ProviderSession {
  private:
   static onednn::ProviderOptions options() {
     onednn::ProviderOptions options;
-    options.num_threads = delegate_thread_count();
+    options.num_threads = 0;  // the provider's default: ET_CPU_ONEDNN_THREADS, capped at the CPUs
     options.work_sharing = work_sharing_enabled();
     return options;
   }

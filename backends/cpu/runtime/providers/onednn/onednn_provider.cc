@@ -70,19 +70,22 @@ class ThreadCountGuard {
   int threads_ = 0;
 };
 
+// $ET_CPU_ONEDNN_THREADS if it is a positive integer, else the CPUs this process may run on;
+// never more than those (more threads than cores only queue behind each other).
 int default_thread_count() {
-  if (const char* env = std::getenv("ET_CPU_ONEDNN_THREADS")) {
-    const int value = std::atoi(env);
-    if (value > 0) {
-      return value;
-    }
-  }
+  int cpus = 1;
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    return std::max(1, CPU_COUNT(&set));
+    cpus = std::max(1, CPU_COUNT(&set));
   }
-  return 1;
+  if (const char* env = std::getenv("ET_CPU_ONEDNN_THREADS")) {
+    const int value = std::atoi(env);
+    if (value > 0) {
+      return std::min(value, cpus);
+    }
+  }
+  return cpus;
 }
 
 int64_t default_min_task_flops() {
@@ -433,12 +436,11 @@ void copy_rows(const float* from, int64_t from_stride, float* to, int64_t to_str
   }
 }
 
-// Gives `piece` the primitive of `pd` and room for its scratchpad in every pool thread's buffer.
+// Gives `piece` the primitive of `pd` and its scratchpad size.
 template <typename Primitive, typename PrimitiveDesc>
-void adopt_primitive(ProviderState& state, Piece& piece, const PrimitiveDesc& pd) {
+void set_primitive(Piece& piece, const PrimitiveDesc& pd) {
   piece.primitive = Primitive(pd);
   piece.scratchpad_md = pd.scratchpad_desc();
-  state.reserve_piece_scratchpad(piece.scratchpad_md);
 }
 
 // [begin, end) of slice `index` when `units` are split into `count` near-equal slices.
@@ -446,6 +448,45 @@ std::pair<int64_t, int64_t> slice_of(int64_t units, size_t count, size_t index) 
   const int64_t n = static_cast<int64_t>(count);
   const int64_t i = static_cast<int64_t>(index);
   return {units * i / n, units * (i + 1) / n};
+}
+
+// [begin, end) of slice `index` of `count` over `total` items cut into blocks of `block` (the
+// last slice also takes the remainder), e.g. output channels in blocks of 16.
+std::pair<int64_t, int64_t> block_slice(int64_t total, int64_t block, size_t count, size_t index) {
+  const auto [begin, end] = slice_of(total / block, count, index);
+  return {begin * block, index + 1 == count ? total : end * block};
+}
+
+// The pieces `make(index, piece)` builds for index 0..count-1, or none (the op stays whole) when
+// count < 2, when `make` returns false, or when oneDNN refuses one. Only a complete split keeps
+// what it counted (reordered weights) and reserves its scratchpad in every pool thread's buffer.
+template <typename Make>
+std::vector<Piece> make_pieces(ProviderState& state, size_t count, Make make) {
+  if (count < 2) {
+    return {};
+  }
+  const size_t weights_before = state.weights_bytes;
+  std::vector<Piece> pieces;
+  try {
+    for (size_t i = 0; i < count; ++i) {
+      Piece piece;
+      if (!make(i, piece)) {
+        pieces.clear();
+        break;
+      }
+      pieces.push_back(std::move(piece));
+    }
+  } catch (const dnnl::error&) {
+    pieces.clear();
+  }
+  if (pieces.empty()) {
+    state.weights_bytes = weights_before;
+    return {};
+  }
+  for (const Piece& piece : pieces) {
+    state.reserve_piece_scratchpad(piece.scratchpad_md);
+  }
+  return pieces;
 }
 
 // Runs every piece on the pool; `args(piece)` gives its arguments beside the scratchpad.
@@ -689,7 +730,7 @@ constexpr int64_t kConvChannels = 16;
 
 // Splits a weight-heavy convolution (weights larger than its activations: the deep layers of a
 // CNN) into blocks of output channels, so each piece streams only its share of the weights.
-// Each piece owns its block, reordered here from torch's layout (the plan then drops its whole
+// Each piece owns its block, reordered here from torch's layout (the plan then keeps no whole
 // copy), reads the whole input and computes a dense channels-last output of its channels, which
 // run() copies into place. Empty result: no such split.
 std::vector<Piece> split_conv_channels(
@@ -704,56 +745,44 @@ std::vector<Piece> split_conv_channels(
     const float* weight,
     const float* bias,
     double flops) {
-  const size_t count = state.pieces_for(flops, params.out_channels / kConvChannels);
-  if (count < 2) {
-    return {};
-  }
-  const int64_t blocks = params.out_channels / kConvChannels;
   const int64_t per_channel = static_cast<int64_t>(product(params.kernel_size)) *
                               params.in_channels;
-  std::vector<Piece> pieces;
-  try {
-    for (size_t i = 0; i < count; ++i) {
-      auto [begin, end] = slice_of(blocks, count, i);
-      begin *= kConvChannels;
-      end = i + 1 == count ? params.out_channels : end * kConvChannels;
-      Piece piece;
-      piece.first_channel = begin;
-      piece.channels = end - begin;
-      piece.pixels = static_cast<int64_t>(product(dst_dims)) / params.out_channels;
-      Dims piece_dst = dst_dims;
-      piece_dst[1] = piece.channels;
-      Dims weight_dims{piece.channels, params.in_channels};
-      weight_dims.insert(weight_dims.end(), params.kernel_size.begin(), params.kernel_size.end());
-      piece.src_md = plan.primitive_src_md;
-      piece.dst_md = channels_last_md(piece_dst);
-      dnnl::convolution_forward::desc desc(
-          dnnl::prop_kind::forward_inference,
-          dnnl::algorithm::convolution_direct,
-          piece.src_md,
-          any_md(weight_dims),
-          bias ? any_md({piece.channels}) : memory::desc(),
-          piece.dst_md,
-          strides,
-          dilation,
-          Dims(params.padding.begin(), params.padding.end()),
-          Dims(params.padding.begin(), params.padding.end()));
-      dnnl::convolution_forward::primitive_desc pd(desc, attr, state.engine);
-      if (pd.impl_info_str() != plan.implementation) {
-        return {};
-      }
-      adopt_primitive<dnnl::convolution_forward>(state, piece, pd);
-      piece.weights = reorder_constant(
-          state, plain_md(weight_dims), weight + begin * per_channel, pd.weights_desc());
-      if (bias) {
-        piece.bias = reorder_constant(
-            state, plain_md({piece.channels}), bias + begin, pd.bias_desc());
-      }
-      pieces.push_back(std::move(piece));
+  const size_t count = state.pieces_for(flops, params.out_channels / kConvChannels);
+  std::vector<Piece> pieces = make_pieces(state, count, [&](size_t i, Piece& piece) {
+    const auto [begin, end] = block_slice(params.out_channels, kConvChannels, count, i);
+    piece.first_channel = begin;
+    piece.channels = end - begin;
+    piece.pixels = static_cast<int64_t>(product(dst_dims)) / params.out_channels;
+    Dims piece_dst = dst_dims;
+    piece_dst[1] = piece.channels;
+    Dims weight_dims{piece.channels, params.in_channels};
+    weight_dims.insert(weight_dims.end(), params.kernel_size.begin(), params.kernel_size.end());
+    piece.src_md = plan.primitive_src_md;
+    piece.dst_md = channels_last_md(piece_dst);
+    dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference,
+        dnnl::algorithm::convolution_direct,
+        piece.src_md,
+        any_md(weight_dims),
+        bias ? any_md({piece.channels}) : memory::desc(),
+        piece.dst_md,
+        strides,
+        dilation,
+        Dims(params.padding.begin(), params.padding.end()),
+        Dims(params.padding.begin(), params.padding.end()));
+    dnnl::convolution_forward::primitive_desc pd(desc, attr, state.engine);
+    if (pd.impl_info_str() != plan.implementation) {
+      return false;
     }
-  } catch (const dnnl::error&) {
-    return {};
-  }
+    set_primitive<dnnl::convolution_forward>(piece, pd);
+    piece.weights = reorder_constant(
+        state, plain_md(weight_dims), weight + begin * per_channel, pd.weights_desc());
+    if (bias) {
+      piece.bias =
+          reorder_constant(state, plain_md({piece.channels}), bias + begin, pd.bias_desc());
+    }
+    return true;
+  });
   for (const Piece& piece : pieces) {
     state.reserve_piece_output(piece.dst_md.get_size());
   }
@@ -769,7 +798,7 @@ std::vector<Piece> split_conv_channels(
 std::vector<Piece> split_conv(
     ProviderState& state,
     const ConvParams& params,
-    ConvPlan::Impl& plan,
+    const ConvPlan::Impl& plan,
     const Dims& src_dims,
     const Dims& dst_dims,
     const Dims& strides,
@@ -785,86 +814,69 @@ std::vector<Piece> split_conv(
   const std::vector<int64_t> out_size(dst_dims.begin() + 2, dst_dims.end());
   const double flops = 2.0 * product(dst_dims) * (params.in_channels / params.groups) *
                        product(params.kernel_size);
-  const size_t weights_bytes = plan.weights.md.get_size();
-  if (params.groups == 1 &&
-      weights_bytes > plan.primitive_src_md.get_size() + plan.primitive_dst_md.get_size()) {
-    const size_t weights_before = state.weights_bytes;
+  if (params.groups == 1 && whole.weights_desc().get_size() >
+                               plan.primitive_src_md.get_size() + plan.primitive_dst_md.get_size()) {
     std::vector<Piece> pieces = split_conv_channels(
         state, params, plan, src_dims, dst_dims, strides, dilation, attr, weight, bias, flops);
     if (!pieces.empty()) {
-      // The pieces own every weight now: drop the plan's whole copy.
-      state.weights_bytes -= weights_bytes + (plan.has_bias ? plan.bias.md.get_size() : 0);
-      plan.weights = OwnedTensor{};
-      plan.bias = OwnedTensor{};
       return pieces;
     }
-    state.weights_bytes = weights_before;
   }
   const bool by_batch = params.batch > 1;
   const int64_t units = by_batch ? params.batch : out_size[0];
   const size_t count = state.pieces_for(flops, units);
-  if (count < 2) {
-    return {};
-  }
   // Floats per image, and per row of the first spatial dim (channels-last: contiguous).
   const int64_t src_row = static_cast<int64_t>(product(src_dims, 3)) * params.in_channels;
   const int64_t dst_row = static_cast<int64_t>(product(dst_dims, 3)) * params.out_channels;
   const int64_t src_image = src_row * src_dims[2];
   const int64_t dst_image = dst_row * dst_dims[2];
-  std::vector<Piece> pieces;
-  try {
-    for (size_t i = 0; i < count; ++i) {
-      const auto [begin, end] = slice_of(units, count, i);
-      Dims piece_src = src_dims;
-      Dims piece_dst = dst_dims;
-      Dims pad_left(params.padding.begin(), params.padding.end());
-      Dims pad_right = pad_left;
-      Piece piece;
-      if (by_batch) {
-        piece_src[0] = piece_dst[0] = end - begin;
-        piece.src_offset = static_cast<size_t>(begin * src_image);
-        piece.dst_offset = static_cast<size_t>(begin * dst_image);
-      } else {
-        // Input rows [first, last) that output rows [begin, end) read, padding included.
-        const int64_t first = begin * params.stride[0] - params.padding[0];
-        const int64_t last = (end - 1) * params.stride[0] - params.padding[0] +
-                             params.dilation[0] * (params.kernel_size[0] - 1) + 1;
-        const int64_t lo = std::max<int64_t>(0, first);
-        const int64_t hi = std::min<int64_t>(params.input_size[0], last);
-        if (hi <= lo) {
-          return {};  // a band that sees only padding: not worth a special case
-        }
-        piece_src[2] = hi - lo;
-        piece_dst[2] = end - begin;
-        pad_left[0] = lo - first;
-        pad_right[0] = last - hi;
-        piece.src_offset = static_cast<size_t>(lo * src_row);
-        piece.dst_offset = static_cast<size_t>(begin * dst_row);
+  return make_pieces(state, count, [&](size_t i, Piece& piece) {
+    const auto [begin, end] = slice_of(units, count, i);
+    Dims piece_src = src_dims;
+    Dims piece_dst = dst_dims;
+    Dims pad_left(params.padding.begin(), params.padding.end());
+    Dims pad_right = pad_left;
+    if (by_batch) {
+      piece_src[0] = piece_dst[0] = end - begin;
+      piece.src_offset = static_cast<size_t>(begin * src_image);
+      piece.dst_offset = static_cast<size_t>(begin * dst_image);
+    } else {
+      // Input rows [first, last) that output rows [begin, end) read, padding included.
+      const int64_t first = begin * params.stride[0] - params.padding[0];
+      const int64_t last = (end - 1) * params.stride[0] - params.padding[0] +
+                           params.dilation[0] * (params.kernel_size[0] - 1) + 1;
+      const int64_t lo = std::max<int64_t>(0, first);
+      const int64_t hi = std::min<int64_t>(params.input_size[0], last);
+      if (hi <= lo) {
+        return false;  // a band that sees only padding: not worth a special case
       }
-      piece.src_md = channels_last_md(piece_src);
-      piece.dst_md = channels_last_md(piece_dst);
-      dnnl::convolution_forward::desc desc(
-          dnnl::prop_kind::forward_inference,
-          dnnl::algorithm::convolution_direct,
-          piece.src_md,
-          whole.weights_desc(),
-          plan.has_bias ? whole.bias_desc() : memory::desc(),
-          piece.dst_md,
-          strides,
-          dilation,
-          pad_left,
-          pad_right);
-      dnnl::convolution_forward::primitive_desc pd(desc, attr, state.engine);
-      if (pd.impl_info_str() != plan.implementation) {
-        return {};  // the band would run a slower kernel: keep the op whole
-      }
-      adopt_primitive<dnnl::convolution_forward>(state, piece, pd);
-      pieces.push_back(std::move(piece));
+      piece_src[2] = hi - lo;
+      piece_dst[2] = end - begin;
+      pad_left[0] = lo - first;
+      pad_right[0] = last - hi;
+      piece.src_offset = static_cast<size_t>(lo * src_row);
+      piece.dst_offset = static_cast<size_t>(begin * dst_row);
     }
-  } catch (const dnnl::error&) {
-    return {};
-  }
-  return pieces;
+    piece.src_md = channels_last_md(piece_src);
+    piece.dst_md = channels_last_md(piece_dst);
+    dnnl::convolution_forward::desc desc(
+        dnnl::prop_kind::forward_inference,
+        dnnl::algorithm::convolution_direct,
+        piece.src_md,
+        whole.weights_desc(),
+        plan.has_bias ? whole.bias_desc() : memory::desc(),
+        piece.dst_md,
+        strides,
+        dilation,
+        pad_left,
+        pad_right);
+    dnnl::convolution_forward::primitive_desc pd(desc, attr, state.engine);
+    if (pd.impl_info_str() != plan.implementation) {
+      return false;  // the band would run a slower kernel: keep the op whole
+    }
+    set_primitive<dnnl::convolution_forward>(piece, pd);
+    return true;
+  });
 }
 
 }  // namespace
@@ -937,11 +949,7 @@ ConvPlan Provider::prepare_conv(
     impl->implementation = pd.impl_info_str();
     impl->scratchpad_md = pd.scratchpad_desc();
     state.reserve_scratchpad(impl->scratchpad_md);
-    impl->weights = reorder_constant(state, plain_md(weight_dims), weight, pd.weights_desc());
-    if (bias) {
-      impl->has_bias = true;
-      impl->bias = reorder_constant(state, plain_md({params.out_channels}), bias, pd.bias_desc());
-    }
+    impl->has_bias = bias != nullptr;
     impl->has_add = has_add(post_ops);
     impl->primitive_src_md = pd.src_desc();
     impl->primitive_dst_md = pd.dst_desc();
@@ -973,6 +981,14 @@ ConvPlan Provider::prepare_conv(
                               make_attr(post_ops), pd, weight, bias);
     if (!impl->pieces.empty()) {
       impl->implementation += ", " + std::to_string(impl->pieces.size()) + " pieces";
+    }
+    // Channel pieces own their weight blocks; the whole op and row bands use the plan's.
+    if (impl->pieces.empty() || impl->pieces.front().channels == 0) {
+      impl->weights = reorder_constant(state, plain_md(weight_dims), weight, pd.weights_desc());
+      if (bias) {
+        impl->bias =
+            reorder_constant(state, plain_md({params.out_channels}), bias, pd.bias_desc());
+      }
     }
     return ConvPlan(std::move(impl));
   });
@@ -1086,46 +1102,33 @@ std::vector<Piece> split_linear(
   const int64_t k = params.in_features;
   const int64_t n = params.out_features;
   const size_t count = state.pieces_for(2.0 * m * k * n, n / kLinearColumns);
-  if (count < 2) {
-    return {};
-  }
-  std::vector<Piece> pieces;
-  try {
-    const int64_t blocks = n / kLinearColumns;
-    for (size_t i = 0; i < count; ++i) {
-      auto [begin, end] = slice_of(blocks, count, i);
-      begin *= kLinearColumns;
-      end = i + 1 == count ? n : end * kLinearColumns;
-      const int64_t width = end - begin;
-      Piece piece;
-      piece.src_md = src_md;
-      piece.dst_md = memory::desc({m, width}, memory::data_type::f32, Dims{n, 1});
-      piece.dst_offset = static_cast<size_t>(begin);
-      // This block of the weight as a logical [K, width] matrix.
-      const memory::desc user_weight_md = params.weight_is_k_by_n
-          ? memory::desc({k, width}, memory::data_type::f32, Dims{n, 1})
-          : memory::desc({k, width}, memory::data_type::f32, Dims{1, k});
-      const float* user_weight = params.weight_is_k_by_n ? weight + begin : weight + begin * k;
-      const memory::desc bias_md = bias ? plain_md({1, width}) : memory::desc();
-      dnnl::matmul::desc desc(piece.src_md, any_md({k, width}), bias_md, piece.dst_md);
-      dnnl::matmul::primitive_desc pd(desc, attr, state.engine);
-      // A column block writes a strided output, which oneDNN 2.6's brgemm matmul refuses; its
-      // jit GEMM takes it at about the same speed. Only the reference kernel is not worth it.
-      if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0 &&
-          whole_implementation.rfind("ref", 0) != 0) {
-        return {};
-      }
-      adopt_primitive<dnnl::matmul>(state, piece, pd);
-      piece.weights = reorder_constant(state, user_weight_md, user_weight, pd.weights_desc());
-      if (bias) {
-        piece.bias = reorder_constant(state, plain_md({1, width}), bias + begin, pd.bias_desc());
-      }
-      pieces.push_back(std::move(piece));
+  return make_pieces(state, count, [&](size_t i, Piece& piece) {
+    const auto [begin, end] = block_slice(n, kLinearColumns, count, i);
+    const int64_t width = end - begin;
+    piece.src_md = src_md;
+    piece.dst_md = memory::desc({m, width}, memory::data_type::f32, Dims{n, 1});
+    piece.dst_offset = static_cast<size_t>(begin);
+    // This block of the weight as a logical [K, width] matrix.
+    const memory::desc user_weight_md = params.weight_is_k_by_n
+        ? memory::desc({k, width}, memory::data_type::f32, Dims{n, 1})
+        : memory::desc({k, width}, memory::data_type::f32, Dims{1, k});
+    const float* user_weight = params.weight_is_k_by_n ? weight + begin : weight + begin * k;
+    const memory::desc bias_md = bias ? plain_md({1, width}) : memory::desc();
+    dnnl::matmul::desc desc(piece.src_md, any_md({k, width}), bias_md, piece.dst_md);
+    dnnl::matmul::primitive_desc pd(desc, attr, state.engine);
+    // A column block writes a strided output, which oneDNN 2.6's brgemm matmul refuses; its
+    // jit GEMM takes it at about the same speed. Only the reference kernel is not worth it.
+    if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0 &&
+        whole_implementation.rfind("ref", 0) != 0) {
+      return false;
     }
-  } catch (const dnnl::error&) {
-    return {};
-  }
-  return pieces;
+    set_primitive<dnnl::matmul>(piece, pd);
+    piece.weights = reorder_constant(state, user_weight_md, user_weight, pd.weights_desc());
+    if (bias) {
+      piece.bias = reorder_constant(state, plain_md({1, width}), bias + begin, pd.bias_desc());
+    }
+    return true;
+  });
 }
 
 }  // namespace
@@ -1168,7 +1171,6 @@ LinearPlan Provider::prepare_linear(
     if (!impl->pieces.empty()) {
       impl->implementation += ", " + std::to_string(impl->pieces.size()) + " pieces";
     } else {
-      state.weights_bytes = weights_before;  // a split abandoned half-way frees its blocks
       impl->scratchpad_md = pd.scratchpad_desc();
       state.reserve_scratchpad(impl->scratchpad_md);
       impl->weights = reorder_constant(state, user_weight_md, weight, pd.weights_desc());
@@ -1251,43 +1253,32 @@ std::vector<Piece> split_matmul(
   const int64_t units = by_batch ? params.batch : params.m / kMatmulRows;
   const double flops = 2.0 * params.batch * params.m * params.k * params.n;
   const size_t count = state.pieces_for(flops, units);
-  if (count < 2) {
-    return {};
-  }
-  std::vector<Piece> pieces;
-  try {
-    for (size_t i = 0; i < count; ++i) {
-      auto [begin, end] = slice_of(units, count, i);
-      Piece piece;
-      if (by_batch) {
-        const int64_t batch = end - begin;
-        piece.src_md = plain_md({batch, params.m, params.k});
-        piece.weights_md = plain_md({batch, params.k, params.n});
-        piece.dst_md = plain_md({batch, params.m, params.n});
-        piece.src_offset = static_cast<size_t>(begin * params.m * params.k);
-        piece.weights_offset = static_cast<size_t>(begin * params.k * params.n);
-        piece.dst_offset = static_cast<size_t>(begin * params.m * params.n);
-      } else {
-        begin *= kMatmulRows;
-        end = i + 1 == count ? params.m : end * kMatmulRows;
-        piece.src_md = plain_md({end - begin, params.k});
-        piece.weights_md = plain_md({params.k, params.n});
-        piece.dst_md = plain_md({end - begin, params.n});
-        piece.src_offset = static_cast<size_t>(begin * params.k);
-        piece.dst_offset = static_cast<size_t>(begin * params.n);
-      }
-      dnnl::matmul::desc desc(piece.src_md, piece.weights_md, piece.dst_md);
-      dnnl::matmul::primitive_desc pd(desc, attr, state.engine);
-      if (pd.impl_info_str() != whole_implementation) {
-        return {};
-      }
-      adopt_primitive<dnnl::matmul>(state, piece, pd);
-      pieces.push_back(std::move(piece));
+  return make_pieces(state, count, [&](size_t i, Piece& piece) {
+    if (by_batch) {
+      const auto [begin, end] = slice_of(units, count, i);
+      const int64_t batch = end - begin;
+      piece.src_md = plain_md({batch, params.m, params.k});
+      piece.weights_md = plain_md({batch, params.k, params.n});
+      piece.dst_md = plain_md({batch, params.m, params.n});
+      piece.src_offset = static_cast<size_t>(begin * params.m * params.k);
+      piece.weights_offset = static_cast<size_t>(begin * params.k * params.n);
+      piece.dst_offset = static_cast<size_t>(begin * params.m * params.n);
+    } else {
+      const auto [begin, end] = block_slice(params.m, kMatmulRows, count, i);
+      piece.src_md = plain_md({end - begin, params.k});
+      piece.weights_md = plain_md({params.k, params.n});
+      piece.dst_md = plain_md({end - begin, params.n});
+      piece.src_offset = static_cast<size_t>(begin * params.k);
+      piece.dst_offset = static_cast<size_t>(begin * params.n);
     }
-  } catch (const dnnl::error&) {
-    return {};
-  }
-  return pieces;
+    dnnl::matmul::desc desc(piece.src_md, piece.weights_md, piece.dst_md);
+    dnnl::matmul::primitive_desc pd(desc, attr, state.engine);
+    if (pd.impl_info_str() != whole_implementation) {
+      return false;
+    }
+    set_primitive<dnnl::matmul>(piece, pd);
+    return true;
+  });
 }
 
 }  // namespace
@@ -1483,14 +1474,14 @@ Provider::Provider(ProviderOptions options) : state_(std::make_shared<ProviderSt
       options.min_task_flops >= 0 ? options.min_task_flops : default_min_task_flops();
   if (options.work_sharing) {
     state.omp_threads = 1;
-    if (state.num_threads > 1) {
+    if (state.num_threads > 1) {  // one thread never splits: no pool, no per-thread buffers
       state.pool = std::make_unique<WorkPool>(state.num_threads);
+      for (int i = 0; i < state.num_threads; ++i) {
+        state.piece_streams.emplace_back(state.engine);
+      }
+      state.piece_scratchpads.resize(static_cast<size_t>(state.num_threads));
+      state.piece_outputs.resize(static_cast<size_t>(state.num_threads));
     }
-    for (int i = 0; i < state.num_threads; ++i) {
-      state.piece_streams.emplace_back(state.engine);
-    }
-    state.piece_scratchpads.resize(static_cast<size_t>(state.num_threads));
-    state.piece_outputs.resize(static_cast<size_t>(state.num_threads));
   } else {
     state.omp_threads = state.num_threads;
   }

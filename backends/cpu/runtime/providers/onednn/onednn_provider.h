@@ -163,7 +163,8 @@ Support supports_max_pool(const PoolParams& params);
 
 struct ProviderOptions {
   // Threads the provider uses. 0 = default: $ET_CPU_ONEDNN_THREADS if set, else the number of
-  // CPUs this process may run on (sched_getaffinity), i.e. 2 on the project's machines.
+  // CPUs this process may run on (sched_getaffinity), i.e. 2 on the project's machines; the
+  // default never exceeds those CPUs.
   int num_threads = 0;
   // true: split plans (see below) on the provider's own work-sharing pool, oneDNN single-threaded
   // inside each piece. false: one oneDNN call per op on an OpenMP team of num_threads.
