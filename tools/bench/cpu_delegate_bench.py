@@ -14,7 +14,6 @@ the median) and the delegate's own memory (arena + provider-held reordered weigh
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Iterator, Sequence
@@ -24,6 +23,7 @@ import torch
 from executorch.exir import to_edge_transform_and_lower
 
 from tools.bench import harness
+from tools.bench.eager_runner import make_eager
 from tools.lower.examples import get_example
 
 BASELINE = "cpu delegate"
@@ -137,17 +137,6 @@ def model_flops(example: str, size: str) -> int:
     return int(counter.get_total_flops())
 
 
-def make_eager(example: str, size: str) -> harness.Runner:
-    spec = get_example(example)
-    model, inputs = spec.model(size), spec.sample_inputs(size)
-
-    def run() -> object:
-        with torch.no_grad():
-            return model(*inputs)
-
-    return run
-
-
 def benchmarks() -> list[harness.Benchmark]:
     size = _SIZE[0]
     return [
@@ -217,33 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     _SIZE[0] = args.size
     _WITH_NO_DELEGATE[0] = args.no_delegate
-    options = harness.Options(
-        repeats=args.repeats, warmup=args.warmup, budget_s=args.budget, memory=not args.no_memory
-    )
-
-    def progress(msg: str) -> None:
-        if not args.quiet:
-            print(msg, file=sys.stderr, flush=True)
-
-    selected = [b for b in benchmarks() if not args.only or b.name in args.only]
-    if not selected:
-        print(f"error: no benchmark named {args.only}", file=sys.stderr)
-        return 2
-    results = []
-    if args.background_load:
-        print(f"# background load: {args.background_load} busy processes while timing")
-    for bench in selected:
-        with harness.background_load(args.background_load):
-            results.append(harness.run_benchmark(bench, options, progress))
-        print(harness.render_text(results[-1:]), flush=True)
-        print(summary(results[-1]), flush=True)
-    if args.json:
-        path = args.json
-        if not os.path.isabs(path) and os.environ.get("BUILD_WORKING_DIRECTORY"):
-            path = os.path.join(os.environ["BUILD_WORKING_DIRECTORY"], path)
-        with open(path, "w") as f:
-            json.dump(harness.to_json(results), f, indent=2)
-    return 1 if any(v.error for r in results for v in r.variants) else 0
+    return harness.run_main(args, benchmarks, after_each=summary)
 
 
 if __name__ == "__main__":

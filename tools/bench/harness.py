@@ -49,11 +49,12 @@ Contract:
   ``median(variant) / median(baseline)`` (so 0.5 means twice as fast as the baseline).
 - Slow variants do not stall a run: a variant leaves the rotation once it has ``min_repeats``
   samples and has used up ``budget_s`` seconds of timed calls; its median is over the samples taken.
-- ``main(benchmarks, argv)`` parses the common options (``--repeats``, ``--warmup``, ``--budget``,
-  ``--only``, ``--no-memory``, ``--json``, ``--background-load N``: N busy processes while
-  timing, to measure how each variant degrades on a shared machine) and returns the process
-  exit code: 0 when every variant ran, 1 when any variant failed (its error is shown in the
-  table instead of figures).
+- ``main(benchmarks, argv)`` parses the common options (``--repeats``, ``--warmup``,
+  ``--budget``, ``--only``, ``--no-memory``, ``--json``, ``--background-load N``: N busy processes
+  while timing, to measure how each variant degrades on a shared machine), runs and prints, and
+  returns the process exit code: 0 when every variant ran, 1 when any variant failed (its error is
+  shown in the table instead of figures). A script with options of its own adds them to
+  ``build_parser()`` and calls ``run_main(args, benchmarks, after_each)``.
 - ``run_benchmark(benchmark, options)`` returns a ``BenchmarkResult``; ``render_text`` and
   ``to_json`` turn results into the table and the JSON document for callers with their own CLI.
 """
@@ -501,7 +502,17 @@ def main(
     description: str = "Benchmark",
 ) -> int:
     """Parse the common options, run the selected benchmarks, print the table; return exit code."""
-    args = build_parser(description).parse_args(argv)
+    return run_main(build_parser(description).parse_args(argv), benchmarks)
+
+
+def run_main(
+    args: argparse.Namespace,
+    benchmarks: Callable[[], Sequence[Benchmark]],
+    after_each: Callable[[BenchmarkResult], str] | None = None,
+) -> int:
+    """`main` for a script that parsed `build_parser`'s options plus its own: runs the selected
+    benchmarks, prints each table (then `after_each(result)`, e.g. derived figures), writes the
+    JSON; returns the exit code."""
     options = Options(
         repeats=args.repeats,
         warmup=args.warmup,
@@ -528,6 +539,8 @@ def main(
         with background_load(args.background_load):
             results.append(run_benchmark(bench, options, progress))
         print(render_text(results[-1:], environment=False), file=table_stream, flush=True)
+        if after_each is not None:
+            print(after_each(results[-1]), file=table_stream, flush=True)
     if args.json == "-":
         print(json.dumps(to_json(results), indent=2))
     elif args.json:

@@ -20,6 +20,7 @@ import tempfile
 import torch
 
 from tools.bench import harness
+from tools.bench.eager_runner import make_eager
 from tools.lower import lowering
 from tools.lower.examples import EXAMPLES, get_example
 from tools.lower.runtime_check import load_program
@@ -50,17 +51,6 @@ def make_lowered(example: str, size: str, target: str) -> harness.Runner:
     module = load_program(path)  # from a file: the runtime owns the bytes
     args = list(inputs)
     return lambda: module.forward(args)
-
-
-def make_eager(example: str, size: str) -> harness.Runner:
-    spec = get_example(example)
-    model, inputs = spec.model(size), spec.sample_inputs(size)
-
-    def run() -> object:
-        with torch.no_grad():
-            return model(*inputs)
-
-    return run
 
 
 def _take_option(flag: str) -> str | None:

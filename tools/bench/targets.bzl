@@ -14,6 +14,15 @@ def define_common_targets():
         visibility = ["//visibility:public"],
     )
 
+    runtime.python_library(
+        name = "eager_runner",
+        srcs = ["eager_runner.py"],
+        deps = [
+            ":harness",
+            "//tools/lower:examples",
+        ],
+    )
+
     runtime.python_test(
         name = "harness_test",
         size = "small",
@@ -41,6 +50,7 @@ def define_common_targets():
         name = "lower_bench_lib",
         srcs = ["lower_bench.py"],
         deps = [
+            ":eager_runner",
             ":harness",
             "//tools/lower:examples",
             "//tools/lower:lower_lib",
@@ -86,6 +96,7 @@ def define_common_targets():
         name = "cpu_delegate_bench",
         main = "cpu_delegate_bench.py",
         deps = [
+            ":eager_runner",
             ":harness",
             "//backends/cpu/partition:cpu_partitioner",
             "//backends/cpu/runtime:loader",
