@@ -14,6 +14,7 @@
 // machine delays one piece, not the op, which is what made oneDNN's OpenMP team (static split)
 // 3-44x slower under load. ET_CPU_ONEDNN_WORK_SHARING=0 goes back to the OpenMP team (for
 // measurement). See README.md.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdlib>
@@ -356,12 +357,18 @@ class OnednnSession final : public ProviderSession {
     return "Optimized(oneDNN): " + std::to_string(kernels_.size()) + " kernels, " +
            std::to_string(chained_) + " activations kept channels-last, " +
            std::to_string(provider_->num_threads()) + " threads (" +
-           (provider_->work_sharing() ? "work sharing, " + std::to_string(split_) + " ops split"
+           (provider_->work_sharing() ? "work sharing, " + std::to_string(split_count()) +
+                                            " ops split"
                                       : std::string("OpenMP")) +
            "), isa " + provider_->isa();
   }
   onednn::Provider& provider() { return *provider_; }
   void add(OnednnKernel* kernel) { kernels_.push_back(kernel); }
+  // Kernels whose plan is split into pieces for the work-sharing pool.
+  size_t split_count() const {
+    return static_cast<size_t>(std::count_if(kernels_.begin(), kernels_.end(),
+                                             [](const OnednnKernel* k) { return k->pieces() > 1; }));
+  }
 
   Error finalize(const std::function<bool(const executorch::aten::TensorImpl*)>& read_outside)
       override {
@@ -378,11 +385,7 @@ class OnednnSession final : public ProviderSession {
     }
     auto attempt = [&](const OnednnKernel::InChannelsLast& channels_last) {
       auto fresh = std::make_unique<onednn::Provider>(options());
-      split_ = 0;
-      for (OnednnKernel* kernel : kernels_) {
-        kernel->prepare(*fresh, channels_last);
-        if (kernel->pieces() > 1) ++split_;
-      }
+      for (OnednnKernel* kernel : kernels_) kernel->prepare(*fresh, channels_last);
       provider_ = std::move(fresh);
     };
     try {
@@ -418,7 +421,6 @@ class OnednnSession final : public ProviderSession {
   std::unique_ptr<onednn::Provider> provider_;
   std::vector<OnednnKernel*> kernels_;  // owned by the graph, which outlives the session's use
   size_t chained_ = 0;
-  size_t split_ = 0;  // kernels split into pieces for the work-sharing pool
 };
 
 // aten::convolution.out(input, weight, bias?, stride, padding, dilation, transposed,
