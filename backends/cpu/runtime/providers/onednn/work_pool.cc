@@ -51,19 +51,32 @@ WorkPool::~WorkPool() {
   for (std::thread& thread : workers_) thread.join();
 }
 
-void WorkPool::work(std::unique_lock<std::mutex>& lock, int worker) {
-  while (next_ < tasks_) {
-    const size_t task = next_++;
-    const auto* job = job_;
-    lock.unlock();
+void WorkPool::work(const std::function<void(size_t, int)>& job, size_t tasks, int worker) {
+  const size_t threads = static_cast<size_t>(size());
+  const size_t self = static_cast<size_t>(worker);
+  auto run_task = [&](size_t task) {
     try {
-      (*job)(task, worker);
+      job(task, worker);
     } catch (...) {
       std::lock_guard<std::mutex> error_lock(mutex_);
       if (!error_) error_ = std::current_exception();
     }
-    lock.lock();
-    if (done_.fetch_add(1) + 1 == tasks_) finished_.notify_one();
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == tasks) {
+      std::lock_guard<std::mutex> lock(mutex_);  // the caller may be about to sleep on it
+      finished_.notify_one();
+    }
+  };
+  // Own share, front to back.
+  for (size_t task = self * tasks / threads; task < (self + 1) * tasks / threads; ++task) {
+    if (claim(task)) run_task(task);
+  }
+  // Then the others' shares, each from its far end (its owner works from the front).
+  for (size_t step = 1; step < threads; ++step) {
+    const size_t other = (self + step) % threads;
+    const size_t begin = other * tasks / threads;
+    for (size_t task = (other + 1) * tasks / threads; task-- > begin;) {
+      if (claim(task)) run_task(task);
+    }
   }
 }
 
@@ -82,7 +95,14 @@ void WorkPool::worker_main(int worker) {
     }
     seen = generation_.load();
     if (stop_) return;
-    work(lock, worker);
+    if (job_ == nullptr) continue;  // woke after that job had already finished
+    const auto* job = job_;
+    const size_t tasks = tasks_;
+    active_.fetch_add(1);
+    lock.unlock();
+    work(*job, tasks, worker);
+    lock.lock();
+    if (active_.fetch_sub(1) == 1) finished_.notify_one();
   }
 }
 
@@ -93,23 +113,25 @@ void WorkPool::run(size_t tasks, const std::function<void(size_t, int)>& fn) {
     return;
   }
   std::unique_lock<std::mutex> lock(mutex_);
+  if (claimed_.size() < tasks) claimed_ = std::vector<std::atomic<uint8_t>>(tasks);
+  for (size_t task = 0; task < tasks; ++task) claimed_[task].store(0, std::memory_order_relaxed);
   job_ = &fn;
   tasks_ = tasks;
-  next_ = 0;
   done_.store(0);
   error_ = nullptr;
   generation_.fetch_add(1, std::memory_order_release);
   lock.unlock();
   wake_.notify_all();
+  work(fn, tasks, 0);
+  auto finished = [&] {
+    return done_.load(std::memory_order_acquire) == tasks &&
+           active_.load(std::memory_order_acquire) == 0;
+  };
+  // A worker may still hold a task, or be leaving the job: spin briefly (it is usually about to
+  // finish), then sleep. The job closes under the lock, so no worker joins it late.
+  wait_briefly(finished);
   lock.lock();
-  work(lock, 0);
-  if (done_.load() != tasks_) {
-    // A worker still holds a task: spin briefly (it is usually about to finish), then sleep.
-    lock.unlock();
-    wait_briefly([&] { return done_.load(std::memory_order_acquire) == tasks; });
-    lock.lock();
-    finished_.wait(lock, [&] { return done_.load() == tasks_; });
-  }
+  finished_.wait(lock, finished);
   job_ = nullptr;
   std::exception_ptr error = error_;
   error_ = nullptr;

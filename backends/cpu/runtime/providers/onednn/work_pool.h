@@ -1,5 +1,9 @@
-// Work sharing for the provider's split plans: `run(tasks, fn)` hands task indices out one at a
-// time to the calling thread and to `size() - 1` workers; whoever is free takes the next one.
+// Work sharing for the provider's split plans: `run(tasks, fn)` shares task indices between the
+// calling thread and `size() - 1` workers. Each thread first claims its own contiguous share
+// (thread t of T: tasks [t*n/T, (t+1)*n/T)), then steals what is left of the others' shares from
+// their far end. Consecutive ops split alike (row bands), so a thread keeps reading the rows it
+// wrote into its own core's cache, as a static schedule would, while a late or descheduled
+// thread still only delays the tasks it actually holds.
 //
 // Why not oneDNN's own OpenMP team: OpenMP splits a primitive statically, so on these shared
 // 2-core machines a team member the OS deschedules stalls the whole op (measured 3-44x slower
@@ -38,20 +42,25 @@ class WorkPool {
 
  private:
   void worker_main(int worker);
-  // Claims and runs tasks of the current job until none is left; `lock` is held on entry/exit.
-  void work(std::unique_lock<std::mutex>& lock, int worker);
+  // Claims and runs tasks of the current job (own share first, then steals) until none is left.
+  void work(const std::function<void(size_t, int)>& job, size_t tasks, int worker);
+  // Marks task `task` taken; false when another thread took it first.
+  bool claim(size_t task) { return claimed_[task].exchange(1, std::memory_order_acq_rel) == 0; }
 
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable wake_;      // workers wait for a new job
-  std::condition_variable finished_;  // the caller waits for the last task
+  std::condition_variable finished_;  // the caller waits for the last task and the last worker
   // Written under mutex_; atomic so waiters can spin on them without taking the lock.
   std::atomic<uint64_t> generation_{0};
   std::atomic<size_t> done_{0};
+  // Workers inside the current job: the caller resets `claimed_` for the next job only when no
+  // worker can still be claiming from the last one.
+  std::atomic<int> active_{0};
   bool stop_ = false;
-  const std::function<void(size_t, int)>* job_ = nullptr;
+  const std::function<void(size_t, int)>* job_ = nullptr;  // null between jobs
   size_t tasks_ = 0;
-  size_t next_ = 0;
+  std::vector<std::atomic<uint8_t>> claimed_;  // per task: 1 once a thread took it
   std::exception_ptr error_;
 };
 
