@@ -72,7 +72,12 @@ class CompiledGraph {
     std::unique_ptr<BoundKernel> kernel;  // null when fused into an earlier op
     const KernelProvider* provider = nullptr;
     std::string placement;
+    // ET_CPU_PROFILE: time spent in the kernel over `runs` executions.
+    uint64_t nanoseconds = 0;
+    uint64_t runs = 0;
   };
+  // The per-op profile table (ET_CPU_PROFILE=1), printed when the graph is destroyed.
+  std::string profile_report() const;
 
   // An elementwise op that may ride along with the op before it (see FusableStep).
   struct FusionCandidate {
@@ -95,6 +100,7 @@ class CompiledGraph {
   GraphSpec spec_;
   std::vector<Tensor> tensors_;  // one per value, never resized after build_tensors
   std::vector<Op> ops_;
+  bool profile_ = false;  // ET_CPU_PROFILE=1: time every kernel call (read at compile)
   std::vector<std::vector<FusionCandidate>> fusable_;  // per op, offered to its provider
   std::vector<std::unique_ptr<ProviderSession>> sessions_;  // per provider id, opened lazily
   std::vector<ProviderSession*> session_by_id_;

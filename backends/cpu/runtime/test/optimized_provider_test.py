@@ -259,3 +259,43 @@ def test_max_pool_whose_indices_are_used_is_declined() -> None:
     assert torch.equal(out_opt[0], out_ref[0]) and torch.equal(out_opt[1], out_ref[1])
     declined = placed(placement, "aten::max_pool2d_with_indices.out", "Reference")
     assert declined and "indices are read" in declined[0], placement
+
+
+_PROFILE_SCRIPT = """
+import gc, torch
+from backends.cpu.runtime.test.lowered_program import lower
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU()).eval()
+x = torch.randn(1, 3, 16, 16)
+module, _ = lower(model, (x,))
+for _ in range(7):
+    module.forward([x])
+del module
+gc.collect()
+"""
+
+
+def test_profile_table_is_printed_when_the_delegate_is_destroyed() -> None:
+    # ET_CPU_PROFILE=1: per-op mean time, share, and placement, on stderr at destroy.
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, ET_CPU_PROFILE="1", PYTHONPATH=os.pathsep.join(sys.path))
+    env["ET_CPU_BACKEND_LIBRARY"] = loader.default_library_path()
+    done = subprocess.run(
+        [sys.executable, "-c", _PROFILE_SCRIPT],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stderr.splitlines()
+    (header,) = [line for line in lines if line.startswith("CpuBackend profile (ET_CPU_PROFILE)")]
+    assert "7 runs" in header, header
+    conv = [line for line in lines if "aten::convolution.out: Optimized(oneDNN)" in line]
+    assert len(conv) == 1 and conv[0].split()[1] == "us", conv
+    assert float(conv[0].split()[0]) > 0.0
+    # The ReLU was fused into the convolution: it has no line of its own.
+    assert not [line for line in lines if "relu" in line.lower() and " us " in line], lines
+    assert any(line.endswith("us total") for line in lines), lines
