@@ -5,6 +5,11 @@ its comparison measured in the same run. The harness therefore:
 
 - times the compared variants *interleaved* (round r runs every variant once, in a rotating order),
   and reports per-variant medians and the ratio of each median to a named baseline variant;
+- settles before each timed call (``--no-settle`` turns it off): waits (at most 50 ms) until the
+  process's other threads are idle, then makes one untimed call. Thread pools spin after their work
+  (libgomp's, behind eager PyTorch, kept 1.5 cores busy for ~10 ms here), so without it a variant
+  would be timed against its predecessor's spinning threads; the untimed call then lets every
+  variant start warm (caches, its own threads awake) after that pause alike;
 - measures peak memory of each variant in its own fresh subprocess, so one variant's allocations
   never inflate another's: the peak RSS of the process (``VmHWM``; ``ru_maxrss`` where the peak
   cannot be reset) and the peak over the RSS after imports ("+import": the kernel's high-water mark
@@ -72,6 +77,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -123,6 +129,7 @@ class Options:
     budget_s: float = 30.0
     memory: bool = True
     memory_timeout_s: float = 600.0
+    settle: bool = True  # quiet threads + one untimed call before every timed call
 
 
 @dataclass
@@ -317,8 +324,11 @@ def run_benchmark(
         shift = round_index % len(active)
         for name in active[shift:] + active[:shift]:
             gc.collect()
-            t0 = time.perf_counter()
             try:
+                if options.settle:
+                    wait_until_threads_idle()
+                    runners[name]()
+                t0 = time.perf_counter()
                 keep_alive = runners[name]()
             except Exception as exc:
                 results[name].error = _short_error(exc)
@@ -474,6 +484,12 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     parser.add_argument(
+        "--no-settle",
+        action="store_true",
+        help="time each call right after the previous variant's, without waiting for its "
+        "threads to go idle and without the untimed call before it",
+    )
+    parser.add_argument(
         "--background-load",
         type=int,
         default=0,
@@ -482,6 +498,42 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         "variants); default 0",
     )
     return parser
+
+
+def _other_threads_cpu_ns() -> int | None:
+    """CPU time (ns) the process's threads other than the calling one have used; None without
+    Linux's per-thread schedstat."""
+    me = str(threading.get_native_id())
+    total = 0
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for tid in tids:
+        if tid == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat") as stat:
+                total += int(stat.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended meanwhile, or no schedstat
+    return total
+
+
+def wait_until_threads_idle(timeout_s: float = 0.05, poll_s: float = 0.0005) -> float:
+    """Waits until the process's other threads used < 10% of a core over one poll interval (or
+    `timeout_s` passed); returns the seconds waited."""
+    start = time.perf_counter()
+    before = _other_threads_cpu_ns()
+    if before is None:
+        return 0.0
+    while time.perf_counter() - start < timeout_s:
+        time.sleep(poll_s)
+        now = _other_threads_cpu_ns()
+        if now is None or now - before < poll_s * 1e9 * 0.1:
+            break
+        before = now
+    return time.perf_counter() - start
 
 
 @contextmanager
@@ -518,6 +570,7 @@ def run_main(
         warmup=args.warmup,
         budget_s=args.budget,
         memory=not args.no_memory,
+        settle=not args.no_settle,
     )
 
     def progress(msg: str) -> None:

@@ -149,3 +149,39 @@ def _child_pids() -> list[int]:
             if fields[1] == me and fields[0] != "Z":
                 pids.append(int(entry))
     return pids
+
+
+def make_counter(calls: list[int]) -> harness.Runner:
+    return lambda: calls.append(1)
+
+
+def test_settling_adds_one_untimed_call_before_each_timed_call() -> None:
+    for settle, expected in ((True, 1 + 2 * 4), (False, 1 + 4)):
+        calls: list[int] = []
+        bench = harness.Benchmark(
+            name="count",
+            baseline="c",
+            variants=[harness.Variant("c", make_counter, {"calls": calls})],
+        )
+        options = harness.Options(repeats=4, warmup=1, memory=False, settle=settle)
+        result = harness.run_benchmark(bench, options)
+        assert len(result.variants[0].samples_ms) == 4
+        assert len(calls) == expected, (settle, len(calls))
+
+
+def test_wait_until_threads_idle_outwaits_a_spinning_thread() -> None:
+    import threading
+
+    assert harness.wait_until_threads_idle() < 0.02  # nothing else runs in this process
+
+    def spin(seconds: float) -> None:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            pass
+
+    spinner = threading.Thread(target=spin, args=(0.03,))
+    spinner.start()
+    waited = harness.wait_until_threads_idle(timeout_s=0.2)
+    spinner.join()
+    assert waited >= 0.02, waited  # it waited for the spinner, not the timeout
+    assert waited < 0.2, waited
