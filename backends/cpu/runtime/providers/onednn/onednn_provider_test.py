@@ -489,3 +489,28 @@ def test_memory_accounting_covers_reordered_weights(provider: Provider) -> None:
     assert fresh.weights_bytes == plan.weights_bytes
     assert fresh.scratchpad_bytes >= plan.scratchpad_bytes
     assert fresh.isa().startswith(("avx", "sse"))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_plain_graph_input_is_reordered_in_bands_by_the_pool(threads: int) -> None:
+    """A stem conv reads the graph's NCHW input: with work sharing its conversion to the
+    primitive's layout runs as bands of rows on the pool (default piece size), with the same
+    result as the single-threaded reorder; one thread converts it in one call."""
+    shared = Provider(num_threads=threads)
+    torch.manual_seed(3)
+    w, b = torch.randn(32, 3, 3, 3) / 5, torch.randn(32)
+    plan = shared.conv((1, 3, 224, 224), w, b, [2, 2], [1, 1], [1, 1], output="channels_last")
+    assert ("input reordered in 4 bands" in plan.describe()) == (threads == 2), plan.describe()
+    x = torch.randn(1, 3, 224, 224)
+    _assert_close(plan.run(x), F.conv2d(x, w, b, stride=2, padding=1))
+    # Odd row counts give unequal bands; a 3D input splits its only spatial dim.
+    fine = Provider(num_threads=2, min_task_flops=0)
+    odd = fine.conv((1, 3, 37, 29), w, None, [1, 1], [1, 1], [1, 1], output="channels_last")
+    assert "bands" in odd.describe(), odd.describe()
+    x = torch.randn(1, 3, 37, 29)
+    _assert_close(odd.run(x), F.conv2d(x, w, None, padding=1))
+    w1 = torch.randn(8, 3, 5) / 4
+    line = fine.conv((2, 3, 50), w1, None, [1], [2], [1], output="plain")
+    assert "bands" in line.describe(), line.describe()
+    x = torch.randn(2, 3, 50)
+    _assert_close(line.run(x), F.conv1d(x, w1, None, padding=2))
