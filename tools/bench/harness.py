@@ -55,11 +55,11 @@ Contract:
 - Slow variants do not stall a run: a variant leaves the rotation once it has ``min_repeats``
   samples and has used up ``budget_s`` seconds of timed calls; its median is over the samples taken.
 - ``main(benchmarks, argv)`` parses the common options (``--repeats``, ``--warmup``,
-  ``--budget``, ``--only``, ``--no-memory``, ``--json``, ``--background-load N``: N busy processes
-  while timing, to measure how each variant degrades on a shared machine), runs and prints, and
-  returns the process exit code: 0 when every variant ran, 1 when any variant failed (its error is
-  shown in the table instead of figures). A script with options of its own adds them to
-  ``build_parser()`` and calls ``run_main(args, benchmarks, after_each)``.
+  ``--budget``, ``--only``, ``--no-memory``, ``--json``, ``--no-settle``, ``--background-load N``:
+  N busy processes while timing, to measure how each variant degrades on a shared machine), runs
+  and prints, and returns the process exit code: 0 when every variant ran, 1 when any variant
+  failed (its error is shown in the table instead of figures). A script with options of its own
+  adds them to ``build_parser()`` and calls ``run_main(args, benchmarks, after_each)``.
 - ``run_benchmark(benchmark, options)`` returns a ``BenchmarkResult``; ``render_text`` and
   ``to_json`` turn results into the table and the JSON document for callers with their own CLI.
 """
