@@ -38,6 +38,9 @@ namespace {
 #define ET_CPU_MAX_ARENA_BYTES (size_t{1} << 35)
 #endif
 constexpr size_t kMaxArenaBytes = ET_CPU_MAX_ARENA_BYTES;
+// Steps offered after an op at most: an inverted residual block after its expand convolution
+// is clamp, depthwise, clamp, project, add.
+constexpr size_t kMaxFusedSteps = 6;
 // Cache-line alignment for arena slots and realigned constants (kernels may vectorize).
 constexpr size_t kAlignment = 64;
 
@@ -127,9 +130,10 @@ Error CompiledGraph::compile(const void* data, size_t size, const NamedDataMap* 
   std::unique_ptr<CompiledGraph> graph(new CompiledGraph());
   Error error = read_payload(data, size, &graph->spec_);
   if (error == Error::Ok) graph->find_fusion_candidates();
-  if (error == Error::Ok) error = graph->plan_arena();
   if (error == Error::Ok) error = graph->build_tensors(constants);
   if (error == Error::Ok) error = graph->bind_ops();
+  if (error == Error::Ok) error = graph->plan_arena();
+  if (error == Error::Ok) error = graph->finalize_sessions();
   if (error != Error::Ok) return error;
   const char* profile = std::getenv("ET_CPU_PROFILE");
   graph->profile_ = profile != nullptr && std::string(profile) != "0" && *profile != '\0';
@@ -144,23 +148,30 @@ Error CompiledGraph::plan_arena() {
   // to the end.
   std::vector<bool> copied_out(spec_.values.size(), false);
   for (int32_t id : spec_.outputs) copied_out[id] = true;
-  // A step fused into an earlier op is written when that op runs: its result must not share
-  // bytes with anything alive from then on (e.g. the fused op's own input).
+  // An op that took fused steps writes only the last step's result, when the op runs: that
+  // result must not share bytes with anything alive from then on (e.g. the op's own input). The
+  // op's own result and the earlier steps' results are never written: no bytes at all.
   std::vector<int64_t> first_write(spec_.values.size(), -1);
+  std::vector<bool> skipped(spec_.values.size(), false);
   for (size_t i = 0; i < spec_.values.size(); ++i) first_write[i] = spec_.values[i].producer;
-  for (size_t op = 0; op < fusable_.size(); ++op) {
-    for (const FusionCandidate& step : fusable_[op]) {
-      first_write[step.output] = static_cast<int64_t>(op);
+  for (size_t op = 0; op < fused_steps_.size(); ++op) {
+    const size_t taken = fused_steps_[op];
+    if (taken == 0) continue;
+    for (size_t i = 0; i < spec_.values.size(); ++i) {
+      if (spec_.values[i].producer == static_cast<int64_t>(op)) skipped[i] = true;
     }
+    for (size_t s = 0; s + 1 < taken; ++s) skipped[fusable_[op][s].output] = true;
+    first_write[fusable_[op][taken - 1].output] = static_cast<int64_t>(op);
   }
   std::vector<BufferRequest> requests;
   std::vector<size_t> owners;
   for (size_t i = 0; i < spec_.values.size(); ++i) {
     const ValueSpec& value = spec_.values[i];
-    if (value.kind == ValueKind::Intermediate && value.producer >= 0 && value.nbytes > 0) {
+    if (value.kind == ValueKind::Intermediate && value.producer >= 0 && value.nbytes > 0 &&
+        !skipped[i]) {
       size_t last_use = copied_out[i] ? spec_.ops.size() : static_cast<size_t>(value.last_use);
       requests.push_back(BufferRequest{value.nbytes, static_cast<size_t>(first_write[i]),
-                                       last_use});
+                                       std::max(last_use, static_cast<size_t>(first_write[i]))});
       owners.push_back(i);
       unplanned_bytes_ += (value.nbytes + kAlignment - 1) / kAlignment * kAlignment;
     }
@@ -179,14 +190,17 @@ Error CompiledGraph::plan_arena() {
                           "cannot allocate the %zu-byte intermediate arena", arena_bytes_);
     }
   }
-  tensors_.resize(spec_.values.size());
-  // Record each intermediate's slot; build_tensors points the tensors at them.
+  // Point each planned intermediate at its slot (the others keep the empty placeholder).
   slot_offsets_.assign(spec_.values.size(), SIZE_MAX);
-  for (size_t r = 0; r < requests.size(); ++r) slot_offsets_[owners[r]] = plan.offsets[r];
+  for (size_t r = 0; r < requests.size(); ++r) {
+    slot_offsets_[owners[r]] = plan.offsets[r];
+    tensors_[owners[r]].impl->set_data(arena_ + plan.offsets[r]);
+  }
   return Error::Ok;
 }
 
 Error CompiledGraph::build_tensors(const NamedDataMap* constants) {
+  tensors_.resize(spec_.values.size());
   for (size_t i = 0; i < spec_.values.size(); ++i) {
     const ValueSpec& value = spec_.values[i];
     Tensor& tensor = tensors_[i];
@@ -205,10 +219,9 @@ Error CompiledGraph::build_tensors(const NamedDataMap* constants) {
     tensor.dim_order.reserve(rank + 1);
     tensor.strides.reserve(rank + 1);
 
+    // Intermediates get their arena slot after binding (plan_arena).
     void* data = kEmptyStorage;
-    if (value.kind == ValueKind::Intermediate && slot_offsets_[i] != SIZE_MAX) {
-      data = arena_ + slot_offsets_[i];
-    } else if (value.kind == ValueKind::Constant) {
+    if (value.kind == ValueKind::Constant) {
       if (constants == nullptr) {
         return report_error(Error::InvalidState,
                             "constant %s (key '%s') but the program has no named data map",
@@ -376,7 +389,7 @@ void CompiledGraph::find_fusion_candidates() {
   for (size_t head = 0; head < num_ops; ++head) {
     if (spec_.ops[head].provider == kReferenceProviderId || written[head].size() != 1) continue;
     int32_t current = written[head][0];
-    for (size_t k = head + 1; k < num_ops && fusable_[head].size() < 3; ++k) {
+    for (size_t k = head + 1; k < num_ops && fusable_[head].size() < kMaxFusedSteps; ++k) {
       const ValueSpec& value = spec_.values[current];
       const OpSpec& step = spec_.ops[k];
       // The result we would stop materializing must be an intermediate only this step reads.
@@ -386,13 +399,20 @@ void CompiledGraph::find_fusion_candidates() {
         break;
       }
       const int32_t result = written[k][0];
-      if (!same_tensor_type(value, spec_.values[result])) break;
+      // Elementwise steps keep the shape; a convolution may change it.
+      const bool elementwise_ok = same_tensor_type(value, spec_.values[result]);
       const std::vector<ArgValue>& a = step.args;
       auto is_current = [&](const ArgValue& arg) {
         return arg.type == ArgValue::Type::Tensor && arg.tensor == current;
       };
-      FusionCandidate candidate{FusableStep::Kind::kRelu, 0.0, 0.0, -1, result};
-      if (step.route == "aten.relu.default" && a.size() == 2 && is_current(a[0])) {
+      FusionCandidate candidate{FusableStep::Kind::kRelu, 0.0, 0.0, -1, result,
+                                static_cast<int32_t>(k)};
+      if (step.route == "aten.convolution.default" && !a.empty() && is_current(a[0]) &&
+          step.provider == spec_.ops[head].provider) {
+        candidate.kind = FusableStep::Kind::kConv;
+      } else if (!elementwise_ok) {
+        break;
+      } else if (step.route == "aten.relu.default" && a.size() == 2 && is_current(a[0])) {
         candidate.kind = FusableStep::Kind::kRelu;
       } else if ((step.route == "aten.hardtanh.default" || step.route == "aten.clamp.default") &&
                  a.size() == 4 && is_current(a[0])) {
@@ -426,6 +446,7 @@ void CompiledGraph::find_fusion_candidates() {
 
 Error CompiledGraph::bind_ops() {
   ops_.resize(spec_.ops.size());
+  fused_steps_.assign(spec_.ops.size(), 0);
   const KernelProvider& reference = reference_provider();
   sessions_.resize(256);
   session_by_id_.assign(256, nullptr);
@@ -485,7 +506,20 @@ Error CompiledGraph::bind_ops() {
         step.max = c.max;
         step.residual = c.residual >= 0 ? &tensors_[c.residual].evalue : nullptr;
         step.output = &tensors_[c.output].evalue;
-        step.op_name = spec_.ops[i + 1 + steps.size()].name.c_str();
+        step.op_name = spec_.ops[c.op].name.c_str();
+        if (c.kind == FusableStep::Kind::kConv) {
+          const std::vector<ArgValue>& conv_args = spec_.ops[c.op].args;
+          std::vector<EValue*>& values = step_args_.emplace_back();
+          std::unique_ptr<bool[]> constant(new bool[conv_args.size()]);
+          for (size_t a = 0; a < conv_args.size(); ++a) {
+            values.push_back(build_arg(conv_args[a]));
+            constant[a] = conv_args[a].type == ArgValue::Type::Tensor &&
+                          spec_.values[conv_args[a].tensor].kind == ValueKind::Constant;
+          }
+          step.args = Span<EValue*>(values.data(), values.size());
+          step.arg_is_constant = constant.get();
+          bool_lists_.push_back(std::move(constant));
+        }
         steps.push_back(step);
       }
       binding.session = session_by_id_[spec.provider];
@@ -502,6 +536,7 @@ Error CompiledGraph::bind_ops() {
       op.provider = provider;
       if (error == Error::Ok) {
         if (fused > steps.size()) fused = steps.size();
+        fused_steps_[i] = fused;
         op.placement = std::string(spec.name) + " " + spec.kernel + ": " + provider->name();
         for (size_t f = 0; f < fused; ++f) {
           Op& skipped = ops_[i + 1 + f];
@@ -529,6 +564,10 @@ Error CompiledGraph::bind_ops() {
       }
     }
   }
+  return Error::Ok;
+}
+
+Error CompiledGraph::finalize_sessions() {
   // Sessions learn which tensors other providers (or the caller) read, then may settle layouts.
   for (size_t id = 0; id < sessions_.size(); ++id) {
     if (!sessions_[id]) continue;

@@ -79,20 +79,23 @@ class CompiledGraph {
   // The per-op profile table (ET_CPU_PROFILE=1), printed when the graph is destroyed.
   std::string profile_report() const;
 
-  // An elementwise op that may ride along with the op before it (see FusableStep).
+  // An op that may ride along with the op before it (see FusableStep).
   struct FusionCandidate {
     FusableStep::Kind kind;
     double min = 0.0;
     double max = 0.0;
     int32_t residual = -1;  // kAdd: value id of the other operand
     int32_t output = -1;    // value id the step writes
+    int32_t op = -1;        // index of the step's op
   };
 
   void find_fusion_candidates();
 
   executorch::runtime::Error build_tensors(const executorch::runtime::NamedDataMap* constants);
-  executorch::runtime::Error plan_arena();
   executorch::runtime::Error bind_ops();
+  // After binding: lays out the intermediates the kernels actually write and points them there.
+  executorch::runtime::Error plan_arena();
+  executorch::runtime::Error finalize_sessions();
   executorch::runtime::EValue* build_arg(const ArgValue& arg);
   executorch::runtime::Error check_io(const executorch::runtime::EValue* given, int32_t value,
                                       const char* role, size_t position) const;
@@ -102,6 +105,7 @@ class CompiledGraph {
   std::vector<Op> ops_;
   bool profile_ = false;  // ET_CPU_PROFILE=1: time every kernel call (read at compile)
   std::vector<std::vector<FusionCandidate>> fusable_;  // per op, offered to its provider
+  std::vector<size_t> fused_steps_;                    // per op, how many of them it took
   std::vector<std::unique_ptr<ProviderSession>> sessions_;  // per provider id, opened lazily
   std::vector<ProviderSession*> session_by_id_;
 
@@ -114,6 +118,7 @@ class CompiledGraph {
   std::deque<std::vector<int64_t>> int_lists_;
   std::deque<std::vector<double>> double_lists_;
   std::deque<std::unique_ptr<bool[]>> bool_lists_;
+  std::deque<std::vector<executorch::runtime::EValue*>> step_args_;  // FusableStep::args
   std::deque<std::string> strings_;
   std::deque<executorch::runtime::BoxedEvalueList<executorch::aten::Tensor>> boxed_tensors_;
   std::deque<executorch::runtime::BoxedEvalueList<std::optional<executorch::aten::Tensor>>>

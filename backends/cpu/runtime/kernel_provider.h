@@ -44,32 +44,40 @@ class ProviderSession {
   }
 };
 
-// An elementwise op the runtime offers to fuse after the op being bound. Offered only when the
-// graph allows it: the steps follow the op directly in execution order, each reads the previous
-// result as its only reader, and an add's other operand is ready before the op runs.
+// An op the runtime offers to fuse after the op being bound: an elementwise step, or a
+// convolution of the previous result (a provider may run a chain of them as one kernel, e.g. an
+// inverted residual block). Offered only when the graph allows it: the steps follow the op
+// directly in execution order, each reads the previous result as its only reader, an add's other
+// operand is ready before the op runs, and a convolution has the op's provider in the route
+// table. Results the provider skips over are never materialized (no arena bytes).
 struct FusableStep {
-  enum class Kind { kRelu, kClamp, kAdd };
+  enum class Kind { kRelu, kClamp, kAdd, kConv };
   Kind kind = Kind::kRelu;
   double min = 0.0;                                // kClamp: bounds (+-infinity when absent)
   double max = 0.0;
   executorch::runtime::EValue* residual = nullptr;  // kAdd: the other operand (same shape)
   executorch::runtime::EValue* output = nullptr;    // the step's result tensor
   const char* op_name = nullptr;                    // FX node name of the step
+  // kConv: the convolution's arguments in aten::convolution.out order (args[0] is the previous
+  // result, the out tensor last) and, parallel to them, which are constant tensors.
+  executorch::runtime::Span<executorch::runtime::EValue*> args;
+  const bool* arg_is_constant = nullptr;
 };
 
 // What a provider sees of one op at bind time. `args` point into storage the compiled graph owns
 // for its whole life, in the kernel's out-variant schema order (out tensors last), followed by one
-// result slot (ExecuTorch's kernel wrappers expect it and may write it); tensor data
-// pointers are final for intermediates and constants and rebound before every run for graph
-// inputs and outputs, so a provider must read data pointers in run(), never cache them.
+// result slot (ExecuTorch's kernel wrappers expect it and may write it). Tensor data pointers are
+// final at bind for constants only: intermediates get theirs after every op is bound (the arena
+// is planned from the fusions the providers took), graph inputs and outputs before every run. So
+// a provider reads activation data pointers in run(), never at bind or in finalize().
 struct OpBinding {
   const char* op_name;  // FX node name, for messages
   const char* route;    // route-table key, e.g. "aten.convolution.default"
   const char* kernel;   // out-variant kernel name, e.g. "aten::convolution.out"
   uint32_t flags;       // RouteFlags bits
   executorch::runtime::Span<executorch::runtime::EValue*> args;
-  // Parallel to `args` (valid for the graph's life): true where the argument is a constant tensor (weights: data final at
-  // bind time, so a provider may reorder it once).
+  // Parallel to `args` (valid for the graph's life): true where the argument is a constant
+  // tensor (weights: data final at bind time, so a provider may reorder it once).
   const bool* arg_is_constant = nullptr;
   // Parallel to `args`: true where the argument is a tensor no op reads and the graph does not
   // output (e.g. max pooling's indices), which a provider may leave unwritten.

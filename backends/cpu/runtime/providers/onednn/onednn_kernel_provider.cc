@@ -124,6 +124,8 @@ bool post_ops_for(const OpBinding& op, size_t count, onednn::PostOps* post,
         *residual = &step.residual->toTensor();
         post->push_back(onednn::PostOp::add());
         break;
+      case FusableStep::Kind::kConv:
+        return false;  // a convolution is no post-op
     }
   }
   return true;
