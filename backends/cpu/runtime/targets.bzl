@@ -166,13 +166,27 @@ def define_common_targets():
     )
 
     # The Optimized (oneDNN) provider against the Reference provider, in the real runtime.
-    runtime.python_test(
-        name = "optimized_provider_test",
-        srcs = ["test/optimized_provider_test.py"],
+    runtime.python_library(
+        name = "provider_compare",
+        srcs = ["test/provider_compare.py"],
         deps = [
             ":lowered_program",
             "//backends/cpu:routes",
             "//backends/cpu/serialization:graph_writer",
+        ],
+    )
+
+    runtime.python_test(
+        name = "optimized_provider_test",
+        srcs = ["test/optimized_provider_test.py"],
+        deps = [
+            ":provider_compare",
             "//tools/lower:examples",
         ],
+    )
+
+    runtime.python_test(
+        name = "inverted_residual_block_test",
+        srcs = ["test/inverted_residual_block_test.py"],
+        deps = [":provider_compare"],
     )

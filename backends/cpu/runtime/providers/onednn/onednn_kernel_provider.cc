@@ -38,6 +38,7 @@ using executorch::aten::ScalarType;
 using executorch::aten::Tensor;
 using executorch::runtime::Error;
 using executorch::runtime::EValue;
+using executorch::runtime::Span;
 using executorch::runtime::KernelRuntimeContext;
 
 constexpr uint8_t kOptimizedProviderId = 1;
@@ -125,7 +126,7 @@ bool post_ops_for(const OpBinding& op, size_t count, onednn::PostOps* post,
         post->push_back(onednn::PostOp::add());
         break;
       case FusableStep::Kind::kConv:
-        return false;  // a convolution is no post-op
+        return false;  // a convolution is no post-op (see bind_block)
     }
   }
   return true;
@@ -161,7 +162,21 @@ class OnednnKernel : public BoundKernel {
   virtual const executorch::aten::TensorImpl* chainable_output() const { return nullptr; }
   // Pieces its plan runs on the work-sharing pool (1: one oneDNN call).
   virtual size_t pieces() const { return 1; }
+  // Conversion buffers it holds itself (beside the provider's), for the memory report.
+  virtual size_t staging_bytes() const { return 0; }
 };
+
+// Runs a kernel's `body`; a provider exception becomes Error::Internal with a log line.
+template <typename Body>
+Error guarded(const char* what, Body body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    ET_LOG(Error, "CpuBackend: oneDNN %s failed: %s", what, e.what());
+    return Error::Internal;
+  }
+  return Error::Ok;
+}
 
 const executorch::aten::TensorImpl* impl_of(const Tensor* tensor) {
   return tensor ? tensor->unsafeGetTensorImpl() : nullptr;
@@ -210,7 +225,7 @@ class ConvKernel final : public OnednnKernel {
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
 
   Error run(KernelRuntimeContext&) override {
-    try {
+    return guarded("convolution", [&] {
       float* out = output_->mutable_data_ptr<float>();
       const float* residual = residual_ ? residual_->const_data_ptr<float>() : nullptr;
       if (residual_fix_) {
@@ -218,11 +233,7 @@ class ConvKernel final : public OnednnKernel {
         residual = out;
       }
       plan_->run(input_->const_data_ptr<float>(), out, residual);
-    } catch (const std::exception& e) {
-      ET_LOG(Error, "CpuBackend: oneDNN convolution failed: %s", e.what());
-      return Error::Internal;
-    }
-    return Error::Ok;
+    });
   }
 
  private:
@@ -251,14 +262,10 @@ class LinearKernel final : public OnednnKernel {
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
 
   Error run(KernelRuntimeContext&) override {
-    try {
+    return guarded("linear", [&] {
       plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>(),
                  residual_ ? residual_->const_data_ptr<float>() : nullptr);
-    } catch (const std::exception& e) {
-      ET_LOG(Error, "CpuBackend: oneDNN linear failed: %s", e.what());
-      return Error::Internal;
-    }
-    return Error::Ok;
+    });
   }
 
  private:
@@ -288,15 +295,11 @@ class MatmulKernel final : public OnednnKernel {
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
 
   Error run(KernelRuntimeContext&) override {
-    try {
+    return guarded("matmul", [&] {
       plan_->run(a_->const_data_ptr<float>(), b_->const_data_ptr<float>(),
                  output_->mutable_data_ptr<float>(),
                  residual_ ? residual_->const_data_ptr<float>() : nullptr);
-    } catch (const std::exception& e) {
-      ET_LOG(Error, "CpuBackend: oneDNN matmul failed: %s", e.what());
-      return Error::Internal;
-    }
-    return Error::Ok;
+    });
   }
 
  private:
@@ -327,13 +330,9 @@ class MaxPoolKernel final : public OnednnKernel {
   }
 
   Error run(KernelRuntimeContext&) override {
-    try {
+    return guarded("max pooling", [&] {
       plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>());
-    } catch (const std::exception& e) {
-      ET_LOG(Error, "CpuBackend: oneDNN max pooling failed: %s", e.what());
-      return Error::Internal;
-    }
-    return Error::Ok;
+    });
   }
 
  private:
@@ -341,6 +340,70 @@ class MaxPoolKernel final : public OnednnKernel {
   const Tensor* input_;
   Tensor* output_;
   std::unique_ptr<onednn::PoolPlan> plan_;
+};
+
+// An inverted residual block (1x1 expand, depthwise, 1x1 project, optionally + its input) as one
+// kernel: see onednn::BlockParams. It reads and writes channels-last; where the graph keeps its
+// input or output plain (a graph input, a tensor a reference op reads) it converts through its
+// own buffer.
+class BlockKernel final : public OnednnKernel {
+ public:
+  BlockKernel(onednn::BlockParams params, const onednn::BlockWeights& weights,
+              onednn::BlockPostOps post, const Tensor* input, Tensor* output)
+      : params_(std::move(params)), weights_(weights), post_(std::move(post)), input_(input),
+        output_(output) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    plan_ = std::make_unique<onednn::BlockPlan>(provider.prepare_block(params_, weights_, post_));
+    const std::vector<int64_t> in_dims = dims_of(*input_);
+    const std::vector<int64_t> out_dims = plan_->output_dims();
+    input_fix_.reset();
+    output_fix_.reset();
+    staged_input_.clear();
+    staged_output_.clear();
+    if (!channels_last(impl_of(input_))) {
+      input_fix_ = std::make_unique<onednn::ReorderPlan>(provider.prepare_reorder(
+          onednn::Layout::plain(in_dims), onednn::Layout::channels_last(in_dims)));
+      staged_input_.resize(static_cast<size_t>(input_->numel()));
+    }
+    if (!channels_last(impl_of(output_))) {
+      output_fix_ = std::make_unique<onednn::ReorderPlan>(provider.prepare_reorder(
+          onednn::Layout::channels_last(out_dims), onednn::Layout::plain(out_dims)));
+      staged_output_.resize(static_cast<size_t>(output_->numel()));
+    }
+  }
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return impl_of(output_);
+  }
+  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+  size_t staging_bytes() const override {
+    return (staged_input_.size() + staged_output_.size()) * sizeof(float);
+  }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded("block", [&] {
+      const float* in = input_->const_data_ptr<float>();
+      if (input_fix_) {
+        input_fix_->run(in, staged_input_.data());
+        in = staged_input_.data();
+      }
+      float* out = output_fix_ ? staged_output_.data() : output_->mutable_data_ptr<float>();
+      plan_->run(in, out);
+      if (output_fix_) output_fix_->run(out, output_->mutable_data_ptr<float>());
+    });
+  }
+
+ private:
+  onednn::BlockParams params_;
+  onednn::BlockWeights weights_;  // the graph's constants: alive as long as the graph
+  onednn::BlockPostOps post_;
+  const Tensor* input_;
+  Tensor* output_;
+  std::unique_ptr<onednn::BlockPlan> plan_;
+  std::unique_ptr<onednn::ReorderPlan> input_fix_;
+  std::unique_ptr<onednn::ReorderPlan> output_fix_;
+  std::vector<float> staged_input_;
+  std::vector<float> staged_output_;
 };
 
 // One per delegate instance. Binding prepares each kernel with plain activations (so a kernel
@@ -352,24 +415,29 @@ class OnednnSession final : public ProviderSession {
   OnednnSession() : provider_(std::make_unique<onednn::Provider>(options())) {}
 
   size_t held_bytes() const override {
+    size_t kernels = 0;
+    for (const OnednnKernel* kernel : kernels_) kernels += kernel->staging_bytes();
     return provider_->weights_bytes() + provider_->scratchpad_bytes() +
-           provider_->staging_bytes();
+           provider_->staging_bytes() + kernels;
   }
   std::string summary() const override {
     return "Optimized(oneDNN): " + std::to_string(kernels_.size()) + " kernels, " +
            std::to_string(chained_) + " activations kept channels-last, " +
+           std::to_string(blocks_) + " inverted residual blocks fused, " +
            std::to_string(provider_->num_threads()) + " threads (" +
            (provider_->work_sharing() ? "work sharing, " + std::to_string(split_count()) +
                                             " ops split"
-                                      : std::string("OpenMP")) +
+                                      : provider_->num_threads() == 1 ? std::string("no pool")
+                                                                      : std::string("OpenMP")) +
            "), isa " + provider_->isa();
   }
   onednn::Provider& provider() { return *provider_; }
   void add(OnednnKernel* kernel) { kernels_.push_back(kernel); }
+  void count_block() { ++blocks_; }
   // Kernels whose plan is split into pieces for the work-sharing pool.
   size_t split_count() const {
-    return static_cast<size_t>(std::count_if(kernels_.begin(), kernels_.end(),
-                                             [](const OnednnKernel* k) { return k->pieces() > 1; }));
+    return static_cast<size_t>(std::count_if(
+        kernels_.begin(), kernels_.end(), [](const OnednnKernel* k) { return k->pieces() > 1; }));
   }
 
   Error finalize(const std::function<bool(const executorch::aten::TensorImpl*)>& read_outside)
@@ -423,74 +491,202 @@ class OnednnSession final : public ProviderSession {
   std::unique_ptr<onednn::Provider> provider_;
   std::vector<OnednnKernel*> kernels_;  // owned by the graph, which outlives the session's use
   size_t chained_ = 0;
+  size_t blocks_ = 0;
 };
 
+bool parse_conv(Span<EValue*> args, const bool* constant, ConvRecipe* recipe,
+                const Tensor** input_out, Tensor** output_out, Decline* decline);
+
+// ET_CPU_ONEDNN_BLOCKS=0 runs inverted residual blocks as three convolutions (for measuring).
+bool blocks_enabled() {
+  const char* env = std::getenv("ET_CPU_ONEDNN_BLOCKS");
+  return env == nullptr || std::string(env) != "0";
+}
+
+bool is_pointwise(const onednn::ConvParams& p) {
+  return p.input_size.size() == 2 && p.groups == 1 && p.kernel_size == std::vector<int64_t>{1, 1} &&
+         p.stride == std::vector<int64_t>{1, 1} && p.padding == std::vector<int64_t>{0, 0};
+}
+
+// Elementwise steps from `*index` on as post-ops, up to the next convolution or the end; false
+// on an add when `allow_add` is false (or a second add).
+bool block_post_ops(const OpBinding& op, size_t* index, bool allow_add, const Tensor* block_input,
+                    onednn::PostOps* post) {
+  for (; *index < op.fusable.size(); ++*index) {
+    const FusableStep& step = op.fusable[*index];
+    if (step.kind == FusableStep::Kind::kConv) return true;
+    if (step.kind == FusableStep::Kind::kAdd) {
+      // Only the block's own input, and nothing after it (the plan adds it last).
+      if (!allow_add || step.residual == nullptr || !step.residual->isTensor() ||
+          impl_of(&step.residual->toTensor()) != impl_of(block_input)) {
+        return false;
+      }
+      post->push_back(onednn::PostOp::add());
+      ++*index;
+      return true;
+    }
+    onednn::PostOps one;
+    const Tensor* unused = nullptr;
+    OpBinding single = op;
+    single.fusable = Span<const FusableStep>(&step, 1);
+    if (!post_ops_for(single, 1, &one, &unused)) return false;
+    post->insert(post->end(), one.begin(), one.end());
+  }
+  return true;
+}
+
+// The convolution offered as step `*index` (then the next), or false.
+bool conv_step(const OpBinding& op, size_t* index, ConvRecipe* recipe) {
+  if (*index >= op.fusable.size() || op.fusable[*index].kind != FusableStep::Kind::kConv) {
+    return false;
+  }
+  const FusableStep& step = op.fusable[(*index)++];
+  const Tensor* input = nullptr;
+  Tensor* output = nullptr;
+  Decline ignored;
+  return parse_conv(step.args, step.arg_is_constant, recipe, &input, &output, &ignored);
+}
+
+// Takes this pointwise convolution and the steps after it as one inverted residual block when
+// they are one: [relu/clamp...] depthwise [relu/clamp...] pointwise [add of the block's input].
+// False (nothing bound, nothing changed) otherwise; the caller then binds the convolution alone.
+bool bind_block(const OpBinding& op, const ConvRecipe& expand, const Tensor* input,
+                OnednnSession& session, std::unique_ptr<BoundKernel>* out, size_t* fused) {
+  if (!blocks_enabled() || !is_pointwise(expand.params) || op.fusable.empty()) return false;
+  onednn::BlockPostOps post;
+  size_t index = 0;
+  if (!block_post_ops(op, &index, false, input, &post.expand)) return false;
+  ConvRecipe depthwise;
+  if (!conv_step(op, &index, &depthwise)) return false;
+  const onednn::ConvParams& d = depthwise.params;
+  const int64_t hidden = expand.params.out_channels;
+  if (d.input_size.size() != 2 || d.groups != hidden || d.in_channels != hidden ||
+      d.out_channels != hidden || d.kernel_size[0] != d.kernel_size[1] ||
+      d.stride[0] != d.stride[1] || d.padding[0] != d.padding[1] || d.dilation[0] != 1 ||
+      d.dilation[1] != 1 || expand.params.dilation != std::vector<int64_t>{1, 1}) {
+    return false;
+  }
+  if (!block_post_ops(op, &index, false, input, &post.depthwise)) return false;
+  ConvRecipe project;
+  if (!conv_step(op, &index, &project) || !is_pointwise(project.params) ||
+      project.params.in_channels != hidden ||
+      project.params.dilation != std::vector<int64_t>{1, 1}) {
+    return false;
+  }
+  if (!block_post_ops(op, &index, true, input, &post.project)) return false;
+  onednn::BlockParams params;
+  params.batch = expand.params.batch;
+  params.in_channels = expand.params.in_channels;
+  params.hidden_channels = hidden;
+  params.out_channels = project.params.out_channels;
+  params.input_size = expand.params.input_size;
+  params.kernel = d.kernel_size[0];
+  params.stride = d.stride[0];
+  params.padding = d.padding[0];
+  if (!onednn::supports_block(params, post).ok) return false;
+  const onednn::BlockWeights weights{expand.weight,  expand.bias,  depthwise.weight,
+                                     depthwise.bias, project.weight, project.bias};
+  auto kernel = std::make_unique<BlockKernel>(params, weights, post, input,
+                                              &op.fusable[index - 1].output->toTensor());
+  try {
+    kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
+  } catch (const std::exception& e) {
+    ET_LOG(Info, "CpuBackend: oneDNN block at %s not fused: %s", op.op_name, e.what());
+    return false;
+  }
+  session.add(kernel.get());
+  session.count_block();
+  *out = std::move(kernel);
+  *fused = index;
+  return true;
+}
+
 // aten::convolution.out(input, weight, bias?, stride, padding, dilation, transposed,
-// output_padding, groups, *, out)
-Error bind_conv(const OpBinding& op, OnednnSession& session, std::unique_ptr<BoundKernel>* out,
-                Decline* decline, size_t* fused) {
-  const Tensor* input = tensor_arg(op, 0);
-  const Tensor* weight = tensor_arg(op, 1);
-  const Tensor* bias = tensor_arg(op, 2);
-  if (op.args.size() < 10 || !is_f32(input) || !is_f32(weight) || !is_f32(tensor_arg(op, 9)) ||
+// output_padding, groups, *, out), from `args` (an op's or a fused step's) with `constant`
+// flags parallel to them. False with the reason in `decline` when oneDNN cannot take it.
+bool parse_conv(Span<EValue*> args, const bool* constant, ConvRecipe* recipe,
+                const Tensor** input_out, Tensor** output_out, Decline* decline) {
+  auto tensor_at = [&](size_t index) -> const Tensor* {
+    if (index >= args.size() || !args[index]->isTensor()) return nullptr;
+    return &args[index]->toTensor();
+  };
+  const Tensor* input = tensor_at(0);
+  const Tensor* weight = tensor_at(1);
+  const Tensor* bias = tensor_at(2);
+  if (args.size() < 10 || !is_f32(input) || !is_f32(weight) || !is_f32(tensor_at(9)) ||
       (bias != nullptr && !is_f32(bias))) {
     decline->reason = "convolution: only float32 input, weight, bias and output";
-    return Error::NotSupported;
+    return false;
   }
-  if (!is_constant(op, 1) || (bias != nullptr && !is_constant(op, 2))) {
+  if (constant == nullptr || !constant[1] || (bias != nullptr && !constant[2])) {
     decline->reason = "convolution: weight and bias must be constants (reordered once at init)";
-    return Error::NotSupported;
+    return false;
   }
-  if (!op.args[6]->isBool() || op.args[6]->toBool()) {
+  if (!args[6]->isBool() || args[6]->toBool()) {
     decline->reason = "convolution: transposed convolution is not supported by the provider";
-    return Error::NotSupported;
+    return false;
   }
   const ssize_t rank = input->dim();
   if (rank < 3 || rank > 5 || weight->dim() != rank) {
     decline->reason = "convolution: input must be 3D, 4D or 5D (conv1d/2d/3d)";
-    return Error::NotSupported;
+    return false;
   }
   const size_t spatial = static_cast<size_t>(rank - 2);
   onednn::ConvParams params;
   params.batch = input->size(0);
   params.in_channels = input->size(1);
   params.out_channels = weight->size(0);
-  if (!op.args[8]->isInt()) {
+  if (!args[8]->isInt()) {
     decline->reason = "convolution: groups is not an int";
-    return Error::NotSupported;
+    return false;
   }
-  params.groups = op.args[8]->toInt();
+  params.groups = args[8]->toInt();
   for (size_t d = 0; d < spatial; ++d) {
     params.input_size.push_back(input->size(static_cast<ssize_t>(d + 2)));
     params.kernel_size.push_back(weight->size(static_cast<ssize_t>(d + 2)));
   }
-  if (!int_list(op.args[3], spatial, &params.stride) ||
-      !int_list(op.args[4], spatial, &params.padding) ||
-      !int_list(op.args[5], spatial, &params.dilation)) {
+  if (!int_list(args[3], spatial, &params.stride) ||
+      !int_list(args[4], spatial, &params.padding) ||
+      !int_list(args[5], spatial, &params.dilation)) {
     decline->reason = "convolution: stride, padding and dilation must have 1 or " +
                       std::to_string(spatial) + " entries";
-    return Error::NotSupported;
+    return false;
   }
   // The output shape the graph planned must be the one oneDNN computes.
-  const Tensor* planned = tensor_arg(op, 9);
+  const Tensor* planned = tensor_at(9);
   std::vector<int64_t> expected{params.batch, params.out_channels};
   for (int64_t size : onednn::conv_output_size(params)) expected.push_back(size);
   if (dims_of(*planned) != expected) {
     decline->reason = "convolution: output shape differs from the convolution's";
-    return Error::NotSupported;
+    return false;
   }
   onednn::Support base = onednn::supports_conv(params, {});
   if (!base.ok) {
     decline->reason = base.reason;
+    return false;
+  }
+  recipe->params = std::move(params);
+  recipe->weight = weight->const_data_ptr<float>();
+  recipe->bias = bias ? bias->const_data_ptr<float>() : nullptr;
+  *input_out = input;
+  *output_out = &args[9]->toTensor();
+  return true;
+}
+
+Error bind_conv(const OpBinding& op, OnednnSession& session, std::unique_ptr<BoundKernel>* out,
+                Decline* decline, size_t* fused) {
+  ConvRecipe recipe;
+  const Tensor* input = nullptr;
+  Tensor* output = nullptr;
+  if (!parse_conv(op.args, op.arg_is_constant, &recipe, &input, &output, decline)) {
     return Error::NotSupported;
   }
-  onednn::PostOps post;
+  if (bind_block(op, recipe, input, session, out, fused)) return Error::Ok;
   const Tensor* residual = nullptr;
+  const onednn::ConvParams& params = recipe.params;
   *fused = longest_supported_prefix(
-      op, [&](const onednn::PostOps& p) { return onednn::supports_conv(params, p); }, &post,
-      &residual);
-  ConvRecipe recipe{params, weight->const_data_ptr<float>(),
-                    bias ? bias->const_data_ptr<float>() : nullptr, post};
+      op, [&](const onednn::PostOps& p) { return onednn::supports_conv(params, p); },
+      &recipe.post, &residual);
   auto kernel = std::make_unique<ConvKernel>(std::move(recipe), input,
                                              final_output(op, 9, *fused), residual);
   kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });

@@ -9,8 +9,8 @@
 // (`output_layout()`). By default both are plain row-major (NCHW / NCL / NCDHW, [M, K]), i.e. what
 // contiguous ExecuTorch tensors hold. Between consecutive optimized convolutions ask for
 // `OutputLayout::kBest` (oneDNN's choice: channels-last "acdb" for fp32 on AVX-512 with oneDNN
-// 2.6) and pass that layout as the next plan's `input`: the activation then stays in that layout and
-// no conversion happens between the two nodes. `OutputLayout::kChannelsLast` pins NHWC, which
+// 2.6) and pass that layout as the next plan's `input`: the activation then stays in that layout
+// and no conversion happens between the two nodes. `OutputLayout::kChannelsLast` pins NHWC, which
 // ExecuTorch can also hold (dim order 0,2,3,1) and torch pools natively. `prepare_reorder` converts
 // an activation back to plain where a reference op reads it.
 //
@@ -161,6 +161,42 @@ struct PoolParams {
 };
 Support supports_max_pool(const PoolParams& params);
 
+// MobileNetV2's inverted residual block as one plan: 1x1 expand -> k x k depthwise (stride s)
+// -> 1x1 project, the project optionally adding the block's input (PostOp::add in its post-ops).
+// Input and output are channels-last. Each thread takes bands of output rows and runs the three
+// convolutions a few rows at a time, carrying the overlapping expanded rows from one step to the
+// next: the expanded activation (6x the input in MobileNetV2) stays in the core's L2 instead of
+// going through memory twice, and the threads meet once per block instead of once per conv.
+struct BlockParams {
+  int64_t batch = 1;
+  int64_t in_channels = 0;
+  int64_t hidden_channels = 0;  // the expand's output channels = the depthwise's channels
+  int64_t out_channels = 0;
+  std::vector<int64_t> input_size;  // {H, W}
+  int64_t kernel = 3;               // depthwise kernel (square)
+  int64_t stride = 1;               // depthwise stride (both dims)
+  int64_t padding = 1;              // depthwise padding (both dims, torch's)
+};
+// torch's layouts: expand [hidden, in, 1, 1], depthwise [hidden, 1, k, k], project
+// [out, hidden, 1, 1]; biases [channels] or null. Copied (reordered) at prepare.
+struct BlockWeights {
+  const float* expand = nullptr;
+  const float* expand_bias = nullptr;
+  const float* depthwise = nullptr;
+  const float* depthwise_bias = nullptr;
+  const float* project = nullptr;
+  const float* project_bias = nullptr;
+};
+struct BlockPostOps {
+  PostOps expand;     // no add
+  PostOps depthwise;  // no add
+  PostOps project;    // an add here adds the block's input (stride 1, in == out channels)
+};
+// Output spatial extent of the block ({H_out, W_out}).
+std::vector<int64_t> block_output_size(const BlockParams& params);
+// Whether prepare_block accepts these arguments; if not, why.
+Support supports_block(const BlockParams& params, const BlockPostOps& post_ops);
+
 struct ProviderOptions {
   // Threads the provider uses. 0 = default: $ET_CPU_ONEDNN_THREADS if set, else the number of
   // CPUs this process may run on (sched_getaffinity), i.e. 2 on the project's machines; the
@@ -175,6 +211,7 @@ struct ProviderOptions {
   int64_t min_task_flops = -1;
 };
 
+class BlockPlan;
 class ConvPlan;
 class LinearPlan;
 class MatmulPlan;
@@ -206,6 +243,9 @@ class Provider {
   MatmulPlan prepare_matmul(const MatmulParams& params, const PostOps& post_ops);
   // Converts activations between two layouts of the same dims (e.g. blocked -> plain).
   ReorderPlan prepare_reorder(const Layout& from, const Layout& to);
+  // An inverted residual block (see BlockParams); needs work sharing (throws in OpenMP mode).
+  BlockPlan prepare_block(
+      const BlockParams& params, const BlockWeights& weights, const BlockPostOps& post_ops);
   // Max pooling reading `input` and writing `output` (plain or channels-last layouts of the
   // input and output dims).
   PoolPlan prepare_max_pool(const PoolParams& params, const Layout& input, const Layout& output);
@@ -241,6 +281,23 @@ class ConvPlan {
 
   struct Impl;
   explicit ConvPlan(std::shared_ptr<const Impl> impl);
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+// Input {N, C_in, H, W} and output {N, C_out, H_out, W_out}, both channels-last.
+class BlockPlan {
+ public:
+  std::vector<int64_t> output_dims() const;
+  size_t weights_bytes() const;
+  // The three stages' oneDNN implementations, the pieces and the rows per step.
+  std::string implementation() const;
+  size_t pieces() const;
+  void run(const float* input, float* output) const;
+
+  struct Impl;
+  explicit BlockPlan(std::shared_ptr<const Impl> impl);
 
  private:
   std::shared_ptr<const Impl> impl_;

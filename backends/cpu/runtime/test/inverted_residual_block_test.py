@@ -1,0 +1,192 @@
+"""Inverted residual blocks (1x1 expand, depthwise, 1x1 project, optionally + the block's input)
+that the Optimized provider runs as one kernel in row bands (onednn::BlockPlan): the runtime
+offers the convolutions after the expand as fusable steps, the provider takes the whole block,
+and the expanded activations get no arena bytes.
+
+Every case compares with the Reference provider (ExecuTorch's kernels) and with the same
+delegate running the block as three convolutions (ET_CPU_ONEDNN_BLOCKS=0).
+"""
+
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backends.cpu.runtime import loader
+from backends.cpu.runtime.test.lowered_program import lower
+from backends.cpu.runtime.test.provider_compare import assert_close_scaled, placed, run_both
+
+CONV = "aten::convolution.out"
+
+
+class Block(torch.nn.Module):
+    """MobileNetV2's block with the knobs the plan has to honour."""
+
+    def __init__(
+        self,
+        c_in: int,
+        hidden: int,
+        c_out: int,
+        kernel: int,
+        stride: int,
+        act: str,
+        bias: bool,
+        residual: bool,
+    ) -> None:
+        super().__init__()
+        self.expand = torch.nn.Conv2d(c_in, hidden, 1, bias=bias)
+        self.depthwise = torch.nn.Conv2d(
+            hidden, hidden, kernel, stride, kernel // 2, groups=hidden, bias=bias
+        )
+        self.project = torch.nn.Conv2d(hidden, c_out, 1, bias=bias)
+        self.act = act
+        self.residual = residual
+
+    def _act(self, x: torch.Tensor) -> torch.Tensor:
+        if self.act == "relu6":
+            return torch.nn.functional.relu6(x)
+        if self.act == "relu":
+            return torch.relu(x)
+        return x
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.project(self._act(self.depthwise(self._act(self.expand(x)))))
+        return x + y if self.residual else y
+
+
+class Chain(torch.nn.Module):
+    """conv -> block(s) -> conv: the blocks' input and output stay channels-last."""
+
+    def __init__(self, blocks: list[Block], c_in: int, c_mid: int, c_out: int) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(c_in, c_mid, 3, padding=1)
+        self.blocks = torch.nn.Sequential(*blocks)
+        self.head = torch.nn.Conv2d(c_out, 4, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.blocks(torch.relu(self.stem(x))))
+
+
+def _summary(placement: list[str]) -> str:
+    (line,) = [entry for entry in placement if entry.startswith("Optimized(oneDNN): ")]
+    return line
+
+
+def _blocks_fused(placement: list[str]) -> int:
+    return int(_summary(placement).split(" inverted residual blocks fused")[0].split(", ")[-1])
+
+
+def _unfused(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ET_CPU_ONEDNN_BLOCKS", "0")
+        module, _ = lower(model, (x,))
+        out = module.forward([x])[0]
+    assert _blocks_fused(loader.last_placement()) == 0
+    return out
+
+
+@st.composite
+def block_cases(draw: st.DrawFn) -> tuple[torch.nn.Module, torch.Tensor]:
+    c_in = draw(st.sampled_from([3, 8, 16]))
+    hidden = c_in * draw(st.sampled_from([1, 3, 6]))
+    stride = draw(st.sampled_from([1, 2]))
+    residual = stride == 1 and draw(st.booleans())
+    c_out = c_in if residual else draw(st.sampled_from([5, 8, 24]))
+    kernel = draw(st.sampled_from([3, 5]))
+    act = draw(st.sampled_from(["relu6", "relu", "none"]))
+    bias = draw(st.booleans())
+    batch = draw(st.sampled_from([1, 2]))
+    height = draw(st.integers(kernel, 23))
+    width = draw(st.integers(kernel, 19))
+    torch.manual_seed(draw(st.integers(0, 1000)))
+    block = Block(c_in, hidden, c_out, kernel, stride, act, bias, residual).eval()
+    return block, torch.randn(batch, c_in, height, width)
+
+
+@settings(max_examples=16, derandomize=True, deadline=None)
+@given(block_cases(), st.sampled_from(["1", "2"]), st.sampled_from(["-1", "0"]))
+def test_generated_blocks_are_fused_and_match_reference(
+    case: tuple[torch.nn.Module, torch.Tensor], threads: str, task_flops: str
+) -> None:
+    # A lone block reads the graph's (plain) input and writes its (plain) output: the kernel
+    # converts both. ET_CPU_ONEDNN_TASK_FLOPS=0 splits it into as many pieces as allowed.
+    model, x = case
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ET_CPU_ONEDNN_THREADS", threads)
+        if task_flops != "-1":
+            patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", task_flops)
+        out_opt, out_ref, placement = run_both(model, (x,))
+        unfused = _unfused(model, x)
+    with torch.no_grad():
+        assert_close_scaled(out_opt[0], out_ref[0])
+        assert_close_scaled(out_opt[0], model(x))
+    # Same oneDNN kernels per row either way: the rounding is the same up to a few ulps.
+    torch.testing.assert_close(out_opt[0], unfused, atol=1e-5, rtol=1e-5)
+    assert _blocks_fused(placement) == 1, placement
+    fused = [line for line in placement if line.startswith("aten_convolution") and "fused" in line]
+    assert len(fused) == 2, placement
+
+
+def test_chained_blocks_keep_channels_last_and_give_the_expansion_no_arena_bytes() -> None:
+    torch.manual_seed(0)
+    blocks = [
+        Block(16, 96, 24, 3, 2, "relu6", True, False),
+        Block(24, 144, 24, 3, 1, "relu6", True, True),
+        Block(24, 144, 32, 3, 2, "relu6", True, False),
+    ]
+    model = Chain(blocks, 3, 16, 32).eval()
+    x = torch.randn(1, 3, 40, 36)
+    module, _ = lower(model, (x,))
+    module.forward([x])
+    arena = loader.last_arena_bytes()
+    out_opt, out_ref, placement = run_both(model, (x,))
+    assert_close_scaled(out_opt[0], out_ref[0])
+    assert _blocks_fused(placement) == 3, placement
+    chained = int(_summary(placement).split(", ")[1].split()[0])
+    assert chained == 4, placement  # stem -> block -> block -> block -> head
+    unfused = _unfused(model, x)
+    arena_unfused = loader.last_arena_bytes()
+    torch.testing.assert_close(out_opt[0], unfused, atol=1e-5, rtol=1e-5)
+    # Fused: the stem's and the blocks' outputs only (the largest expanded activation alone,
+    # 96 x 40 x 36 floats, is more than all of them).
+    assert arena < 96 * 40 * 36 * 4 <= arena_unfused, (arena, arena_unfused)
+
+
+class Tapped(torch.nn.Module):
+    """A block whose expanded activation is also a graph output: it must be written."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = Block(8, 24, 8, 3, 1, "relu6", True, True)
+
+    def forward(self, x: torch.Tensor) -> Any:
+        hidden = torch.nn.functional.relu6(self.block.expand(x))
+        y = self.block.project(torch.nn.functional.relu6(self.block.depthwise(hidden)))
+        return x + y, hidden
+
+
+def test_block_whose_expansion_is_read_elsewhere_runs_as_three_convolutions() -> None:
+    torch.manual_seed(1)
+    model = Tapped().eval()
+    x = torch.randn(1, 8, 12, 12)
+    out_opt, out_ref, placement = run_both(model, (x,))
+    for got, want in zip(out_opt, out_ref, strict=True):
+        assert_close_scaled(got, want)
+    assert _blocks_fused(placement) == 0, placement
+    assert len(placed(placement, CONV, "Optimized")) == 3, placement
+
+
+def test_relu_fused_into_a_convolution_gets_no_arena_bytes_of_its_own() -> None:
+    # conv -> relu -> conv: the first conv writes the ReLU's result directly; its own result is
+    # never materialized, so the arena holds the ReLU's output alone.
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3)
+    ).eval()
+    x = torch.randn(1, 3, 16, 16)
+    out_opt, out_ref, placement = run_both(model, (x,))
+    assert_close_scaled(out_opt[0], out_ref[0])
+    module, _ = lower(model, (x,))
+    module.forward([x])
+    assert loader.last_arena_bytes() == 8 * 16 * 16 * 4, placement
