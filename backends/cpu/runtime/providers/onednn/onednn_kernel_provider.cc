@@ -359,8 +359,9 @@ class BlockKernel final : public OnednnKernel {
     const std::vector<int64_t> out_dims = plan_->output_dims();
     input_fix_.reset();
     output_fix_.reset();
-    staged_input_.clear();
-    staged_output_.clear();
+    // Fresh vectors: clear() would keep the capacity of the bind-time (all plain) prepare.
+    staged_input_ = std::vector<float>();
+    staged_output_ = std::vector<float>();
     if (!channels_last(impl_of(input_))) {
       input_fix_ = std::make_unique<onednn::ReorderPlan>(provider.prepare_reorder(
           onednn::Layout::plain(in_dims), onednn::Layout::channels_last(in_dims)));
