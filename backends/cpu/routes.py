@@ -97,7 +97,8 @@ _ROUTE_LIST: tuple[Route, ...] = (
     ),
     _r("aten.avg_pool2d.default", "aten::avg_pool2d.out"),
     _r("aten._adaptive_avg_pool2d.default", "aten::_adaptive_avg_pool2d.out"),
-    _r("aten.mean.dim", "aten::mean.out"),
+    # Optimized over all spatial dims (global average pooling), Reference otherwise.
+    _r("aten.mean.dim", "aten::mean.out", provider=_OPT),
     _r("aten.sum.dim_IntList", "aten::sum.IntList_out"),
     _r("aten.amax.default", "aten::amax.out"),
     _r("aten.argmax.default", "aten::argmax.out"),

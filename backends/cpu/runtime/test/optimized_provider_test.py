@@ -252,3 +252,42 @@ def test_profile_table_is_printed_when_the_delegate_is_destroyed() -> None:
     # The ReLU was fused into the convolution: it has no line of its own.
     assert not [line for line in lines if "relu" in line.lower() and " us " in line], lines
     assert any(line.endswith("us total") for line in lines), lines
+
+
+class Mean(torch.nn.Module):
+    def __init__(self, dims: tuple[int, ...], keepdim: bool, after_conv: bool) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1) if after_conv else None
+        self.dims = dims
+        self.keepdim = keepdim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.conv is not None:
+            x = torch.relu(self.conv(x))
+        return x.mean(dim=self.dims, keepdim=self.keepdim)
+
+
+@pytest.mark.parametrize(
+    "dims, keepdim, after_conv",
+    # Global pooling of a channels-last activation, of a plain graph input, negative dims.
+    [((2, 3), True, True), ((-1, -2), False, True), ((2, 3), False, False)],
+)
+def test_global_average_pooling_runs_on_the_provider(
+    dims: tuple[int, ...], keepdim: bool, after_conv: bool
+) -> None:
+    torch.manual_seed(3)
+    model = Mean(dims, keepdim, after_conv).eval()
+    x = torch.randn(2, 3, 11, 9)
+    out_opt, out_ref, placement = run_both(model, (x,))
+    assert out_opt[0].shape == out_ref[0].shape
+    assert_close_scaled(out_opt[0], out_ref[0])
+    assert placed(placement, "aten::mean.out", "Optimized"), placement
+
+
+def test_mean_over_channels_is_declined() -> None:
+    model = Mean((1,), True, False).eval()
+    x = torch.randn(1, 4, 5, 5)
+    out_opt, out_ref, placement = run_both(model, (x,))
+    assert_close_scaled(out_opt[0], out_ref[0])
+    declined = placed(placement, "aten::mean.out", "Reference")
+    assert declined and "spatial dims" in declined[0], placement

@@ -342,6 +342,35 @@ class MaxPoolKernel final : public OnednnKernel {
   std::unique_ptr<onednn::PoolPlan> plan_;
 };
 
+// Mean over the spatial dims (global average pooling) of an activation that may be channels-last;
+// writes plain (for a 1x1 spatial output the same bytes as channels-last).
+class MeanKernel final : public OnednnKernel {
+ public:
+  MeanKernel(const Tensor* input, Tensor* output) : input_(input), output_(output) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    const std::vector<int64_t> in = dims_of(*input_);
+    std::vector<int64_t> out(in.size(), 1);
+    out[0] = in[0];
+    out[1] = in[1];
+    plan_ = std::make_unique<onednn::PoolPlan>(provider.prepare_global_average_pool(
+        channels_last(impl_of(input_)) ? onednn::Layout::channels_last(in)
+                                       : onednn::Layout::plain(in),
+        onednn::Layout::plain(out)));
+  }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded("mean", [&] {
+      plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>());
+    });
+  }
+
+ private:
+  const Tensor* input_;
+  Tensor* output_;
+  std::unique_ptr<onednn::PoolPlan> plan_;
+};
+
 // An inverted residual block (1x1 expand, depthwise, 1x1 project, optionally + its input) as one
 // kernel: see onednn::BlockParams. It reads and writes channels-last; where the graph keeps its
 // input or output plain (a graph input, a tensor a reference op reads) it converts through its
@@ -859,6 +888,47 @@ Error bind_max_pool(const OpBinding& op, OnednnSession& session,
   return Error::Ok;
 }
 
+// aten::mean.out(self, dim[]?, keepdim, *, dtype?, out): taken for float32 over exactly the
+// spatial dims of a 3D-5D tensor (global average pooling), keepdim or not.
+Error bind_mean(const OpBinding& op, OnednnSession& session, std::unique_ptr<BoundKernel>* out,
+                Decline* decline) {
+  const Tensor* input = tensor_arg(op, 0);
+  Tensor* output = op.args.size() > 4 && op.args[4]->isTensor() ? &op.args[4]->toTensor() : nullptr;
+  if (!is_f32(input) || !is_f32(output) || input->dim() < 3 || input->dim() > 5 ||
+      !op.args[3]->isNone()) {
+    decline->reason = "mean: only float32 3D-5D input, no dtype argument";
+    return Error::NotSupported;
+  }
+  const int64_t rank = input->dim();
+  std::vector<bool> reduced(static_cast<size_t>(rank), false);
+  if (!op.args[1]->isIntList()) {
+    decline->reason = "mean: only over a list of dims";
+    return Error::NotSupported;
+  }
+  for (int64_t d : op.args[1]->toIntList()) {
+    const int64_t dim = d < 0 ? d + rank : d;
+    if (dim < 0 || dim >= rank || reduced[static_cast<size_t>(dim)]) {
+      decline->reason = "mean: dim out of range or repeated";
+      return Error::NotSupported;
+    }
+    reduced[static_cast<size_t>(dim)] = true;
+  }
+  if (reduced[0] || reduced[1] ||
+      std::count(reduced.begin(), reduced.end(), true) != rank - 2) {
+    decline->reason = "mean: only over all spatial dims (global average pooling)";
+    return Error::NotSupported;
+  }
+  if (output->numel() != input->size(0) * input->size(1)) {
+    decline->reason = "mean: output size differs from N x C";
+    return Error::NotSupported;
+  }
+  auto kernel = std::make_unique<MeanKernel>(input, output);
+  kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
+  session.add(kernel.get());
+  *out = std::move(kernel);
+  return Error::Ok;
+}
+
 class OnednnKernelProvider final : public KernelProvider {
  public:
   const char* name() const override { return "Optimized(oneDNN)"; }
@@ -884,6 +954,8 @@ class OnednnKernelProvider final : public KernelProvider {
           error = bind_linear(op, kernel == "aten::addmm.out", provider, out, &decline, &fused);
         } else if (kernel == "aten::max_pool2d_with_indices.out") {
           error = bind_max_pool(op, provider, out, &decline);
+        } else if (kernel == "aten::mean.out") {
+          error = bind_mean(op, provider, out, &decline);
         } else if (kernel == "aten::mm.out" || kernel == "aten::bmm.out") {
           error = bind_matmul(op, kernel == "aten::bmm.out", provider, out, &decline, &fused);
         } else {

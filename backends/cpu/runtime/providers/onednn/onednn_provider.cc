@@ -1903,6 +1903,23 @@ void PoolPlan::run(const float* input, float* output) const {
   execute(state, p.primitive, p.scratchpad_md, std::move(args));
 }
 
+namespace {
+
+// Gives `impl` the primitive of `desc` (its scratchpad in the provider's shared one).
+PoolPlan finish_pool_plan(ProviderState& state, std::shared_ptr<PoolPlan::Impl> impl,
+                          const dnnl::pooling_forward::desc& desc) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::pooling_forward::primitive_desc pd(desc, attr, state.engine);
+  impl->primitive = dnnl::pooling_forward(pd);
+  impl->implementation = pd.impl_info_str();
+  impl->scratchpad_md = pd.scratchpad_desc();
+  state.reserve_scratchpad(impl->scratchpad_md);
+  return PoolPlan(std::move(impl));
+}
+
+}  // namespace
+
 PoolPlan Provider::prepare_max_pool(
     const PoolParams& params, const Layout& input, const Layout& output) {
   const Support support = supports_max_pool(params);
@@ -1937,14 +1954,39 @@ PoolPlan Provider::prepare_max_pool(
         Dims(params.kernel_size.begin(), params.kernel_size.end()),
         Dims(params.padding.begin(), params.padding.end()),
         right);
-    dnnl::primitive_attr attr;
-    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    dnnl::pooling_forward::primitive_desc pd(desc, attr, state.engine);
-    impl->primitive = dnnl::pooling_forward(pd);
-    impl->implementation = pd.impl_info_str();
-    impl->scratchpad_md = pd.scratchpad_desc();
-    state.reserve_scratchpad(impl->scratchpad_md);
-    return PoolPlan(std::move(impl));
+    return finish_pool_plan(state, std::move(impl), desc);
+  });
+}
+
+PoolPlan Provider::prepare_global_average_pool(const Layout& input, const Layout& output) {
+  const std::vector<int64_t>& in = input.dims();
+  const std::vector<int64_t>& out = output.dims();
+  bool ok = in.size() >= 3 && in.size() <= 5 && out.size() == in.size() && out[0] == in[0] &&
+            out[1] == in[1];
+  for (size_t i = 2; ok && i < in.size(); ++i) ok = in[i] >= 1 && out[i] == 1;
+  if (!ok) {
+    throw ProviderError("prepare_global_average_pool: input " + dims_to_string(in) +
+                        " and output " + dims_to_string(out) +
+                        " are not {N, C, *spatial} and {N, C, 1, ...}");
+  }
+  ProviderState& state = *state_;
+  ThreadCountGuard threads(state.omp_threads);
+  return wrap_dnnl("prepare_global_average_pool", [&] {
+    auto impl = std::make_shared<PoolPlan::Impl>();
+    impl->state = state_;
+    impl->src = input.impl().md;
+    // With one spatial position, channels-last and plain outputs are the same bytes; oneDNN's
+    // jit pooling wants the input's format on both sides (a plain output from a channels-last
+    // input falls to ref:any, 490 vs 2.6 us at 96@14x14).
+    impl->dst = input.is_channels_last() ? channels_last_md(Dims(out.begin(), out.end()))
+                                         : output.impl().md;
+    const Dims window(in.begin() + 2, in.end());
+    const Dims ones(window.size(), 1);
+    const Dims zeros(window.size(), 0);
+    dnnl::pooling_forward::desc desc(
+        dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_avg_exclude_padding,
+        impl->src, impl->dst, ones, window, zeros, zeros);
+    return finish_pool_plan(state, std::move(impl), desc);
   });
 }
 

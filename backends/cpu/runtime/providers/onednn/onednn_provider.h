@@ -249,6 +249,9 @@ class Provider {
   // Max pooling reading `input` and writing `output` (plain or channels-last layouts of the
   // input and output dims).
   PoolPlan prepare_max_pool(const PoolParams& params, const Layout& input, const Layout& output);
+  // Mean over every spatial position (global average pooling, torch's x.mean((2, 3), keepdim)):
+  // `input` {N, C, *spatial}, `output` {N, C, 1, ...}, plain or channels-last.
+  PoolPlan prepare_global_average_pool(const Layout& input, const Layout& output);
 
   int num_threads() const;
   bool work_sharing() const;
