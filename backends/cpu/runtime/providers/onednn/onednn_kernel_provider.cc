@@ -577,23 +577,28 @@ bool conv_step(const OpBinding& op, size_t* index, ConvRecipe* recipe) {
   return parse_conv(step.args, step.arg_is_constant, recipe, &input, &output, &ignored);
 }
 
-// Takes this pointwise convolution and the steps after it as one inverted residual block when
-// they are one: [relu/clamp...] depthwise [relu/clamp...] pointwise [add of the block's input].
-// False (nothing bound, nothing changed) otherwise; the caller then binds the convolution alone.
-bool bind_block(const OpBinding& op, const ConvRecipe& expand, const Tensor* input,
+// Takes this convolution and the steps after it as one inverted residual block when they are
+// one: pointwise [relu/clamp...] depthwise [relu/clamp...] pointwise [add of the block's input],
+// or the same without the expand (this convolution is the depthwise). False (nothing bound,
+// nothing changed) otherwise; the caller then binds the convolution alone.
+bool bind_block(const OpBinding& op, const ConvRecipe& head, const Tensor* input,
                 OnednnSession& session, std::unique_ptr<BoundKernel>* out, size_t* fused) {
-  if (!blocks_enabled() || !is_pointwise(expand.params) || op.fusable.empty()) return false;
+  if (!blocks_enabled() || op.fusable.empty()) return false;
   onednn::BlockPostOps post;
   size_t index = 0;
-  if (!block_post_ops(op, &index, false, input, &post.expand)) return false;
-  ConvRecipe depthwise;
-  if (!conv_step(op, &index, &depthwise)) return false;
+  const bool has_expand = is_pointwise(head.params);
+  ConvRecipe depthwise = head;
+  if (has_expand && (head.params.dilation != std::vector<int64_t>{1, 1} ||
+                     !block_post_ops(op, &index, false, input, &post.expand) ||
+                     !conv_step(op, &index, &depthwise))) {
+    return false;
+  }
   const onednn::ConvParams& d = depthwise.params;
-  const int64_t hidden = expand.params.out_channels;
+  const int64_t hidden = has_expand ? head.params.out_channels : head.params.in_channels;
   if (d.input_size.size() != 2 || d.groups != hidden || d.in_channels != hidden ||
       d.out_channels != hidden || d.kernel_size[0] != d.kernel_size[1] ||
       d.stride[0] != d.stride[1] || d.padding[0] != d.padding[1] || d.dilation[0] != 1 ||
-      d.dilation[1] != 1 || expand.params.dilation != std::vector<int64_t>{1, 1}) {
+      d.dilation[1] != 1) {
     return false;
   }
   if (!block_post_ops(op, &index, false, input, &post.depthwise)) return false;
@@ -605,17 +610,22 @@ bool bind_block(const OpBinding& op, const ConvRecipe& expand, const Tensor* inp
   }
   if (!block_post_ops(op, &index, true, input, &post.project)) return false;
   onednn::BlockParams params;
-  params.batch = expand.params.batch;
-  params.in_channels = expand.params.in_channels;
+  params.batch = head.params.batch;
+  params.in_channels = head.params.in_channels;
+  params.expand = has_expand;
   params.hidden_channels = hidden;
   params.out_channels = project.params.out_channels;
-  params.input_size = expand.params.input_size;
+  params.input_size = head.params.input_size;
   params.kernel = d.kernel_size[0];
   params.stride = d.stride[0];
   params.padding = d.padding[0];
   if (!onednn::supports_block(params, post).ok) return false;
-  const onednn::BlockWeights weights{expand.weight,  expand.bias,  depthwise.weight,
-                                     depthwise.bias, project.weight, project.bias};
+  const onednn::BlockWeights weights{has_expand ? head.weight : nullptr,
+                                     has_expand ? head.bias : nullptr,
+                                     depthwise.weight,
+                                     depthwise.bias,
+                                     project.weight,
+                                     project.bias};
   auto kernel = std::make_unique<BlockKernel>(params, weights, post, input,
                                               &op.fusable[index - 1].output->toTensor());
   try {

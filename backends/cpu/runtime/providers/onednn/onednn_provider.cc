@@ -1516,6 +1516,12 @@ Support supports_block(const BlockParams& p, const BlockPostOps& post_ops) {
   if (p.batch < 1 || p.in_channels < 1 || p.hidden_channels < 1 || p.out_channels < 1) {
     return Support::no("block: batch and channel counts must be positive");
   }
+  if (!p.expand && p.hidden_channels != p.in_channels) {
+    return Support::no("block: without expand the depthwise has the input's channels");
+  }
+  if (!p.expand && !post_ops.expand.empty()) {
+    return Support::no("block: post-ops for an expand the block does not have");
+  }
   if (p.input_size.size() != 2 || p.input_size[0] < 1 || p.input_size[1] < 1) {
     return Support::no("block: input_size must be {H, W} with positive extents");
   }
@@ -1621,7 +1627,7 @@ BlockPlan Provider::prepare_block(
   if (!support.ok) {
     throw ProviderError("prepare_block: " + support.reason);
   }
-  if (!weights.expand || !weights.depthwise || !weights.project) {
+  if ((params.expand && !weights.expand) || !weights.depthwise || !weights.project) {
     throw ProviderError("prepare_block: a weight is null");
   }
   ProviderState& state = *state_;
@@ -1654,9 +1660,11 @@ BlockPlan Provider::prepare_block(
     std::string expand_impl;
     std::string depthwise_impl;
     std::string project_impl;
-    std::tie(p.expand_weights, p.expand_bias, expand_impl) = block_weights(
-        state, {1, cin, h, w}, {1, hid, h, w}, {hid, cin, 1, 1}, weights.expand,
-        weights.expand_bias, {1, 1}, {0, 0}, expand_attr);
+    if (params.expand) {
+      std::tie(p.expand_weights, p.expand_bias, expand_impl) = block_weights(
+          state, {1, cin, h, w}, {1, hid, h, w}, {hid, cin, 1, 1}, weights.expand,
+          weights.expand_bias, {1, 1}, {0, 0}, expand_attr);
+    }
     std::tie(p.depthwise_weights, p.depthwise_bias, depthwise_impl) = block_weights(
         state, {1, hid, h, w}, {1, hid, p.out_h, p.out_w}, {hid, 1, 1, k, k}, weights.depthwise,
         weights.depthwise_bias, {s, s}, {pad, pad}, depthwise_attr);
@@ -1664,7 +1672,7 @@ BlockPlan Provider::prepare_block(
         state, {1, hid, p.out_h, p.out_w}, {1, cout, p.out_h, p.out_w}, {cout, hid, 1, 1},
         weights.project, weights.project_bias, {1, 1}, {0, 0}, project_attr);
 
-    // Rows per step: what fits kBlockStepBytes of expanded plus depthwise rows.
+    // Rows per step: what fits kBlockStepBytes of expanded (or input) plus depthwise rows.
     const double row_bytes = 4.0 * static_cast<double>(hid) * static_cast<double>(s * w + p.out_w);
     p.step_rows = std::max<int64_t>(1, static_cast<int64_t>(kBlockStepBytes / row_bytes));
     p.step_rows = std::min(p.step_rows, p.out_h);
@@ -1672,9 +1680,9 @@ BlockPlan Provider::prepare_block(
     // Pieces: per image, bands of output rows; as many as the pool's rule gives, but a multiple
     // of the threads (each gets an equal share) and no thinner than kBlockMinPieceRows.
     const int threads_n = state.pool ? state.pool->size() : 1;
-    const double flops = 2.0 * static_cast<double>(params.batch) *
-                         (static_cast<double>(h * w * cin * hid) +
-                          static_cast<double>(p.out_h * p.out_w) * hid * (k * k + cout));
+    const double expand_flops = params.expand ? static_cast<double>(h * w * cin * hid) : 0.0;
+    const double rest_flops = static_cast<double>(p.out_h * p.out_w) * hid * (k * k + cout);
+    const double flops = 2.0 * static_cast<double>(params.batch) * (expand_flops + rest_flops);
     int64_t per_image = static_cast<int64_t>(state.pieces_for(flops / params.batch, p.out_h));
     per_image = std::min(per_image, std::max<int64_t>(1, p.out_h / kBlockMinPieceRows));
     if (per_image > 1 && threads_n > 1) {
@@ -1710,14 +1718,15 @@ BlockPlan Provider::prepare_block(
           if (hi <= lo) {
             throw ProviderError("prepare_block: a step would read only padding");
           }
-          if (buf_hi > lo) {
+          if (buf_hi > lo && params.expand) {
             step.kept = buf_hi - lo;
             step.kept_from = lo - buf_lo;
           }
+          // Without expand these are the input rows the depthwise reads in place.
           step.expand_begin = lo + step.kept;
           step.expand_end = hi;
           const int64_t new_rows = step.expand_end - step.expand_begin;
-          if (new_rows > 0) {
+          if (new_rows > 0 && params.expand) {
             step.expand = stage_index(expand_keys, p.expand, new_rows, [&] {
               return checked(
                   make_block_stage(state, {1, cin, new_rows, w}, {1, hid, new_rows, w},
@@ -1756,8 +1765,10 @@ BlockPlan Provider::prepare_block(
         p.pieces.push_back(std::move(piece));
       }
     }
-    for (AlignedBuffer& buffer : state.block_expanded) {
-      buffer.reserve(static_cast<size_t>(max_expanded_rows * w * hid) * sizeof(float));
+    if (params.expand) {
+      for (AlignedBuffer& buffer : state.block_expanded) {
+        buffer.reserve(static_cast<size_t>(max_expanded_rows * w * hid) * sizeof(float));
+      }
     }
     for (AlignedBuffer& buffer : state.block_depthwise) {
       buffer.reserve(static_cast<size_t>(max_step_rows * p.out_w * hid) * sizeof(float));
@@ -1771,7 +1782,8 @@ BlockPlan Provider::prepare_block(
         }
       }
     }
-    p.implementation = "block " + p.expand.front().implementation + " + " +
+    p.implementation = "block " +
+                       (params.expand ? p.expand.front().implementation + " + " : std::string()) +
                        p.depthwise.front().implementation + " + " +
                        p.project.front().implementation + ", " +
                        std::to_string(p.pieces.size()) + " pieces in steps of <= " +
@@ -1823,8 +1835,9 @@ void BlockPlan::run(const float* input, float* output) const {
                     x + step.expand_begin * in_row, expanded + step.kept * hidden_row,
                     p.expand_weights, p.expand_bias);
         }
-        run_stage(p.depthwise[static_cast<size_t>(step.depthwise)], worker, expanded, depthwise,
-                  p.depthwise_weights, p.depthwise_bias);
+        const float* depthwise_in = bp.expand ? expanded : x + step.expand_begin * in_row;
+        run_stage(p.depthwise[static_cast<size_t>(step.depthwise)], worker, depthwise_in,
+                  depthwise, p.depthwise_weights, p.depthwise_bias);
         float* out = y + step.out_begin * out_row;
         if (p.has_add) {
           // The sum post-op adds what the output rows hold: the block's input rows.

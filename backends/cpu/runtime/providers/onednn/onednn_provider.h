@@ -170,6 +170,9 @@ Support supports_max_pool(const PoolParams& params);
 struct BlockParams {
   int64_t batch = 1;
   int64_t in_channels = 0;
+  // false: no expand (MobileNetV2's first block, MobileNetV1's pairs): the depthwise reads the
+  // input directly and hidden_channels == in_channels.
+  bool expand = true;
   int64_t hidden_channels = 0;  // the expand's output channels = the depthwise's channels
   int64_t out_channels = 0;
   std::vector<int64_t> input_size;  // {H, W}
@@ -177,8 +180,8 @@ struct BlockParams {
   int64_t stride = 1;               // depthwise stride (both dims)
   int64_t padding = 1;              // depthwise padding (both dims, torch's)
 };
-// torch's layouts: expand [hidden, in, 1, 1], depthwise [hidden, 1, k, k], project
-// [out, hidden, 1, 1]; biases [channels] or null. Copied (reordered) at prepare.
+// torch's layouts: expand [hidden, in, 1, 1] (null without expand), depthwise [hidden, 1, k, k],
+// project [out, hidden, 1, 1]; biases [channels] or null. Copied (reordered) at prepare.
 struct BlockWeights {
   const float* expand = nullptr;
   const float* expand_bias = nullptr;
