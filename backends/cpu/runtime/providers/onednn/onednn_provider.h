@@ -161,8 +161,9 @@ struct PoolParams {
 };
 Support supports_max_pool(const PoolParams& params);
 
-// MobileNetV2's inverted residual block as one plan: 1x1 expand -> k x k depthwise (stride s)
-// -> 1x1 project, the project optionally adding the block's input (PostOp::add in its post-ops).
+// MobileNetV2's inverted residual block as one plan: 1x1 expand (optional) -> k x k depthwise
+// (stride s) -> 1x1 project, the project optionally adding the block's input (PostOp::add in its
+// post-ops).
 // Input and output are channels-last. Each thread takes bands of output rows and runs the three
 // convolutions a few rows at a time, carrying the overlapping expanded rows from one step to the
 // next: the expanded activation (6x the input in MobileNetV2) stays in the core's L2 instead of
