@@ -415,23 +415,35 @@ void point(std::unordered_map<int, memory>& args, int arg, const memory::desc& m
   }
 }
 
+// Runs `primitive` on `worker`'s stream and scratchpad (the provider's own when it has no pool),
+// re-pointing the memory objects in `args` (made on first use) at `data`. One thread uses `args`
+// at a time, so no lock.
+void execute_on_worker(ProviderState& state, const dnnl::primitive& primitive,
+                       std::unordered_map<int, memory>& args, const memory::desc& src_md,
+                       const memory::desc& dst_md, const memory::desc& scratchpad_md, int worker,
+                       const PieceData& data) {
+  const bool pooled = !state.piece_streams.empty();
+  const size_t index = static_cast<size_t>(worker);
+  point(args, DNNL_ARG_SRC, src_md, state.engine, data.src);
+  point(args, DNNL_ARG_DST, dst_md, state.engine, data.dst);
+  point(args, DNNL_ARG_SCRATCHPAD, scratchpad_md, state.engine,
+        pooled ? state.piece_scratchpads[index].data() : state.scratchpad.data());
+  if (data.weights != nullptr) {
+    point(args, DNNL_ARG_WEIGHTS, *data.weights_md, state.engine, data.weights);
+  }
+  if (data.bias != nullptr) {
+    point(args, DNNL_ARG_BIAS, *data.bias_md, state.engine, data.bias);
+  }
+  dnnl::stream& stream = pooled ? state.piece_streams[index] : state.stream;
+  primitive.execute(stream, args);
+  stream.wait();
+}
+
 // Runs one piece on `worker`'s stream and scratchpad.
 void execute_piece(ProviderState& state, const Piece& piece, int worker, const PieceData& data) {
   wrap_dnnl("execute piece", [&] {
-    auto& args = piece.args;
-    point(args, DNNL_ARG_SRC, piece.src_md, state.engine, data.src);
-    point(args, DNNL_ARG_DST, piece.dst_md, state.engine, data.dst);
-    point(args, DNNL_ARG_SCRATCHPAD, piece.scratchpad_md, state.engine,
-          state.piece_scratchpads[worker].data());
-    if (data.weights != nullptr) {
-      point(args, DNNL_ARG_WEIGHTS, *data.weights_md, state.engine, data.weights);
-    }
-    if (data.bias != nullptr) {
-      point(args, DNNL_ARG_BIAS, *data.bias_md, state.engine, data.bias);
-    }
-    dnnl::stream& stream = state.piece_streams[worker];
-    piece.primitive.execute(stream, args);
-    stream.wait();
+    execute_on_worker(state, piece.primitive, piece.args, piece.src_md, piece.dst_md,
+                      piece.scratchpad_md, worker, data);
   });
 }
 
@@ -508,6 +520,22 @@ void run_pieces(
 
 const float* data_of(const OwnedTensor& tensor) {
   return tensor.bytes ? static_cast<const float*>(tensor.bytes->data()) : nullptr;
+}
+
+// What a piece reads and writes when its weights (and bias: null when there is none) are owned
+// constants.
+PieceData piece_data(const float* src, float* dst, const OwnedTensor& weights,
+                    const OwnedTensor* bias) {
+  PieceData data;
+  data.src = src;
+  data.dst = dst;
+  data.weights_md = &weights.md;
+  data.weights = data_of(weights);
+  if (bias != nullptr) {
+    data.bias_md = &bias->md;
+    data.bias = data_of(*bias);
+  }
+  return data;
 }
 
 
@@ -704,16 +732,9 @@ void ConvPlan::run(const float* input, float* output, const float* residual) con
       }
       const OwnedTensor& weights = channel_piece ? piece.weights : p.weights;
       const OwnedTensor& bias = channel_piece ? piece.bias : p.bias;
-      PieceData data;
-      data.src = src_data + piece.src_offset;
-      data.dst = piece_dst;
-      data.weights_md = &weights.md;
-      data.weights = data_of(weights);
-      if (p.has_bias) {
-        data.bias_md = &bias.md;
-        data.bias = data_of(bias);
-      }
-      execute_piece(state, piece, worker, data);
+      execute_piece(state, piece, worker,
+                    piece_data(src_data + piece.src_offset, piece_dst, weights,
+                              p.has_bias ? &bias : nullptr));
       if (channel_piece) {
         copy_rows(piece_dst, piece.channels, dst_data + piece.first_channel, out_channels,
                   piece.pixels, piece.channels);
@@ -1118,16 +1139,8 @@ void LinearPlan::run(const float* input, float* output, const float* residual) c
   }
   if (!p.pieces.empty()) {
     run_pieces(state, p.pieces, [&](const Piece& piece) {
-      PieceData data;
-      data.src = input;
-      data.dst = output + piece.dst_offset;
-      data.weights_md = &piece.weights.md;
-      data.weights = data_of(piece.weights);
-      if (p.has_bias) {
-        data.bias_md = &piece.bias.md;
-        data.bias = data_of(piece.bias);
-      }
-      return data;
+      return piece_data(input, output + piece.dst_offset, piece.weights,
+                        p.has_bias ? &piece.bias : nullptr);
     });
     return;
   }
@@ -1802,20 +1815,11 @@ void BlockPlan::run(const float* input, float* output) const {
   const int64_t in_row = w * bp.in_channels;         // floats per input row
   const int64_t hidden_row = w * bp.hidden_channels;  // per expanded row
   const int64_t out_row = p.out_w * bp.out_channels;  // per output row
-  auto run_stage = [&](const BlockStage& stage, int worker, const void* src, void* dst,
+  auto run_stage = [&](const BlockStage& stage, int worker, const float* src, float* dst,
                        const OwnedTensor& weights, const OwnedTensor& bias) {
-    auto& args = stage.args[static_cast<size_t>(worker)];
-    const bool pooled = !state.piece_streams.empty();
-    point(args, DNNL_ARG_SRC, stage.src_md, state.engine, src);
-    point(args, DNNL_ARG_DST, stage.dst_md, state.engine, dst);
-    point(args, DNNL_ARG_SCRATCHPAD, stage.scratchpad_md, state.engine,
-          pooled ? state.piece_scratchpads[static_cast<size_t>(worker)].data()
-                 : state.scratchpad.data());
-    point(args, DNNL_ARG_WEIGHTS, weights.md, state.engine, data_of(weights));
-    if (bias.bytes) point(args, DNNL_ARG_BIAS, bias.md, state.engine, data_of(bias));
-    dnnl::stream& stream = pooled ? state.piece_streams[static_cast<size_t>(worker)] : state.stream;
-    stage.primitive.execute(stream, args);
-    stream.wait();
+    execute_on_worker(state, stage.primitive, stage.args[static_cast<size_t>(worker)],
+                      stage.src_md, stage.dst_md, stage.scratchpad_md, worker,
+                      piece_data(src, dst, weights, bias.bytes ? &bias : nullptr));
   };
   auto run_piece = [&](size_t index, int worker) {
     wrap_dnnl("block", [&] {
@@ -1918,17 +1922,28 @@ void PoolPlan::run(const float* input, float* output) const {
 
 namespace {
 
-// Gives `impl` the primitive of `desc` (its scratchpad in the provider's shared one).
-PoolPlan finish_pool_plan(ProviderState& state, std::shared_ptr<PoolPlan::Impl> impl,
-                          const dnnl::pooling_forward::desc& desc) {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::pooling_forward::primitive_desc pd(desc, attr, state.engine);
-  impl->primitive = dnnl::pooling_forward(pd);
-  impl->implementation = pd.impl_info_str();
-  impl->scratchpad_md = pd.scratchpad_desc();
-  state.reserve_scratchpad(impl->scratchpad_md);
-  return PoolPlan(std::move(impl));
+// A pooling plan of `algorithm` from `src` to `dst` (its scratchpad in the provider's shared one).
+PoolPlan make_pool_plan(const std::shared_ptr<ProviderState>& state, const char* what,
+                        dnnl::algorithm algorithm, const memory::desc& src,
+                        const memory::desc& dst, const Dims& strides, const Dims& kernel,
+                        const Dims& pad_l, const Dims& pad_r) {
+  ThreadCountGuard threads(state->omp_threads);
+  return wrap_dnnl(what, [&] {
+    auto impl = std::make_shared<PoolPlan::Impl>();
+    impl->state = state;
+    impl->src = src;
+    impl->dst = dst;
+    dnnl::pooling_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm, src, dst,
+                                     strides, kernel, pad_l, pad_r);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::pooling_forward::primitive_desc pd(desc, attr, state->engine);
+    impl->primitive = dnnl::pooling_forward(pd);
+    impl->implementation = pd.impl_info_str();
+    impl->scratchpad_md = pd.scratchpad_desc();
+    state->reserve_scratchpad(impl->scratchpad_md);
+    return PoolPlan(std::move(impl));
+  });
 }
 
 }  // namespace
@@ -1951,24 +1966,11 @@ PoolPlan Provider::prepare_max_pool(
   for (size_t i = 0; i < params.input_size.size(); ++i) {
     right.push_back(pool_right_padding(params, i));
   }
-  ProviderState& state = *state_;
-  ThreadCountGuard threads(state.omp_threads);
-  return wrap_dnnl("prepare_max_pool", [&] {
-    auto impl = std::make_shared<PoolPlan::Impl>();
-    impl->state = state_;
-    impl->src = input.impl().md;
-    impl->dst = output.impl().md;
-    dnnl::pooling_forward::desc desc(
-        dnnl::prop_kind::forward_inference,
-        dnnl::algorithm::pooling_max,
-        impl->src,
-        impl->dst,
-        Dims(params.stride.begin(), params.stride.end()),
-        Dims(params.kernel_size.begin(), params.kernel_size.end()),
-        Dims(params.padding.begin(), params.padding.end()),
-        right);
-    return finish_pool_plan(state, std::move(impl), desc);
-  });
+  return make_pool_plan(state_, "prepare_max_pool", dnnl::algorithm::pooling_max,
+                        input.impl().md, output.impl().md,
+                        Dims(params.stride.begin(), params.stride.end()),
+                        Dims(params.kernel_size.begin(), params.kernel_size.end()),
+                        Dims(params.padding.begin(), params.padding.end()), right);
 }
 
 PoolPlan Provider::prepare_global_average_pool(const Layout& input, const Layout& output) {
@@ -1982,25 +1984,17 @@ PoolPlan Provider::prepare_global_average_pool(const Layout& input, const Layout
                         " and output " + dims_to_string(out) +
                         " are not {N, C, *spatial} and {N, C, 1, ...}");
   }
-  ProviderState& state = *state_;
-  ThreadCountGuard threads(state.omp_threads);
-  return wrap_dnnl("prepare_global_average_pool", [&] {
-    auto impl = std::make_shared<PoolPlan::Impl>();
-    impl->state = state_;
-    impl->src = input.impl().md;
-    // With one spatial position, channels-last and plain outputs are the same bytes; oneDNN's
-    // jit pooling wants the input's format on both sides (a plain output from a channels-last
-    // input falls to ref:any, 490 vs 2.6 us at 96@14x14).
-    impl->dst = input.is_channels_last() ? channels_last_md(Dims(out.begin(), out.end()))
-                                         : output.impl().md;
-    const Dims window(in.begin() + 2, in.end());
-    const Dims ones(window.size(), 1);
-    const Dims zeros(window.size(), 0);
-    dnnl::pooling_forward::desc desc(
-        dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_avg_exclude_padding,
-        impl->src, impl->dst, ones, window, zeros, zeros);
-    return finish_pool_plan(state, std::move(impl), desc);
-  });
+  // With one spatial position, channels-last and plain outputs are the same bytes; oneDNN's jit
+  // pooling wants the input's format on both sides (a plain output from a channels-last input
+  // falls to ref:any, 490 vs 2.6 us at 96@14x14).
+  const memory::desc dst = input.is_channels_last()
+                               ? channels_last_md(Dims(out.begin(), out.end()))
+                               : output.impl().md;
+  const Dims window(in.begin() + 2, in.end());
+  const Dims zeros(window.size(), 0);
+  return make_pool_plan(state_, "prepare_global_average_pool",
+                        dnnl::algorithm::pooling_avg_exclude_padding, input.impl().md, dst,
+                        Dims(window.size(), 1), window, zeros, zeros);
 }
 
 // ---------------------------------------------------------------------------------------------
