@@ -54,9 +54,13 @@ struct Decline {
   std::string reason;
 };
 
+const Tensor* tensor_arg(Span<EValue*> args, size_t index) {
+  if (index >= args.size() || !args[index]->isTensor()) return nullptr;
+  return &args[index]->toTensor();
+}
+
 const Tensor* tensor_arg(const OpBinding& op, size_t index) {
-  if (index >= op.args.size() || !op.args[index]->isTensor()) return nullptr;
-  return &op.args[index]->toTensor();
+  return tensor_arg(op.args, index);
 }
 
 bool is_f32(const Tensor* tensor) {
@@ -95,39 +99,45 @@ bool int_list(const EValue* value, size_t rank, std::vector<int64_t>* out) {
   return true;
 }
 
+// Appends the post-op of one offered step; an add also sets *residual (false if one is already
+// set). False when the step cannot be expressed (a NaN clamp bound, a second add, a convolution).
+bool append_post_op(const FusableStep& step, onednn::PostOps* post, const Tensor** residual) {
+  switch (step.kind) {
+    case FusableStep::Kind::kRelu:
+      post->push_back(onednn::PostOp::relu());
+      return true;
+    case FusableStep::Kind::kClamp: {
+      if (std::isnan(step.min) || std::isnan(step.max)) return false;
+      const float lo = step.min < -FLT_MAX ? -FLT_MAX : static_cast<float>(step.min);
+      const float hi = step.max > FLT_MAX ? FLT_MAX : static_cast<float>(step.max);
+      if (lo == 0.0f && hi == FLT_MAX) {
+        post->push_back(onednn::PostOp::relu());
+      } else {
+        post->push_back(onednn::PostOp::clamp(lo, hi));
+      }
+      return true;
+    }
+    case FusableStep::Kind::kAdd:
+      if (*residual != nullptr || step.residual == nullptr || !step.residual->isTensor()) {
+        return false;
+      }
+      *residual = &step.residual->toTensor();
+      post->push_back(onednn::PostOp::add());
+      return true;
+    case FusableStep::Kind::kConv:
+      return false;  // a convolution is no post-op (see bind_block)
+  }
+  return false;
+}
+
 // The post-ops for the first `count` offered steps, and the residual tensor if one is an add;
-// false when the steps cannot be expressed (two adds).
+// false when the steps cannot be expressed.
 bool post_ops_for(const OpBinding& op, size_t count, onednn::PostOps* post,
                   const Tensor** residual) {
   post->clear();
   *residual = nullptr;
   for (size_t s = 0; s < count; ++s) {
-    const FusableStep& step = op.fusable[s];
-    switch (step.kind) {
-      case FusableStep::Kind::kRelu:
-        post->push_back(onednn::PostOp::relu());
-        break;
-      case FusableStep::Kind::kClamp: {
-        if (std::isnan(step.min) || std::isnan(step.max)) return false;
-        const float lo = step.min < -FLT_MAX ? -FLT_MAX : static_cast<float>(step.min);
-        const float hi = step.max > FLT_MAX ? FLT_MAX : static_cast<float>(step.max);
-        if (lo == 0.0f && hi == FLT_MAX) {
-          post->push_back(onednn::PostOp::relu());
-        } else {
-          post->push_back(onednn::PostOp::clamp(lo, hi));
-        }
-        break;
-      }
-      case FusableStep::Kind::kAdd:
-        if (*residual != nullptr || step.residual == nullptr || !step.residual->isTensor()) {
-          return false;
-        }
-        *residual = &step.residual->toTensor();
-        post->push_back(onednn::PostOp::add());
-        break;
-      case FusableStep::Kind::kConv:
-        return false;  // a convolution is no post-op (see bind_block)
-    }
+    if (!append_post_op(op.fusable[s], post, residual)) return false;
   }
   return true;
 }
@@ -555,12 +565,8 @@ bool block_post_ops(const OpBinding& op, size_t* index, bool allow_add, const Te
       ++*index;
       return true;
     }
-    onednn::PostOps one;
-    const Tensor* unused = nullptr;
-    OpBinding single = op;
-    single.fusable = Span<const FusableStep>(&step, 1);
-    if (!post_ops_for(single, 1, &one, &unused)) return false;
-    post->insert(post->end(), one.begin(), one.end());
+    const Tensor* no_residual = nullptr;  // adds are handled above
+    if (!append_post_op(step, post, &no_residual)) return false;
   }
   return true;
 }
@@ -646,14 +652,10 @@ bool bind_block(const OpBinding& op, const ConvRecipe& head, const Tensor* input
 // flags parallel to them. False with the reason in `decline` when oneDNN cannot take it.
 bool parse_conv(Span<EValue*> args, const bool* constant, ConvRecipe* recipe,
                 const Tensor** input_out, Tensor** output_out, Decline* decline) {
-  auto tensor_at = [&](size_t index) -> const Tensor* {
-    if (index >= args.size() || !args[index]->isTensor()) return nullptr;
-    return &args[index]->toTensor();
-  };
-  const Tensor* input = tensor_at(0);
-  const Tensor* weight = tensor_at(1);
-  const Tensor* bias = tensor_at(2);
-  if (args.size() < 10 || !is_f32(input) || !is_f32(weight) || !is_f32(tensor_at(9)) ||
+  const Tensor* input = tensor_arg(args, 0);
+  const Tensor* weight = tensor_arg(args, 1);
+  const Tensor* bias = tensor_arg(args, 2);
+  if (args.size() < 10 || !is_f32(input) || !is_f32(weight) || !is_f32(tensor_arg(args, 9)) ||
       (bias != nullptr && !is_f32(bias))) {
     decline->reason = "convolution: only float32 input, weight, bias and output";
     return false;
@@ -693,7 +695,7 @@ bool parse_conv(Span<EValue*> args, const bool* constant, ConvRecipe* recipe,
     return false;
   }
   // The output shape the graph planned must be the one oneDNN computes.
-  const Tensor* planned = tensor_at(9);
+  const Tensor* planned = tensor_arg(args, 9);
   std::vector<int64_t> expected{params.batch, params.out_channels};
   for (int64_t size : onednn::conv_output_size(params)) expected.push_back(size);
   if (dims_of(*planned) != expected) {
