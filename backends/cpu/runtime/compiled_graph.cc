@@ -153,13 +153,14 @@ Error CompiledGraph::plan_arena() {
   // op's own result and the earlier steps' results are never written: no bytes at all.
   std::vector<int64_t> first_write(spec_.values.size(), -1);
   std::vector<bool> skipped(spec_.values.size(), false);
-  for (size_t i = 0; i < spec_.values.size(); ++i) first_write[i] = spec_.values[i].producer;
+  for (size_t i = 0; i < spec_.values.size(); ++i) {
+    const int64_t producer = spec_.values[i].producer;
+    first_write[i] = producer;
+    skipped[i] = producer >= 0 && fused_steps_[static_cast<size_t>(producer)] > 0;
+  }
   for (size_t op = 0; op < fused_steps_.size(); ++op) {
     const size_t taken = fused_steps_[op];
     if (taken == 0) continue;
-    for (size_t i = 0; i < spec_.values.size(); ++i) {
-      if (spec_.values[i].producer == static_cast<int64_t>(op)) skipped[i] = true;
-    }
     for (size_t s = 0; s + 1 < taken; ++s) skipped[fusable_[op][s].output] = true;
     first_write[fusable_[op][taken - 1].output] = static_cast<int64_t>(op);
   }
