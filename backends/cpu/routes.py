@@ -39,7 +39,8 @@ class Route:
     kernel: str  # out-variant operator name in ExecuTorch's registry: "<ns>::<name>.<overload>"
     provider: Provider = Provider.REFERENCE
     flags: RouteFlag = RouteFlag.NONE
-    # to_edge would decompose this op, yet the delegate (or a preprocess fusion) wants it whole.
+    # to_edge would decompose this op, yet the delegate (or a preprocess fusion) wants it whole;
+    # the partitioner keeps it whole only for the nodes it claims (ops_to_not_decompose).
     keep_undecomposed: bool = False
 
     def out_variant(self) -> torch._ops.OpOverload:

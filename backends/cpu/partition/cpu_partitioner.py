@@ -60,6 +60,11 @@ class _CpuSupport(OperatorSupportBase):
         return node in self._decisions and self._decisions[node] is None
 
 
+def _claims_whole(node: torch.fx.Node) -> bool:
+    """Whether `partition` will claim `node` (an ATen node of a kept-undecomposed op)."""
+    return check_node(node) is None
+
+
 class CpuPartitioner(Partitioner):
     """Claims every node with a route whose tensors are static-shape and of a supported dtype."""
 
@@ -80,10 +85,12 @@ class CpuPartitioner(Partitioner):
     def ops_to_not_decompose(
         self, ep: ExportedProgram
     ) -> tuple[list[torch._ops.OpOverload], Callable[[torch.fx.Node], bool] | None]:
-        # Keep e.g. aten.linear whole so preprocess's linear-BN fusion can see it. No per-node
-        # filter: ExecuTorch takes its more reliable preserve path only when the filter is None,
-        # and a kept linear the partitioner leaves out still runs on ExecuTorch's linear.out.
-        return ops_to_keep_undecomposed(), None
+        # Keep e.g. aten.linear whole (preprocess's linear-BN fusion needs to see it), but only
+        # where `partition` will claim it: a kept op left outside the delegate is neither
+        # decomposed nor delegated, and lowering fails. The filter is the partitioner's own
+        # per-node decision (`check_node`), so the two cannot disagree; every other node of
+        # these ops is decomposed by to_edge as usual and runs wherever its parts go.
+        return ops_to_keep_undecomposed(), _claims_whole
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         graph_module = exported_program.graph_module

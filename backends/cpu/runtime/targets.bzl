@@ -159,6 +159,16 @@ def define_common_targets():
         deps = [":lowered_program"],
     )
 
+    # Linears the partitioner leaves out are decomposed and run outside; claimed ones stay whole.
+    runtime.python_test(
+        name = "left_out_linear_test",
+        srcs = ["test/left_out_linear_test.py"],
+        deps = [
+            ":lowered_program",
+            "//backends/cpu/serialization:graph_reader",
+        ],
+    )
+
     runtime.python_test(
         name = "lowered_integer_test",
         srcs = ["test/lowered_integer_test.py"],
