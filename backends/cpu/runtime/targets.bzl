@@ -119,8 +119,7 @@ def define_common_targets():
     runtime.python_library(
         name = "handmade_payload",
         srcs = ["test/handmade_payload.py"],
-        data = ["//backends/cpu/serialization:schema_fbs"],
-        deps = ["//backends/cpu/serialization:schema_py"],
+        deps = ["//backends/cpu/serialization:schema"],
     )
 
     runtime.python_test(

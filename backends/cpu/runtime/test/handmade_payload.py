@@ -8,14 +8,8 @@ The stand-in shares the real backend's name, so a test process must not import t
 """
 
 import copy
-import importlib
-import importlib.util
-import subprocess
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import flatbuffers
@@ -28,27 +22,7 @@ from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, Par
 from executorch.extension.pybindings import portable_lib
 from torch.export import ExportedProgram
 
-_SCHEMA = Path(__file__).resolve().parents[2] / "serialization" / "schema.fbs"
-
-
-def _bindings() -> ModuleType:
-    """The generated bindings: Bazel's schema_py target, else flatc into a temp dir."""
-    try:
-        return importlib.import_module("backends.cpu.serialization.schema_generated")
-    except ImportError:
-        out = Path(tempfile.mkdtemp(prefix="cpu_runtime_test_fb_"))
-        flags = ["--python", "--gen-onefile", "--gen-object-api"]
-        subprocess.run(["flatc", *flags, "-o", str(out), str(_SCHEMA)], check=True)
-        spec = importlib.util.spec_from_file_location(
-            "schema_generated", out / "schema_generated.py"
-        )
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-
-
-fb: Any = _bindings()
+from backends.cpu.serialization.schema import fb
 
 # schema.fbs enums (ExecuTorch ScalarType numbers for dtypes).
 DTYPES = {

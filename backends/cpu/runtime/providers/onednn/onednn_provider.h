@@ -9,7 +9,7 @@
 // (`output_layout()`). By default both are plain row-major (NCHW / NCL / NCDHW, [M, K]), i.e. what
 // contiguous ExecuTorch tensors hold. Between consecutive optimized convolutions ask for
 // `OutputLayout::kBest` (oneDNN's choice: channels-last "acdb" for fp32 on AVX-512 with oneDNN
-// 2.6) and pass that layout as the next plan's `input`: the activation then stays in that layout
+// 3.2) and pass that layout as the next plan's `input`: the activation then stays in that layout
 // and no conversion happens between the two nodes. `OutputLayout::kChannelsLast` pins NHWC, which
 // ExecuTorch can also hold (dim order 0,2,3,1) and torch pools natively. `prepare_reorder` converts
 // an activation back to plain where a reference op reads it.

@@ -5,16 +5,16 @@ load("//tools/build_defs:runtime.bzl", "runtime")
 def define_common_targets():
     """The provider library, its C ABI for ctypes, and its tests."""
 
-    # oneDNN 2.6 from Debian's libdnnl-dev (headers in /usr/include/oneapi/dnnl, libdnnl.so in the
-    # system library path), installed by ./bazelw. oneDNN runs on OpenMP: libgomp, which torch's
-    # wheel also ships under the same soname, so one OpenMP runtime serves both in one process.
+    # oneDNN 3.2 from the pinned wheels (@et_py//:onednn, see third_party/python/python_venv.bzl).
+    # oneDNN runs on OpenMP: libgomp, which torch's wheel also ships under the same soname, so one
+    # OpenMP runtime serves both in one process; omp.h and libgomp come with g++.
     runtime.cxx_library(
         name = "onednn_system",
         linkopts = [
-            "-ldnnl",
             "-lgomp",
             "-pthread",
         ],
+        deps = ["@et_py//:onednn"],
     )
 
     # The optimized provider the CPU delegate runtime links: #include
