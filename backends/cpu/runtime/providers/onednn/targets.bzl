@@ -22,7 +22,15 @@ def define_common_targets():
     runtime.cxx_library(
         name = "onednn_provider",
         srcs = [
+            "block_plan.cc",
+            "conv_plan.cc",
+            "layout.cc",
+            "linear_plan.cc",
+            "matmul_plan.cc",
+            "onednn_internal.h",
             "onednn_provider.cc",
+            "pieces.cc",
+            "pooling_plan.cc",
             "work_pool.cc",
             "work_pool.h",
         ],

@@ -1,3 +1,4 @@
+// The work-sharing pool: worker threads, task claiming and waiting (the design is in work_pool.h).
 #include "backends/cpu/runtime/providers/onednn/work_pool.h"
 
 #include <omp.h>

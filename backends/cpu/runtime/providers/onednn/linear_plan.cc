@@ -1,0 +1,175 @@
+// Linear / addmm plans (LinearPlan) on oneDNN's matmul, split into output column blocks.
+#include "backends/cpu/runtime/providers/onednn/onednn_internal.h"
+
+#include <cstring>
+
+namespace et_cpu_plugin {
+namespace onednn {
+
+Support supports_linear(const LinearParams& p, const PostOps& post_ops) {
+  if (p.rows < 1 || p.in_features < 1 || p.out_features < 1) {
+    return Support::no(
+        "linear: rows " + std::to_string(p.rows) + ", in_features " +
+        std::to_string(p.in_features) + ", out_features " + std::to_string(p.out_features) +
+        " must be positive");
+  }
+  return check_post_ops(post_ops);
+}
+
+struct LinearPlan::Impl {
+  std::shared_ptr<ProviderState> state;
+  dnnl::matmul primitive;
+  std::string implementation;
+  memory::desc scratchpad_md;
+  memory::desc src_md;
+  memory::desc dst_md;
+  OwnedTensor weights;
+  OwnedTensor bias;
+  bool has_bias = false;
+  bool has_add = false;
+  // Work sharing: column blocks of the output, each with its own weights; empty = one call.
+  std::vector<Piece> pieces;
+  size_t weights_bytes = 0;
+  mutable std::unordered_map<int, memory> args;  // the whole op's, made on the first run
+};
+
+LinearPlan::LinearPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+size_t LinearPlan::weights_bytes() const {
+  return impl_->weights_bytes;
+}
+size_t LinearPlan::scratchpad_bytes() const {
+  return impl_->scratchpad_md.get_size();
+}
+std::string LinearPlan::implementation() const {
+  return impl_->implementation;
+}
+size_t LinearPlan::pieces() const {
+  return std::max<size_t>(1, impl_->pieces.size());
+}
+
+void LinearPlan::run(const float* input, float* output, const float* residual) const {
+  const Impl& p = *impl_;
+  ProviderState& state = *p.state;
+  if (p.has_add && residual == nullptr) {
+    throw ProviderError("linear plan: post-op add needs a residual tensor, got null");
+  }
+  ThreadCountGuard threads(state.omp_threads);
+  if (p.has_add && residual != output) {
+    std::memcpy(output, residual, p.dst_md.get_size());
+  }
+  if (!p.pieces.empty()) {
+    run_pieces(state, p.pieces, [&](const Piece& piece) {
+      return piece_data(input, output + piece.dst_offset, piece.weights,
+                        p.has_bias ? &piece.bias : nullptr);
+    });
+    return;
+  }
+  execute_whole(state, p.primitive, p.args, p.src_md, p.dst_md, p.scratchpad_md,
+                piece_data(input, output, p.weights, p.has_bias ? &p.bias : nullptr));
+}
+
+namespace {
+
+// Columns per linear piece at least: narrower blocks starve oneDNN's GEMM kernel.
+constexpr int64_t kLinearColumns = 64;
+
+// Splits a linear into column blocks of its output: each piece reads the whole input, owns its
+// block of the weights (reordered once here, so the weights are not duplicated) and writes its
+// columns of the row-major output. Empty result: the plan stays whole.
+std::vector<Piece> split_linear(
+    ProviderState& state,
+    const LinearParams& params,
+    const memory::desc& src_md,
+    const float* weight,
+    const float* bias,
+    const dnnl::primitive_attr& attr,
+    const std::string& whole_implementation) {
+  const int64_t m = params.rows;
+  const int64_t k = params.in_features;
+  const int64_t n = params.out_features;
+  const size_t count = state.pieces_for(2.0 * m * k * n, n / kLinearColumns);
+  return make_pieces(state, count, [&](size_t i, Piece& piece) {
+    const auto [begin, end] = block_slice(n, kLinearColumns, count, i);
+    const int64_t width = end - begin;
+    piece.src_md = src_md;
+    piece.dst_md = memory::desc({m, width}, memory::data_type::f32, Dims{n, 1});
+    piece.dst_offset = static_cast<size_t>(begin);
+    // This block of the weight as a logical [K, width] matrix.
+    const memory::desc user_weight_md = params.weight_is_k_by_n
+        ? memory::desc({k, width}, memory::data_type::f32, Dims{n, 1})
+        : memory::desc({k, width}, memory::data_type::f32, Dims{1, k});
+    const float* user_weight = params.weight_is_k_by_n ? weight + begin : weight + begin * k;
+    const memory::desc bias_md = bias ? plain_md({1, width}) : memory::desc();
+    const dnnl::matmul::primitive_desc pd(state.engine, piece.src_md, any_md({k, width}),
+                                          bias_md, piece.dst_md, attr);
+    // A column block writes a strided output, which oneDNN's brgemm matmul refuses (2.6 and
+    // 3.2); its jit GEMM takes it at about the same speed. Only the reference kernel is not
+    // worth it.
+    if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0 &&
+        whole_implementation.rfind("ref", 0) != 0) {
+      return false;
+    }
+    set_primitive<dnnl::matmul>(piece, pd);
+    piece.weights = reorder_constant(state, user_weight_md, user_weight, pd.weights_desc());
+    if (bias) {
+      piece.bias = reorder_constant(state, plain_md({1, width}), bias + begin, pd.bias_desc());
+    }
+    return true;
+  });
+}
+
+}  // namespace
+
+LinearPlan Provider::prepare_linear(
+    const LinearParams& params, const float* weight, const float* bias, const PostOps& post_ops) {
+  const Support support = supports_linear(params, post_ops);
+  if (!support.ok) {
+    throw ProviderError("prepare_linear: " + support.reason);
+  }
+  if (weight == nullptr) {
+    throw ProviderError("prepare_linear: weight is null");
+  }
+  ProviderState& state = *state_;
+  ThreadCountGuard threads(state.omp_threads);
+  const int64_t m = params.rows;
+  const int64_t k = params.in_features;
+  const int64_t n = params.out_features;
+  // The weight as a logical [K, N] matrix: plain for addmm's mat2, transposed view for linear's.
+  const memory::desc user_weight_md = params.weight_is_k_by_n
+      ? plain_md({k, n})
+      : memory::desc({k, n}, memory::data_type::f32, Dims{1, k});
+
+  return wrap_dnnl("prepare_linear", [&] {
+    using Impl = LinearPlan::Impl;
+    auto impl = std::make_shared<Impl>();
+    impl->state = state_;
+    impl->src_md = plain_md({m, k});
+    impl->dst_md = plain_md({m, n});
+    const memory::desc bias_md = bias ? plain_md({1, n}) : memory::desc();
+    const dnnl::matmul::primitive_desc pd(state.engine, impl->src_md, any_md({k, n}), bias_md,
+                                          impl->dst_md, make_attr(post_ops));
+    impl->primitive = dnnl::matmul(pd);
+    impl->implementation = pd.impl_info_str();
+    impl->has_bias = bias != nullptr;
+    impl->has_add = has_add(post_ops);
+    const size_t weights_before = state.weights_bytes;
+    impl->pieces = split_linear(
+        state, params, impl->src_md, weight, bias, make_attr(post_ops), impl->implementation);
+    if (!impl->pieces.empty()) {
+      impl->implementation += ", " + std::to_string(impl->pieces.size()) + " pieces";
+    } else {
+      impl->scratchpad_md = pd.scratchpad_desc();
+      state.reserve_scratchpad(impl->scratchpad_md);
+      impl->weights = reorder_constant(state, user_weight_md, weight, pd.weights_desc());
+      if (bias) {
+        impl->bias = reorder_constant(state, plain_md({1, n}), bias, pd.bias_desc());
+      }
+    }
+    impl->weights_bytes = state.weights_bytes - weights_before;
+    return LinearPlan(std::move(impl));
+  });
+}
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin

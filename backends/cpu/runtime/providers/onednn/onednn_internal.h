@@ -1,0 +1,303 @@
+// The provider's internals shared by its source files: ProviderState, buffers, pieces, helpers.
+//
+// Not part of the provider's interface (onednn_provider.h is): only the provider's own .cc files
+// include this. Where things live:
+//   onednn_provider.cc  Provider (threads, defaults, memory accounting, ISA), post-op attributes
+//   layout.cc           Layout, memory descriptors, reorders (ReorderPlan, weights, input bands)
+//   pieces.cc           running primitives on the pool's threads; slicing ops into pieces
+//   conv_plan.cc        ConvPlan and its splits (row bands, images, output-channel blocks)
+//   linear_plan.cc      LinearPlan (column blocks)
+//   matmul_plan.cc      MatmulPlan (batches, row bands)
+//   block_plan.cc       BlockPlan: the inverted residual block in row bands
+//   pooling_plan.cc     PoolPlan: max pooling and global average pooling
+//   work_pool.{h,cc}    the work-sharing pool
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "backends/cpu/runtime/providers/onednn/onednn_provider.h"
+#include "backends/cpu/runtime/providers/onednn/work_pool.h"
+
+namespace et_cpu_plugin {
+namespace onednn {
+
+using dnnl::memory;
+using Dims = memory::dims;
+
+// 64-byte aligned bytes that can grow (the shared scratchpad) or stay fixed (weights, staging).
+class AlignedBuffer {
+ public:
+  void reserve(size_t bytes) {
+    if (bytes <= size_) {
+      return;
+    }
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, rounded)));
+    if (!data_) {
+      throw ProviderError("oneDNN provider: out of memory allocating " + std::to_string(bytes));
+    }
+    size_ = bytes;
+  }
+  void* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, Free> data_;
+  size_t size_ = 0;
+};
+
+// Runs a region with oneDNN's thread count, restoring the caller's OpenMP setting afterwards
+// (torch shares libgomp in a Python process and must keep its own torch.set_num_threads value).
+class ThreadCountGuard {
+ public:
+  explicit ThreadCountGuard(int threads) : saved_(omp_get_max_threads()) {
+    if (saved_ != threads) {
+      omp_set_num_threads(threads);
+    }
+    threads_ = threads;
+  }
+  ~ThreadCountGuard() {
+    if (saved_ != threads_) {
+      omp_set_num_threads(saved_);
+    }
+  }
+  ThreadCountGuard(const ThreadCountGuard&) = delete;
+  ThreadCountGuard& operator=(const ThreadCountGuard&) = delete;
+
+ private:
+  int saved_;
+  int threads_ = 0;
+};
+
+// Pieces per pool thread at most: enough that a thread the OS deschedules leaves most of an op
+// to the others, few enough that the fixed cost of a oneDNN call (a few us) stays small. Measured
+// on the example networks: 2 per thread beat 4 (ResNet 17 vs 21 ms, MobileNet 3.7 vs 5.7 ms).
+constexpr int64_t kPiecesPerThread = 2;
+
+// Runs `fn`, turning a oneDNN error into a ProviderError that names `what`.
+template <typename Fn>
+auto wrap_dnnl(const char* what, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const dnnl::error& e) {
+    throw ProviderError(std::string("oneDNN provider: ") + what + ": " + e.what());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dims, memory descriptors and layouts (layout.cc)
+
+// "[1, 2, 3]".
+std::string dims_to_string(const std::vector<int64_t>& dims);
+// The product of values[from:].
+double product(const std::vector<int64_t>& values, size_t from = 0);
+// fp32 descriptors of `dims`: row-major, channels-last ({N, C, *spatial} as NWC / NHWC / NDHWC;
+// throws below rank 3), and format `any` (the primitive picks).
+memory::desc plain_md(const Dims& dims);
+memory::desc channels_last_md(const Dims& dims);
+memory::desc any_md(const Dims& dims);
+
+struct Layout::Impl {
+  memory::desc md;
+  std::vector<int64_t> dims;
+};
+
+// The Layout of `md` (its dims taken from it).
+Layout layout_of(const memory::desc& md);
+
+// ---------------------------------------------------------------------------------------------
+// Post-ops (onednn_provider.cc)
+
+// Whether `post_ops` can be fused: at most one add, clamps with min <= max.
+Support check_post_ops(const PostOps& post_ops);
+// `post_ops` as oneDNN post-ops (an add as the sum post-op: run() puts the residual into dst
+// first), with a user scratchpad (one per Provider, shared by its plans).
+dnnl::primitive_attr make_attr(const PostOps& post_ops);
+bool has_add(const PostOps& post_ops);
+
+// ---------------------------------------------------------------------------------------------
+// Provider state shared by the plans
+
+struct ProviderState {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream{engine};
+  int num_threads = 1;
+  int omp_threads = 1;  // oneDNN's OpenMP team size on the calling thread
+  int64_t min_task_flops = 0;
+  AlignedBuffer scratchpad;
+  size_t weights_bytes = 0;
+  size_t staging_bytes = 0;
+  // Work sharing: the pool, and one stream and scratchpad per pool thread (index 0 = caller).
+  std::unique_ptr<WorkPool> pool;
+  std::vector<dnnl::stream> piece_streams;
+  std::vector<AlignedBuffer> piece_scratchpads;
+  // Dense outputs of channel pieces (see split_conv), one per pool thread, copied out in place.
+  std::vector<AlignedBuffer> piece_outputs;
+  // Block plans (prepare_block): each thread's expanded rows and depthwise output rows.
+  std::vector<AlignedBuffer> block_expanded;
+  std::vector<AlignedBuffer> block_depthwise;
+
+  void reserve_scratchpad(const memory::desc& md) { scratchpad.reserve(md.get_size()); }
+  void reserve_piece_scratchpad(const memory::desc& md) {
+    for (AlignedBuffer& buffer : piece_scratchpads) buffer.reserve(md.get_size());
+  }
+  void reserve_piece_output(size_t bytes) {
+    for (AlignedBuffer& buffer : piece_outputs) buffer.reserve(bytes);
+  }
+  size_t scratchpad_total() const {
+    size_t total = scratchpad.size();
+    for (const AlignedBuffer& buffer : piece_scratchpads) total += buffer.size();
+    for (const AlignedBuffer& buffer : piece_outputs) total += buffer.size();
+    for (const AlignedBuffer& buffer : block_expanded) total += buffer.size();
+    for (const AlignedBuffer& buffer : block_depthwise) total += buffer.size();
+    return total;
+  }
+
+  // Pieces an op of `flops` splits into over `units` independent slices; 1 = run it whole.
+  size_t pieces_for(double flops, int64_t units) const {
+    if (!pool || pool->size() < 2 || units < 2) {
+      return 1;
+    }
+    int64_t pieces = min_task_flops > 0 ? static_cast<int64_t>(flops / min_task_flops) : units;
+    pieces = std::min({pieces, units, kPiecesPerThread * pool->size()});
+    return pieces < 2 ? 1 : static_cast<size_t>(pieces);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Reorders (layout.cc)
+
+// Owns reordered constant data (weights, bias) in the primitive's layout.
+struct OwnedTensor {
+  memory::desc md;
+  std::shared_ptr<AlignedBuffer> bytes;
+};
+
+// `data` (laid out as `from`) reordered into a new buffer laid out as `to`; counted in the
+// provider's weights_bytes.
+OwnedTensor reorder_constant(
+    ProviderState& state, const memory::desc& from, const float* data, const memory::desc& to);
+
+// A large layout conversion (the graph input's NCHW -> NHWC, single-threaded otherwise) as
+// bands of the first spatial dim, one reorder per band over sub-memories of the same buffers;
+// none when it is too small to share or oneDNN refuses a band.
+std::vector<dnnl::reorder> split_reorder(ProviderState& state, const memory::desc& from,
+                                         const memory::desc& to);
+
+// ---------------------------------------------------------------------------------------------
+// Pieces of split plans and running primitives (pieces.cc)
+
+// One piece of a split plan: a primitive over a slice of the op. Offsets are in floats from the
+// start of the op's buffers; pieces never overlap in what they write.
+struct Piece {
+  dnnl::primitive primitive;
+  memory::desc src_md;
+  memory::desc weights_md;  // matmul: the run-time operand b; linear: the piece's own weights
+  memory::desc dst_md;
+  memory::desc scratchpad_md;
+  OwnedTensor weights;  // linear pieces own their column block; conv pieces share the plan's
+  OwnedTensor bias;
+  size_t src_offset = 0;
+  size_t weights_offset = 0;
+  size_t dst_offset = 0;
+  // Channel pieces of a channels-last convolution: output channels [first_channel,
+  // first_channel + channels) of every pixel, computed into the thread's dense piece output and
+  // copied into place (oneDNN's fast kernels only write dense outputs). 0 = a dense slice.
+  int64_t first_channel = 0;
+  int64_t channels = 0;
+  int64_t pixels = 0;  // N * spatial: rows of the strided copy
+  // Memory objects of the piece's arguments, made on its first run and re-pointed afterwards
+  // (making them costs about as much as a small piece's kernel). One thread runs a piece at a
+  // time, so no lock.
+  mutable std::unordered_map<int, memory> args;
+};
+
+// What a piece reads and writes in one run; a null weights/bias pointer means none.
+struct PieceData {
+  const float* src = nullptr;
+  float* dst = nullptr;
+  const memory::desc* weights_md = nullptr;
+  const float* weights = nullptr;
+  const memory::desc* bias_md = nullptr;
+  const float* bias = nullptr;
+};
+
+// The memory object `memories[key]` of `md`, pointed at `data`: made on first use, re-pointed
+// afterwards (making one costs ~0.25 us with oneDNN 3.2, re-pointing ~0.01 us).
+memory& point(std::unordered_map<int, memory>& memories, int key, const memory::desc& md,
+              const dnnl::engine& engine, const void* data);
+// Runs `primitive` on `worker`'s stream and scratchpad (the provider's own when it has no pool),
+// re-pointing the memory objects in `args` (made on first use) at `data`. One thread uses `args`
+// at a time, so no lock.
+void execute_on_worker(ProviderState& state, const dnnl::primitive& primitive,
+                       std::unordered_map<int, memory>& args, const memory::desc& src_md,
+                       const memory::desc& dst_md, const memory::desc& scratchpad_md, int worker,
+                       const PieceData& data);
+// Runs a whole (unsplit) op's primitive on the calling thread: the provider's stream and shared
+// scratchpad.
+void execute_whole(ProviderState& state, const dnnl::primitive& primitive,
+                   std::unordered_map<int, memory>& args, const memory::desc& src_md,
+                   const memory::desc& dst_md, const memory::desc& scratchpad_md,
+                   const PieceData& data);
+// Runs one piece on `worker`'s stream and scratchpad.
+void execute_piece(ProviderState& state, const Piece& piece, int worker, const PieceData& data);
+// Runs every piece on the pool; `data(piece)` gives what it reads and writes.
+void run_pieces(ProviderState& state, const std::vector<Piece>& pieces,
+                const std::function<PieceData(const Piece&)>& data);
+// What a piece reads and writes when its weights (and bias: null when there is none) are owned
+// constants.
+PieceData piece_data(const float* src, float* dst, const OwnedTensor& weights,
+                     const OwnedTensor* bias);
+
+// Copies `rows` rows of `width` floats between a dense block and a row-strided one.
+void copy_rows(const float* from, int64_t from_stride, float* to, int64_t to_stride,
+               int64_t rows, int64_t width);
+
+// [begin, end) of slice `index` when `units` are split into `count` near-equal slices.
+std::pair<int64_t, int64_t> slice_of(int64_t units, size_t count, size_t index);
+// [begin, end) of slice `index` of `count` over `total` items cut into blocks of `block` (the
+// last slice also takes the remainder), e.g. output channels in blocks of 16.
+std::pair<int64_t, int64_t> block_slice(int64_t total, int64_t block, size_t count, size_t index);
+
+// The pieces `make(index, piece)` builds for index 0..count-1, or none (the op stays whole) when
+// count < 2, when `make` returns false, or when oneDNN refuses one. Only a complete split keeps
+// what it counted (reordered weights) and reserves its scratchpad in every pool thread's buffer.
+std::vector<Piece> make_pieces(ProviderState& state, size_t count,
+                               const std::function<bool(size_t index, Piece& piece)>& make);
+
+// Gives `piece` the primitive of `pd` and its scratchpad size.
+template <typename Primitive, typename PrimitiveDesc>
+void set_primitive(Piece& piece, const PrimitiveDesc& pd) {
+  piece.primitive = Primitive(pd);
+  piece.scratchpad_md = pd.scratchpad_desc();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Convolution primitives (conv_plan.cc; the block plan builds its stages with it too)
+
+// An inference convolution's primitive descriptor (oneDNN counts dilation as the gaps between
+// kernel taps: 0 = dense). A zero `bias` md means no bias.
+dnnl::convolution_forward::primitive_desc conv_pd(
+    const dnnl::engine& engine, const memory::desc& src, const memory::desc& weights,
+    const memory::desc& bias, const memory::desc& dst, const Dims& strides,
+    const Dims& dilation, const Dims& pad_left, const Dims& pad_right,
+    const dnnl::primitive_attr& attr);
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin

@@ -1,0 +1,143 @@
+// Split plans' pieces: running primitives on the pool's threads, slicing ops, making splits.
+#include "backends/cpu/runtime/providers/onednn/onednn_internal.h"
+
+#include <cstring>
+
+namespace et_cpu_plugin {
+namespace onednn {
+
+namespace {
+
+// Runs `primitive` on `stream` with `scratchpad`, re-pointing the memory objects in `args` (made
+// on first use) at `data`. One thread uses `args` at a time, so no lock.
+void execute_with(ProviderState& state, const dnnl::primitive& primitive,
+                  std::unordered_map<int, memory>& args, const memory::desc& src_md,
+                  const memory::desc& dst_md, const memory::desc& scratchpad_md,
+                  dnnl::stream& stream, void* scratchpad, const PieceData& data) {
+  point(args, DNNL_ARG_SRC, src_md, state.engine, data.src);
+  point(args, DNNL_ARG_DST, dst_md, state.engine, data.dst);
+  point(args, DNNL_ARG_SCRATCHPAD, scratchpad_md, state.engine, scratchpad);
+  if (data.weights != nullptr) {
+    point(args, DNNL_ARG_WEIGHTS, *data.weights_md, state.engine, data.weights);
+  }
+  if (data.bias != nullptr) {
+    point(args, DNNL_ARG_BIAS, *data.bias_md, state.engine, data.bias);
+  }
+  primitive.execute(stream, args);
+  stream.wait();
+}
+
+const float* data_of(const OwnedTensor& tensor) {
+  return tensor.bytes ? static_cast<const float*>(tensor.bytes->data()) : nullptr;
+}
+
+}  // namespace
+
+memory& point(std::unordered_map<int, memory>& memories, int key, const memory::desc& md,
+              const dnnl::engine& engine, const void* data) {
+  auto found = memories.find(key);
+  if (found == memories.end()) {
+    return memories.emplace(key, memory(md, engine, const_cast<void*>(data))).first->second;
+  }
+  found->second.set_data_handle(const_cast<void*>(data));
+  return found->second;
+}
+
+void execute_on_worker(ProviderState& state, const dnnl::primitive& primitive,
+                       std::unordered_map<int, memory>& args, const memory::desc& src_md,
+                       const memory::desc& dst_md, const memory::desc& scratchpad_md, int worker,
+                       const PieceData& data) {
+  const bool pooled = !state.piece_streams.empty();
+  const size_t index = static_cast<size_t>(worker);
+  execute_with(state, primitive, args, src_md, dst_md, scratchpad_md,
+               pooled ? state.piece_streams[index] : state.stream,
+               pooled ? state.piece_scratchpads[index].data() : state.scratchpad.data(), data);
+}
+
+void execute_whole(ProviderState& state, const dnnl::primitive& primitive,
+                   std::unordered_map<int, memory>& args, const memory::desc& src_md,
+                   const memory::desc& dst_md, const memory::desc& scratchpad_md,
+                   const PieceData& data) {
+  wrap_dnnl("execute", [&] {
+    execute_with(state, primitive, args, src_md, dst_md, scratchpad_md, state.stream,
+                 state.scratchpad.data(), data);
+  });
+}
+
+void execute_piece(ProviderState& state, const Piece& piece, int worker, const PieceData& data) {
+  wrap_dnnl("execute piece", [&] {
+    execute_on_worker(state, piece.primitive, piece.args, piece.src_md, piece.dst_md,
+                      piece.scratchpad_md, worker, data);
+  });
+}
+
+void copy_rows(const float* from, int64_t from_stride, float* to, int64_t to_stride,
+               int64_t rows, int64_t width) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(to + r * to_stride, from + r * from_stride, static_cast<size_t>(width) * 4);
+  }
+}
+
+void run_pieces(ProviderState& state, const std::vector<Piece>& pieces,
+                const std::function<PieceData(const Piece&)>& data) {
+  state.pool->run(pieces.size(), [&](size_t index, int worker) {
+    execute_piece(state, pieces[index], worker, data(pieces[index]));
+  });
+}
+
+PieceData piece_data(const float* src, float* dst, const OwnedTensor& weights,
+                     const OwnedTensor* bias) {
+  PieceData data;
+  data.src = src;
+  data.dst = dst;
+  data.weights_md = &weights.md;
+  data.weights = data_of(weights);
+  if (bias != nullptr) {
+    data.bias_md = &bias->md;
+    data.bias = data_of(*bias);
+  }
+  return data;
+}
+
+std::pair<int64_t, int64_t> slice_of(int64_t units, size_t count, size_t index) {
+  const int64_t n = static_cast<int64_t>(count);
+  const int64_t i = static_cast<int64_t>(index);
+  return {units * i / n, units * (i + 1) / n};
+}
+
+std::pair<int64_t, int64_t> block_slice(int64_t total, int64_t block, size_t count, size_t index) {
+  const auto [begin, end] = slice_of(total / block, count, index);
+  return {begin * block, index + 1 == count ? total : end * block};
+}
+
+std::vector<Piece> make_pieces(ProviderState& state, size_t count,
+                               const std::function<bool(size_t index, Piece& piece)>& make) {
+  if (count < 2) {
+    return {};
+  }
+  const size_t weights_before = state.weights_bytes;
+  std::vector<Piece> pieces;
+  try {
+    for (size_t i = 0; i < count; ++i) {
+      Piece piece;
+      if (!make(i, piece)) {
+        pieces.clear();
+        break;
+      }
+      pieces.push_back(std::move(piece));
+    }
+  } catch (const dnnl::error&) {
+    pieces.clear();
+  }
+  if (pieces.empty()) {
+    state.weights_bytes = weights_before;
+    return {};
+  }
+  for (const Piece& piece : pieces) {
+    state.reserve_piece_scratchpad(piece.scratchpad_md);
+  }
+  return pieces;
+}
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin
