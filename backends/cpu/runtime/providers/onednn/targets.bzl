@@ -9,7 +9,7 @@ def define_common_targets():
     # oneDNN runs on OpenMP: libgomp, which torch's wheel also ships under the same soname, so one
     # OpenMP runtime serves both in one process; omp.h and libgomp come with g++.
     runtime.cxx_library(
-        name = "onednn_system",
+        name = "onednn",
         linkopts = [
             "-lgomp",
             "-pthread",
@@ -40,7 +40,7 @@ def define_common_targets():
             "-O2",
         ],
         visibility = ["//visibility:public"],
-        deps = [":onednn_system"],
+        deps = [":onednn"],
     )
 
     # The runtime's Optimized provider (KernelProvider id 1) on top of the plans above; linked
