@@ -1,14 +1,15 @@
 """The CPU delegate's route table: the single source of truth for which Edge ops it executes.
 
 A route maps an Edge-dialect op (keyed like ``"aten.convolution.default"``) to the ExecuTorch
-out-variant kernel that executes it (``"aten::convolution.out"``), the provider that runs it and
-per-route flags. The partitioner claims only ops listed here, the serializer writes each op's
-route and kernel into the payload, and the C++ runtime binds the payload's kernel names through
-ExecuTorch's operator registry: there is no second list on the runtime side.
+out-variant kernel that executes it (``"aten::convolution.out"``), the provider that runs it,
+per-route flags and, where the kernel covers only part of the op, a check of a node's arguments.
+The partitioner claims only ops listed here, the serializer writes each op's route and kernel
+into the payload, and the C++ runtime binds the payload's kernel names through ExecuTorch's
+operator registry: there is no second list on the runtime side.
 """
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -31,6 +32,12 @@ class RouteFlag(enum.IntFlag):
     OPTIONAL_TENSOR_LISTS = 1
 
 
+# Why ExecuTorch's kernel cannot run this node's arguments (a human-readable detail), or None when
+# it can: for kernels that cover only part of their op's domain (e.g. constant_pad_nd's kernel
+# pads but does not crop). The partitioner leaves such a node out (`LeaveOutReason.ARGUMENTS`).
+ArgumentCheck = Callable[[torch.fx.Node], str | None]
+
+
 @dataclass(frozen=True)
 class Route:
     """How the CPU runtime executes one Edge op."""
@@ -42,6 +49,8 @@ class Route:
     # to_edge would decompose this op, yet the delegate (or a preprocess fusion) wants it whole;
     # the partitioner keeps it whole only for the nodes it claims (ops_to_not_decompose).
     keep_undecomposed: bool = False
+    # Arguments the kernel cannot take (see ArgumentCheck); None: it takes every node of the op.
+    check_args: ArgumentCheck | None = None
 
     def out_variant(self) -> torch._ops.OpOverload:
         """The out-variant OpOverload named by `kernel`; its schema orders the payload's args."""
@@ -52,6 +61,14 @@ class Route:
 
 def _r(op: str, kernel: str, **kwargs: object) -> Route:
     return Route(op, kernel, **kwargs)  # type: ignore[arg-type]
+
+
+def _non_negative_padding(node: torch.fx.Node) -> str | None:
+    # torch crops with negative padding; ExecuTorch's constant_pad_nd kernel rejects it at run time.
+    pad = node.args[1] if len(node.args) > 1 else node.kwargs.get("pad")
+    if isinstance(pad, (list, tuple)) and any(isinstance(p, int) and p < 0 for p in pad):
+        return f"negative padding {list(pad)} (the kernel does not crop)"
+    return None
 
 
 _OPTIONAL_LISTS = RouteFlag.OPTIONAL_TENSOR_LISTS
@@ -89,6 +106,11 @@ _ROUTE_LIST: tuple[Route, ...] = (
     _r("aten.hardtanh.default", "aten::hardtanh.out"),
     _r("aten.sigmoid.default", "aten::sigmoid.out"),
     _r("aten.tanh.default", "aten::tanh.out"),
+    # hardswish, hardsigmoid and silu have no out-variant kernel in ExecuTorch's registry; to_edge
+    # decomposes them into add/clamp/mul/div and sigmoid/mul, which are routed above.
+    # Softmax over one dim (classifier heads, per-frame class log-probabilities).
+    _r("aten._softmax.default", "aten::_softmax.out"),
+    _r("aten._log_softmax.default", "aten::_log_softmax.out"),
     # Pooling and reductions.
     # Optimized when the indices are unused (inference).
     _r(
@@ -118,6 +140,15 @@ _ROUTE_LIST: tuple[Route, ...] = (
     _r("dim_order_ops._clone_dim_order.default", "dim_order_ops::_clone_dim_order.out"),
     _r("dim_order_ops._to_dim_order_copy.default", "dim_order_ops::_to_dim_order_copy.out"),
     _r("aten._to_copy.default", "aten::_to_copy.out"),
+    _r(
+        "aten.constant_pad_nd.default",
+        "aten::constant_pad_nd.out",
+        check_args=_non_negative_padding,
+    ),
+    # Resampling: Edge keeps the `.vec` overloads, whose output size and scale factors are both
+    # optional lists (`SymInt[]?`, `float[]?`): exactly one is given, the other is None.
+    _r("aten.upsample_nearest2d.vec", "aten::upsample_nearest2d.vec_out"),
+    _r("aten.upsample_bilinear2d.vec", "aten::upsample_bilinear2d.vec_out"),
     # Batch norm that no preprocess fusion absorbed.
     _r(
         "aten._native_batch_norm_legit_no_training.default",

@@ -13,6 +13,9 @@ _EXAMPLES = [
     "resnet",
 ]
 
+# pytest -k expression selecting zoo_families_test.py's mobile families (the slowest to lower).
+_MOBILE_FAMILIES = "mobilenet_v3 or efficientnet"
+
 def define_common_targets():
     """The shared helper, one test per example, the regressions and the command-line test."""
     runtime.python_library(
@@ -45,6 +48,27 @@ def define_common_targets():
             deps = [
                 ":lower_binary",
                 "//tools/lower:examples",
+            ],
+        )
+
+    # Issue 17: each zoo family (tools/bench/zoo.py, small size) lowered by CpuPartitioner with
+    # nothing left out, run on the runtime, compared with eager. Two targets over the same file
+    # keep each well under a minute on a busy machine.
+    for name, selection in [
+        ("zoo_families_mobile_test", _MOBILE_FAMILIES),
+        ("zoo_families_other_test", "not (" + _MOBILE_FAMILIES + ")"),
+    ]:
+        runtime.python_test(
+            name = name,
+            size = "medium",
+            srcs = ["zoo_families_test.py"],
+            # Bazel splits test args like a shell would: quote the expression.
+            args = ["-k", "'" + selection + "'"],
+            deps = [
+                "//backends/cpu/partition:cpu_partitioner",
+                "//backends/cpu/runtime:loader",
+                "//backends/cpu/serialization:graph_reader",
+                "//tools/bench:zoo",
             ],
         )
 

@@ -59,7 +59,9 @@ Contract:
   N busy processes while timing, to measure how each variant degrades on a shared machine), runs
   and prints, and returns the process exit code: 0 when every variant ran, 1 when any variant
   failed (its error is shown in the table instead of figures). A script with options of its own
-  adds them to ``build_parser()`` and calls ``run_main(args, benchmarks, after_each)``.
+  adds them to ``build_parser()`` and calls ``run_main(args, benchmarks, after_each)``;
+  ``after_each(result)`` returns text printed under the table and may fill ``result.details``
+  (JSON-serialisable), which goes into the JSON document.
 - ``run_benchmark(benchmark, options)`` returns a ``BenchmarkResult``; ``render_text`` and
   ``to_json`` turn results into the table and the JSON document for callers with their own CLI.
 """
@@ -158,6 +160,9 @@ class BenchmarkResult:
     load_before: tuple[float, float, float]
     load_after: tuple[float, float, float]
     wall_s: float
+    # Figures a benchmark script derives beyond the timings (``after_each`` may add them, e.g. how
+    # much of a model was delegated); written with the JSON.
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 # --- factories by reference (for the memory subprocess) -------------------------------------------

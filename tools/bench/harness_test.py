@@ -116,6 +116,25 @@ def test_main_prints_a_table_writes_json_and_signals_failure(tmp_path, capsys) -
     assert data["benchmarks"][0]["variants"][0]["ratio_to_baseline"] == pytest.approx(1.0)
 
 
+def test_details_from_after_each_reach_the_json(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    def benchmarks() -> list[harness.Benchmark]:
+        variants = [harness.Variant("a", make_sleeper, {"ms": 1})]
+        return [harness.Benchmark(name="one", baseline="a", variants=variants)]
+
+    def after_each(result: harness.BenchmarkResult) -> str:
+        result.details["delegated"] = {"nodes": 3, "of": 4}
+        return "  delegated 3/4"
+
+    out = tmp_path / "r.json"
+    args = harness.build_parser("t").parse_args(
+        ["--repeats", "2", "--no-memory", "--quiet", "--json", str(out)]
+    )
+    assert harness.run_main(args, benchmarks, after_each=after_each) == 0
+    assert "  delegated 3/4" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["benchmarks"][0]["details"] == {"delegated": {"nodes": 3, "of": 4}}
+
+
 def test_bad_benchmark_definitions_are_rejected() -> None:
     with pytest.raises(ValueError, match="baseline 'zzz' is not one of"):
         harness.Benchmark("x", [harness.Variant("a", make_sleeper)], baseline="zzz")

@@ -103,3 +103,38 @@ def define_common_targets():
             "//tools/lower:examples",
         ],
     )
+
+    # Issue 17: the held-out model zoo (MobileNetV3-, EfficientNet-, ResNet-50-style, UNet,
+    # conv1d speech) on the CPU delegate vs XNNPACK vs eager, with delegated fractions and an
+    # optional per-op profile (--profile).
+    runtime.python_library(
+        name = "zoo",
+        srcs = ["zoo.py"],
+        visibility = ["//visibility:public"],
+        deps = ["//tools/lower:examples"],
+    )
+
+    runtime.python_library(
+        name = "zoo_bench_lib",
+        srcs = ["zoo_bench.py"],
+        deps = [
+            ":harness",
+            ":zoo",
+            "//backends/cpu:routes",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/runtime:loader",
+        ],
+    )
+
+    runtime.python_binary(
+        name = "zoo_bench",
+        main = "zoo_bench.py",
+        deps = [":zoo_bench_lib"],
+    )
+
+    runtime.python_test(
+        name = "zoo_bench_test",
+        size = "medium",
+        srcs = ["zoo_bench_test.py"],
+        deps = [":zoo_bench_lib"],
+    )

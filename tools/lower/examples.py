@@ -42,7 +42,7 @@ class Example:
         """The model at ``size``, in eval mode, with the same weights on every call."""
         torch.manual_seed(0)
         model = self.build(self._spec(size))
-        _randomize_batch_norm_statistics(model)
+        randomize_batch_norm_statistics(model)
         return model.eval()
 
     def sample_inputs(self, size: str = "small", seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -56,10 +56,13 @@ class Example:
         return self.specs[size]
 
 
-def _randomize_batch_norm_statistics(model: nn.Module) -> None:
-    # Fresh BN layers are the identity (mean 0, var 1, weight 1, bias 0): folding them wrongly
-    # would go unnoticed. Seeded, so the model is the same on every call.
-    generator = torch.Generator().manual_seed(1)
+def randomize_batch_norm_statistics(model: nn.Module, seed: int = 1) -> nn.Module:
+    """Gives every batch norm of `model` non-trivial statistics and affine parameters (seeded).
+
+    Fresh BN layers are the identity (mean 0, var 1, weight 1, bias 0): folding them wrongly would
+    go unnoticed. Seeded, so the model is the same on every call. Returns `model`.
+    """
+    generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for module in model.modules():
             if isinstance(module, nn.modules.batchnorm._BatchNorm):
@@ -69,6 +72,7 @@ def _randomize_batch_norm_statistics(model: nn.Module) -> None:
                 module.running_var.copy_(torch.rand(n, generator=generator) * 0.5 + 0.75)
                 module.weight.copy_(torch.rand(n, generator=generator) * 0.5 + 0.75)
                 module.bias.copy_(torch.randn(n, generator=generator) * 0.1)
+    return model
 
 
 # --- ResNet-shaped: conv-BN-ReLU with residual basic blocks ---------------------------------------

@@ -29,6 +29,7 @@ class LeaveOutReason(enum.Enum):
     DYNAMIC_SHAPE = "dynamic shape"  # a symbolic dimension or a symbolic scalar
     QUANTIZED = "quantized"  # quantize/dequantize or quantized execution
     LAYOUT = "layout"  # a tensor that is not in contiguous dim order
+    ARGUMENTS = "arguments"  # arguments outside what the route's kernel takes (Route.check_args)
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,8 @@ def _namespace(target: object) -> str | None:
 def check_node(node: torch.fx.Node) -> LeftOutNode | None:
     """None when the delegate can take `node` (a call_function node), else why it cannot.
 
-    Checks run in a fixed order (quantized, dynamic shape, route, dtype, layout) so a node gets
-    the most fundamental reason.
+    Checks run in a fixed order (quantized, dynamic shape, route, dtype, layout, arguments) so a
+    node gets the most fundamental reason.
     """
     key = op_key(node.target)
     op_name = key if key is not None else str(getattr(node.target, "__name__", node.target))
@@ -93,7 +94,8 @@ def check_node(node: torch.fx.Node) -> LeftOutNode | None:
         if value is not None and not isinstance(value, torch.Tensor):
             return leave_out(LeaveOutReason.DYNAMIC_SHAPE, f"non-tensor input {where}")
 
-    if route_for(node.target) is None:
+    route = route_for(node.target)
+    if route is None:
         return leave_out(LeaveOutReason.NO_ROUTE, f"no CPU route for {op_name}")
 
     for where, value in values:
@@ -102,4 +104,8 @@ def check_node(node: torch.fx.Node) -> LeftOutNode | None:
                 return leave_out(LeaveOutReason.DTYPE, f"dtype {tensor.dtype} of {where}")
             if tensor.dim() > 0 and not tensor.is_contiguous():
                 return leave_out(LeaveOutReason.LAYOUT, f"non-contiguous {where}")
+
+    why = route.check_args(node) if route.check_args is not None else None
+    if why is not None:
+        return leave_out(LeaveOutReason.ARGUMENTS, why)
     return None

@@ -218,6 +218,42 @@ _CASES: list[tuple[str, torch.nn.Module, tuple[torch.Tensor, ...], str]] = [
         "aten.arange.start_step",
     ),
     (
+        "softmax_log_softmax",
+        _Fn(lambda x: (F.softmax(x, dim=1), F.log_softmax(x * 20.0, dim=-1))),
+        (_f(2, 3, 5),),
+        "aten._log_softmax.default",
+    ),
+    (
+        "constant_pad",
+        _Fn(lambda x, n: (F.pad(x, (1, 2, 0, 3), value=0.5), F.pad(n, (2, 1), value=7))),
+        (_f(1, 2, 3, 4), _i(3, 4)),
+        "aten.constant_pad_nd.default",
+    ),
+    # The .vec overloads take `SymInt[]? output_size` and `float[]? scale_factors`, one is None.
+    (
+        "upsample_nearest_scale_and_size",
+        _Fn(
+            lambda x: (
+                F.interpolate(x, scale_factor=(1.5, 2.0), mode="nearest"),
+                F.interpolate(x, size=(3, 11), mode="nearest"),
+            )
+        ),
+        (_f(1, 2, 5, 4),),
+        "aten.upsample_nearest2d.vec",
+    ),
+    (
+        "upsample_bilinear_scale_size_corners",
+        _Fn(
+            lambda x: (
+                F.interpolate(x, scale_factor=1.7, mode="bilinear"),
+                F.interpolate(x, size=(3, 9), mode="bilinear", align_corners=True),
+                F.interpolate(x, scale_factor=0.6, mode="bilinear"),
+            )
+        ),
+        (_f(2, 3, 5, 6),),
+        "aten.upsample_bilinear2d.vec",
+    ),
+    (
         "unfused_batch_norm",
         randomize_batch_norm(torch.nn.Sequential(torch.nn.BatchNorm2d(3))),
         (_f(2, 3, 4, 4),),

@@ -144,3 +144,18 @@ def test_channels_last_tensors_are_left_out_for_layout() -> None:
     }
     assert len(partitioner.report.claimed) == 1
     assert read_payload(cpu_payloads(edge.exported_program())[0]).routes() == ["aten.add.Tensor"]
+
+
+class _Pads(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.nn.functional.pad(x, (1, 1)), torch.nn.functional.pad(x, (0, -1, 1, 0))
+
+
+def test_arguments_outside_the_kernel_are_left_out() -> None:
+    # ExecuTorch's constant_pad_nd pads but does not crop: a negative pad would fail at run time.
+    _, partitioner = _lower(_Pads(), (torch.randn(2, 3, 4),))
+    (left_out,) = partitioner.report.left_out
+    assert left_out.op == "aten.constant_pad_nd.default"
+    assert left_out.reason == LeaveOutReason.ARGUMENTS
+    assert "negative padding" in left_out.detail
+    assert len(partitioner.report.claimed) == 1

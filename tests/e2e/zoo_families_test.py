@@ -1,0 +1,78 @@
+"""End to end, per zoo family (issue 17; `tools/bench/zoo.py`, small size): export, lower with
+`CpuPartitioner`, nothing left out, run on the real ExecuTorch runtime with the CPU delegate,
+match eager.
+
+Float outputs compare with rtol 1e-4 and atol 1e-4 scaled by the largest eager output magnitude
+(at least 1): the delegate folds batch norm into the weights and its kernels accumulate in another
+order, so results differ by rounding, which grows with the values (the classifiers' logits).
+"""
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+from executorch.exir import to_edge_transform_and_lower
+from executorch.extension.pybindings import portable_lib
+
+from backends.cpu.partition.cpu_partitioner import CpuPartitioner
+from backends.cpu.runtime import loader
+from backends.cpu.serialization.graph_reader import cpu_payloads, read_payload
+from tools.bench import zoo
+
+ATOL = RTOL = 1e-4
+
+# Routes each family must bring into the delegate: what made it a family of its own.
+_FAMILY_ROUTES = {
+    "mobilenet_v3": {"aten.clamp.default", "aten.div.Tensor", "aten.mean.dim"},  # hardswish, SE
+    "efficientnet": {"aten.sigmoid.default", "aten.mul.Tensor", "aten.mean.dim"},  # SiLU, SE
+    "resnet50": {"aten.max_pool2d_with_indices.default", "aten.add.Tensor"},
+    "unet": {
+        "aten.max_pool2d_with_indices.default",
+        "aten.cat.default",
+        "aten.upsample_bilinear2d.vec",
+        "aten.upsample_nearest2d.vec",
+    },
+    "speech_conv1d": {"aten._log_softmax.default", "aten.permute_copy.default"},
+}
+
+# The runtime does not own a loaded program's bytes: keep each one alive for the session.
+_BUFFERS: list[bytes] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _runtime() -> Iterator[None]:
+    loader.load_cpu_backend()
+    yield
+
+
+def test_every_zoo_family_is_covered() -> None:
+    assert set(_FAMILY_ROUTES) == set(zoo.ZOO)
+
+
+@pytest.mark.parametrize("family", sorted(zoo.ZOO))
+def test_zoo_family_is_delegated_whole_and_matches_eager(family: str) -> None:
+    model, inputs = zoo.create(family, "small")
+    partitioner = CpuPartitioner()
+    with torch.no_grad():
+        exported = torch.export.export(model, inputs)
+        expected = model(*inputs)
+    edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
+    assert partitioner.report.left_out == (), str(partitioner.report)
+    assert partitioner.report.partitions == 1
+
+    (payload,) = cpu_payloads(edge.exported_program())
+    graph = read_payload(payload)
+    routes = set(graph.routes())
+    assert _FAMILY_ROUTES[family] <= routes, _FAMILY_ROUTES[family] - routes
+    if family == "unet":  # ConvTranspose2d: convolution.out with transposed=True (argument 6)
+        convolutions = [op for op in graph.ops if op.route == "aten.convolution.default"]
+        assert any(op.args[6].value is True for op in convolutions)
+
+    pte = bytes(edge.to_executorch().buffer)
+    _BUFFERS.append(pte)
+    module = portable_lib._load_for_executorch_from_buffer(pte)
+    (actual,) = module.forward(list(inputs))
+    assert isinstance(expected, torch.Tensor)
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype
+    scale = max(1.0, expected.abs().max().item())
+    torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL * scale)

@@ -1,0 +1,343 @@
+"""Issue 17's benchmark: the held-out model zoo (`tools/bench/zoo.py`: MobileNetV3-, EfficientNet-,
+ResNet-50-style, UNet, conv1d speech) on the CPU delegate vs the XNNPACK delegate vs eager PyTorch,
+at the zoo's full size by default. Ratios are against the CPU delegate, measured interleaved in
+one run; peak memory is per path, each in a fresh process. Under each table: the fraction of the
+Edge ops the CPU partitioner delegated (from its report; also in the JSON as ``details``) and the
+ops XNNPACK left outside its delegate.
+
+Two timing regimes (the harness's; run both before drawing conclusions on a shared machine):
+
+    # settled (default): before every timed call, wait until the other threads are idle and make
+    # one untimed call, so no variant is timed against its predecessor's spinning thread pool
+    ./bazelw run //tools/bench:zoo_bench -- [--only unet/full] [--repeats 10] [--json out.json]
+
+    # not settled: variants alternate call by call, each timed right after the previous one
+    # (what an application switching between models sees)
+    ./bazelw run //tools/bench:zoo_bench -- --no-settle [--repeats 10]
+
+Other options: ``--size small`` (the test size), ``--no-memory`` (skip the memory subprocesses),
+``--profile [--profile-runs N]``: after each table, one extra run per model in a fresh process
+with ``ET_CPU_PROFILE=1`` (the runtime times every kernel call and prints its table when the
+delegate is destroyed): which provider ran each op and its share of the kernel time, summed per
+kernel and provider, plus the top ops. The profiled run is not one of the timed ones (profiling
+adds two clock reads per op).
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from tools.bench import harness, zoo
+
+BASELINE = "cpu delegate"
+XNNPACK = "xnnpack"
+EAGER = "eager"
+_SIZE = ["full"]  # --size rewrites it before the benchmarks are built
+_PROFILE_RUNS = [0]  # --profile sets the number of profiled runs per model
+# What the CPU delegate's factory learned while lowering, per benchmark name ("model/size").
+_DELEGATION: dict[str, dict[str, Any]] = {}
+_XNNPACK_OUTSIDE: dict[str, dict[str, int]] = {}
+# The runtime does not own a loaded program's bytes: keep them alive with the module.
+_KEEP: list[bytes] = []
+_PROFILE_CHILD_FLAG = "--profile-child"
+
+
+def _outer_ops(program: Any) -> dict[str, int]:
+    """Ops of a lowered program that run outside any delegate: op key -> count."""
+    import operator
+
+    from backends.cpu.routes import op_key
+
+    counts: collections.Counter[str] = collections.Counter()
+    for node in program.graph.nodes:
+        if node.op != "call_function" or node.target is operator.getitem:
+            continue
+        if node.target is torch.ops.higher_order.executorch_call_delegate:
+            continue
+        counts[op_key(node.target) or str(node.target)] += 1
+    return dict(counts)
+
+
+def lower(model: str, size: str, path: str) -> tuple[bytes, tuple[torch.Tensor, ...]]:
+    """Exports the zoo model and lowers it for `path` (cpu delegate or xnnpack); returns the .pte
+    bytes and the inputs. Records the delegation figures of the lowering."""
+    from executorch.exir import to_edge_transform_and_lower
+
+    net, inputs = zoo.create(model, size)
+    with torch.no_grad():
+        exported = torch.export.export(net, inputs)
+    name = f"{model}/{size}"
+    if path == BASELINE:
+        from backends.cpu.partition.cpu_partitioner import CpuPartitioner
+
+        partitioner = CpuPartitioner()
+        edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
+        report = partitioner.report
+        total = len(report.claimed) + len(report.left_out)
+        left_out = collections.Counter(f"{n.op} ({n.reason.value})" for n in report.left_out)
+        _DELEGATION[name] = {
+            "delegated_nodes": len(report.claimed),
+            "total_nodes": total,
+            "fraction": len(report.claimed) / total if total else 0.0,
+            "partitions": report.partitions,
+            "left_out": dict(left_out),
+        }
+    elif path == XNNPACK:
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+        _XNNPACK_OUTSIDE[name] = _outer_ops(edge.exported_program())
+    else:
+        raise ValueError(f"unknown path {path!r}")
+    return bytes(edge.to_executorch().buffer), inputs
+
+
+def make_program(model: str, size: str, path: str) -> harness.Runner:
+    """Lowers the zoo model for `path`, loads it on ExecuTorch's runtime, runs forward."""
+    from executorch.extension.pybindings import portable_lib
+
+    from backends.cpu.runtime import loader
+
+    pte, inputs = lower(model, size, path)
+    _KEEP.append(pte)
+    # The memory and profile subprocesses load the same library.
+    os.environ.setdefault(loader.ENV_LIBRARY, loader.load_cpu_backend())
+    module = portable_lib._load_for_executorch_from_buffer(pte)
+    args = list(inputs)
+    module.forward(args)  # loads the method: the delegate's init runs here
+    return lambda: module.forward(args)
+
+
+def make_eager(model: str, size: str) -> harness.Runner:
+    """The zoo model's forward in eager PyTorch under torch.no_grad()."""
+    net, inputs = zoo.create(model, size)
+
+    def run() -> object:
+        with torch.no_grad():
+            return net(*inputs)
+
+    return run
+
+
+def benchmarks() -> list[harness.Benchmark]:
+    size = _SIZE[0]
+    out = []
+    for model, entry in zoo.ZOO.items():
+        kwargs = {"model": model, "size": size}
+        shapes = " x ".join(str(list(s)) for s in entry.input_shapes[size])
+        out.append(
+            harness.Benchmark(
+                name=f"{model}/{size}",
+                baseline=BASELINE,
+                variants=[
+                    harness.Variant(BASELINE, make_program, {**kwargs, "path": BASELINE}),
+                    harness.Variant(XNNPACK, make_program, {**kwargs, "path": XNNPACK}),
+                    harness.Variant(EAGER, make_eager, kwargs),
+                ],
+                notes=f"{entry.description}; inputs {shapes}; "
+                f"torch threads {torch.get_num_threads()}",
+            )
+        )
+    return out
+
+
+# --- per-op profile -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProfiledOp:
+    """One line of the runtime's ET_CPU_PROFILE table."""
+
+    node: str
+    kernel: str
+    provider: str  # "Reference", "Optimized(oneDNN)", "Reference (declined by ...: why)"
+    mean_us: float
+    share: float  # percent of the delegate's kernel time
+
+
+# "      21.6 us   2.9%  <node> <kernel>: <placement>" (compiled_graph.cc, profile_report).
+_PROFILE_LINE = re.compile(
+    r"^\s*(?P<us>[0-9.]+) us\s+(?P<share>[0-9.]+)%\s+(?P<node>\S+) (?P<kernel>\S+): (?P<where>.+)$"
+)
+
+
+def parse_profile(text: str) -> list[ProfiledOp]:
+    """The ops of every ET_CPU_PROFILE table in `text` (other lines are ignored)."""
+    ops = []
+    for line in text.splitlines():
+        match = _PROFILE_LINE.match(line)
+        if match:
+            ops.append(
+                ProfiledOp(
+                    node=match["node"],
+                    kernel=match["kernel"],
+                    provider=match["where"].strip(),
+                    mean_us=float(match["us"]),
+                    share=float(match["share"]),
+                )
+            )
+    return ops
+
+
+def _provider_group(provider: str) -> str:
+    return "Reference (declined)" if provider.startswith("Reference (declined") else provider
+
+
+def _profile_child(model: str, size: str, runs: int) -> int:
+    """In a fresh process with ET_CPU_PROFILE=1: lower, run `runs` times, destroy the delegate
+    (the runtime prints its profile table on stderr then); print the op placement as JSON."""
+    from executorch.extension.pybindings import portable_lib
+
+    from backends.cpu.runtime import loader
+
+    pte, inputs = lower(model, size, BASELINE)
+    loader.load_cpu_backend()
+    module = portable_lib._load_for_executorch_from_buffer(pte)
+    for _ in range(runs):
+        module.forward(list(inputs))
+    placement = loader.last_placement()
+    del module
+    gc.collect()
+    sys.stderr.flush()
+    print(json.dumps({"placement": placement}))
+    return 0
+
+
+def profile(model: str, size: str, runs: int, timeout_s: float = 600.0) -> dict[str, Any]:
+    """Runs the CPU delegate on the zoo model `runs` times in a fresh process with
+    ET_CPU_PROFILE=1; returns its ops (provider, mean us, share), the shares summed per kernel
+    and provider, and how many ops were fused into the op before them."""
+    env = dict(os.environ)
+    env["ET_CPU_PROFILE"] = "1"
+    # The child must import what this process imports (Bazel sets sys.path in a launcher stub).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    command = [sys.executable, "-m", "tools.bench.zoo_bench", _PROFILE_CHILD_FLAG]
+    proc = subprocess.run(
+        [*command, model, size, str(runs)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout_s,
+        check=False,
+    )
+    ops = parse_profile(proc.stderr)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not ops or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"profile of {model}/{size} failed (exit {proc.returncode}): {tail}")
+    placement: list[str] = json.loads(lines[-1])["placement"]
+    by_kernel: dict[tuple[str, str], list[float]] = {}
+    for op in ops:
+        entry = by_kernel.setdefault((op.kernel, _provider_group(op.provider)), [0, 0.0, 0.0])
+        entry[0] += 1
+        entry[1] += op.mean_us
+        entry[2] += op.share
+    per_provider: dict[str, float] = collections.defaultdict(float)
+    for op in ops:
+        per_provider[_provider_group(op.provider)] += op.share
+    return {
+        "runs": runs,
+        "total_us": sum(op.mean_us for op in ops),
+        "per_provider_share": dict(per_provider),
+        "per_kernel": [
+            {"kernel": k, "provider": p, "ops": int(n), "us": us, "share": share}
+            for (k, p), (n, us, share) in sorted(by_kernel.items(), key=lambda kv: -kv[1][2])
+        ],
+        "fused_ops": sum(1 for line in placement if ": fused into " in line),
+        "ops": [asdict(op) for op in ops],
+    }
+
+
+def render_profile(figures: dict[str, Any], top: int = 5) -> str:
+    lines = [
+        f"  per-op profile (ET_CPU_PROFILE, {figures['runs']} runs, fresh process): "
+        f"{figures['total_us']:.0f} us kernel time per run; {figures['fused_ops']} ops fused "
+        "into the op before them (no line of their own)",
+        "    by provider: "
+        + ", ".join(
+            f"{p} {s:.1f}%"
+            for p, s in sorted(figures["per_provider_share"].items(), key=lambda kv: -kv[1])
+        ),
+        f"    {'kernel':<40} {'provider':<22} {'ops':>4} {'us/run':>9} {'share':>6}",
+    ]
+    for row in figures["per_kernel"]:
+        lines.append(
+            f"    {row['kernel']:<40} {row['provider']:<22} {row['ops']:>4} "
+            f"{row['us']:>9.1f} {row['share']:>5.1f}%"
+        )
+    lines.append(f"    top {top} ops:")
+    for op in sorted(figures["ops"], key=lambda o: -o["share"])[:top]:
+        lines.append(
+            f"    {op['share']:5.1f}% {op['mean_us']:9.1f} us  {op['node']}: {op['provider']}"
+        )
+    return "\n".join(lines)
+
+
+# --- summary under each table ---------------------------------------------------------------------
+
+
+def summary(result: harness.BenchmarkResult) -> str:
+    """Delegated fraction, what XNNPACK left outside, and (with --profile) the per-op profile;
+    the same figures go into `result.details` (the JSON)."""
+    lines = []
+    delegation = _DELEGATION.get(result.name)
+    if delegation is not None:
+        result.details["cpu_delegate"] = delegation
+        left = ", ".join(f"{op} x{n}" for op, n in delegation["left_out"].items()) or "nothing"
+        lines.append(
+            f"  cpu delegate: {delegation['delegated_nodes']}/{delegation['total_nodes']} Edge "
+            f"ops delegated ({100 * delegation['fraction']:.1f}%) in "
+            f"{delegation['partitions']} partition(s); left out: {left}"
+        )
+    outside = _XNNPACK_OUTSIDE.get(result.name)
+    if outside is not None:
+        result.details["xnnpack_ops_outside"] = outside
+        text = ", ".join(f"{op} x{n}" for op, n in outside.items()) or "nothing"
+        lines.append(f"  xnnpack: ops outside its delegate: {text}")
+    if _PROFILE_RUNS[0] > 0:
+        model, size = result.name.split("/")
+        try:
+            figures = profile(model, size, _PROFILE_RUNS[0])
+        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+            result.details["profile_error"] = str(exc)
+            lines.append(f"  per-op profile failed: {exc}")
+        else:
+            result.details["profile"] = figures
+            lines.append(render_profile(figures))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments and arguments[0] == _PROFILE_CHILD_FLAG:
+        model, size, runs = arguments[1:4]
+        return _profile_child(model, size, int(runs))
+    parser = harness.build_parser(__doc__ or "")
+    parser.add_argument("--size", default="full", choices=zoo.SIZES, help="zoo size (full)")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after each table, profile the CPU delegate per op (ET_CPU_PROFILE), fresh process",
+    )
+    parser.add_argument(
+        "--profile-runs", type=int, default=10, help="profiled runs per model (default 10)"
+    )
+    args = parser.parse_args(arguments)
+    _SIZE[0] = args.size
+    _PROFILE_RUNS[0] = args.profile_runs if args.profile else 0
+    return harness.run_main(args, benchmarks, after_each=summary)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

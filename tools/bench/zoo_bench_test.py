@@ -1,0 +1,61 @@
+"""Keeps the zoo benchmark runnable: one benchmark per zoo model with its three paths; one model
+runs end to end at the small size with two repeats, its delegation figures and --profile's per-op
+placement and shares land in the JSON."""
+
+import json
+from pathlib import Path
+
+from tools.bench import zoo, zoo_bench
+
+
+def test_there_is_one_benchmark_per_zoo_model_with_three_paths() -> None:
+    zoo_bench._SIZE[0] = "small"
+    benches = zoo_bench.benchmarks()
+    assert [b.name for b in benches] == [f"{name}/small" for name in zoo.ZOO]
+    for bench in benches:
+        assert [v.name for v in bench.variants] == ["cpu delegate", "xnnpack", "eager"]
+        assert bench.baseline == "cpu delegate"
+
+
+def test_the_bench_runs_and_reports_delegation_and_the_per_op_profile(tmp_path: Path) -> None:
+    # The quickest model to lower; every family's lowering and results are checked by
+    # tests/e2e/zoo_families_test.py.
+    out = tmp_path / "zoo.json"
+    quick = ["--repeats", "2", "--warmup", "1", "--no-memory", "--quiet"]
+    profile = ["--profile", "--profile-runs", "2", "--json", str(out)]
+    code = zoo_bench.main(["--size", "small", "--only", "speech_conv1d/small", *quick, *profile])
+    assert code == 0
+    (bench,) = json.loads(out.read_text())["benchmarks"]
+    assert bench["name"] == "speech_conv1d/small"
+    by_name = {v["name"]: v for v in bench["variants"]}
+    assert set(by_name) == {"cpu delegate", "xnnpack", "eager"}
+    for variant in by_name.values():
+        assert variant["error"] is None and len(variant["samples_ms"]) == 2, variant
+    assert by_name["cpu delegate"]["ratio_to_baseline"] == 1.0
+    delegation = bench["details"]["cpu_delegate"]
+    assert delegation["fraction"] == 1.0 and delegation["left_out"] == {}
+    # XNNPACK has no log_softmax: it stays outside its delegate.
+    assert bench["details"]["xnnpack_ops_outside"] == {"aten._log_softmax.default": 1}
+    figures = bench["details"]["profile"]
+    assert figures["runs"] == 2 and figures["total_us"] > 0
+    assert abs(sum(figures["per_provider_share"].values()) - 100.0) < 1.0
+    kernels = {(row["kernel"], row["provider"]) for row in figures["per_kernel"]}
+    assert ("aten::_log_softmax.out", "Reference") in kernels
+
+
+def test_profile_lines_parse() -> None:
+    text = (
+        "CpuBackend profile (ET_CPU_PROFILE): 5 runs, mean us per run, ...\n"
+        "      21.6 us   2.9%  aten_convolution_default aten::convolution.out: Optimized(oneDNN)\n"
+        "     137.9 us  18.3%  aten_convolution_default_9 aten::convolution.out: Reference "
+        "(declined by Optimized(oneDNN): convolution: transposed)\n"
+        "     751.4 us total\n"
+    )
+    first, second = zoo_bench.parse_profile(text)
+    assert (first.node, first.kernel, first.provider) == (
+        "aten_convolution_default",
+        "aten::convolution.out",
+        "Optimized(oneDNN)",
+    )
+    assert (first.mean_us, first.share) == (21.6, 2.9)
+    assert second.provider.startswith("Reference (declined by Optimized(oneDNN)")
