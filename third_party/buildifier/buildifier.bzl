@@ -19,7 +19,11 @@ def _buildifier_impl(rctx):
     tarball = result.stdout.strip().splitlines()[-1]
     _check_sha256(rctx, tarball, rctx.attr.package_sha256)
 
-    rctx.extract(tarball, stripPrefix = "package")
+    # tar, not rctx.extract: Debian 13's bazel-bootstrap (4.2.3+ds-11) crashes extracting a .tgz
+    # (NoClassDefFoundError: org/apache/commons/io/Charsets); a zip would not, npm packs tgz only.
+    untar = rctx.execute(["tar", "-xzf", tarball, "--strip-components=1", "package/"])
+    if untar.return_code != 0:
+        fail("buildifier: extracting {} failed: {}".format(tarball, untar.stderr))
     binary = "buildifier-" + platform
     _check_sha256(rctx, binary, rctx.attr.binary_sha256[platform])
     rctx.execute(["chmod", "+x", binary])
