@@ -188,6 +188,8 @@ def define_common_targets():
     runtime.python_test(
         name = "optimized_provider_test",
         srcs = ["test/optimized_provider_test.py"],
+        # ~2 min alone; on a busy 2-core machine it came within seconds of the 300 s default.
+        timeout = "long",
         deps = [
             ":provider_compare",
             "//tools/lower:examples",
@@ -197,5 +199,7 @@ def define_common_targets():
     runtime.python_test(
         name = "inverted_residual_block_test",
         srcs = ["test/inverted_residual_block_test.py"],
+        # ~4 min on a busy 2-core machine, past the 300 s default when the load is higher.
+        timeout = "long",
         deps = [":provider_compare"],
     )
