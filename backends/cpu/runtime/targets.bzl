@@ -195,6 +195,12 @@ def define_common_targets():
     )
 
     runtime.python_test(
+        name = "deconv_provider_test",
+        srcs = ["test/deconv_provider_test.py"],
+        deps = [":provider_compare"],
+    )
+
+    runtime.python_test(
         name = "inverted_residual_block_test",
         srcs = ["test/inverted_residual_block_test.py"],
         deps = [":provider_compare"],
