@@ -48,36 +48,43 @@ def random_case(rng: random.Random, dims: int) -> tuple[Deconv, tuple[torch.Tens
     kernel = tuple(rng.randint(1, 4) for _ in range(dims))
     stride = tuple(rng.randint(1, 3) for _ in range(dims))
     dilation = tuple(rng.randint(1, 2) for _ in range(dims))
-    padding = tuple(rng.randint(0, (k - 1) * d) for k, d in zip(kernel, dilation))
+    padding = tuple(rng.randint(0, (k - 1) * d) for k, d in zip(kernel, dilation, strict=True))
     # torch: output_padding < max(stride, dilation).
-    output_padding = tuple(rng.randint(0, max(s, d) - 1) for s, d in zip(stride, dilation))
+    output_padding = tuple(
+        rng.randint(0, max(s, d) - 1) for s, d in zip(stride, dilation, strict=True)
+    )
     size = tuple(rng.randint(1, 5 if dims == 3 else 9) for _ in range(dims))
     # oneDNN refuses stride 1 with an output_padding beyond the padding (a negative right
     # padding; the provider declines it) and the Reference provider has no 3D convolution.
     if dims == 3:
         output_padding = tuple(
-            0 if s == 1 and op > p else op for s, op, p in zip(stride, output_padding, padding)
+            0 if s == 1 and op > p else op
+            for s, op, p in zip(stride, output_padding, padding, strict=True)
         )
     # No empty outputs (eager gives an empty tensor, the provider declines).
     padding = tuple(
         p if (n - 1) * s - 2 * p + d * (k - 1) + op + 1 >= 1 else 0
-        for p, n, s, d, k, op in zip(padding, size, stride, dilation, kernel, output_padding)
+        for p, n, s, d, k, op in zip(
+            padding, size, stride, dilation, kernel, output_padding, strict=True
+        )
     )
     deconv_class = {
         1: torch.nn.ConvTranspose1d,
         2: torch.nn.ConvTranspose2d,
         3: torch.nn.ConvTranspose3d,
     }[dims]
+    # torch's stubs type the size arguments per rank (int or a tuple of that rank).
+    sizes: list[Any] = [kernel, stride, padding, output_padding, dilation]
     deconv = deconv_class(
         c_in,
         c_out,
-        kernel,
-        stride,
-        padding,
-        output_padding,
+        sizes[0],
+        sizes[1],
+        sizes[2],
+        sizes[3],
         groups,
         rng.random() < 0.5,
-        dilation,
+        sizes[4],
     )
     x = torch.randn(rng.choice([1, 2]), c_in, *size)
     with torch.no_grad():
@@ -94,9 +101,7 @@ class Many(torch.nn.Module):
         self.cases = torch.nn.ModuleList(cases)
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return tuple(
-            case(inputs[2 * i], inputs[2 * i + 1]) for i, case in enumerate(self.cases)
-        )
+        return tuple(case(inputs[2 * i], inputs[2 * i + 1]) for i, case in enumerate(self.cases))
 
 
 def _check(
@@ -159,6 +164,7 @@ class Decoder(torch.nn.Module):
         self.up = torch.nn.ConvTranspose2d(c, c // 2, kernel, stride, padding, out_pad, bias=False)
         self.bn = torch.nn.BatchNorm2d(c // 2)
         self.conv2 = torch.nn.Conv2d(c // 2, 4, 3, padding=1)
+        assert self.bn.running_mean is not None and self.bn.running_var is not None
         with torch.no_grad():
             self.bn.running_mean.uniform_(-0.5, 0.5)
             self.bn.running_var.uniform_(0.5, 2.0)
