@@ -822,6 +822,10 @@ Error bind_deconv(const OpBinding& op, OnednnSession& session, std::unique_ptr<B
     decline->reason = "transposed convolution: weight's first dim differs from input channels";
     return Error::NotSupported;
   }
+  if (bias != nullptr && (bias->dim() != 1 || bias->size(0) != params.out_channels)) {
+    decline->reason = "transposed convolution: bias is not a vector of the output channels";
+    return Error::NotSupported;
+  }
   for (size_t d = 0; d < spatial; ++d) {
     params.input_size.push_back(input->size(static_cast<ssize_t>(d + 2)));
     params.kernel_size.push_back(weight->size(static_cast<ssize_t>(d + 2)));
