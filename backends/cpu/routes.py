@@ -77,7 +77,7 @@ _OPT = Provider.OPTIMIZED
 _ROUTE_LIST: tuple[Route, ...] = (
     # Convolution and matrix products.
     # Convolution and matrix products: the optimized provider (oneDNN) takes them where its
-    # constraints hold (float32, constant weights, not transposed, ...), Reference otherwise.
+    # constraints hold (float32, constant weights, ...), Reference otherwise.
     _r("aten.convolution.default", "aten::convolution.out", provider=_OPT),
     _r("aten.linear.default", "aten::linear.out", provider=_OPT, keep_undecomposed=True),
     _r("aten.addmm.default", "aten::addmm.out", provider=_OPT),

@@ -76,3 +76,11 @@ def test_zoo_family_is_delegated_whole_and_matches_eager(family: str) -> None:
     assert actual.shape == expected.shape and actual.dtype == expected.dtype
     scale = max(1.0, expected.abs().max().item())
     torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL * scale)
+    if family == "unet":
+        # Every convolution, the transposed ones (oneDNN's deconvolution) included, runs on the
+        # Optimized provider; before, the ConvTranspose2d layers fell back to Reference.
+        placement = loader.last_placement()
+        conv_lines = [line for line in placement if " aten::convolution.out: " in line]
+        assert len(conv_lines) >= 3, placement
+        on_reference = [line for line in conv_lines if "Reference" in line]
+        assert not on_reference, on_reference

@@ -197,6 +197,12 @@ def define_common_targets():
     )
 
     runtime.python_test(
+        name = "deconv_provider_test",
+        srcs = ["test/deconv_provider_test.py"],
+        deps = [":provider_compare"],
+    )
+
+    runtime.python_test(
         name = "inverted_residual_block_test",
         srcs = ["test/inverted_residual_block_test.py"],
         # ~4 min on a busy 2-core machine, past the 300 s default when the load is higher.

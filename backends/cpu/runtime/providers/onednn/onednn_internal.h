@@ -6,6 +6,7 @@
 //   layout.cc           Layout, memory descriptors, reorders (ReorderPlan, weights, input bands)
 //   pieces.cc           running primitives on the pool's threads; slicing ops into pieces
 //   conv_plan.cc        ConvPlan and its splits (row bands, images, output-channel blocks)
+//   deconv_plan.cc      DeconvPlan: transposed convolution (images, bands of output rows)
 //   linear_plan.cc      LinearPlan (column blocks)
 //   matmul_plan.cc      MatmulPlan (batches, row bands)
 //   block_plan.cc       BlockPlan: the inverted residual block in row bands

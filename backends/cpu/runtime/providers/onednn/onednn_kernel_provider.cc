@@ -255,6 +255,68 @@ class ConvKernel final : public OnednnKernel {
   std::unique_ptr<onednn::ReorderPlan> residual_fix_;
 };
 
+struct DeconvRecipe {
+  onednn::DeconvParams params;
+  const float* weight = nullptr;  // the graph's constants: alive as long as the graph
+  const float* bias = nullptr;
+  onednn::PostOps post;
+};
+
+// A transposed convolution; takes part in layout chaining as ConvKernel does.
+class DeconvKernel final : public OnednnKernel {
+ public:
+  DeconvKernel(DeconvRecipe recipe, const Tensor* input, Tensor* output, const Tensor* residual)
+      : recipe_(std::move(recipe)), input_(input), output_(output), residual_(residual) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    onednn::ConvLayouts layouts;
+    if (channels_last(impl_of(input_))) {
+      layouts.input =
+          std::make_shared<onednn::Layout>(onednn::Layout::channels_last(dims_of(*input_)));
+    }
+    layouts.output = channels_last(impl_of(output_)) ? onednn::OutputLayout::kChannelsLast
+                                                     : onednn::OutputLayout::kPlain;
+    plan_ = std::make_unique<onednn::DeconvPlan>(provider.prepare_deconv(
+        recipe_.params, recipe_.weight, recipe_.bias, recipe_.post, layouts));
+    residual_fix_.reset();
+    if (residual_ != nullptr) {
+      const std::vector<int64_t> dims = dims_of(*residual_);
+      const onednn::Layout given = channels_last(impl_of(residual_))
+                                       ? onednn::Layout::channels_last(dims)
+                                       : onednn::Layout::plain(dims);
+      if (given != plan_->output_layout()) {
+        residual_fix_ = std::make_unique<onednn::ReorderPlan>(
+            provider.prepare_reorder(given, plan_->output_layout()));
+      }
+    }
+  }
+
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return impl_of(output_);
+  }
+  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded("transposed convolution", [&] {
+      float* out = output_->mutable_data_ptr<float>();
+      const float* residual = residual_ ? residual_->const_data_ptr<float>() : nullptr;
+      if (residual_fix_) {
+        residual_fix_->run(residual, out);
+        residual = out;
+      }
+      plan_->run(input_->const_data_ptr<float>(), out, residual);
+    });
+  }
+
+ private:
+  DeconvRecipe recipe_;
+  const Tensor* input_;
+  Tensor* output_;
+  const Tensor* residual_;
+  std::unique_ptr<onednn::DeconvPlan> plan_;
+  std::unique_ptr<onednn::ReorderPlan> residual_fix_;
+};
+
 class LinearKernel final : public OnednnKernel {
  public:
   LinearKernel(onednn::LinearParams params, const float* weight, const float* bias,
@@ -715,8 +777,102 @@ bool parse_conv(Span<EValue*> args, const bool* constant, ConvRecipe* recipe,
   return true;
 }
 
+// ET_CPU_ONEDNN_DECONV=0 leaves transposed convolutions to the Reference provider (for measuring).
+bool deconv_enabled() {
+  const char* env = std::getenv("ET_CPU_ONEDNN_DECONV");
+  return env == nullptr || std::string(env) != "0";
+}
+
+// aten::convolution.out with transposed=True: oneDNN's deconvolution, with the offered ReLU /
+// clamp / residual-add steps as post-ops.
+Error bind_deconv(const OpBinding& op, OnednnSession& session, std::unique_ptr<BoundKernel>* out,
+                  Decline* decline, size_t* fused) {
+  Span<EValue*> args = op.args;
+  const Tensor* input = tensor_arg(args, 0);
+  const Tensor* weight = tensor_arg(args, 1);
+  const Tensor* bias = tensor_arg(args, 2);
+  if (args.size() < 10 || !is_f32(input) || !is_f32(weight) || !is_f32(tensor_arg(args, 9)) ||
+      (bias != nullptr && !is_f32(bias))) {
+    decline->reason = "transposed convolution: only float32 input, weight, bias and output";
+    return Error::NotSupported;
+  }
+  if (!is_constant(op, 1) || (bias != nullptr && !is_constant(op, 2))) {
+    decline->reason =
+        "transposed convolution: weight and bias must be constants (reordered once at init)";
+    return Error::NotSupported;
+  }
+  const ssize_t rank = input->dim();
+  if (rank < 3 || rank > 5 || weight->dim() != rank) {
+    decline->reason = "transposed convolution: input must be 3D, 4D or 5D";
+    return Error::NotSupported;
+  }
+  if (!args[8]->isInt()) {
+    decline->reason = "transposed convolution: groups is not an int";
+    return Error::NotSupported;
+  }
+  const size_t spatial = static_cast<size_t>(rank - 2);
+  DeconvRecipe recipe;
+  onednn::DeconvParams& params = recipe.params;
+  params.batch = input->size(0);
+  params.in_channels = input->size(1);
+  params.groups = args[8]->toInt();
+  // torch's transposed weight: [C_in, C_out / groups, *kernel].
+  params.out_channels = weight->size(1) * params.groups;
+  if (weight->size(0) != params.in_channels) {
+    decline->reason = "transposed convolution: weight's first dim differs from input channels";
+    return Error::NotSupported;
+  }
+  if (bias != nullptr && (bias->dim() != 1 || bias->size(0) != params.out_channels)) {
+    decline->reason = "transposed convolution: bias is not a vector of the output channels";
+    return Error::NotSupported;
+  }
+  for (size_t d = 0; d < spatial; ++d) {
+    params.input_size.push_back(input->size(static_cast<ssize_t>(d + 2)));
+    params.kernel_size.push_back(weight->size(static_cast<ssize_t>(d + 2)));
+  }
+  if (!int_list(args[3], spatial, &params.stride) ||
+      !int_list(args[4], spatial, &params.padding) ||
+      !int_list(args[5], spatial, &params.dilation) ||
+      !int_list(args[7], spatial, &params.output_padding)) {
+    decline->reason = "transposed convolution: stride, padding, dilation and output_padding "
+                      "must have 1 or " + std::to_string(spatial) + " entries";
+    return Error::NotSupported;
+  }
+  const onednn::Support base = onednn::supports_deconv(params, {});
+  if (!base.ok) {
+    decline->reason = base.reason;
+    return Error::NotSupported;
+  }
+  const Tensor* planned = tensor_arg(args, 9);
+  std::vector<int64_t> expected{params.batch, params.out_channels};
+  for (int64_t size : onednn::deconv_output_size(params)) expected.push_back(size);
+  if (dims_of(*planned) != expected) {
+    decline->reason = "transposed convolution: output shape differs from the op's";
+    return Error::NotSupported;
+  }
+  recipe.weight = weight->const_data_ptr<float>();
+  recipe.bias = bias ? bias->const_data_ptr<float>() : nullptr;
+  const Tensor* residual = nullptr;
+  *fused = longest_supported_prefix(
+      op, [&](const onednn::PostOps& p) { return onednn::supports_deconv(params, p); },
+      &recipe.post, &residual);
+  auto kernel = std::make_unique<DeconvKernel>(std::move(recipe), input,
+                                               final_output(op, 9, *fused), residual);
+  kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
+  session.add(kernel.get());
+  *out = std::move(kernel);
+  return Error::Ok;
+}
+
 Error bind_conv(const OpBinding& op, OnednnSession& session, std::unique_ptr<BoundKernel>* out,
                 Decline* decline, size_t* fused) {
+  if (op.args.size() > 6 && op.args[6]->isBool() && op.args[6]->toBool()) {
+    if (!deconv_enabled()) {
+      decline->reason = "transposed convolution: off (ET_CPU_ONEDNN_DECONV=0)";
+      return Error::NotSupported;
+    }
+    return bind_deconv(op, session, out, decline, fused);
+  }
   ConvRecipe recipe;
   const Tensor* input = nullptr;
   Tensor* output = nullptr;

@@ -128,6 +128,26 @@ struct ConvLayouts {
   OutputLayout output = OutputLayout::kPlain;
 };
 
+// Transposed convolution (torch's conv_transpose1d/2d/3d, aten.convolution with transposed=True)
+// on oneDNN's deconvolution: 1 to 3 spatial dims, groups (incl. depthwise), stride, symmetric
+// padding, output_padding (< stride or dilation, as torch requires), dilation.
+struct DeconvParams {
+  int64_t batch = 1;
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
+  int64_t groups = 1;
+  std::vector<int64_t> input_size;      // spatial extent of the input: {L}, {H, W} or {D, H, W}
+  std::vector<int64_t> kernel_size;     // same rank as input_size
+  std::vector<int64_t> stride;          // same rank
+  std::vector<int64_t> padding;         // same rank; torch's padding
+  std::vector<int64_t> output_padding;  // same rank; extra rows/columns at the end
+  std::vector<int64_t> dilation;        // same rank; torch's dilation (1 = dense)
+};
+// Output spatial extent with torch's formula: (in - 1) * s - 2 p + d (k - 1) + output_padding + 1.
+std::vector<int64_t> deconv_output_size(const DeconvParams& params);
+// Whether prepare_deconv accepts these arguments; if not, why.
+Support supports_deconv(const DeconvParams& params, const PostOps& post_ops);
+
 // y = x @ W^T + b (torch.nn.functional.linear) or addmm(b, x, W) with a constant weight.
 struct LinearParams {
   int64_t rows = 0;          // M: the batch (all leading dims of the input, flattened)
@@ -217,6 +237,7 @@ struct ProviderOptions {
 
 class BlockPlan;
 class ConvPlan;
+class DeconvPlan;
 class LinearPlan;
 class MatmulPlan;
 class ReorderPlan;
@@ -234,6 +255,14 @@ class Provider {
   // copied (reordered) at prepare: the caller may free them afterwards.
   ConvPlan prepare_conv(
       const ConvParams& params,
+      const float* weight,
+      const float* bias,
+      const PostOps& post_ops,
+      const ConvLayouts& layouts = {});
+  // `weight` is torch's transposed-convolution layout [C_in, C_out/groups, *kernel]; `bias` is
+  // [C_out] or null; both copied (reordered) at prepare. Layouts as for prepare_conv.
+  DeconvPlan prepare_deconv(
+      const DeconvParams& params,
       const float* weight,
       const float* bias,
       const PostOps& post_ops,
@@ -288,6 +317,28 @@ class ConvPlan {
 
   struct Impl;
   explicit ConvPlan(std::shared_ptr<const Impl> impl);
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+// A transposed convolution: the same interface as ConvPlan.
+class DeconvPlan {
+ public:
+  const Layout& input_layout() const;
+  const Layout& output_layout() const;
+  std::vector<int64_t> output_dims() const;  // {N, C_out, *spatial}
+  size_t weights_bytes() const;
+  size_t scratchpad_bytes() const;
+  // oneDNN's implementation name plus ", N pieces" when split.
+  std::string implementation() const;
+  size_t pieces() const;
+  // `residual` is required iff the post-ops contain kAdd; it must be in output_layout(); it may be
+  // `output` itself.
+  void run(const float* input, float* output, const float* residual = nullptr) const;
+
+  struct Impl;
+  explicit DeconvPlan(std::shared_ptr<const Impl> impl);
 
  private:
   std::shared_ptr<const Impl> impl_;
