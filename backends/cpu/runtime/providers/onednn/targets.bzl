@@ -24,6 +24,7 @@ def define_common_targets():
         srcs = [
             "block_plan.cc",
             "conv_plan.cc",
+            "eltwise_plan.cc",
             "layout.cc",
             "linear_plan.cc",
             "matmul_plan.cc",
