@@ -43,7 +43,8 @@ class Route:
     """How the CPU runtime executes one Edge op."""
 
     op: str  # Edge op key: "<namespace>.<name>.<overload>"
-    kernel: str  # out-variant operator name in ExecuTorch's registry: "<ns>::<name>.<overload>"
+    # out-variant operator name in ExecuTorch's registry (or BUILTIN_KERNELS): "<ns>::<name>.<ov>"
+    kernel: str
     provider: Provider = Provider.REFERENCE
     flags: RouteFlag = RouteFlag.NONE
     # to_edge would decompose this op, yet the delegate (or a preprocess fusion) wants it whole;
@@ -70,6 +71,22 @@ def _non_negative_padding(node: torch.fx.Node) -> str | None:
         return f"negative padding {list(pad)} (the kernel does not crop)"
     return None
 
+
+def _float32_only(node: torch.fx.Node) -> str | None:
+    # The runtime's built-in kernels (BUILTIN_KERNELS) take float32 only.
+    value = node.meta.get("val")
+    dtype = getattr(value, "dtype", None)
+    if dtype != torch.float32:
+        return f"dtype {dtype} (the built-in kernel takes float32 only)"
+    return None
+
+
+# Out-variant kernels ExecuTorch's registry lacks that the runtime implements itself
+# (runtime/builtin_kernels.cc, float32 only): the Reference provider binds these when the registry
+# has no kernel of the name.
+BUILTIN_KERNELS: frozenset[str] = frozenset(
+    {"aten::hardswish.out", "aten::hardsigmoid.out", "aten::silu.out"}
+)
 
 _OPTIONAL_LISTS = RouteFlag.OPTIONAL_TENSOR_LISTS
 _OPT = Provider.OPTIMIZED
@@ -100,14 +117,30 @@ _ROUTE_LIST: tuple[Route, ...] = (
     _r("aten.neg.default", "aten::neg.out"),
     _r("aten.abs.default", "aten::abs.out"),
     # Activations.
-    _r("aten.relu.default", "aten::relu.out"),
-    _r("aten.clamp.default", "aten::clamp.out"),
+    # Activations: the optimized provider runs float32 ones (standalone or fused after a
+    # convolution/linear as a post-op), Reference the rest.
+    _r("aten.relu.default", "aten::relu.out", provider=_OPT),
+    _r("aten.clamp.default", "aten::clamp.out", provider=_OPT),
     _r("aten.clamp.Tensor", "aten::clamp.Tensor_out"),
-    _r("aten.hardtanh.default", "aten::hardtanh.out"),
-    _r("aten.sigmoid.default", "aten::sigmoid.out"),
-    _r("aten.tanh.default", "aten::tanh.out"),
-    # hardswish, hardsigmoid and silu have no out-variant kernel in ExecuTorch's registry; to_edge
-    # decomposes them into add/clamp/mul/div and sigmoid/mul, which are routed above.
+    _r("aten.hardtanh.default", "aten::hardtanh.out", provider=_OPT),
+    _r("aten.sigmoid.default", "aten::sigmoid.out", provider=_OPT),
+    _r("aten.tanh.default", "aten::tanh.out", provider=_OPT),
+    _r("aten.gelu.default", "aten::gelu.out", provider=_OPT),
+    _r("aten.leaky_relu.default", "aten::leaky_relu.out", provider=_OPT),
+    _r("aten.elu.default", "aten::elu.out", provider=_OPT),
+    # ExecuTorch's registry has no out-variant kernel for these: the runtime carries float32 ones
+    # (BUILTIN_KERNELS). Kept whole only for float32 nodes; to_edge decomposes the others into
+    # add/clamp/mul/div and sigmoid/mul as before.
+    *(
+        _r(
+            f"aten.{name}.default",
+            f"aten::{name}.out",
+            provider=_OPT,
+            keep_undecomposed=True,
+            check_args=_float32_only,
+        )
+        for name in ("hardswish", "hardsigmoid", "silu")
+    ),
     # Softmax over one dim (classifier heads, per-frame class log-probabilities).
     _r("aten._softmax.default", "aten::_softmax.out"),
     _r("aten._log_softmax.default", "aten::_log_softmax.out"),

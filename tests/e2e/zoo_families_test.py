@@ -23,8 +23,9 @@ ATOL = RTOL = 1e-4
 
 # Routes each family must bring into the delegate: what made it a family of its own.
 _FAMILY_ROUTES = {
-    "mobilenet_v3": {"aten.clamp.default", "aten.div.Tensor", "aten.mean.dim"},  # hardswish, SE
-    "efficientnet": {"aten.sigmoid.default", "aten.mul.Tensor", "aten.mean.dim"},  # SiLU, SE
+    # hardswish and the SE's hardsigmoid, kept whole (the runtime's built-in kernels, oneDNN's).
+    "mobilenet_v3": {"aten.hardswish.default", "aten.hardsigmoid.default", "aten.mean.dim"},
+    "efficientnet": {"aten.silu.default", "aten.sigmoid.default", "aten.mean.dim"},  # SiLU, SE
     "resnet50": {"aten.max_pool2d_with_indices.default", "aten.add.Tensor"},
     "unet": {
         "aten.max_pool2d_with_indices.default",
@@ -33,6 +34,12 @@ _FAMILY_ROUTES = {
         "aten.upsample_nearest2d.vec",
     },
     "speech_conv1d": {"aten._log_softmax.default", "aten.permute_copy.default"},
+}
+
+# Activation kernels each family must run on the Optimized provider (none may fall back).
+_FAMILY_ACTIVATIONS = {
+    "mobilenet_v3": ("aten::hardswish.out", "aten::hardsigmoid.out", "aten::relu.out"),
+    "efficientnet": ("aten::silu.out", "aten::sigmoid.out"),
 }
 
 # The runtime does not own a loaded program's bytes: keep each one alive for the session.
@@ -72,6 +79,11 @@ def test_zoo_family_is_delegated_whole_and_matches_eager(family: str) -> None:
     _BUFFERS.append(pte)
     module = portable_lib._load_for_executorch_from_buffer(pte)
     (actual,) = module.forward(list(inputs))
+    # The activations run on the Optimized provider, fused into their convolutions or standalone.
+    placement = loader.last_placement()
+    for kernel in _FAMILY_ACTIVATIONS.get(family, ()):
+        lines = [line for line in placement if f" {kernel}: " in line]
+        assert lines and not [line for line in lines if "Reference" in line], (kernel, placement)
     assert isinstance(expected, torch.Tensor)
     assert actual.shape == expected.shape and actual.dtype == expected.dtype
     scale = max(1.0, expected.abs().max().item())

@@ -359,6 +359,45 @@ bool same_tensor_type(const ValueSpec& a, const ValueSpec& b) {
   return a.dtype == b.dtype && a.shape == b.shape;
 }
 
+// The activation `route` computes from its arguments `a` (self first, out last), as a fusable
+// elementwise step; false when it is none or its arguments do not fit one.
+bool eltwise_of(const std::string& route, const std::vector<ArgValue>& a,
+                FusableStep::Eltwise* kind, double* alpha) {
+  using E = FusableStep::Eltwise;
+  *alpha = 0.0;
+  if (a.size() == 2) {
+    static const std::pair<const char*, E> kUnary[] = {
+        {"aten.sigmoid.default", E::kSigmoid},         {"aten.tanh.default", E::kTanh},
+        {"aten.hardswish.default", E::kHardswish},     {"aten.silu.default", E::kSilu},
+        {"aten.hardsigmoid.default", E::kHardsigmoid},
+    };
+    for (const auto& [name, value] : kUnary) {
+      if (route == name) {
+        *kind = value;
+        return true;
+      }
+    }
+    return false;
+  }
+  if (route == "aten.gelu.default" && a.size() == 3 && a[1].type == ArgValue::Type::String) {
+    if (a[1].string_value != "none" && a[1].string_value != "tanh") return false;
+    *kind = a[1].string_value == "none" ? E::kGelu : E::kGeluTanh;
+    return true;
+  }
+  if (route == "aten.leaky_relu.default" && a.size() == 3) {
+    *kind = E::kLeakyRelu;
+    return scalar_value(a[1], alpha);
+  }
+  if (route == "aten.elu.default" && a.size() == 5) {
+    double scale = 0.0;
+    double input_scale = 0.0;
+    *kind = E::kElu;
+    return scalar_value(a[1], alpha) && scalar_value(a[2], &scale) &&
+           scalar_value(a[3], &input_scale) && scale == 1.0 && input_scale == 1.0;
+  }
+  return false;
+}
+
 }  // namespace
 
 void CompiledGraph::find_fusion_candidates() {
@@ -422,6 +461,9 @@ void CompiledGraph::find_fusion_candidates() {
         candidate.max = kInf;
         if (a[1].type != ArgValue::Type::None && !scalar_value(a[1], &candidate.min)) break;
         if (a[2].type != ArgValue::Type::None && !scalar_value(a[2], &candidate.max)) break;
+      } else if (!a.empty() && is_current(a[0]) &&
+                 eltwise_of(step.route, a, &candidate.eltwise, &candidate.alpha)) {
+        candidate.kind = FusableStep::Kind::kEltwise;
       } else if (step.route == "aten.add.Tensor" && a.size() == 4 &&
                  (is_current(a[0]) != is_current(a[1]))) {
         double alpha = 0.0;
@@ -505,6 +547,8 @@ Error CompiledGraph::bind_ops() {
         step.kind = c.kind;
         step.min = c.min;
         step.max = c.max;
+        step.eltwise = c.eltwise;
+        step.alpha = c.alpha;
         step.residual = c.residual >= 0 ? &tensors_[c.residual].evalue : nullptr;
         step.output = &tensors_[c.output].evalue;
         step.op_name = spec_.ops[c.op].name.c_str();
@@ -557,6 +601,8 @@ Error CompiledGraph::bind_ops() {
       }
       op.provider = &reference;
       error = reference.bind(binding, &op.kernel);
+      // Anything but a missing kernel was reported by the kernel's binder (a built-in kernel).
+      if (error != Error::Ok && error != Error::OperatorMissing) return error;
       if (error != Error::Ok) {
         return report_error(error,
                             "op %zu (%s, route '%s'): kernel %s is not in ExecuTorch's operator "

@@ -87,6 +87,8 @@ class CompiledGraph {
     int32_t residual = -1;  // kAdd: value id of the other operand
     int32_t output = -1;    // value id the step writes
     int32_t op = -1;        // index of the step's op
+    FusableStep::Eltwise eltwise = FusableStep::Eltwise::kSigmoid;  // kEltwise
+    double alpha = 0.0;                                             // kEltwise
   };
 
   void find_fusion_candidates();

@@ -21,6 +21,7 @@
 #include <executorch/runtime/kernel/operator_registry.h>
 #include <executorch/runtime/platform/log.h>
 
+#include "backends/cpu/runtime/builtin_kernels.h"
 #include "backends/cpu/runtime/compiled_graph.h"
 #include "backends/cpu/runtime/error_report.h"
 #include "backends/cpu/runtime/kernel_signature.h"
@@ -150,9 +151,10 @@ __attribute__((visibility("default"))) size_t et_cpu_runtime_last_error(char* bu
 extern "C" {
 
 // 0: the runtime can bind `kernel`; 1: no out-variant schema for it is known to this runtime;
-// 2: it is not in ExecuTorch's operator registry of this process.
+// 2: it is neither in ExecuTorch's operator registry of this process nor a built-in kernel.
 __attribute__((visibility("default"))) int et_cpu_runtime_kernel_status(const char* kernel) {
   if (et_cpu_plugin::cpu::find_kernel_signature(kernel) == nullptr) return 1;
+  if (et_cpu_plugin::cpu::is_builtin_kernel(kernel)) return 0;  // the runtime's own kernel
   return executorch::runtime::get_op_function_from_registry(kernel).ok() ? 0 : 2;
 }
 

@@ -51,7 +51,7 @@ class ProviderSession {
 // operand is ready before the op runs, and a convolution has the op's provider in the route
 // table. Results the provider skips over are never materialized (no arena bytes).
 struct FusableStep {
-  enum class Kind { kRelu, kClamp, kAdd, kConv };
+  enum class Kind { kRelu, kClamp, kAdd, kConv, kEltwise };
   Kind kind = Kind::kRelu;
   double min = 0.0;                                // kClamp: bounds (+-infinity when absent)
   double max = 0.0;
@@ -62,6 +62,20 @@ struct FusableStep {
   // result, the out tensor last) and, parallel to them, which are constant tensors.
   executorch::runtime::Span<executorch::runtime::EValue*> args;
   const bool* arg_is_constant = nullptr;
+  // kEltwise: the activation, with torch's definition, and its parameter.
+  enum class Eltwise {
+    kSigmoid,
+    kTanh,
+    kHardswish,
+    kHardsigmoid,
+    kSilu,
+    kGelu,      // approximate='none' (erf)
+    kGeluTanh,  // approximate='tanh'
+    kLeakyRelu,  // alpha: the negative slope
+    kElu,        // alpha (scale and input_scale are 1)
+  };
+  Eltwise eltwise = Eltwise::kSigmoid;
+  double alpha = 0.0;
 };
 
 // What a provider sees of one op at bind time. `args` point into storage the compiled graph owns

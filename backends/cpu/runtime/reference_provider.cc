@@ -4,6 +4,8 @@
 
 #include <executorch/runtime/kernel/operator_registry.h>
 
+#include "backends/cpu/runtime/builtin_kernels.h"
+
 namespace et_cpu_plugin {
 namespace cpu {
 namespace {
@@ -55,7 +57,8 @@ Error ReferenceProvider::bind(const OpBinding& op, std::unique_ptr<BoundKernel>*
     function = unspecialized.ok() ? unspecialized.get() : nullptr;
   }
   if (function == nullptr) {
-    return Error::OperatorMissing;
+    // Not in the registry: one of the runtime's own kernels, or missing (OperatorMissing).
+    return bind_builtin_kernel(op, out);
   }
   out->reset(new RegistryKernel(function, op.args));
   return Error::Ok;

@@ -9,6 +9,7 @@ _COPTS = [
 ]
 
 _RUNTIME_SRCS = [
+    "builtin_kernels.cc",
     "compiled_graph.cc",
     "error_report.cc",
     "kernel_provider.cc",
@@ -19,6 +20,7 @@ _RUNTIME_SRCS = [
 ]
 
 _RUNTIME_HDRS = [
+    "builtin_kernels.h",
     "compiled_graph.h",
     "error_report.h",
     "kernel_provider.h",
@@ -194,6 +196,13 @@ def define_common_targets():
             ":provider_compare",
             "//tools/lower:examples",
         ],
+    )
+
+    # Activations: standalone and fused on the Optimized provider, built-in Reference kernels.
+    runtime.python_test(
+        name = "activation_provider_test",
+        srcs = ["test/activation_provider_test.py"],
+        deps = [":provider_compare"],
     )
 
     runtime.python_test(

@@ -6,6 +6,7 @@ from executorch.exir.dialects._ops import ops as exir_ops
 from executorch.extension.pybindings import portable_lib
 
 from backends.cpu.routes import (
+    BUILTIN_KERNELS,
     ROUTES,
     Provider,
     Route,
@@ -25,9 +26,21 @@ def test_route_resolves_and_its_kernel_is_registered(route: Route) -> None:
     edge_op = getattr(getattr(getattr(exir_ops.edge, namespace), name), overload)
     assert op_key(edge_op) == route.op
     assert route_for(edge_op) is route
-    # The runtime binds kernels through ExecuTorch's operator registry, as this process has it.
-    assert route.kernel in portable_lib._get_operator_names()
+    # The runtime binds kernels through ExecuTorch's operator registry, as this process has it,
+    # or its own built-in kernels for the few the registry lacks.
+    registered = route.kernel in portable_lib._get_operator_names()
+    assert registered != (route.kernel in BUILTIN_KERNELS), route.kernel
     assert [a for a in route.out_variant()._schema.arguments if a.is_out], route.kernel
+
+
+def test_builtin_kernels_have_routes_and_float32_checks() -> None:
+    routed = {route.kernel: route for route in ROUTES.values()}
+    for kernel in BUILTIN_KERNELS:
+        route = routed[kernel]
+        assert route.keep_undecomposed and route.check_args is not None, kernel
+    kept = ops_to_keep_undecomposed()
+    for op in (torch.ops.aten.hardswish, torch.ops.aten.hardsigmoid, torch.ops.aten.silu):
+        assert op.default in kept
 
 
 def test_index_routes_bind_optional_tensor_lists() -> None:

@@ -93,6 +93,15 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
         ),
         ("not in ExecuTorch's operator registry",),
     ),
+    "built-in kernel on int32": (
+        lambda: Graph(
+            add_graph(torch.int32, [3]).values,
+            [0, 1],
+            [2],
+            [Op("aten::hardswish.out", [tensor(0), tensor(2)])],
+        ),
+        ("built-in kernel aten::hardswish.out", "float32 only", "Int"),
+    ),
     "argument count": (
         lambda: Graph(
             add_graph(torch.float32, [3]).values,

@@ -11,6 +11,7 @@
 //   matmul_plan.cc      MatmulPlan (batches, row bands)
 //   block_plan.cc       BlockPlan: the inverted residual block in row bands
 //   pooling_plan.cc     PoolPlan: max pooling and global average pooling
+//   eltwise_plan.cc     EltwisePlan: activations; their oneDNN algorithms (post-ops use them too)
 //   work_pool.{h,cc}    the work-sharing pool
 #pragma once
 
@@ -131,6 +132,14 @@ Support check_post_ops(const PostOps& post_ops);
 // first), with a user scratchpad (one per Provider, shared by its plans).
 dnnl::primitive_attr make_attr(const PostOps& post_ops);
 bool has_add(const PostOps& post_ops);
+
+// ---------------------------------------------------------------------------------------------
+// Activations (eltwise_plan.cc)
+
+// oneDNN's eltwise algorithm and its alpha/beta for `activation` (torch's definition).
+dnnl::algorithm eltwise_algorithm(const Activation& activation, float* alpha, float* beta);
+// "hardswish", "gelu(tanh)", ... for messages.
+const char* activation_name(Activation::Kind kind);
 
 // ---------------------------------------------------------------------------------------------
 // Provider state shared by the plans

@@ -19,6 +19,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <iterator>
+#include <limits>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -99,6 +101,49 @@ bool int_list(const EValue* value, size_t rank, std::vector<int64_t>* out) {
   return true;
 }
 
+// The provider's activation for an offered kEltwise step; false when it has none.
+bool activation_of_step(const FusableStep& step, onednn::Activation* out) {
+  using E = FusableStep::Eltwise;
+  using K = onednn::Activation::Kind;
+  onednn::Activation a;
+  switch (step.eltwise) {
+    case E::kSigmoid:
+      a.kind = K::kSigmoid;
+      break;
+    case E::kTanh:
+      a.kind = K::kTanh;
+      break;
+    case E::kHardswish:
+      a.kind = K::kHardswish;
+      break;
+    case E::kHardsigmoid:
+      a.kind = K::kHardsigmoid;
+      break;
+    case E::kSilu:
+      a.kind = K::kSilu;
+      break;
+    case E::kGelu:
+      a.kind = K::kGeluErf;
+      break;
+    case E::kGeluTanh:
+      a.kind = K::kGeluTanh;
+      break;
+    case E::kLeakyRelu:
+      a.kind = K::kLeakyRelu;
+      a.alpha = static_cast<float>(step.alpha);
+      break;
+    case E::kElu:
+      a.kind = K::kElu;
+      a.alpha = static_cast<float>(step.alpha);
+      break;
+    default:
+      return false;
+  }
+  if (!onednn::supports_activation(a).ok) return false;
+  *out = a;
+  return true;
+}
+
 // Appends the post-op of one offered step; an add also sets *residual (false if one is already
 // set). False when the step cannot be expressed (a NaN clamp bound, a second add, a convolution).
 bool append_post_op(const FusableStep& step, onednn::PostOps* post, const Tensor** residual) {
@@ -126,6 +171,12 @@ bool append_post_op(const FusableStep& step, onednn::PostOps* post, const Tensor
       return true;
     case FusableStep::Kind::kConv:
       return false;  // a convolution is no post-op (see bind_block)
+    case FusableStep::Kind::kEltwise: {
+      onednn::Activation activation;
+      if (!activation_of_step(step, &activation)) return false;
+      post->push_back(onednn::PostOp::act(activation));
+      return true;
+    }
   }
   return false;
 }
@@ -506,6 +557,41 @@ class BlockKernel final : public OnednnKernel {
   std::unique_ptr<onednn::ReorderPlan> output_fix_;
   std::vector<float> staged_input_;
   std::vector<float> staged_output_;
+};
+
+// An elementwise activation on its input's layout (channels-last when its producer is a oneDNN
+// convolution that keeps it so): see onednn::EltwisePlan.
+class EltwiseKernel final : public OnednnKernel {
+ public:
+  EltwiseKernel(onednn::Activation activation, const Tensor* input, Tensor* output)
+      : activation_(activation), input_(input), output_(output) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    auto layout = [&](const Tensor* t) {
+      return channels_last(impl_of(t)) ? onednn::Layout::channels_last(dims_of(*t))
+                                       : onednn::Layout::plain(dims_of(*t));
+    };
+    plan_ = std::make_unique<onednn::EltwisePlan>(
+        provider.prepare_eltwise(activation_, layout(input_), layout(output_)));
+  }
+  // Channels-last output only when the input is (rank 3 to 5): chaining an activation of a plain
+  // producer would add a conversion, not save one.
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return input_->dim() >= 3 && input_->dim() <= 5 ? impl_of(output_) : nullptr;
+  }
+  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded("activation", [&] {
+      plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>());
+    });
+  }
+
+ private:
+  onednn::Activation activation_;
+  const Tensor* input_;
+  Tensor* output_;
+  std::unique_ptr<onednn::EltwisePlan> plan_;
 };
 
 // One per delegate instance. Binding prepares each kernel with plain activations (so a kernel
@@ -1097,6 +1183,111 @@ Error bind_mean(const OpBinding& op, OnednnSession& session, std::unique_ptr<Bou
   return Error::Ok;
 }
 
+// The activation a routed elementwise kernel computes from its arguments (self first, out last);
+// false with the reason in `decline` when oneDNN has no such activation or the arguments differ.
+bool parse_activation(const OpBinding& op, onednn::Activation* a, Decline* decline) {
+  using K = onednn::Activation::Kind;
+  const std::string kernel = op.kernel;
+  const size_t n = op.args.size() - 1;  // without the result slot
+  auto scalar = [&](size_t index, double fallback, double* value) {
+    if (op.args[index]->isNone()) {
+      *value = fallback;
+      return true;
+    }
+    return scalar_of(op.args[index], value);
+  };
+  static const std::pair<const char*, K> kUnary[] = {
+      {"aten::relu.out", K::kRelu},           {"aten::sigmoid.out", K::kSigmoid},
+      {"aten::tanh.out", K::kTanh},           {"aten::hardswish.out", K::kHardswish},
+      {"aten::hardsigmoid.out", K::kHardsigmoid}, {"aten::silu.out", K::kSilu},
+  };
+  for (const auto& [name, kind] : kUnary) {
+    if (kernel == name && n == 2) {
+      a->kind = kind;
+      return true;
+    }
+  }
+  double lo = 0.0;
+  double hi = 0.0;
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  if ((kernel == "aten::clamp.out" || kernel == "aten::hardtanh.out") && n == 4) {
+    if (!scalar(1, -kInf, &lo) || !scalar(2, kInf, &hi)) {
+      decline->reason = kernel + ": bounds are not numbers";
+      return false;
+    }
+    a->kind = K::kClamp;
+    a->alpha = static_cast<float>(lo);
+    a->beta = static_cast<float>(hi);
+  } else if (kernel == "aten::gelu.out" && n == 3 && op.args[1]->isString()) {
+    const auto text = op.args[1]->toString();
+    const std::string approximate(text.data(), text.size());
+    if (approximate != "none" && approximate != "tanh") {
+      decline->reason = "gelu: approximate='" + approximate + "'";
+      return false;
+    }
+    a->kind = approximate == "none" ? K::kGeluErf : K::kGeluTanh;
+  } else if (kernel == "aten::leaky_relu.out" && n == 3 && scalar(1, 0.01, &lo)) {
+    a->kind = K::kLeakyRelu;
+    a->alpha = static_cast<float>(lo);
+  } else if (kernel == "aten::elu.out" && n == 5 && scalar(1, 1.0, &lo)) {
+    double scale = 0.0;
+    double input_scale = 0.0;
+    if (!scalar(2, 1.0, &scale) || !scalar(3, 1.0, &input_scale) || scale != 1.0 ||
+        input_scale != 1.0) {
+      decline->reason = "elu: only scale = input_scale = 1";
+      return false;
+    }
+    a->kind = K::kElu;
+    a->alpha = static_cast<float>(lo);
+  } else {
+    decline->reason = "no oneDNN activation for " + kernel + " with these arguments";
+    return false;
+  }
+  const onednn::Support support = onednn::supports_activation(*a);
+  if (!support.ok) {
+    decline->reason = support.reason;
+    return false;
+  }
+  return true;
+}
+
+bool is_activation_kernel(const std::string& kernel) {
+  static const char* const kKernels[] = {
+      "aten::relu.out",     "aten::clamp.out",       "aten::hardtanh.out",
+      "aten::sigmoid.out",  "aten::tanh.out",        "aten::hardswish.out",
+      "aten::hardsigmoid.out", "aten::silu.out",     "aten::gelu.out",
+      "aten::leaky_relu.out",  "aten::elu.out",
+  };
+  return std::any_of(std::begin(kKernels), std::end(kKernels),
+                     [&](const char* name) { return kernel == name; });
+}
+
+Error bind_eltwise(const OpBinding& op, OnednnSession& session,
+                   std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  if (op.args.size() < 3) {
+    decline->reason = std::string(op.kernel) + ": unexpected arguments";
+    return Error::NotSupported;
+  }
+  const Tensor* input = tensor_arg(op, 0);
+  const Tensor* output = tensor_arg(op, op.args.size() - 2);
+  if (!is_f32(input) || !is_f32(output)) {
+    decline->reason = std::string(op.kernel) + ": only float32 input and output";
+    return Error::NotSupported;
+  }
+  if (dims_of(*input) != dims_of(*output) || input->numel() == 0) {
+    decline->reason = std::string(op.kernel) + ": input and output of one non-empty shape only";
+    return Error::NotSupported;
+  }
+  onednn::Activation activation;
+  if (!parse_activation(op, &activation, decline)) return Error::NotSupported;
+  auto kernel = std::make_unique<EltwiseKernel>(activation, input,
+                                                &op.args[op.args.size() - 2]->toTensor());
+  kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
+  session.add(kernel.get());
+  *out = std::move(kernel);
+  return Error::Ok;
+}
+
 class OnednnKernelProvider final : public KernelProvider {
  public:
   const char* name() const override { return "Optimized(oneDNN)"; }
@@ -1126,6 +1317,8 @@ class OnednnKernelProvider final : public KernelProvider {
           error = bind_mean(op, provider, out, &decline);
         } else if (kernel == "aten::mm.out" || kernel == "aten::bmm.out") {
           error = bind_matmul(op, kernel == "aten::bmm.out", provider, out, &decline, &fused);
+        } else if (is_activation_kernel(kernel)) {
+          error = bind_eltwise(op, provider, out, &decline);
         } else {
           decline.reason = "no oneDNN kernel for " + kernel;
         }

@@ -54,6 +54,10 @@ Support check_post_ops(const PostOps& post_ops) {
           "post_ops[" + std::to_string(i) + "]: clamp min " + std::to_string(op.min) +
           " > max " + std::to_string(op.max));
     }
+    if (op.kind == PostOp::Kind::kActivation) {
+      const Support ok = supports_activation(op.activation);
+      if (!ok.ok) return Support::no("post_ops[" + std::to_string(i) + "]: " + ok.reason);
+    }
   }
   return Support::yes();
 }
@@ -72,6 +76,13 @@ dnnl::primitive_attr make_attr(const PostOps& post_ops) {
       case PostOp::Kind::kClamp:
         ops.append_eltwise(dnnl::algorithm::eltwise_clip, op.min, op.max);
         break;
+      case PostOp::Kind::kActivation: {
+        float alpha = 0.0f;
+        float beta = 0.0f;
+        const dnnl::algorithm algorithm = eltwise_algorithm(op.activation, &alpha, &beta);
+        ops.append_eltwise(algorithm, alpha, beta);
+        break;
+      }
     }
   }
   dnnl::primitive_attr attr;

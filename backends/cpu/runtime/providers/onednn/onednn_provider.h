@@ -53,20 +53,48 @@ struct Support {
   static Support no(std::string why) { return {false, std::move(why)}; }
 };
 
+// An elementwise activation with torch's definition, run standalone (Provider::prepare_eltwise)
+// or fused after a convolution, linear or matmul (PostOp::act).
+struct Activation {
+  enum class Kind {
+    kRelu,         // max(x, 0)
+    kLeakyRelu,    // x > 0 ? x : alpha * x
+    kClamp,        // min(max(x, alpha), beta); +-infinity for an absent bound
+    kSigmoid,      // 1 / (1 + exp(-x))
+    kTanh,         // tanh(x)
+    kHardswish,    // x * relu6(x + 3) / 6
+    kHardsigmoid,  // relu6(x + 3) / 6
+    kSilu,         // x * sigmoid(x)
+    kGeluErf,      // x * Phi(x) (gelu, approximate='none')
+    kGeluTanh,     // gelu, approximate='tanh'
+    kElu,          // x > 0 ? x : alpha * (exp(x) - 1)
+  };
+  Kind kind = Kind::kRelu;
+  float alpha = 0.0f;
+  float beta = 0.0f;
+};
+// Whether the activation's parameters are usable (clamp bounds ordered, finite alphas); if not, why.
+Support supports_activation(const Activation& activation);
+
 // An elementwise op fused after the main op, applied in list order.
 struct PostOp {
   enum class Kind {
     kAdd,    // += a tensor of the output's shape and layout (a residual), given to run()
     kRelu,   // max(x, 0)
     kClamp,  // min(max(x, min), max): hardtanh, relu6, clamp
+    kActivation,  // any Activation (`activation`)
   };
   Kind kind = Kind::kRelu;
   float min = 0.0f;
   float max = 0.0f;
+  Activation activation;
 
   static PostOp add() { return {Kind::kAdd, 0.0f, 0.0f}; }
   static PostOp relu() { return {Kind::kRelu, 0.0f, 0.0f}; }
   static PostOp clamp(float lo, float hi) { return {Kind::kClamp, lo, hi}; }
+  static PostOp act(const Activation& activation) {
+    return {Kind::kActivation, 0.0f, 0.0f, activation};
+  }
 };
 using PostOps = std::vector<PostOp>;
 
@@ -242,6 +270,7 @@ class LinearPlan;
 class MatmulPlan;
 class ReorderPlan;
 class PoolPlan;
+class EltwisePlan;
 struct ProviderState;
 
 class Provider {
@@ -285,6 +314,11 @@ class Provider {
   // Mean over every spatial position (global average pooling, torch's x.mean((2, 3), keepdim)):
   // `input` {N, C, *spatial}, `output` {N, C, 1, ...}, plain or channels-last.
   PoolPlan prepare_global_average_pool(const Layout& input, const Layout& output);
+  // An elementwise activation from `input` to `output` (same dims; plain or channels-last, either
+  // side: a layout change is a reorder into the output, then the activation in place). Split
+  // into pieces for the work-sharing pool when large.
+  EltwisePlan prepare_eltwise(const Activation& activation, const Layout& input,
+                              const Layout& output);
 
   int num_threads() const;
   bool work_sharing() const;
@@ -410,6 +444,21 @@ class PoolPlan {
 
   struct Impl;
   explicit PoolPlan(std::shared_ptr<const Impl> impl);
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+// An elementwise activation (see Provider::prepare_eltwise). `output` may be `input` (in place)
+// when both layouts are the same.
+class EltwisePlan {
+ public:
+  std::string implementation() const;
+  size_t pieces() const;
+  void run(const float* input, float* output) const;
+
+  struct Impl;
+  explicit EltwisePlan(std::shared_ptr<const Impl> impl);
 
  private:
   std::shared_ptr<const Impl> impl_;

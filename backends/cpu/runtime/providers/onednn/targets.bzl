@@ -25,6 +25,7 @@ def define_common_targets():
             "block_plan.cc",
             "conv_plan.cc",
             "deconv_plan.cc",
+            "eltwise_plan.cc",
             "layout.cc",
             "linear_plan.cc",
             "matmul_plan.cc",
