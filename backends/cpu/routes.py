@@ -83,15 +83,16 @@ _ROUTE_LIST: tuple[Route, ...] = (
     _r("aten.addmm.default", "aten::addmm.out", provider=_OPT),
     _r("aten.mm.default", "aten::mm.out", provider=_OPT),
     _r("aten.bmm.default", "aten::bmm.out", provider=_OPT),
-    # Elementwise arithmetic.
-    _r("aten.add.Tensor", "aten::add.out"),
+    # Elementwise arithmetic. Optimized: add/sub (alpha 1), mul, div on float32 with broadcasting;
+    # other dtypes fall back to Reference.
+    _r("aten.add.Tensor", "aten::add.out", provider=_OPT),
     _r("aten.add.Scalar", "aten::add.Scalar_out"),
-    _r("aten.sub.Tensor", "aten::sub.out"),
+    _r("aten.sub.Tensor", "aten::sub.out", provider=_OPT),
     _r("aten.sub.Scalar", "aten::sub.Scalar_out"),
     _r("aten.rsub.Scalar", "aten::rsub.Scalar_out"),
-    _r("aten.mul.Tensor", "aten::mul.out"),
+    _r("aten.mul.Tensor", "aten::mul.out", provider=_OPT),
     _r("aten.mul.Scalar", "aten::mul.Scalar_out"),
-    _r("aten.div.Tensor", "aten::div.out"),
+    _r("aten.div.Tensor", "aten::div.out", provider=_OPT),
     _r("aten.div.Tensor_mode", "aten::div.out_mode"),
     _r("aten.div.Scalar", "aten::div.Scalar_out"),
     _r("aten.remainder.Tensor", "aten::remainder.Tensor_out"),

@@ -10,6 +10,7 @@
 //   matmul_plan.cc      MatmulPlan (batches, row bands)
 //   block_plan.cc       BlockPlan: the inverted residual block in row bands
 //   pooling_plan.cc     PoolPlan: max pooling and global average pooling
+//   binary_plan.cc      BinaryPlan: add/sub/mul/div with broadcasting
 //   work_pool.{h,cc}    the work-sharing pool
 #pragma once
 

@@ -381,6 +381,55 @@ class MeanKernel final : public OnednnKernel {
   std::unique_ptr<onednn::PoolPlan> plan_;
 };
 
+// a (op) b with broadcasting (add/sub with alpha 1, mul, div): reads an operand of the
+// output's rank channels-last when the session keeps it so (a convolution's output times an
+// (N, C, 1, 1) gate stays channels-last) and writes channels-last when its output is kept so.
+class BinaryKernel final : public OnednnKernel {
+ public:
+  BinaryKernel(onednn::BinaryOp op, const Tensor* a, const Tensor* b, Tensor* output)
+      : op_(op), a_(a), b_(b), output_(output) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    const std::vector<int64_t> out = dims_of(*output_);
+    auto layout = [&](const Tensor* t) {
+      std::vector<int64_t> dims = dims_of(*t);
+      if (dims.size() == out.size() && channels_last(impl_of(t))) {
+        return onednn::Layout::channels_last(dims);
+      }
+      dims.insert(dims.begin(), out.size() - dims.size(), 1);  // numpy: leading 1s
+      return onednn::Layout::plain(dims);
+    };
+    plan_ = std::make_unique<onednn::BinaryPlan>(
+        provider.prepare_binary(op_, layout(a_), layout(b_), layout(output_)));
+  }
+  // Operands of another rank than the output (or below 3) are read plain.
+  std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
+    std::vector<const executorch::aten::TensorImpl*> plain;
+    for (const Tensor* t : {a_, b_}) {
+      if (t->dim() != output_->dim() || t->dim() < 3) plain.push_back(impl_of(t));
+    }
+    return plain;
+  }
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return output_->dim() >= 3 && output_->dim() <= 5 ? impl_of(output_) : nullptr;
+  }
+  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded("binary", [&] {
+      plan_->run(a_->const_data_ptr<float>(), b_->const_data_ptr<float>(),
+                 output_->mutable_data_ptr<float>());
+    });
+  }
+
+ private:
+  onednn::BinaryOp op_;
+  const Tensor* a_;
+  const Tensor* b_;
+  Tensor* output_;
+  std::unique_ptr<onednn::BinaryPlan> plan_;
+};
+
 // An inverted residual block (1x1 expand, depthwise, 1x1 project, optionally + its input) as one
 // kernel: see onednn::BlockParams. It reads and writes channels-last; where the graph keeps its
 // input or output plain (a graph input, a tensor a reference op reads) it converts through its
@@ -941,6 +990,50 @@ Error bind_mean(const OpBinding& op, OnednnSession& session, std::unique_ptr<Bou
   return Error::Ok;
 }
 
+// aten::add.out / sub.out (self, other, *, alpha, out), aten::mul.out / div.out (self, other,
+// *, out): float32 tensors with numpy broadcasting, alpha 1.
+Error bind_binary(const OpBinding& op, onednn::BinaryOp kind, const char* what,
+                  OnednnSession& session, std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  const bool has_alpha = kind == onednn::BinaryOp::kAdd || kind == onednn::BinaryOp::kSub;
+  const size_t out_index = has_alpha ? 3 : 2;
+  const Tensor* a = tensor_arg(op, 0);
+  const Tensor* b = tensor_arg(op, 1);
+  Tensor* output = op.args.size() > out_index && op.args[out_index]->isTensor()
+                       ? &op.args[out_index]->toTensor()
+                       : nullptr;
+  if (!is_f32(a) || !is_f32(b) || !is_f32(output)) {
+    decline->reason = std::string(what) + ": only float32 tensors";
+    return Error::NotSupported;
+  }
+  if (has_alpha) {
+    double alpha = 0.0;
+    if (!scalar_of(op.args[2], &alpha) || alpha != 1.0) {
+      decline->reason = std::string(what) + ": alpha must be 1";
+      return Error::NotSupported;
+    }
+  }
+  std::vector<int64_t> out_dims = dims_of(*output);
+  if (a->dim() > output->dim() || b->dim() > output->dim()) {
+    decline->reason = std::string(what) + ": an operand has a higher rank than the output";
+    return Error::NotSupported;
+  }
+  auto extended = [&](const Tensor* t) {
+    std::vector<int64_t> dims = dims_of(*t);
+    dims.insert(dims.begin(), out_dims.size() - dims.size(), 1);
+    return dims;
+  };
+  onednn::Support support = onednn::supports_binary(kind, extended(a), extended(b), out_dims);
+  if (!support.ok) {
+    decline->reason = support.reason;
+    return Error::NotSupported;
+  }
+  auto kernel = std::make_unique<BinaryKernel>(kind, a, b, output);
+  kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
+  session.add(kernel.get());
+  *out = std::move(kernel);
+  return Error::Ok;
+}
+
 class OnednnKernelProvider final : public KernelProvider {
  public:
   const char* name() const override { return "Optimized(oneDNN)"; }
@@ -970,6 +1063,14 @@ class OnednnKernelProvider final : public KernelProvider {
           error = bind_mean(op, provider, out, &decline);
         } else if (kernel == "aten::mm.out" || kernel == "aten::bmm.out") {
           error = bind_matmul(op, kernel == "aten::bmm.out", provider, out, &decline, &fused);
+        } else if (kernel == "aten::add.out") {
+          error = bind_binary(op, onednn::BinaryOp::kAdd, "add", provider, out, &decline);
+        } else if (kernel == "aten::sub.out") {
+          error = bind_binary(op, onednn::BinaryOp::kSub, "sub", provider, out, &decline);
+        } else if (kernel == "aten::mul.out") {
+          error = bind_binary(op, onednn::BinaryOp::kMul, "mul", provider, out, &decline);
+        } else if (kernel == "aten::div.out") {
+          error = bind_binary(op, onednn::BinaryOp::kDiv, "div", provider, out, &decline);
         } else {
           decline.reason = "no oneDNN kernel for " + kernel;
         }

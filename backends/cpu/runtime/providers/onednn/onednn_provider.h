@@ -201,6 +201,14 @@ std::vector<int64_t> block_output_size(const BlockParams& params);
 // Whether prepare_block accepts these arguments; if not, why.
 Support supports_block(const BlockParams& params, const BlockPostOps& post_ops);
 
+// Elementwise a (op) b on float32 with numpy broadcasting (torch's add/sub with alpha 1, mul,
+// div), operands given with the output's rank (leading 1s added by the caller). oneDNN
+// broadcasts one operand only: at least one operand has the output's dims, and a divided
+// operand (div's a) must have them.
+enum class BinaryOp { kAdd, kSub, kMul, kDiv };
+Support supports_binary(BinaryOp op, const std::vector<int64_t>& a, const std::vector<int64_t>& b,
+                        const std::vector<int64_t>& out);
+
 struct ProviderOptions {
   // Threads the provider uses. 0 = default: $ET_CPU_ONEDNN_THREADS if set, else the number of
   // CPUs this process may run on (sched_getaffinity), i.e. 2 on the project's machines; the
@@ -215,6 +223,7 @@ struct ProviderOptions {
   int64_t min_task_flops = -1;
 };
 
+class BinaryPlan;
 class BlockPlan;
 class ConvPlan;
 class LinearPlan;
@@ -256,6 +265,11 @@ class Provider {
   // Mean over every spatial position (global average pooling, torch's x.mean((2, 3), keepdim)):
   // `input` {N, C, *spatial}, `output` {N, C, 1, ...}, plain or channels-last.
   PoolPlan prepare_global_average_pool(const Layout& input, const Layout& output);
+
+  // a (op) b -> output, each plain or channels-last (an output-sized operand in the other
+  // layout than the output's is converted into a staging buffer first; a broadcast one is read
+  // as it lies). Large ops are split along the output's outermost dim on the pool.
+  BinaryPlan prepare_binary(BinaryOp op, const Layout& a, const Layout& b, const Layout& output);
 
   int num_threads() const;
   bool work_sharing() const;
@@ -347,6 +361,19 @@ class ReorderPlan {
 
   struct Impl;
   explicit ReorderPlan(std::shared_ptr<const Impl> impl);
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+class BinaryPlan {
+ public:
+  std::string implementation() const;
+  size_t pieces() const;
+  void run(const float* a, const float* b, float* output) const;
+
+  struct Impl;
+  explicit BinaryPlan(std::shared_ptr<const Impl> impl);
 
  private:
   std::shared_ptr<const Impl> impl_;

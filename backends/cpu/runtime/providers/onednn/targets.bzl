@@ -22,6 +22,7 @@ def define_common_targets():
     runtime.cxx_library(
         name = "onednn_provider",
         srcs = [
+            "binary_plan.cc",
             "block_plan.cc",
             "conv_plan.cc",
             "layout.cc",
