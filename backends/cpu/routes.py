@@ -119,8 +119,10 @@ _ROUTE_LIST: tuple[Route, ...] = (
         "aten::max_pool2d_with_indices.out",
         provider=_OPT,
     ),
-    _r("aten.avg_pool2d.default", "aten::avg_pool2d.out"),
-    _r("aten._adaptive_avg_pool2d.default", "aten::_adaptive_avg_pool2d.out"),
+    # Optimized without divisor_override / when the output size divides the input (equal
+    # windows); Reference otherwise.
+    _r("aten.avg_pool2d.default", "aten::avg_pool2d.out", provider=_OPT),
+    _r("aten._adaptive_avg_pool2d.default", "aten::_adaptive_avg_pool2d.out", provider=_OPT),
     # Optimized over all spatial dims (global average pooling), Reference otherwise.
     _r("aten.mean.dim", "aten::mean.out", provider=_OPT),
     _r("aten.sum.dim_IntList", "aten::sum.IntList_out"),

@@ -210,3 +210,10 @@ def define_common_targets():
         srcs = ["test/binary_ops_test.py"],
         deps = [":provider_compare"],
     )
+
+    runtime.python_test(
+        name = "pool_resample_cat_test",
+        size = "large",  # ~40 lowerings, each run twice (Optimized and all-Reference)
+        srcs = ["test/pool_resample_cat_test.py"],
+        deps = [":provider_compare"],
+    )

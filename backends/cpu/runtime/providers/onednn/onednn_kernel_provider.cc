@@ -381,6 +381,41 @@ class MeanKernel final : public OnednnKernel {
   std::unique_ptr<onednn::PoolPlan> plan_;
 };
 
+// Average pooling (avg_pool2d, an adaptive pooling whose windows tile the input): reads and
+// writes plain or channels-last like max pooling.
+class AvgPoolKernel final : public OnednnKernel {
+ public:
+  AvgPoolKernel(onednn::PoolParams params, bool count_include_pad, const Tensor* input,
+                Tensor* output)
+      : params_(std::move(params)), count_include_pad_(count_include_pad), input_(input),
+        output_(output) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    auto layout = [&](const Tensor* t) {
+      return channels_last(impl_of(t)) ? onednn::Layout::channels_last(dims_of(*t))
+                                       : onednn::Layout::plain(dims_of(*t));
+    };
+    plan_ = std::make_unique<onednn::PoolPlan>(
+        provider.prepare_avg_pool(params_, count_include_pad_, layout(input_), layout(output_)));
+  }
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return impl_of(output_);
+  }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded("average pooling", [&] {
+      plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>());
+    });
+  }
+
+ private:
+  onednn::PoolParams params_;
+  bool count_include_pad_;
+  const Tensor* input_;
+  Tensor* output_;
+  std::unique_ptr<onednn::PoolPlan> plan_;
+};
+
 // a (op) b with broadcasting (add/sub with alpha 1, mul, div): reads an operand of the
 // output's rank channels-last when the session keeps it so (a convolution's output times an
 // (N, C, 1, 1) gate stays channels-last) and writes channels-last when its output is kept so.
@@ -1034,6 +1069,96 @@ Error bind_binary(const OpBinding& op, onednn::BinaryOp kind, const char* what,
   return Error::Ok;
 }
 
+Error bind_pool_kernel(std::unique_ptr<OnednnKernel> kernel, OnednnSession& session,
+                       std::unique_ptr<BoundKernel>* out) {
+  kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
+  session.add(kernel.get());
+  *out = std::move(kernel);
+  return Error::Ok;
+}
+
+// aten::avg_pool2d.out(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+// divisor_override?, *, out): float32 NCHW without divisor_override.
+Error bind_avg_pool(const OpBinding& op, OnednnSession& session,
+                    std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  const Tensor* input = tensor_arg(op, 0);
+  Tensor* output = op.args.size() > 7 && op.args[7]->isTensor() ? &op.args[7]->toTensor() : nullptr;
+  if (!is_f32(input) || !is_f32(output) || input->dim() != 4 || output->dim() != 4) {
+    decline->reason = "avg_pool2d: only float32 NCHW (4D) tensors";
+    return Error::NotSupported;
+  }
+  if (!op.args[6]->isNone()) {
+    decline->reason = "avg_pool2d: divisor_override is not supported by the provider";
+    return Error::NotSupported;
+  }
+  if (!op.args[5]->isBool()) {
+    decline->reason = "avg_pool2d: count_include_pad is not a bool";
+    return Error::NotSupported;
+  }
+  onednn::PoolParams params;
+  params.batch = input->size(0);
+  params.channels = input->size(1);
+  params.input_size = {input->size(2), input->size(3)};
+  params.output_size = {output->size(2), output->size(3)};
+  if (output->size(0) != params.batch || output->size(1) != params.channels ||
+      !int_list(op.args[1], 2, &params.kernel_size) || !int_list(op.args[3], 2, &params.padding)) {
+    decline->reason = "avg_pool2d: kernel_size and padding need 1 or 2 entries";
+    return Error::NotSupported;
+  }
+  if (op.args[2]->isIntList() && op.args[2]->toIntList().size() == 0) {
+    params.stride = params.kernel_size;  // torch: stride defaults to the kernel size
+  } else if (!int_list(op.args[2], 2, &params.stride)) {
+    decline->reason = "avg_pool2d: stride needs 0, 1 or 2 entries";
+    return Error::NotSupported;
+  }
+  const bool include = op.args[5]->toBool();
+  onednn::Support support = onednn::supports_avg_pool(params, include);
+  if (!support.ok) {
+    decline->reason = support.reason;
+    return Error::NotSupported;
+  }
+  return bind_pool_kernel(std::make_unique<AvgPoolKernel>(params, include, input, output),
+                          session, out);
+}
+
+// aten::_adaptive_avg_pool2d.out(self, output_size, *, out): taken when the output size divides
+// the input size (every window then has the same size and stride: a plain average pooling).
+Error bind_adaptive_avg_pool(const OpBinding& op, OnednnSession& session,
+                             std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  const Tensor* input = tensor_arg(op, 0);
+  Tensor* output = op.args.size() > 2 && op.args[2]->isTensor() ? &op.args[2]->toTensor() : nullptr;
+  if (!is_f32(input) || !is_f32(output) || input->dim() != 4 || output->dim() != 4 ||
+      output->size(0) != input->size(0) || output->size(1) != input->size(1)) {
+    decline->reason = "adaptive_avg_pool2d: only float32 NCHW (4D) tensors";
+    return Error::NotSupported;
+  }
+  onednn::PoolParams params;
+  params.batch = input->size(0);
+  params.channels = input->size(1);
+  for (ssize_t d = 2; d < 4; ++d) {
+    const int64_t in = input->size(d);
+    const int64_t size = output->size(d);
+    if (size < 1 || in < 1 || in % size != 0) {
+      decline->reason = "adaptive_avg_pool2d: output size " + std::to_string(size) +
+                        " does not divide input size " + std::to_string(in) +
+                        " (windows of different sizes)";
+      return Error::NotSupported;
+    }
+    params.input_size.push_back(in);
+    params.output_size.push_back(size);
+    params.kernel_size.push_back(in / size);
+    params.stride.push_back(in / size);
+    params.padding.push_back(0);
+  }
+  onednn::Support support = onednn::supports_avg_pool(params, false);
+  if (!support.ok) {
+    decline->reason = support.reason;
+    return Error::NotSupported;
+  }
+  return bind_pool_kernel(std::make_unique<AvgPoolKernel>(params, false, input, output), session,
+                          out);
+}
+
 class OnednnKernelProvider final : public KernelProvider {
  public:
   const char* name() const override { return "Optimized(oneDNN)"; }
@@ -1063,6 +1188,10 @@ class OnednnKernelProvider final : public KernelProvider {
           error = bind_mean(op, provider, out, &decline);
         } else if (kernel == "aten::mm.out" || kernel == "aten::bmm.out") {
           error = bind_matmul(op, kernel == "aten::bmm.out", provider, out, &decline, &fused);
+        } else if (kernel == "aten::avg_pool2d.out") {
+          error = bind_avg_pool(op, provider, out, &decline);
+        } else if (kernel == "aten::_adaptive_avg_pool2d.out") {
+          error = bind_adaptive_avg_pool(op, provider, out, &decline);
         } else if (kernel == "aten::add.out") {
           error = bind_binary(op, onednn::BinaryOp::kAdd, "add", provider, out, &decline);
         } else if (kernel == "aten::sub.out") {

