@@ -150,8 +150,9 @@ _ROUTE_LIST: tuple[Route, ...] = (
     ),
     # Resampling: Edge keeps the `.vec` overloads, whose output size and scale factors are both
     # optional lists (`SymInt[]?`, `float[]?`): exactly one is given, the other is None.
-    _r("aten.upsample_nearest2d.vec", "aten::upsample_nearest2d.vec_out"),
-    _r("aten.upsample_bilinear2d.vec", "aten::upsample_bilinear2d.vec_out"),
+    # Optimized with align_corners=False, scales = output / input, nearest for integer factors.
+    _r("aten.upsample_nearest2d.vec", "aten::upsample_nearest2d.vec_out", provider=_OPT),
+    _r("aten.upsample_bilinear2d.vec", "aten::upsample_bilinear2d.vec_out", provider=_OPT),
     # Batch norm that no preprocess fusion absorbed.
     _r(
         "aten._native_batch_norm_legit_no_training.default",

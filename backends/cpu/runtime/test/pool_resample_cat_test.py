@@ -117,3 +117,63 @@ def test_adaptive_avg_pooling(size: int, out: tuple[int, int], convs: bool, wher
     lines = _check(Between(fn, convs).eval(), (x,), "aten::_adaptive_avg_pool2d.out", where)
     if where == "Reference":
         assert "does not divide" in lines[0], lines
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+@pytest.mark.parametrize(
+    "size, scale, convs",
+    [
+        ((5, 7), 2.0, True),  # UNet's 2x upsampling between convolutions
+        ((4, 6), 3.0, False),
+        ((6, 6), None, False),  # output size given
+        ((3, 5), 1.0, True),
+    ],
+)
+def test_resampling_matches_reference(
+    mode: str, size: tuple[int, int], scale: float | None, convs: bool
+) -> None:
+    torch.manual_seed(size[0])
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        if scale is None:
+            return F.interpolate(x, size=(12, 18), mode=mode)
+        return F.interpolate(x, scale_factor=scale, mode=mode)
+
+    x = torch.randn(1, 6, *size)
+    _check(Between(fn, convs).eval(), (x,), f"aten::upsample_{mode}2d.vec_out", "Optimized")
+
+
+def test_bilinear_downsampling_and_odd_sizes_match_reference() -> None:
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x, size=(5, 13), mode="bilinear")
+
+    x = torch.randn(2, 6, 11, 7)
+    _check(Between(fn, True).eval(), (x,), "aten::upsample_bilinear2d.vec_out", "Optimized")
+
+
+def test_resampling_declines() -> None:
+    x = torch.randn(1, 3, 6, 6)
+
+    def corners(x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=True)
+
+    (line,) = _check(
+        Between(corners, False), (x,), "aten::upsample_bilinear2d.vec_out", "Reference"
+    )
+    assert "align_corners=True" in line
+
+    def nearest_odd(x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x, size=(9, 4), mode="nearest")
+
+    (line,) = _check(
+        Between(nearest_odd, False), (x,), "aten::upsample_nearest2d.vec_out", "Reference"
+    )
+    assert "not a multiple" in line
+
+    def fractional(x: torch.Tensor) -> torch.Tensor:
+        return F.interpolate(x, scale_factor=1.7, mode="bilinear")
+
+    (line,) = _check(
+        Between(fractional, False), (x,), "aten::upsample_bilinear2d.vec_out", "Reference"
+    )
+    assert "scale factor" in line

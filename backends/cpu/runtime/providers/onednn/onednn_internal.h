@@ -11,6 +11,7 @@
 //   block_plan.cc       BlockPlan: the inverted residual block in row bands
 //   pooling_plan.cc     PoolPlan: max pooling and global average pooling
 //   binary_plan.cc      BinaryPlan: add/sub/mul/div with broadcasting
+//   resampling_plan.cc  ResamplePlan: nearest and linear resampling
 //   work_pool.{h,cc}    the work-sharing pool
 #pragma once
 

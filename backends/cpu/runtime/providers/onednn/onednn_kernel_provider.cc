@@ -416,6 +416,37 @@ class AvgPoolKernel final : public OnednnKernel {
   std::unique_ptr<onednn::PoolPlan> plan_;
 };
 
+// Nearest / bilinear resampling (align_corners=False): reads and writes plain or channels-last.
+class ResampleKernel final : public OnednnKernel {
+ public:
+  ResampleKernel(bool linear, const Tensor* input, Tensor* output)
+      : linear_(linear), input_(input), output_(output) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    auto layout = [&](const Tensor* t) {
+      return channels_last(impl_of(t)) ? onednn::Layout::channels_last(dims_of(*t))
+                                       : onednn::Layout::plain(dims_of(*t));
+    };
+    plan_ = std::make_unique<onednn::ResamplePlan>(
+        provider.prepare_resampling(linear_, layout(input_), layout(output_)));
+  }
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return impl_of(output_);
+  }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded("resampling", [&] {
+      plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>());
+    });
+  }
+
+ private:
+  bool linear_;
+  const Tensor* input_;
+  Tensor* output_;
+  std::unique_ptr<onednn::ResamplePlan> plan_;
+};
+
 // a (op) b with broadcasting (add/sub with alpha 1, mul, div): reads an operand of the
 // output's rank channels-last when the session keeps it so (a convolution's output times an
 // (N, C, 1, 1) gate stays channels-last) and writes channels-last when its output is kept so.
@@ -1159,6 +1190,54 @@ Error bind_adaptive_avg_pool(const OpBinding& op, OnednnSession& session,
                           out);
 }
 
+// aten::upsample_nearest2d.vec_out(input, output_size?, scale_factors?, *, out) and
+// aten::upsample_bilinear2d.vec_out(input, output_size?, align_corners, scale_factors?, *, out):
+// float32 NCHW, align_corners=False, scale factors (when given) equal to output / input size.
+Error bind_upsample(const OpBinding& op, bool linear, OnednnSession& session,
+                    std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  const std::string what = linear ? "upsample_bilinear2d" : "upsample_nearest2d";
+  const size_t scales_index = linear ? 3 : 2;
+  const size_t out_index = linear ? 4 : 3;
+  const Tensor* input = tensor_arg(op, 0);
+  Tensor* output = op.args.size() > out_index && op.args[out_index]->isTensor()
+                       ? &op.args[out_index]->toTensor()
+                       : nullptr;
+  if (!is_f32(input) || !is_f32(output) || input->dim() != 4 || output->dim() != 4) {
+    decline->reason = what + ": only float32 NCHW (4D) tensors";
+    return Error::NotSupported;
+  }
+  if (linear && (!op.args[2]->isBool() || op.args[2]->toBool())) {
+    decline->reason = what +
+                      ": align_corners=True is not supported (oneDNN's linear resampling maps "
+                      "coordinates as align_corners=False)";
+    return Error::NotSupported;
+  }
+  const EValue* scales = op.args[scales_index];
+  if (!scales->isNone()) {
+    if (!scales->isDoubleList() || scales->toDoubleList().size() != 2) {
+      decline->reason = what + ": scale_factors must be 2 floats";
+      return Error::NotSupported;
+    }
+    auto factors = scales->toDoubleList();
+    for (size_t i = 0; i < 2; ++i) {
+      const double in = static_cast<double>(input->size(static_cast<ssize_t>(i + 2)));
+      const double size = static_cast<double>(output->size(static_cast<ssize_t>(i + 2)));
+      if (factors[i] * in != size) {
+        decline->reason = what + ": scale factor " + std::to_string(factors[i]) +
+                          " is not output / input size (torch then maps coordinates with "
+                          "1 / scale, oneDNN with input / output)";
+        return Error::NotSupported;
+      }
+    }
+  }
+  onednn::Support support = onednn::supports_resampling(linear, dims_of(*input), dims_of(*output));
+  if (!support.ok) {
+    decline->reason = support.reason;
+    return Error::NotSupported;
+  }
+  return bind_pool_kernel(std::make_unique<ResampleKernel>(linear, input, output), session, out);
+}
+
 class OnednnKernelProvider final : public KernelProvider {
  public:
   const char* name() const override { return "Optimized(oneDNN)"; }
@@ -1192,6 +1271,10 @@ class OnednnKernelProvider final : public KernelProvider {
           error = bind_avg_pool(op, provider, out, &decline);
         } else if (kernel == "aten::_adaptive_avg_pool2d.out") {
           error = bind_adaptive_avg_pool(op, provider, out, &decline);
+        } else if (kernel == "aten::upsample_nearest2d.vec_out" ||
+                   kernel == "aten::upsample_bilinear2d.vec_out") {
+          error = bind_upsample(op, kernel == "aten::upsample_bilinear2d.vec_out", provider, out,
+                                &decline);
         } else if (kernel == "aten::add.out") {
           error = bind_binary(op, onednn::BinaryOp::kAdd, "add", provider, out, &decline);
         } else if (kernel == "aten::sub.out") {

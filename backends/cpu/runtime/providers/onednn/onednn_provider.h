@@ -213,6 +213,11 @@ enum class BinaryOp { kAdd, kSub, kMul, kDiv };
 Support supports_binary(BinaryOp op, const std::vector<int64_t>& a, const std::vector<int64_t>& b,
                         const std::vector<int64_t>& out);
 
+// Resampling {N, C, *spatial} -> {N, C, *spatial'} with torch's align_corners=False coordinates
+// and factors output / input: linear (torch's bilinear) for any sizes; nearest only for integer
+// upsampling (torch's floor(dst * in / out) and oneDNN's rounding pick other sources otherwise).
+Support supports_resampling(bool linear, const std::vector<int64_t>& input,
+                            const std::vector<int64_t>& output);
 struct ProviderOptions {
   // Threads the provider uses. 0 = default: $ET_CPU_ONEDNN_THREADS if set, else the number of
   // CPUs this process may run on (sched_getaffinity), i.e. 2 on the project's machines; the
@@ -234,6 +239,7 @@ class LinearPlan;
 class MatmulPlan;
 class ReorderPlan;
 class PoolPlan;
+class ResamplePlan;
 struct ProviderState;
 
 class Provider {
@@ -278,6 +284,9 @@ class Provider {
   // as it lies). Large ops are split along the output's outermost dim on the pool.
   BinaryPlan prepare_binary(BinaryOp op, const Layout& a, const Layout& b, const Layout& output);
 
+  // Resampling (see supports_resampling), input and output plain or channels-last; whole on
+  // the calling thread.
+  ResamplePlan prepare_resampling(bool linear, const Layout& input, const Layout& output);
   int num_threads() const;
   bool work_sharing() const;
   // Memory the provider holds beside the activations (for the delegate's memory report):
@@ -381,6 +390,18 @@ class BinaryPlan {
 
   struct Impl;
   explicit BinaryPlan(std::shared_ptr<const Impl> impl);
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+class ResamplePlan {
+ public:
+  std::string implementation() const;
+  void run(const float* input, float* output) const;
+
+  struct Impl;
+  explicit ResamplePlan(std::shared_ptr<const Impl> impl);
 
  private:
   std::shared_ptr<const Impl> impl_;

@@ -32,6 +32,7 @@ def define_common_targets():
             "onednn_provider.cc",
             "pieces.cc",
             "pooling_plan.cc",
+            "resampling_plan.cc",
             "work_pool.cc",
             "work_pool.h",
         ],
