@@ -132,7 +132,7 @@ _ROUTE_LIST: tuple[Route, ...] = (
     # Shape and layout (Edge uses the *_copy forms).
     _r("aten.view_copy.default", "aten::view_copy.out"),
     _r("aten.permute_copy.default", "aten::permute_copy.out"),
-    _r("aten.cat.default", "aten::cat.out"),
+    _r("aten.cat.default", "aten::cat.out", provider=_OPT),  # float32: Optimized
     _r("aten.slice_copy.Tensor", "aten::slice_copy.Tensor_out"),
     _r("aten.select_copy.int", "aten::select_copy.int_out"),
     _r("aten.expand_copy.default", "aten::expand_copy.out"),

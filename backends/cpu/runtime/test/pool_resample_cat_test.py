@@ -177,3 +177,81 @@ def test_resampling_declines() -> None:
         Between(fractional, False), (x,), "aten::upsample_bilinear2d.vec_out", "Reference"
     )
     assert "scale factor" in line
+
+
+class Cat(torch.nn.Module):
+    def __init__(self, dim: int, count: int, convs: bool) -> None:
+        super().__init__()
+        self.dim = dim
+        self.convs = torch.nn.ModuleList(
+            [torch.nn.Conv2d(3, 2 + i, 3, padding=1) for i in range(count)] if convs else []
+        )
+        self.post = torch.nn.Conv2d(sum(2 + i for i in range(count)), 4, 1) if convs else None
+
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        if self.post is not None:
+            # A UNet decoder: channels-last branches concatenated along channels, then a conv.
+            y = torch.cat([torch.relu(conv(xs[0])) for conv in self.convs], dim=1)
+            return self.post(y)
+        return torch.cat(xs, dim=self.dim)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_channel_concatenation_between_convolutions(count: int) -> None:
+    torch.manual_seed(count)
+    model = Cat(1, count, True).eval()
+    x = torch.randn(1, 3, 9, 11)
+    _check(model, (x,), "aten::cat.out", "Optimized")
+
+
+@st.composite
+def cat_cases(draw: st.DrawFn) -> tuple[int, list[list[int]]]:
+    rank = draw(st.integers(1, 5))
+    shape = [draw(st.integers(1, 5)) for _ in range(rank)]
+    dim = draw(st.integers(-rank, rank - 1))
+    shapes = []
+    for _ in range(draw(st.integers(1, 4))):
+        part = list(shape)
+        part[dim] = draw(st.integers(1, 4))
+        shapes.append(part)
+    return dim, shapes
+
+
+@settings(max_examples=10, derandomize=True, deadline=None)
+@given(cat_cases())
+def test_generated_concatenations_match_reference(case: tuple[int, list[list[int]]]) -> None:
+    dim, shapes = case
+    torch.manual_seed(len(shapes))
+    inputs = tuple(torch.randn(shape) for shape in shapes)
+    out_opt, out_ref, placement = run_both(Cat(dim, 0, False), inputs)
+    assert torch.equal(out_opt[0], out_ref[0])
+    assert torch.equal(out_opt[0], torch.cat(inputs, dim))
+    assert placed(placement, "aten::cat.out", "Optimized"), placement
+
+
+def test_large_concatenation_splits_on_two_threads() -> None:
+    torch.manual_seed(4)
+    model = Cat(1, 2, True).eval()
+    x = torch.randn(1, 3, 30, 20)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")
+        patch.setenv("ET_CPU_ONEDNN_THREADS", "2")
+        out_opt, out_ref, placement = run_both(model, (x,))
+    assert_close_scaled(out_opt[0], out_ref[0])
+    assert placed(placement, "aten::cat.out", "Optimized"), placement
+    inputs = (torch.randn(3, 4, 5), torch.randn(3, 2, 5))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")
+        patch.setenv("ET_CPU_ONEDNN_THREADS", "2")
+        out_opt, _, placement = run_both(Cat(1, 0, False), inputs)
+    assert torch.equal(out_opt[0], torch.cat(inputs, 1))
+    (summary,) = [line for line in placement if line.startswith("Optimized(oneDNN): ")]
+    assert "work sharing, 1 ops split" in summary, summary
+
+
+def test_integer_concatenation_falls_back_with_a_reason() -> None:
+    inputs = (torch.randint(0, 9, (2, 3)), torch.randint(0, 9, (2, 1)))
+    out_opt, _, placement = run_both(Cat(1, 0, False), inputs)
+    assert torch.equal(out_opt[0], torch.cat(inputs, 1))
+    declined = placed(placement, "aten::cat.out", "Reference")
+    assert declined and "float32" in declined[0], placement

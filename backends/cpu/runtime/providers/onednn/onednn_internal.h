@@ -12,6 +12,7 @@
 //   pooling_plan.cc     PoolPlan: max pooling and global average pooling
 //   binary_plan.cc      BinaryPlan: add/sub/mul/div with broadcasting
 //   resampling_plan.cc  ResamplePlan: nearest and linear resampling
+//   concat_plan.cc      ConcatPlan: concatenation
 //   work_pool.{h,cc}    the work-sharing pool
 #pragma once
 

@@ -447,6 +447,54 @@ class ResampleKernel final : public OnednnKernel {
   std::unique_ptr<onednn::ResamplePlan> plan_;
 };
 
+// torch.cat: each input and the output plain or channels-last (inputs of rank 3-5 that the
+// session keeps channels-last stay so: a UNet decoder's skip concatenation along channels).
+class ConcatKernel final : public OnednnKernel {
+ public:
+  ConcatKernel(std::vector<const Tensor*> inputs, int64_t axis, Tensor* output)
+      : inputs_(std::move(inputs)), axis_(axis), output_(output) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    auto layout = [&](const Tensor* t) {
+      return channels_last(impl_of(t)) ? onednn::Layout::channels_last(dims_of(*t))
+                                       : onednn::Layout::plain(dims_of(*t));
+    };
+    std::vector<onednn::Layout> layouts;
+    for (const Tensor* input : inputs_) layouts.push_back(layout(input));
+    plan_ = std::make_unique<onednn::ConcatPlan>(
+        provider.prepare_concat(layouts, axis_, layout(output_)));
+    pointers_.assign(inputs_.size(), nullptr);
+  }
+  // Inputs below rank 3 cannot be channels-last.
+  std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
+    std::vector<const executorch::aten::TensorImpl*> plain;
+    for (const Tensor* t : inputs_) {
+      if (t->dim() < 3) plain.push_back(impl_of(t));
+    }
+    return plain;
+  }
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return output_->dim() >= 3 && output_->dim() <= 5 ? impl_of(output_) : nullptr;
+  }
+  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded("concatenation", [&] {
+      for (size_t i = 0; i < inputs_.size(); ++i) {
+        pointers_[i] = inputs_[i]->const_data_ptr<float>();
+      }
+      plan_->run(pointers_, output_->mutable_data_ptr<float>());
+    });
+  }
+
+ private:
+  std::vector<const Tensor*> inputs_;  // the graph's list storage: alive as long as the graph
+  int64_t axis_;
+  Tensor* output_;
+  std::unique_ptr<onednn::ConcatPlan> plan_;
+  std::vector<const float*> pointers_;
+};
+
 // a (op) b with broadcasting (add/sub with alpha 1, mul, div): reads an operand of the
 // output's rank channels-last when the session keeps it so (a convolution's output times an
 // (N, C, 1, 1) gate stays channels-last) and writes channels-last when its output is kept so.
@@ -1238,6 +1286,38 @@ Error bind_upsample(const OpBinding& op, bool linear, OnednnSession& session,
   return bind_pool_kernel(std::make_unique<ResampleKernel>(linear, input, output), session, out);
 }
 
+// aten::cat.out(tensors, dim, *, out): float32 tensors of one rank.
+Error bind_cat(const OpBinding& op, OnednnSession& session, std::unique_ptr<BoundKernel>* out,
+               Decline* decline) {
+  Tensor* output = op.args.size() > 2 && op.args[2]->isTensor() ? &op.args[2]->toTensor() : nullptr;
+  if (op.args.size() < 3 || !op.args[0]->isTensorList() || !op.args[1]->isInt() ||
+      !is_f32(output)) {
+    decline->reason = "cat: only a list of float32 tensors and an int dim";
+    return Error::NotSupported;
+  }
+  auto list = op.args[0]->toTensorList();
+  std::vector<const Tensor*> inputs;
+  std::vector<std::vector<int64_t>> dims;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!is_f32(&list[i])) {
+      decline->reason = "cat: only float32 tensors";
+      return Error::NotSupported;
+    }
+    inputs.push_back(&list[i]);
+    dims.push_back(dims_of(list[i]));
+  }
+  const int64_t rank = output->dim();
+  int64_t axis = op.args[1]->toInt();
+  if (axis < 0) axis += rank;
+  onednn::Support support = onednn::supports_concat(dims, axis, dims_of(*output));
+  if (!support.ok) {
+    decline->reason = support.reason;
+    return Error::NotSupported;
+  }
+  return bind_pool_kernel(std::make_unique<ConcatKernel>(std::move(inputs), axis, output),
+                          session, out);
+}
+
 class OnednnKernelProvider final : public KernelProvider {
  public:
   const char* name() const override { return "Optimized(oneDNN)"; }
@@ -1275,6 +1355,8 @@ class OnednnKernelProvider final : public KernelProvider {
                    kernel == "aten::upsample_bilinear2d.vec_out") {
           error = bind_upsample(op, kernel == "aten::upsample_bilinear2d.vec_out", provider, out,
                                 &decline);
+        } else if (kernel == "aten::cat.out") {
+          error = bind_cat(op, provider, out, &decline);
         } else if (kernel == "aten::add.out") {
           error = bind_binary(op, onednn::BinaryOp::kAdd, "add", provider, out, &decline);
         } else if (kernel == "aten::sub.out") {

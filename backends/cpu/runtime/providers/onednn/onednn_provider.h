@@ -218,6 +218,10 @@ Support supports_binary(BinaryOp op, const std::vector<int64_t>& a, const std::v
 // upsampling (torch's floor(dst * in / out) and oneDNN's rounding pick other sources otherwise).
 Support supports_resampling(bool linear, const std::vector<int64_t>& input,
                             const std::vector<int64_t>& output);
+// torch.cat of `inputs` along `axis`: every input of the output's rank, equal outside `axis`.
+Support supports_concat(const std::vector<std::vector<int64_t>>& inputs, int64_t axis,
+                        const std::vector<int64_t>& output);
+
 struct ProviderOptions {
   // Threads the provider uses. 0 = default: $ET_CPU_ONEDNN_THREADS if set, else the number of
   // CPUs this process may run on (sched_getaffinity), i.e. 2 on the project's machines; the
@@ -234,6 +238,7 @@ struct ProviderOptions {
 
 class BinaryPlan;
 class BlockPlan;
+class ConcatPlan;
 class ConvPlan;
 class LinearPlan;
 class MatmulPlan;
@@ -287,6 +292,10 @@ class Provider {
   // Resampling (see supports_resampling), input and output plain or channels-last; whole on
   // the calling thread.
   ResamplePlan prepare_resampling(bool linear, const Layout& input, const Layout& output);
+  // Concatenation (see supports_concat), each input and the output plain or channels-last; large
+  // ones split along the output's outermost dim in memory (when it is not `axis`) on the pool.
+  ConcatPlan prepare_concat(const std::vector<Layout>& inputs, int64_t axis, const Layout& output);
+
   int num_threads() const;
   bool work_sharing() const;
   // Memory the provider holds beside the activations (for the delegate's memory report):
@@ -402,6 +411,20 @@ class ResamplePlan {
 
   struct Impl;
   explicit ResamplePlan(std::shared_ptr<const Impl> impl);
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+class ConcatPlan {
+ public:
+  std::string implementation() const;
+  size_t pieces() const;
+  // One pointer per planned input, in order.
+  void run(const std::vector<const float*>& inputs, float* output) const;
+
+  struct Impl;
+  explicit ConcatPlan(std::shared_ptr<const Impl> impl);
 
  private:
   std::shared_ptr<const Impl> impl_;

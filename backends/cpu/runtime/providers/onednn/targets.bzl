@@ -24,6 +24,7 @@ def define_common_targets():
         srcs = [
             "binary_plan.cc",
             "block_plan.cc",
+            "concat_plan.cc",
             "conv_plan.cc",
             "layout.cc",
             "linear_plan.cc",
