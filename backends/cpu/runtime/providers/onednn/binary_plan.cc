@@ -116,6 +116,9 @@ struct BinaryPlan::Impl {
     memory::desc to;
     std::shared_ptr<AlignedBuffer> buffer;
     mutable std::unordered_map<int, memory> args;
+    // Large conversions: bands of the first spatial dim on the pool (split_reorder), else none.
+    std::vector<dnnl::reorder> bands;
+    mutable std::vector<std::unordered_map<int, memory>> band_args;
   };
 
   std::shared_ptr<ProviderState> state;
@@ -145,6 +148,20 @@ void BinaryPlan::run(const float* a, const float* b, float* output) const {
   auto stage = [&](const Impl::Staging* staging, const float** src) {
     if (staging == nullptr) return;
     float* to = static_cast<float*>(staging->buffer->data());
+    if (!staging->bands.empty()) {
+      state.pool->run(staging->bands.size(), [&](size_t index, int worker) {
+        const size_t w = static_cast<size_t>(worker);
+        wrap_dnnl("binary staging reorder band", [&] {
+          std::unordered_map<int, memory>& args = staging->band_args[index];
+          staging->bands[index].execute(
+              state.piece_streams[w], point(args, DNNL_ARG_FROM, staging->from, state.engine, *src),
+              point(args, DNNL_ARG_TO, staging->to, state.engine, to));
+          state.piece_streams[w].wait();
+        });
+      });
+      *src = to;
+      return;
+    }
     wrap_dnnl("binary staging reorder", [&] {
       staging->reorder.execute(
           state.stream, point(staging->args, DNNL_ARG_FROM, staging->from, state.engine, *src),
@@ -211,6 +228,8 @@ BinaryPlan Provider::prepare_binary(BinaryOp op, const Layout& a, const Layout& 
       stage->to = wanted;
       stage->reorder = dnnl::reorder(
           dnnl::reorder::primitive_desc(state.engine, given, state.engine, wanted));
+      stage->bands = split_reorder(state, given, wanted);
+      stage->band_args.resize(stage->bands.size());
       stage->buffer = std::make_shared<AlignedBuffer>();
       stage->buffer->reserve(wanted.get_size());
       state.staging_bytes += wanted.get_size();

@@ -166,7 +166,9 @@ ConcatPlan Provider::prepare_concat(const std::vector<Layout>& inputs, int64_t a
           };
           std::vector<memory::desc> piece_srcs;
           std::vector<size_t> offsets(srcs.size(), 0);
-          for (size_t s = 0; s < srcs.size(); ++s) piece_srcs.push_back(slice(srcs[s], &offsets[s]));
+          for (size_t s = 0; s < srcs.size(); ++s) {
+            piece_srcs.push_back(slice(srcs[s], &offsets[s]));
+          }
           size_t dst_offset = 0;
           const memory::desc piece_dst = slice(dst, &dst_offset);
           auto part = make_part(piece_srcs, piece_dst).first;

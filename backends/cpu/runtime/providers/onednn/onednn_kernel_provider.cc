@@ -170,6 +170,12 @@ class OnednnKernel : public BoundKernel {
   virtual std::vector<const executorch::aten::TensorImpl*> plain_reads() const { return {}; }
   // The activation it writes in its own layout when allowed (convolutions), or null.
   virtual const executorch::aten::TensorImpl* chainable_output() const { return nullptr; }
+  // The same, knowing which activations of the kernels before it (in execution order) stay
+  // channels-last: elementwise kernels keep theirs plain when all their inputs are.
+  using Chained = std::unordered_set<const executorch::aten::TensorImpl*>;
+  virtual const executorch::aten::TensorImpl* chainable_output_after(const Chained&) const {
+    return chainable_output();
+  }
   // Pieces its plan runs on the work-sharing pool (1: one oneDNN call).
   virtual size_t pieces() const { return 1; }
   // Conversion buffers it holds itself (beside the provider's), for the memory report.
@@ -476,6 +482,14 @@ class ConcatKernel final : public OnednnKernel {
   const executorch::aten::TensorImpl* chainable_output() const override {
     return output_->dim() >= 3 && output_->dim() <= 5 ? impl_of(output_) : nullptr;
   }
+  // Channels-last only when an input is (else plain inputs would be converted one by one).
+  const executorch::aten::TensorImpl* chainable_output_after(
+      const Chained& chained) const override {
+    for (const Tensor* t : inputs_) {
+      if (chained.count(impl_of(t)) > 0) return chainable_output();
+    }
+    return nullptr;
+  }
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
 
   Error run(KernelRuntimeContext&) override {
@@ -526,6 +540,18 @@ class BinaryKernel final : public OnednnKernel {
   }
   const executorch::aten::TensorImpl* chainable_output() const override {
     return output_->dim() >= 3 && output_->dim() <= 5 ? impl_of(output_) : nullptr;
+  }
+  // Channels-last only when an output-sized operand is: from plain operands (SiLU's x *
+  // sigmoid(x) after a reference sigmoid) a channels-last output would cost converting both.
+  const executorch::aten::TensorImpl* chainable_output_after(
+      const Chained& chained) const override {
+    for (const Tensor* t : {a_, b_}) {
+      if (t->dim() == output_->dim() && t->numel() == output_->numel() &&
+          chained.count(impl_of(t)) > 0) {
+        return chainable_output();
+      }
+    }
+    return nullptr;
   }
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
 
@@ -652,7 +678,7 @@ class OnednnSession final : public ProviderSession {
     std::unordered_set<const executorch::aten::TensorImpl*> chained;
     if (chaining_enabled()) {
       for (OnednnKernel* kernel : kernels_) {
-        const auto* out = kernel->chainable_output();
+        const auto* out = kernel->chainable_output_after(chained);
         if (out != nullptr && !read_outside(out) && plain.count(out) == 0) chained.insert(out);
       }
     }
