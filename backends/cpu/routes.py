@@ -100,15 +100,16 @@ _ROUTE_LIST: tuple[Route, ...] = (
     _r("aten.addmm.default", "aten::addmm.out", provider=_OPT),
     _r("aten.mm.default", "aten::mm.out", provider=_OPT),
     _r("aten.bmm.default", "aten::bmm.out", provider=_OPT),
-    # Elementwise arithmetic.
-    _r("aten.add.Tensor", "aten::add.out"),
+    # Elementwise arithmetic. Optimized: add/sub (alpha 1), mul, div on float32 with broadcasting;
+    # other dtypes fall back to Reference.
+    _r("aten.add.Tensor", "aten::add.out", provider=_OPT),
     _r("aten.add.Scalar", "aten::add.Scalar_out"),
-    _r("aten.sub.Tensor", "aten::sub.out"),
+    _r("aten.sub.Tensor", "aten::sub.out", provider=_OPT),
     _r("aten.sub.Scalar", "aten::sub.Scalar_out"),
     _r("aten.rsub.Scalar", "aten::rsub.Scalar_out"),
-    _r("aten.mul.Tensor", "aten::mul.out"),
+    _r("aten.mul.Tensor", "aten::mul.out", provider=_OPT),
     _r("aten.mul.Scalar", "aten::mul.Scalar_out"),
-    _r("aten.div.Tensor", "aten::div.out"),
+    _r("aten.div.Tensor", "aten::div.out", provider=_OPT),
     _r("aten.div.Tensor_mode", "aten::div.out_mode"),
     _r("aten.div.Scalar", "aten::div.Scalar_out"),
     _r("aten.remainder.Tensor", "aten::remainder.Tensor_out"),
@@ -151,8 +152,10 @@ _ROUTE_LIST: tuple[Route, ...] = (
         "aten::max_pool2d_with_indices.out",
         provider=_OPT,
     ),
-    _r("aten.avg_pool2d.default", "aten::avg_pool2d.out"),
-    _r("aten._adaptive_avg_pool2d.default", "aten::_adaptive_avg_pool2d.out"),
+    # Optimized without divisor_override / when the output size divides the input (equal
+    # windows); Reference otherwise.
+    _r("aten.avg_pool2d.default", "aten::avg_pool2d.out", provider=_OPT),
+    _r("aten._adaptive_avg_pool2d.default", "aten::_adaptive_avg_pool2d.out", provider=_OPT),
     # Optimized over all spatial dims (global average pooling), Reference otherwise.
     _r("aten.mean.dim", "aten::mean.out", provider=_OPT),
     _r("aten.sum.dim_IntList", "aten::sum.IntList_out"),
@@ -162,7 +165,7 @@ _ROUTE_LIST: tuple[Route, ...] = (
     # Shape and layout (Edge uses the *_copy forms).
     _r("aten.view_copy.default", "aten::view_copy.out"),
     _r("aten.permute_copy.default", "aten::permute_copy.out"),
-    _r("aten.cat.default", "aten::cat.out"),
+    _r("aten.cat.default", "aten::cat.out", provider=_OPT),  # float32: Optimized
     _r("aten.slice_copy.Tensor", "aten::slice_copy.Tensor_out"),
     _r("aten.select_copy.int", "aten::select_copy.int_out"),
     _r("aten.expand_copy.default", "aten::expand_copy.out"),
@@ -180,8 +183,9 @@ _ROUTE_LIST: tuple[Route, ...] = (
     ),
     # Resampling: Edge keeps the `.vec` overloads, whose output size and scale factors are both
     # optional lists (`SymInt[]?`, `float[]?`): exactly one is given, the other is None.
-    _r("aten.upsample_nearest2d.vec", "aten::upsample_nearest2d.vec_out"),
-    _r("aten.upsample_bilinear2d.vec", "aten::upsample_bilinear2d.vec_out"),
+    # Optimized with align_corners=False, scales = output / input, nearest for integer factors.
+    _r("aten.upsample_nearest2d.vec", "aten::upsample_nearest2d.vec_out", provider=_OPT),
+    _r("aten.upsample_bilinear2d.vec", "aten::upsample_bilinear2d.vec_out", provider=_OPT),
     # Batch norm that no preprocess fusion absorbed.
     _r(
         "aten._native_batch_norm_legit_no_training.default",

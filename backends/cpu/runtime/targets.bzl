@@ -218,3 +218,17 @@ def define_common_targets():
         timeout = "long",
         deps = [":provider_compare"],
     )
+
+    runtime.python_test(
+        name = "binary_ops_test",
+        size = "large",  # ~40 lowerings, each run twice (Optimized and all-Reference)
+        srcs = ["test/binary_ops_test.py"],
+        deps = [":provider_compare"],
+    )
+
+    runtime.python_test(
+        name = "pool_resample_cat_test",
+        size = "large",  # ~40 lowerings, each run twice (Optimized and all-Reference)
+        srcs = ["test/pool_resample_cat_test.py"],
+        deps = [":provider_compare"],
+    )

@@ -7,7 +7,7 @@ from executorch.exir import EdgeProgramManager, to_edge, to_edge_transform_and_l
 import backends.cpu.cpu_backend as cpu_backend
 from backends.cpu.cpu_backend import CpuBackend
 from backends.cpu.partition.cpu_partitioner import CpuPartitioner
-from backends.cpu.routes import ROUTES, Provider, RouteFlag
+from backends.cpu.routes import ROUTES, RouteFlag
 from backends.cpu.serialization.graph_reader import (
     ArgKind,
     ValueKind,
@@ -68,7 +68,7 @@ def test_payload_round_trips_through_the_reader() -> None:
     produced: set[int] = set()
     for op in graph.ops:
         route = ROUTES[op.route]
-        assert (op.kernel, op.provider, op.flags) == (route.kernel, Provider.REFERENCE, route.flags)
+        assert (op.kernel, op.provider, op.flags) == (route.kernel, route.provider, route.flags)
         schema = route.out_variant()._schema
         assert len(op.args) == len(schema.arguments), op.name
         outs = [a for a, s in zip(op.args, schema.arguments, strict=True) if s.is_out]

@@ -179,15 +179,16 @@ def test_every_route_in_the_route_table_binds() -> None:
 @pytest.mark.parametrize(
     "provider, why",
     [
-        (1, "declined by Optimized(oneDNN): no oneDNN kernel for aten::add.out"),
+        (1, "declined by Optimized(oneDNN): add: only float32 tensors"),
         (7, "declined by a missing provider"),
     ],
 )
 def test_route_on_a_declining_or_absent_provider_falls_back_to_reference(
     provider: int, why: str
 ) -> None:
-    # Provider.Optimized (1, oneDNN) has no add kernel; id 7 has no provider in this build:
-    # Reference takes the op either way, and the placement log says why.
+    # Provider.Optimized (1, oneDNN) takes float32 adds only, so it declines this int64 add; id 7
+    # has no provider in this build: Reference takes the op either way (exactly, no float32 on the
+    # way), and the placement log says why.
     graph = add_graph(torch.int64, [2])
     graph.ops[0].provider = provider
     x, y = torch.tensor([2**62, -1]), torch.tensor([5, 2**60])

@@ -12,6 +12,9 @@
 //   block_plan.cc       BlockPlan: the inverted residual block in row bands
 //   pooling_plan.cc     PoolPlan: max pooling and global average pooling
 //   eltwise_plan.cc     EltwisePlan: activations; their oneDNN algorithms (post-ops use them too)
+//   binary_plan.cc      BinaryPlan: add/sub/mul/div with broadcasting
+//   resampling_plan.cc  ResamplePlan: nearest and linear resampling
+//   concat_plan.cc      ConcatPlan: concatenation
 //   work_pool.{h,cc}    the work-sharing pool
 #pragma once
 

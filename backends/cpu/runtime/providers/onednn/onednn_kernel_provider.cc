@@ -221,6 +221,12 @@ class OnednnKernel : public BoundKernel {
   virtual std::vector<const executorch::aten::TensorImpl*> plain_reads() const { return {}; }
   // The activation it writes in its own layout when allowed (convolutions), or null.
   virtual const executorch::aten::TensorImpl* chainable_output() const { return nullptr; }
+  // The same, knowing which activations of the kernels before it (in execution order) stay
+  // channels-last: elementwise kernels keep theirs plain when all their inputs are.
+  using Chained = std::unordered_set<const executorch::aten::TensorImpl*>;
+  virtual const executorch::aten::TensorImpl* chainable_output_after(const Chained&) const {
+    return chainable_output();
+  }
   // Pieces its plan runs on the work-sharing pool (1: one oneDNN call).
   virtual size_t pieces() const { return 1; }
   // Conversion buffers it holds itself (beside the provider's), for the memory report.
@@ -494,6 +500,189 @@ class MeanKernel final : public OnednnKernel {
   std::unique_ptr<onednn::PoolPlan> plan_;
 };
 
+// Average pooling (avg_pool2d, an adaptive pooling whose windows tile the input): reads and
+// writes plain or channels-last like max pooling.
+class AvgPoolKernel final : public OnednnKernel {
+ public:
+  AvgPoolKernel(onednn::PoolParams params, bool count_include_pad, const Tensor* input,
+                Tensor* output)
+      : params_(std::move(params)), count_include_pad_(count_include_pad), input_(input),
+        output_(output) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    auto layout = [&](const Tensor* t) {
+      return channels_last(impl_of(t)) ? onednn::Layout::channels_last(dims_of(*t))
+                                       : onednn::Layout::plain(dims_of(*t));
+    };
+    plan_ = std::make_unique<onednn::PoolPlan>(
+        provider.prepare_avg_pool(params_, count_include_pad_, layout(input_), layout(output_)));
+  }
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return impl_of(output_);
+  }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded("average pooling", [&] {
+      plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>());
+    });
+  }
+
+ private:
+  onednn::PoolParams params_;
+  bool count_include_pad_;
+  const Tensor* input_;
+  Tensor* output_;
+  std::unique_ptr<onednn::PoolPlan> plan_;
+};
+
+// Nearest / bilinear resampling (align_corners=False): reads and writes plain or channels-last.
+class ResampleKernel final : public OnednnKernel {
+ public:
+  ResampleKernel(bool linear, const Tensor* input, Tensor* output)
+      : linear_(linear), input_(input), output_(output) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    auto layout = [&](const Tensor* t) {
+      return channels_last(impl_of(t)) ? onednn::Layout::channels_last(dims_of(*t))
+                                       : onednn::Layout::plain(dims_of(*t));
+    };
+    plan_ = std::make_unique<onednn::ResamplePlan>(
+        provider.prepare_resampling(linear_, layout(input_), layout(output_)));
+  }
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return impl_of(output_);
+  }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded("resampling", [&] {
+      plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>());
+    });
+  }
+
+ private:
+  bool linear_;
+  const Tensor* input_;
+  Tensor* output_;
+  std::unique_ptr<onednn::ResamplePlan> plan_;
+};
+
+// torch.cat: each input and the output plain or channels-last (inputs of rank 3-5 that the
+// session keeps channels-last stay so: a UNet decoder's skip concatenation along channels).
+class ConcatKernel final : public OnednnKernel {
+ public:
+  ConcatKernel(std::vector<const Tensor*> inputs, int64_t axis, Tensor* output)
+      : inputs_(std::move(inputs)), axis_(axis), output_(output) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    auto layout = [&](const Tensor* t) {
+      return channels_last(impl_of(t)) ? onednn::Layout::channels_last(dims_of(*t))
+                                       : onednn::Layout::plain(dims_of(*t));
+    };
+    std::vector<onednn::Layout> layouts;
+    for (const Tensor* input : inputs_) layouts.push_back(layout(input));
+    plan_ = std::make_unique<onednn::ConcatPlan>(
+        provider.prepare_concat(layouts, axis_, layout(output_)));
+    pointers_.assign(inputs_.size(), nullptr);
+  }
+  // Inputs below rank 3 cannot be channels-last.
+  std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
+    std::vector<const executorch::aten::TensorImpl*> plain;
+    for (const Tensor* t : inputs_) {
+      if (t->dim() < 3) plain.push_back(impl_of(t));
+    }
+    return plain;
+  }
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return output_->dim() >= 3 && output_->dim() <= 5 ? impl_of(output_) : nullptr;
+  }
+  // Channels-last only when an input is (else plain inputs would be converted one by one).
+  const executorch::aten::TensorImpl* chainable_output_after(
+      const Chained& chained) const override {
+    for (const Tensor* t : inputs_) {
+      if (chained.count(impl_of(t)) > 0) return chainable_output();
+    }
+    return nullptr;
+  }
+  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded("concatenation", [&] {
+      for (size_t i = 0; i < inputs_.size(); ++i) {
+        pointers_[i] = inputs_[i]->const_data_ptr<float>();
+      }
+      plan_->run(pointers_, output_->mutable_data_ptr<float>());
+    });
+  }
+
+ private:
+  std::vector<const Tensor*> inputs_;  // the graph's list storage: alive as long as the graph
+  int64_t axis_;
+  Tensor* output_;
+  std::unique_ptr<onednn::ConcatPlan> plan_;
+  std::vector<const float*> pointers_;
+};
+
+// a (op) b with broadcasting (add/sub with alpha 1, mul, div): reads an operand of the
+// output's rank channels-last when the session keeps it so (a convolution's output times an
+// (N, C, 1, 1) gate stays channels-last) and writes channels-last when its output is kept so.
+class BinaryKernel final : public OnednnKernel {
+ public:
+  BinaryKernel(onednn::BinaryOp op, const Tensor* a, const Tensor* b, Tensor* output)
+      : op_(op), a_(a), b_(b), output_(output) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    const std::vector<int64_t> out = dims_of(*output_);
+    auto layout = [&](const Tensor* t) {
+      std::vector<int64_t> dims = dims_of(*t);
+      if (dims.size() == out.size() && channels_last(impl_of(t))) {
+        return onednn::Layout::channels_last(dims);
+      }
+      dims.insert(dims.begin(), out.size() - dims.size(), 1);  // numpy: leading 1s
+      return onednn::Layout::plain(dims);
+    };
+    plan_ = std::make_unique<onednn::BinaryPlan>(
+        provider.prepare_binary(op_, layout(a_), layout(b_), layout(output_)));
+  }
+  // Operands of another rank than the output (or below 3) are read plain.
+  std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
+    std::vector<const executorch::aten::TensorImpl*> plain;
+    for (const Tensor* t : {a_, b_}) {
+      if (t->dim() != output_->dim() || t->dim() < 3) plain.push_back(impl_of(t));
+    }
+    return plain;
+  }
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return output_->dim() >= 3 && output_->dim() <= 5 ? impl_of(output_) : nullptr;
+  }
+  // Channels-last only when an output-sized operand is: from plain operands (SiLU's x *
+  // sigmoid(x) after a reference sigmoid) a channels-last output would cost converting both.
+  const executorch::aten::TensorImpl* chainable_output_after(
+      const Chained& chained) const override {
+    for (const Tensor* t : {a_, b_}) {
+      if (t->dim() == output_->dim() && t->numel() == output_->numel() &&
+          chained.count(impl_of(t)) > 0) {
+        return chainable_output();
+      }
+    }
+    return nullptr;
+  }
+  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded("binary", [&] {
+      plan_->run(a_->const_data_ptr<float>(), b_->const_data_ptr<float>(),
+                 output_->mutable_data_ptr<float>());
+    });
+  }
+
+ private:
+  onednn::BinaryOp op_;
+  const Tensor* a_;
+  const Tensor* b_;
+  Tensor* output_;
+  std::unique_ptr<onednn::BinaryPlan> plan_;
+};
+
 // An inverted residual block (1x1 expand, depthwise, 1x1 project, optionally + its input) as one
 // kernel: see onednn::BlockParams. It reads and writes channels-last; where the graph keeps its
 // input or output plain (a graph input, a tensor a reference op reads) it converts through its
@@ -637,7 +826,7 @@ class OnednnSession final : public ProviderSession {
     std::unordered_set<const executorch::aten::TensorImpl*> chained;
     if (chaining_enabled()) {
       for (OnednnKernel* kernel : kernels_) {
-        const auto* out = kernel->chainable_output();
+        const auto* out = kernel->chainable_output_after(chained);
         if (out != nullptr && !read_outside(out) && plain.count(out) == 0) chained.insert(out);
       }
     }
@@ -1288,6 +1477,220 @@ Error bind_eltwise(const OpBinding& op, OnednnSession& session,
   return Error::Ok;
 }
 
+// aten::add.out / sub.out (self, other, *, alpha, out), aten::mul.out / div.out (self, other,
+// *, out): float32 tensors with numpy broadcasting, alpha 1.
+Error bind_binary(const OpBinding& op, onednn::BinaryOp kind, const char* what,
+                  OnednnSession& session, std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  const bool has_alpha = kind == onednn::BinaryOp::kAdd || kind == onednn::BinaryOp::kSub;
+  const size_t out_index = has_alpha ? 3 : 2;
+  const Tensor* a = tensor_arg(op, 0);
+  const Tensor* b = tensor_arg(op, 1);
+  Tensor* output = op.args.size() > out_index && op.args[out_index]->isTensor()
+                       ? &op.args[out_index]->toTensor()
+                       : nullptr;
+  if (!is_f32(a) || !is_f32(b) || !is_f32(output)) {
+    decline->reason = std::string(what) + ": only float32 tensors";
+    return Error::NotSupported;
+  }
+  if (has_alpha) {
+    double alpha = 0.0;
+    if (!scalar_of(op.args[2], &alpha) || alpha != 1.0) {
+      decline->reason = std::string(what) + ": alpha must be 1";
+      return Error::NotSupported;
+    }
+  }
+  std::vector<int64_t> out_dims = dims_of(*output);
+  if (a->dim() > output->dim() || b->dim() > output->dim()) {
+    decline->reason = std::string(what) + ": an operand has a higher rank than the output";
+    return Error::NotSupported;
+  }
+  auto extended = [&](const Tensor* t) {
+    std::vector<int64_t> dims = dims_of(*t);
+    dims.insert(dims.begin(), out_dims.size() - dims.size(), 1);
+    return dims;
+  };
+  onednn::Support support = onednn::supports_binary(kind, extended(a), extended(b), out_dims);
+  if (!support.ok) {
+    decline->reason = support.reason;
+    return Error::NotSupported;
+  }
+  auto kernel = std::make_unique<BinaryKernel>(kind, a, b, output);
+  kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
+  session.add(kernel.get());
+  *out = std::move(kernel);
+  return Error::Ok;
+}
+
+Error bind_pool_kernel(std::unique_ptr<OnednnKernel> kernel, OnednnSession& session,
+                       std::unique_ptr<BoundKernel>* out) {
+  kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
+  session.add(kernel.get());
+  *out = std::move(kernel);
+  return Error::Ok;
+}
+
+// aten::avg_pool2d.out(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+// divisor_override?, *, out): float32 NCHW without divisor_override.
+Error bind_avg_pool(const OpBinding& op, OnednnSession& session,
+                    std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  const Tensor* input = tensor_arg(op, 0);
+  Tensor* output = op.args.size() > 7 && op.args[7]->isTensor() ? &op.args[7]->toTensor() : nullptr;
+  if (!is_f32(input) || !is_f32(output) || input->dim() != 4 || output->dim() != 4) {
+    decline->reason = "avg_pool2d: only float32 NCHW (4D) tensors";
+    return Error::NotSupported;
+  }
+  if (!op.args[6]->isNone()) {
+    decline->reason = "avg_pool2d: divisor_override is not supported by the provider";
+    return Error::NotSupported;
+  }
+  if (!op.args[5]->isBool()) {
+    decline->reason = "avg_pool2d: count_include_pad is not a bool";
+    return Error::NotSupported;
+  }
+  onednn::PoolParams params;
+  params.batch = input->size(0);
+  params.channels = input->size(1);
+  params.input_size = {input->size(2), input->size(3)};
+  params.output_size = {output->size(2), output->size(3)};
+  if (output->size(0) != params.batch || output->size(1) != params.channels ||
+      !int_list(op.args[1], 2, &params.kernel_size) || !int_list(op.args[3], 2, &params.padding)) {
+    decline->reason = "avg_pool2d: kernel_size and padding need 1 or 2 entries";
+    return Error::NotSupported;
+  }
+  if (op.args[2]->isIntList() && op.args[2]->toIntList().size() == 0) {
+    params.stride = params.kernel_size;  // torch: stride defaults to the kernel size
+  } else if (!int_list(op.args[2], 2, &params.stride)) {
+    decline->reason = "avg_pool2d: stride needs 0, 1 or 2 entries";
+    return Error::NotSupported;
+  }
+  const bool include = op.args[5]->toBool();
+  onednn::Support support = onednn::supports_avg_pool(params, include);
+  if (!support.ok) {
+    decline->reason = support.reason;
+    return Error::NotSupported;
+  }
+  return bind_pool_kernel(std::make_unique<AvgPoolKernel>(params, include, input, output),
+                          session, out);
+}
+
+// aten::_adaptive_avg_pool2d.out(self, output_size, *, out): taken when the output size divides
+// the input size (every window then has the same size and stride: a plain average pooling).
+Error bind_adaptive_avg_pool(const OpBinding& op, OnednnSession& session,
+                             std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  const Tensor* input = tensor_arg(op, 0);
+  Tensor* output = op.args.size() > 2 && op.args[2]->isTensor() ? &op.args[2]->toTensor() : nullptr;
+  if (!is_f32(input) || !is_f32(output) || input->dim() != 4 || output->dim() != 4 ||
+      output->size(0) != input->size(0) || output->size(1) != input->size(1)) {
+    decline->reason = "adaptive_avg_pool2d: only float32 NCHW (4D) tensors";
+    return Error::NotSupported;
+  }
+  onednn::PoolParams params;
+  params.batch = input->size(0);
+  params.channels = input->size(1);
+  for (ssize_t d = 2; d < 4; ++d) {
+    const int64_t in = input->size(d);
+    const int64_t size = output->size(d);
+    if (size < 1 || in < 1 || in % size != 0) {
+      decline->reason = "adaptive_avg_pool2d: output size " + std::to_string(size) +
+                        " does not divide input size " + std::to_string(in) +
+                        " (windows of different sizes)";
+      return Error::NotSupported;
+    }
+    params.input_size.push_back(in);
+    params.output_size.push_back(size);
+    params.kernel_size.push_back(in / size);
+    params.stride.push_back(in / size);
+    params.padding.push_back(0);
+  }
+  onednn::Support support = onednn::supports_avg_pool(params, false);
+  if (!support.ok) {
+    decline->reason = support.reason;
+    return Error::NotSupported;
+  }
+  return bind_pool_kernel(std::make_unique<AvgPoolKernel>(params, false, input, output), session,
+                          out);
+}
+
+// aten::upsample_nearest2d.vec_out(input, output_size?, scale_factors?, *, out) and
+// aten::upsample_bilinear2d.vec_out(input, output_size?, align_corners, scale_factors?, *, out):
+// float32 NCHW, align_corners=False, scale factors (when given) equal to output / input size.
+Error bind_upsample(const OpBinding& op, bool linear, OnednnSession& session,
+                    std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  const std::string what = linear ? "upsample_bilinear2d" : "upsample_nearest2d";
+  const size_t scales_index = linear ? 3 : 2;
+  const size_t out_index = linear ? 4 : 3;
+  const Tensor* input = tensor_arg(op, 0);
+  Tensor* output = op.args.size() > out_index && op.args[out_index]->isTensor()
+                       ? &op.args[out_index]->toTensor()
+                       : nullptr;
+  if (!is_f32(input) || !is_f32(output) || input->dim() != 4 || output->dim() != 4) {
+    decline->reason = what + ": only float32 NCHW (4D) tensors";
+    return Error::NotSupported;
+  }
+  if (linear && (!op.args[2]->isBool() || op.args[2]->toBool())) {
+    decline->reason = what +
+                      ": align_corners=True is not supported (oneDNN's linear resampling maps "
+                      "coordinates as align_corners=False)";
+    return Error::NotSupported;
+  }
+  const EValue* scales = op.args[scales_index];
+  if (!scales->isNone()) {
+    if (!scales->isDoubleList() || scales->toDoubleList().size() != 2) {
+      decline->reason = what + ": scale_factors must be 2 floats";
+      return Error::NotSupported;
+    }
+    auto factors = scales->toDoubleList();
+    for (size_t i = 0; i < 2; ++i) {
+      const double in = static_cast<double>(input->size(static_cast<ssize_t>(i + 2)));
+      const double size = static_cast<double>(output->size(static_cast<ssize_t>(i + 2)));
+      if (factors[i] * in != size) {
+        decline->reason = what + ": scale factor " + std::to_string(factors[i]) +
+                          " is not output / input size (torch then maps coordinates with "
+                          "1 / scale, oneDNN with input / output)";
+        return Error::NotSupported;
+      }
+    }
+  }
+  onednn::Support support = onednn::supports_resampling(linear, dims_of(*input), dims_of(*output));
+  if (!support.ok) {
+    decline->reason = support.reason;
+    return Error::NotSupported;
+  }
+  return bind_pool_kernel(std::make_unique<ResampleKernel>(linear, input, output), session, out);
+}
+
+// aten::cat.out(tensors, dim, *, out): float32 tensors of one rank.
+Error bind_cat(const OpBinding& op, OnednnSession& session, std::unique_ptr<BoundKernel>* out,
+               Decline* decline) {
+  Tensor* output = op.args.size() > 2 && op.args[2]->isTensor() ? &op.args[2]->toTensor() : nullptr;
+  if (op.args.size() < 3 || !op.args[0]->isTensorList() || !op.args[1]->isInt() ||
+      !is_f32(output)) {
+    decline->reason = "cat: only a list of float32 tensors and an int dim";
+    return Error::NotSupported;
+  }
+  auto list = op.args[0]->toTensorList();
+  std::vector<const Tensor*> inputs;
+  std::vector<std::vector<int64_t>> dims;
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (!is_f32(&list[i])) {
+      decline->reason = "cat: only float32 tensors";
+      return Error::NotSupported;
+    }
+    inputs.push_back(&list[i]);
+    dims.push_back(dims_of(list[i]));
+  }
+  const int64_t rank = output->dim();
+  int64_t axis = op.args[1]->toInt();
+  if (axis < 0) axis += rank;
+  onednn::Support support = onednn::supports_concat(dims, axis, dims_of(*output));
+  if (!support.ok) {
+    decline->reason = support.reason;
+    return Error::NotSupported;
+  }
+  return bind_pool_kernel(std::make_unique<ConcatKernel>(std::move(inputs), axis, output),
+                          session, out);
+}
+
 class OnednnKernelProvider final : public KernelProvider {
  public:
   const char* name() const override { return "Optimized(oneDNN)"; }
@@ -1319,6 +1722,24 @@ class OnednnKernelProvider final : public KernelProvider {
           error = bind_matmul(op, kernel == "aten::bmm.out", provider, out, &decline, &fused);
         } else if (is_activation_kernel(kernel)) {
           error = bind_eltwise(op, provider, out, &decline);
+        } else if (kernel == "aten::avg_pool2d.out") {
+          error = bind_avg_pool(op, provider, out, &decline);
+        } else if (kernel == "aten::_adaptive_avg_pool2d.out") {
+          error = bind_adaptive_avg_pool(op, provider, out, &decline);
+        } else if (kernel == "aten::upsample_nearest2d.vec_out" ||
+                   kernel == "aten::upsample_bilinear2d.vec_out") {
+          error = bind_upsample(op, kernel == "aten::upsample_bilinear2d.vec_out", provider, out,
+                                &decline);
+        } else if (kernel == "aten::cat.out") {
+          error = bind_cat(op, provider, out, &decline);
+        } else if (kernel == "aten::add.out") {
+          error = bind_binary(op, onednn::BinaryOp::kAdd, "add", provider, out, &decline);
+        } else if (kernel == "aten::sub.out") {
+          error = bind_binary(op, onednn::BinaryOp::kSub, "sub", provider, out, &decline);
+        } else if (kernel == "aten::mul.out") {
+          error = bind_binary(op, onednn::BinaryOp::kMul, "mul", provider, out, &decline);
+        } else if (kernel == "aten::div.out") {
+          error = bind_binary(op, onednn::BinaryOp::kDiv, "div", provider, out, &decline);
         } else {
           decline.reason = "no oneDNN kernel for " + kernel;
         }

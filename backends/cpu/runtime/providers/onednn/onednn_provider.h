@@ -208,6 +208,10 @@ struct PoolParams {
   std::vector<int64_t> padding;      // left/top padding (torch's padding)
 };
 Support supports_max_pool(const PoolParams& params);
+// Average pooling (torch's avg_pool1d/2d/3d without divisor_override): count_include_pad divides
+// by the whole window (padding cells count), else by the input cells in it. Declines a ceil-mode
+// window past the padding with count_include_pad (torch's divisor differs there).
+Support supports_avg_pool(const PoolParams& params, bool count_include_pad);
 
 // MobileNetV2's inverted residual block as one plan: 1x1 expand (optional) -> k x k depthwise
 // (stride s) -> 1x1 project, the project optionally adding the block's input (PostOp::add in its
@@ -249,6 +253,23 @@ std::vector<int64_t> block_output_size(const BlockParams& params);
 // Whether prepare_block accepts these arguments; if not, why.
 Support supports_block(const BlockParams& params, const BlockPostOps& post_ops);
 
+// Elementwise a (op) b on float32 with numpy broadcasting (torch's add/sub with alpha 1, mul,
+// div), operands given with the output's rank (leading 1s added by the caller). oneDNN
+// broadcasts one operand only: at least one operand has the output's dims, and a divided
+// operand (div's a) must have them.
+enum class BinaryOp { kAdd, kSub, kMul, kDiv };
+Support supports_binary(BinaryOp op, const std::vector<int64_t>& a, const std::vector<int64_t>& b,
+                        const std::vector<int64_t>& out);
+
+// Resampling {N, C, *spatial} -> {N, C, *spatial'} with torch's align_corners=False coordinates
+// and factors output / input: linear (torch's bilinear) for any sizes; nearest only for integer
+// upsampling (torch's floor(dst * in / out) and oneDNN's rounding pick other sources otherwise).
+Support supports_resampling(bool linear, const std::vector<int64_t>& input,
+                            const std::vector<int64_t>& output);
+// torch.cat of `inputs` along `axis`: every input of the output's rank, equal outside `axis`.
+Support supports_concat(const std::vector<std::vector<int64_t>>& inputs, int64_t axis,
+                        const std::vector<int64_t>& output);
+
 struct ProviderOptions {
   // Threads the provider uses. 0 = default: $ET_CPU_ONEDNN_THREADS if set, else the number of
   // CPUs this process may run on (sched_getaffinity), i.e. 2 on the project's machines; the
@@ -263,7 +284,9 @@ struct ProviderOptions {
   int64_t min_task_flops = -1;
 };
 
+class BinaryPlan;
 class BlockPlan;
+class ConcatPlan;
 class ConvPlan;
 class DeconvPlan;
 class LinearPlan;
@@ -271,6 +294,7 @@ class MatmulPlan;
 class ReorderPlan;
 class PoolPlan;
 class EltwisePlan;
+class ResamplePlan;
 struct ProviderState;
 
 class Provider {
@@ -311,6 +335,9 @@ class Provider {
   // Max pooling reading `input` and writing `output` (plain or channels-last layouts of the
   // input and output dims).
   PoolPlan prepare_max_pool(const PoolParams& params, const Layout& input, const Layout& output);
+  // Average pooling (see supports_avg_pool), layouts as for max pooling.
+  PoolPlan prepare_avg_pool(const PoolParams& params, bool count_include_pad, const Layout& input,
+                            const Layout& output);
   // Mean over every spatial position (global average pooling, torch's x.mean((2, 3), keepdim)):
   // `input` {N, C, *spatial}, `output` {N, C, 1, ...}, plain or channels-last.
   PoolPlan prepare_global_average_pool(const Layout& input, const Layout& output);
@@ -319,6 +346,18 @@ class Provider {
   // into pieces for the work-sharing pool when large.
   EltwisePlan prepare_eltwise(const Activation& activation, const Layout& input,
                               const Layout& output);
+
+  // a (op) b -> output, each plain or channels-last (an output-sized operand in the other
+  // layout than the output's is converted into a staging buffer first; a broadcast one is read
+  // as it lies). Large ops are split along the output's outermost dim on the pool.
+  BinaryPlan prepare_binary(BinaryOp op, const Layout& a, const Layout& b, const Layout& output);
+
+  // Resampling (see supports_resampling), input and output plain or channels-last; whole on
+  // the calling thread.
+  ResamplePlan prepare_resampling(bool linear, const Layout& input, const Layout& output);
+  // Concatenation (see supports_concat), each input and the output plain or channels-last; large
+  // ones split along the output's outermost dim in memory (when it is not `axis`) on the pool.
+  ConcatPlan prepare_concat(const std::vector<Layout>& inputs, int64_t axis, const Layout& output);
 
   int num_threads() const;
   bool work_sharing() const;
@@ -432,6 +471,45 @@ class ReorderPlan {
 
   struct Impl;
   explicit ReorderPlan(std::shared_ptr<const Impl> impl);
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+class BinaryPlan {
+ public:
+  std::string implementation() const;
+  size_t pieces() const;
+  void run(const float* a, const float* b, float* output) const;
+
+  struct Impl;
+  explicit BinaryPlan(std::shared_ptr<const Impl> impl);
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+class ResamplePlan {
+ public:
+  std::string implementation() const;
+  void run(const float* input, float* output) const;
+
+  struct Impl;
+  explicit ResamplePlan(std::shared_ptr<const Impl> impl);
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+class ConcatPlan {
+ public:
+  std::string implementation() const;
+  size_t pieces() const;
+  // One pointer per planned input, in order.
+  void run(const std::vector<const float*>& inputs, float* output) const;
+
+  struct Impl;
+  explicit ConcatPlan(std::shared_ptr<const Impl> impl);
 
  private:
   std::shared_ptr<const Impl> impl_;

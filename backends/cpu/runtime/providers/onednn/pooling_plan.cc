@@ -1,4 +1,4 @@
-// Pooling plans (PoolPlan): max pooling and global average pooling.
+// Pooling plans (PoolPlan): max pooling, average pooling and global average pooling.
 #include "backends/cpu/runtime/providers/onednn/onednn_internal.h"
 
 namespace et_cpu_plugin {
@@ -34,6 +34,24 @@ Support supports_max_pool(const PoolParams& p) {
         (p.input_size[i] + p.padding[i] + right - p.kernel_size[i]) / p.stride[i] + 1 !=
             p.output_size[i]) {
       return Support::no("max_pool: output size does not match input, kernel, stride, padding");
+    }
+  }
+  return Support::yes();
+}
+
+Support supports_avg_pool(const PoolParams& p, bool count_include_pad) {
+  // The same window geometry as max pooling (torch's avg_pool2d has the same constraints).
+  const Support geometry = supports_max_pool(p);
+  if (!geometry.ok) {
+    return Support::no("avg_pool" + geometry.reason.substr(std::string("max_pool").size()));
+  }
+  for (size_t i = 0; count_include_pad && i < p.input_size.size(); ++i) {
+    // torch divides a ceil-mode window that runs past the right padding by the cells up to the
+    // padding's end; oneDNN (include_padding) by the whole kernel.
+    if (pool_right_padding(p, i) > p.padding[i]) {
+      return Support::no(
+          "avg_pool: count_include_pad with a ceil-mode window past the padding (torch's "
+          "divisor differs from oneDNN's)");
     }
   }
   return Support::yes();
@@ -113,6 +131,33 @@ PoolPlan Provider::prepare_max_pool(
     right.push_back(pool_right_padding(params, i));
   }
   return make_pool_plan(state_, "prepare_max_pool", dnnl::algorithm::pooling_max,
+                        input.impl().md, output.impl().md,
+                        Dims(params.stride.begin(), params.stride.end()),
+                        Dims(params.kernel_size.begin(), params.kernel_size.end()),
+                        Dims(params.padding.begin(), params.padding.end()), right);
+}
+
+PoolPlan Provider::prepare_avg_pool(const PoolParams& params, bool count_include_pad,
+                                    const Layout& input, const Layout& output) {
+  const Support support = supports_avg_pool(params, count_include_pad);
+  if (!support.ok) {
+    throw ProviderError("prepare_avg_pool: " + support.reason);
+  }
+  Dims src_dims{params.batch, params.channels};
+  src_dims.insert(src_dims.end(), params.input_size.begin(), params.input_size.end());
+  Dims dst_dims{params.batch, params.channels};
+  dst_dims.insert(dst_dims.end(), params.output_size.begin(), params.output_size.end());
+  if (input.dims() != std::vector<int64_t>(src_dims) ||
+      output.dims() != std::vector<int64_t>(dst_dims)) {
+    throw ProviderError("prepare_avg_pool: layout dims differ from the pooling's");
+  }
+  Dims right;
+  for (size_t i = 0; i < params.input_size.size(); ++i) {
+    right.push_back(pool_right_padding(params, i));
+  }
+  return make_pool_plan(state_, "prepare_avg_pool",
+                        count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                          : dnnl::algorithm::pooling_avg_exclude_padding,
                         input.impl().md, output.impl().md,
                         Dims(params.stride.begin(), params.stride.end()),
                         Dims(params.kernel_size.begin(), params.kernel_size.end()),

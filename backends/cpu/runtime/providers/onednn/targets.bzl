@@ -22,7 +22,9 @@ def define_common_targets():
     runtime.cxx_library(
         name = "onednn_provider",
         srcs = [
+            "binary_plan.cc",
             "block_plan.cc",
+            "concat_plan.cc",
             "conv_plan.cc",
             "deconv_plan.cc",
             "eltwise_plan.cc",
@@ -33,6 +35,7 @@ def define_common_targets():
             "onednn_provider.cc",
             "pieces.cc",
             "pooling_plan.cc",
+            "resampling_plan.cc",
             "work_pool.cc",
             "work_pool.h",
         ],

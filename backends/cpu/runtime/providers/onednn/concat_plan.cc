@@ -1,0 +1,194 @@
+// Concatenation plans (ConcatPlan): torch.cat on oneDNN's concat primitive, on the inputs' and
+// output's own layouts (channels-last inputs along channels -> a channels-last output).
+#include "backends/cpu/runtime/providers/onednn/onednn_internal.h"
+
+namespace et_cpu_plugin {
+namespace onednn {
+
+namespace {
+
+// What one copied element costs in the FLOPs of ProviderOptions::min_task_flops (a copy, like a
+// reorder in layout.cc).
+constexpr double kConcatFlopsPerElement = 40;
+
+// The dim with the largest stride among the dims larger than 1, or -1.
+int outermost(const memory::desc& md) {
+  const Dims dims = md.get_dims();
+  const Dims strides = md.get_strides();
+  int best = -1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] > 1 && (best < 0 || strides[i] > strides[static_cast<size_t>(best)])) {
+      best = static_cast<int>(i);
+    }
+  }
+  return best;
+}
+
+}  // namespace
+
+Support supports_concat(const std::vector<std::vector<int64_t>>& inputs, int64_t axis,
+                        const std::vector<int64_t>& output) {
+  const size_t rank = output.size();
+  if (inputs.empty() || rank < 1 || rank > 6 || axis < 0 || axis >= static_cast<int64_t>(rank)) {
+    return Support::no("cat: 1 or more inputs of rank 1 to 6 and a dim inside it");
+  }
+  int64_t total = 0;
+  for (const std::vector<int64_t>& dims : inputs) {
+    if (dims.size() != rank) {
+      return Support::no("cat: inputs of another rank than the output (" + dims_to_string(dims) +
+                         ")");
+    }
+    for (size_t i = 0; i < rank; ++i) {
+      if (dims[i] < 1) return Support::no("cat: empty inputs are not supported");
+      if (static_cast<int64_t>(i) != axis && dims[i] != output[i]) {
+        return Support::no("cat: input " + dims_to_string(dims) + " does not fit output " +
+                           dims_to_string(output) + " outside dim " + std::to_string(axis));
+      }
+    }
+    total += dims[static_cast<size_t>(axis)];
+  }
+  if (total != output[static_cast<size_t>(axis)]) {
+    return Support::no("cat: the inputs' sizes along dim " + std::to_string(axis) +
+                       " do not add up to the output's");
+  }
+  return Support::yes();
+}
+
+struct ConcatPlan::Impl {
+  struct Part {
+    dnnl::concat primitive;
+    std::vector<memory::desc> srcs;
+    std::vector<size_t> src_offsets;  // floats from each input's start
+    memory::desc dst;
+    size_t dst_offset = 0;
+    memory::desc scratchpad;
+    mutable std::unordered_map<int, memory> args;  // made on the first run
+  };
+  std::shared_ptr<ProviderState> state;
+  std::vector<Part> parts;  // one: whole on the calling thread; more: on the pool
+  std::string implementation;
+};
+
+ConcatPlan::ConcatPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+std::string ConcatPlan::implementation() const {
+  return impl_->implementation;
+}
+
+size_t ConcatPlan::pieces() const {
+  return impl_->parts.size();
+}
+
+void ConcatPlan::run(const std::vector<const float*>& inputs, float* output) const {
+  const Impl& p = *impl_;
+  ProviderState& state = *p.state;
+  ThreadCountGuard threads(state.omp_threads);
+  auto run_part = [&](const Impl::Part& part, dnnl::stream& stream, void* scratchpad) {
+    for (size_t i = 0; i < part.srcs.size(); ++i) {
+      point(part.args, DNNL_ARG_MULTIPLE_SRC + static_cast<int>(i), part.srcs[i], state.engine,
+            inputs[i] + part.src_offsets[i]);
+    }
+    point(part.args, DNNL_ARG_DST, part.dst, state.engine, output + part.dst_offset);
+    point(part.args, DNNL_ARG_SCRATCHPAD, part.scratchpad, state.engine, scratchpad);
+    part.primitive.execute(stream, part.args);
+    stream.wait();
+  };
+  if (inputs.size() != p.parts[0].srcs.size()) {
+    throw ProviderError("ConcatPlan::run: " + std::to_string(inputs.size()) + " inputs, planned " +
+                        std::to_string(p.parts[0].srcs.size()));
+  }
+  if (p.parts.size() == 1) {
+    wrap_dnnl("concat", [&] { run_part(p.parts[0], state.stream, state.scratchpad.data()); });
+    return;
+  }
+  state.pool->run(p.parts.size(), [&](size_t index, int worker) {
+    const size_t w = static_cast<size_t>(worker);
+    wrap_dnnl("concat piece", [&] {
+      run_part(p.parts[index], state.piece_streams[w], state.piece_scratchpads[w].data());
+    });
+  });
+}
+
+ConcatPlan Provider::prepare_concat(const std::vector<Layout>& inputs, int64_t axis,
+                                    const Layout& output) {
+  std::vector<std::vector<int64_t>> dims;
+  for (const Layout& input : inputs) dims.push_back(input.dims());
+  const Support support = supports_concat(dims, axis, output.dims());
+  if (!support.ok) {
+    throw ProviderError("prepare_concat: " + support.reason);
+  }
+  ProviderState& state = *state_;
+  ThreadCountGuard threads(state.omp_threads);
+  return wrap_dnnl("prepare_concat", [&] {
+    auto impl = std::make_shared<ConcatPlan::Impl>();
+    impl->state = state_;
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    auto make_part = [&](const std::vector<memory::desc>& srcs, const memory::desc& dst) {
+      ConcatPlan::Impl::Part part;
+      const dnnl::concat::primitive_desc pd(state.engine, dst, static_cast<int>(axis), srcs,
+                                            attr);
+      part.primitive = dnnl::concat(pd);
+      part.srcs = srcs;
+      part.src_offsets.assign(srcs.size(), 0);
+      part.dst = dst;
+      part.scratchpad = pd.scratchpad_desc();
+      return std::make_pair(std::move(part), std::string(pd.impl_info_str()));
+    };
+    std::vector<memory::desc> srcs;
+    for (const Layout& input : inputs) srcs.push_back(input.impl().md);
+    const memory::desc dst = output.impl().md;
+    auto whole = make_part(srcs, dst);
+    impl->implementation = whole.second;
+    // Split along a dim other than the concatenated one that is outermost in memory in the
+    // output and every input (rows of channels-last images): each piece is a dense slice.
+    const int split = outermost(dst);
+    size_t count = 1;
+    if (split >= 0 && split != axis) {
+      bool sliceable = true;
+      for (const memory::desc& md : srcs) sliceable = sliceable && outermost(md) == split;
+      const Dims out_dims = dst.get_dims();
+      if (sliceable) {
+        count = state.pieces_for(product(out_dims) * kConcatFlopsPerElement, out_dims[split]);
+      }
+    }
+    if (count > 1) {
+      try {
+        const int64_t units = dst.get_dims()[split];
+        for (size_t i = 0; i < count; ++i) {
+          const auto [begin, end] = slice_of(units, count, i);
+          auto slice = [&](const memory::desc& md, size_t* offset) {
+            Dims piece = md.get_dims();
+            const Dims strides = md.get_strides();
+            piece[split] = end - begin;
+            *offset = static_cast<size_t>(begin * strides[split]);
+            return memory::desc(piece, memory::data_type::f32, strides);
+          };
+          std::vector<memory::desc> piece_srcs;
+          std::vector<size_t> offsets(srcs.size(), 0);
+          for (size_t s = 0; s < srcs.size(); ++s) {
+            piece_srcs.push_back(slice(srcs[s], &offsets[s]));
+          }
+          size_t dst_offset = 0;
+          const memory::desc piece_dst = slice(dst, &dst_offset);
+          auto part = make_part(piece_srcs, piece_dst).first;
+          part.src_offsets = offsets;
+          part.dst_offset = dst_offset;
+          state.reserve_piece_scratchpad(part.scratchpad);
+          impl->parts.push_back(std::move(part));
+        }
+        impl->implementation += ", " + std::to_string(count) + " pieces";
+      } catch (const dnnl::error&) {
+        impl->parts.clear();
+      }
+    }
+    if (impl->parts.empty()) {
+      state.reserve_scratchpad(whole.first.scratchpad);
+      impl->parts.push_back(std::move(whole.first));
+    }
+    return ConcatPlan(std::move(impl));
+  });
+}
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin

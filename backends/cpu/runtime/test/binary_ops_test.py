@@ -1,0 +1,215 @@
+"""Broadcast binary ops (add/sub with alpha 1, mul, div) on the Optimized (oneDNN) provider: every
+generated broadcast pattern (rank 1-5, scalar-like operands, both operand orders, a constant
+operand) gives the Reference provider's results (ExecuTorch's kernels) and eager's within the
+tolerance of provider_compare (these ops round once per element, so both agree to the last bit in
+practice); what oneDNN cannot broadcast or express is declined with the reason in the placement
+log; a channels-last activation times an (N, C, 1, 1) gate stays channels-last; a residual add
+after a convolution is still fused into it.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backends.cpu.runtime.test.provider_compare import assert_close_scaled, placed, run_both
+
+_OPS: dict[str, tuple[str, Callable[..., torch.Tensor]]] = {
+    "add": ("aten::add.out", torch.add),
+    "sub": ("aten::sub.out", torch.sub),
+    "mul": ("aten::mul.out", torch.mul),
+    "div": ("aten::div.out", torch.div),
+}
+
+
+class Binary(torch.nn.Module):
+    def __init__(self, op: str, constant: torch.Tensor | None, constant_first: bool) -> None:
+        super().__init__()
+        self.fn = _OPS[op][1]
+        self.constant = constant
+        self.constant_first = constant_first
+
+    def forward(self, a: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+        if self.constant is None:
+            assert b is not None
+            return self.fn(a, b)
+        if self.constant_first:
+            return self.fn(self.constant, a)
+        return self.fn(a, self.constant)
+
+
+def _oneDNN_broadcastable(op: str, a: list[int], b: list[int], out: list[int]) -> bool:
+    # The provider's rule: one operand has the output's shape; div's dividend has it.
+    rank = len(out)
+    a_full = [1] * (rank - len(a)) + a == out
+    b_full = [1] * (rank - len(b)) + b == out
+    return a_full if op == "div" else (a_full or b_full)
+
+
+@st.composite
+def broadcast_cases(draw: st.DrawFn) -> tuple[str, list[int], list[int]]:
+    op = draw(st.sampled_from(sorted(_OPS)))
+    rank = draw(st.integers(1, 5))
+    out = [draw(st.integers(1, 6)) for _ in range(rank)]
+    # The broadcast operand: each dim kept or 1, maybe with fewer leading dims (down to 0-dim).
+    small = [size if draw(st.booleans()) else 1 for size in out]
+    small = small[draw(st.integers(0, rank)) :]
+    full_first = draw(st.booleans())
+    return (op, out, small) if full_first else (op, small, out)
+
+
+def _inputs(op: str, *shapes: list[int]) -> list[torch.Tensor]:
+    tensors = [torch.randn(shape) for shape in shapes]
+    if op == "div":  # keep divisors away from 0
+        tensors[-1] = tensors[-1].sign() * (tensors[-1].abs() + 0.5)
+    return tensors
+
+
+@settings(max_examples=12, derandomize=True, deadline=None)
+@given(broadcast_cases(), st.sampled_from(["inputs", "constant"]))
+def test_generated_broadcasts_match_reference_and_eager(
+    case: tuple[str, list[int], list[int]], operands: str
+) -> None:
+    op, shape_a, shape_b = case
+    torch.manual_seed(len(shape_a) * 7 + len(shape_b))
+    a, b = _inputs(op, shape_a, shape_b)
+    if operands == "constant":  # b baked into the graph as a constant
+        model: torch.nn.Module = Binary(op, b, constant_first=False)
+        inputs: tuple[Any, ...] = (a,)
+    else:
+        model = Binary(op, None, False)
+        inputs = (a, b)
+    out_opt, out_ref, placement = run_both(model, inputs)
+    expected = _OPS[op][1](a, b)
+    assert out_opt[0].shape == expected.shape
+    assert_close_scaled(out_opt[0], out_ref[0])
+    assert_close_scaled(out_opt[0], expected)
+    kernel = _OPS[op][0]
+    out_shape = list(expected.shape)
+    if len(out_shape) >= 1 and _oneDNN_broadcastable(op, shape_a, shape_b, out_shape):
+        assert placed(placement, kernel, "Optimized"), placement
+    else:
+        declined = placed(placement, kernel, "Reference")
+        assert declined and "declined" in declined[0], placement
+
+
+@pytest.mark.parametrize("op", sorted(_OPS))
+@pytest.mark.parametrize("constant_first", [False, True])
+def test_constant_operand_in_either_order(op: str, constant_first: bool) -> None:
+    torch.manual_seed(5)
+    (x,) = _inputs(op, [2, 3, 4, 5])
+    constant = torch.randn(3, 1, 1).abs() + 0.5
+    model = Binary(op, constant, constant_first).eval()
+    out_opt, out_ref, placement = run_both(model, (x,))
+    assert_close_scaled(out_opt[0], out_ref[0])
+    assert_close_scaled(out_opt[0], model(x))
+    where = "Reference" if (op == "div" and constant_first) else "Optimized"
+    assert placed(placement, _OPS[op][0], where), placement
+
+
+class SqueezeExcite(torch.nn.Module):
+    """conv -> x * sigmoid(fc(mean(x))) -> conv, then a residual add the conv cannot fuse."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, channels, 3, padding=1)
+        self.reduce = torch.nn.Conv2d(channels, 4, 1)
+        self.expand = torch.nn.Conv2d(4, channels, 1)
+        self.conv2 = torch.nn.Conv2d(channels, channels, 1)
+        self.conv3 = torch.nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv1(x))
+        gate = torch.sigmoid(self.expand(torch.relu(self.reduce(y.mean((2, 3), keepdim=True)))))
+        z = self.conv2(y * gate)
+        # Two convolution outputs added: one of them is fused (kAdd), whichever the graph offers.
+        w = self.conv3(z) + z
+        # y is read again after w: this add cannot be fused into conv3.
+        return w - y
+
+
+@pytest.mark.parametrize("chain", ["1", "0"])
+@pytest.mark.parametrize("size", [7, 24])
+def test_squeeze_excite_gate_stays_channels_last(chain: str, size: int) -> None:
+    torch.manual_seed(size)
+    model = SqueezeExcite(32).eval()
+    x = torch.randn(1, 3, size, size)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ET_CPU_ONEDNN_CHAIN", chain)
+        out_opt, out_ref, placement = run_both(model, (x,))
+    assert_close_scaled(out_opt[0], out_ref[0])
+    with torch.no_grad():
+        assert_close_scaled(out_opt[0], model(x))
+    assert placed(placement, "aten::mul.out", "Optimized"), placement
+    assert placed(placement, "aten::sub.out", "Optimized"), placement
+    # The residual add after conv3 is still a post-op of the convolution.
+    assert [line for line in placement if "aten::add.out" in line and "fused into" in line], (
+        placement
+    )
+    (summary,) = [line for line in placement if line.startswith("Optimized(oneDNN): ")]
+    chained = int(summary.split(", ")[1].split()[0])
+    if chain == "1":
+        # conv1's y (read by mean, mul, sub), the product y * gate, conv2's z: channels-last.
+        assert chained >= 3, summary
+    else:
+        assert chained == 0, summary
+
+
+def test_large_binary_ops_split_on_two_threads() -> None:
+    torch.manual_seed(2)
+    model = SqueezeExcite(64).eval()
+    x = torch.randn(2, 3, 40, 40)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")
+        patch.setenv("ET_CPU_ONEDNN_THREADS", "2")
+        out_opt, out_ref, placement = run_both(model, (x,))
+    assert_close_scaled(out_opt[0], out_ref[0])
+    a = torch.randn(1, 5, 33, 17)
+    b = torch.randn(5, 1, 17)
+    for op in ("mul", "sub"):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")
+            patch.setenv("ET_CPU_ONEDNN_THREADS", "2")
+            got, want, placement = run_both(Binary(op, None, False), (a, b))
+        assert_close_scaled(got[0], want[0])
+        assert_close_scaled(got[0], _OPS[op][1](a, b))
+        (summary,) = [line for line in placement if line.startswith("Optimized(oneDNN): ")]
+        assert "work sharing, 1 ops split" in summary, summary
+
+
+class Declined(torch.nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> Any:
+        return (
+            torch.add(a, b, alpha=2.0),  # alpha != 1
+            a[:, :1] * b[:1, :],  # both operands broadcast: (4, 1) * (1, 6)
+            c[:1] / a,  # div with a broadcast dividend
+        )
+
+
+def test_what_oneDNN_cannot_take_is_declined_with_a_reason() -> None:
+    torch.manual_seed(1)
+    a = torch.randn(4, 6)
+    b = torch.randn(4, 6)
+    c = torch.randn(4, 6).abs() + 0.5
+    out_opt, out_ref, placement = run_both(Declined(), (a, b, c))
+    for got, want in zip(out_opt, out_ref, strict=True):
+        assert_close_scaled(got, want)
+    (add,) = placed(placement, "aten::add.out", "Reference")
+    assert "alpha must be 1" in add, placement
+    (mul,) = placed(placement, "aten::mul.out", "Reference")
+    assert "both operands are broadcast" in mul, placement
+    (div,) = placed(placement, "aten::div.out", "Reference")
+    assert "dividend is broadcast" in div, placement
+
+
+def test_integer_operands_fall_back_with_a_reason() -> None:
+    model = Binary("mul", None, False)
+    a = torch.randint(-9, 9, (3, 4))
+    b = torch.randint(-9, 9, (1, 4))
+    out_opt, _, placement = run_both(model, (a, b))
+    assert torch.equal(out_opt[0], a * b)
+    declined = placed(placement, "aten::mul.out", "Reference")
+    assert declined and "float32" in declined[0], placement
