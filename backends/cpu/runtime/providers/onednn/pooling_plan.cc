@@ -110,6 +110,29 @@ PoolPlan make_pool_plan(const std::shared_ptr<ProviderState>& state, const char*
   });
 }
 
+// A max or average pooling over `params`' windows between `input` and `output`, whose dims must be
+// the pooling's (`what` names the caller in errors).
+PoolPlan make_window_pool_plan(const std::shared_ptr<ProviderState>& state, const char* what,
+                               dnnl::algorithm algorithm, const PoolParams& params,
+                               const Layout& input, const Layout& output) {
+  Dims src_dims{params.batch, params.channels};
+  src_dims.insert(src_dims.end(), params.input_size.begin(), params.input_size.end());
+  Dims dst_dims{params.batch, params.channels};
+  dst_dims.insert(dst_dims.end(), params.output_size.begin(), params.output_size.end());
+  if (input.dims() != std::vector<int64_t>(src_dims) ||
+      output.dims() != std::vector<int64_t>(dst_dims)) {
+    throw ProviderError(std::string(what) + ": layout dims differ from the pooling's");
+  }
+  Dims right;
+  for (size_t i = 0; i < params.input_size.size(); ++i) {
+    right.push_back(pool_right_padding(params, i));
+  }
+  return make_pool_plan(state, what, algorithm, input.impl().md, output.impl().md,
+                        Dims(params.stride.begin(), params.stride.end()),
+                        Dims(params.kernel_size.begin(), params.kernel_size.end()),
+                        Dims(params.padding.begin(), params.padding.end()), right);
+}
+
 }  // namespace
 
 PoolPlan Provider::prepare_max_pool(
@@ -118,23 +141,8 @@ PoolPlan Provider::prepare_max_pool(
   if (!support.ok) {
     throw ProviderError("prepare_max_pool: " + support.reason);
   }
-  Dims src_dims{params.batch, params.channels};
-  src_dims.insert(src_dims.end(), params.input_size.begin(), params.input_size.end());
-  Dims dst_dims{params.batch, params.channels};
-  dst_dims.insert(dst_dims.end(), params.output_size.begin(), params.output_size.end());
-  if (input.dims() != std::vector<int64_t>(src_dims) ||
-      output.dims() != std::vector<int64_t>(dst_dims)) {
-    throw ProviderError("prepare_max_pool: layout dims differ from the pooling's");
-  }
-  Dims right;
-  for (size_t i = 0; i < params.input_size.size(); ++i) {
-    right.push_back(pool_right_padding(params, i));
-  }
-  return make_pool_plan(state_, "prepare_max_pool", dnnl::algorithm::pooling_max,
-                        input.impl().md, output.impl().md,
-                        Dims(params.stride.begin(), params.stride.end()),
-                        Dims(params.kernel_size.begin(), params.kernel_size.end()),
-                        Dims(params.padding.begin(), params.padding.end()), right);
+  return make_window_pool_plan(state_, "prepare_max_pool", dnnl::algorithm::pooling_max, params,
+                               input, output);
 }
 
 PoolPlan Provider::prepare_avg_pool(const PoolParams& params, bool count_include_pad,
@@ -143,25 +151,10 @@ PoolPlan Provider::prepare_avg_pool(const PoolParams& params, bool count_include
   if (!support.ok) {
     throw ProviderError("prepare_avg_pool: " + support.reason);
   }
-  Dims src_dims{params.batch, params.channels};
-  src_dims.insert(src_dims.end(), params.input_size.begin(), params.input_size.end());
-  Dims dst_dims{params.batch, params.channels};
-  dst_dims.insert(dst_dims.end(), params.output_size.begin(), params.output_size.end());
-  if (input.dims() != std::vector<int64_t>(src_dims) ||
-      output.dims() != std::vector<int64_t>(dst_dims)) {
-    throw ProviderError("prepare_avg_pool: layout dims differ from the pooling's");
-  }
-  Dims right;
-  for (size_t i = 0; i < params.input_size.size(); ++i) {
-    right.push_back(pool_right_padding(params, i));
-  }
-  return make_pool_plan(state_, "prepare_avg_pool",
-                        count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
-                                          : dnnl::algorithm::pooling_avg_exclude_padding,
-                        input.impl().md, output.impl().md,
-                        Dims(params.stride.begin(), params.stride.end()),
-                        Dims(params.kernel_size.begin(), params.kernel_size.end()),
-                        Dims(params.padding.begin(), params.padding.end()), right);
+  return make_window_pool_plan(state_, "prepare_avg_pool",
+                               count_include_pad ? dnnl::algorithm::pooling_avg_include_padding
+                                                 : dnnl::algorithm::pooling_avg_exclude_padding,
+                               params, input, output);
 }
 
 PoolPlan Provider::prepare_global_average_pool(const Layout& input, const Layout& output) {
