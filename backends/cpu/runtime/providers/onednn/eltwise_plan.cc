@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backends/cpu/runtime/providers/onednn/onednn_internal.h"
+#include "backends/cpu/runtime/providers/onednn/vector_activations.h"
 
 namespace et_cpu_plugin {
 namespace onednn {
@@ -130,6 +131,9 @@ struct EltwisePlan::Impl {
   memory::desc flat;
   memory::desc scratchpad_md;
   std::vector<Piece> pieces;
+  // Sigmoid / SiLU on the plan's own vector kernel (has_vector_activation): no primitive;
+  // pieces then only name their slice (src_offset, and dst_md's element count).
+  bool vector = false;
   // Input and output in different layouts: converted into the output first, then in place.
   std::unique_ptr<ReorderPlan> convert;
   std::string implementation;
@@ -152,6 +156,18 @@ void EltwisePlan::run(const float* input, float* output) const {
   if (p.convert) {
     p.convert->run(input, output);
     input = output;
+  }
+  if (p.vector) {
+    if (p.pieces.empty()) {
+      apply_vector_activation(p.activation, input, output, static_cast<size_t>(p.elements));
+      return;
+    }
+    state.pool->run(p.pieces.size(), [&](size_t index, int) {
+      const Piece& piece = p.pieces[index];
+      apply_vector_activation(p.activation, input + piece.src_offset, output + piece.src_offset,
+                              static_cast<size_t>(piece.dst_md.get_dims()[0]));
+    });
+    return;
   }
   if (p.pieces.empty()) {
     PieceData data;
@@ -198,6 +214,24 @@ EltwisePlan Provider::prepare_eltwise(const Activation& activation, const Layout
     impl->activation = activation;
     impl->elements = static_cast<int64_t>(elements);
     impl->convert = std::move(convert);
+    const int64_t units = impl->elements / kMinSliceFloats;
+    const size_t count =
+        state.pieces_for(elements * cost_per_element(activation.kind), units);
+    if (has_vector_activation(activation)) {
+      impl->vector = true;
+      impl->implementation = std::string("vector ") + activation_name(activation.kind);
+      if (count > 1) {
+        for (size_t index = 0; index < count; ++index) {
+          const auto [begin, end] = block_slice(impl->elements, 16, count, index);
+          Piece piece;
+          piece.src_offset = static_cast<size_t>(begin);
+          piece.dst_md = plain_md(Dims{end - begin});
+          impl->pieces.push_back(std::move(piece));
+        }
+        impl->implementation += ", " + std::to_string(count) + " pieces";
+      }
+      return EltwisePlan(std::move(impl));
+    }
     float alpha = 0.0f;
     float beta = 0.0f;
     const dnnl::algorithm algorithm = eltwise_algorithm(activation, &alpha, &beta);
@@ -214,9 +248,6 @@ EltwisePlan Provider::prepare_eltwise(const Activation& activation, const Layout
     impl->scratchpad_md = pd.scratchpad_desc();
     state.reserve_scratchpad(impl->scratchpad_md);
     impl->implementation = pd.impl_info_str();
-    const int64_t units = impl->elements / kMinSliceFloats;
-    const size_t count =
-        state.pieces_for(elements * cost_per_element(activation.kind), units);
     impl->pieces = make_pieces(state, count, [&](size_t index, Piece& piece) {
       const auto [begin, end] = block_slice(impl->elements, 16, count, index);
       if (end <= begin) return false;

@@ -27,6 +27,7 @@ struct LinearPlan::Impl {
   OwnedTensor bias;
   bool has_bias = false;
   bool has_add = false;
+  std::optional<Activation> tail;  // run by the plan after each call (split_tail)
   // Work sharing: column blocks of the output, each with its own weights; empty = one call.
   std::vector<Piece> pieces;
   size_t weights_bytes = 0;
@@ -60,13 +61,16 @@ void LinearPlan::run(const float* input, float* output, const float* residual) c
   }
   if (!p.pieces.empty()) {
     run_pieces(state, p.pieces, [&](const Piece& piece) {
-      return piece_data(input, output + piece.dst_offset, piece.weights,
-                        p.has_bias ? &piece.bias : nullptr);
+      PieceData data = piece_data(input, output + piece.dst_offset, piece.weights,
+                                  p.has_bias ? &piece.bias : nullptr);
+      data.tail = p.tail ? &*p.tail : nullptr;
+      return data;
     });
     return;
   }
-  execute_whole(state, p.primitive, p.args, p.src_md, p.dst_md, p.scratchpad_md,
-                piece_data(input, output, p.weights, p.has_bias ? &p.bias : nullptr));
+  PieceData data = piece_data(input, output, p.weights, p.has_bias ? &p.bias : nullptr);
+  data.tail = p.tail ? &*p.tail : nullptr;
+  execute_whole(state, p.primitive, p.args, p.src_md, p.dst_md, p.scratchpad_md, data);
 }
 
 namespace {
@@ -147,15 +151,20 @@ LinearPlan Provider::prepare_linear(
     impl->src_md = plain_md({m, k});
     impl->dst_md = plain_md({m, n});
     const memory::desc bias_md = bias ? plain_md({1, n}) : memory::desc();
+    // Plain or row-strided outputs: a trailing sigmoid / SiLU always suits the plan's kernel.
+    const SplitPostOps split = split_tail(post_ops);
+    impl->tail = split.tail;
     const dnnl::matmul::primitive_desc pd(state.engine, impl->src_md, any_md({k, n}), bias_md,
-                                          impl->dst_md, make_attr(post_ops));
+                                          impl->dst_md, make_attr(split.primitive));
     impl->primitive = dnnl::matmul(pd);
     impl->implementation = pd.impl_info_str();
     impl->has_bias = bias != nullptr;
     impl->has_add = has_add(post_ops);
     const size_t weights_before = state.weights_bytes;
     impl->pieces = split_linear(
-        state, params, impl->src_md, weight, bias, make_attr(post_ops), impl->implementation);
+        state, params, impl->src_md, weight, bias, make_attr(split.primitive),
+        impl->implementation);
+    impl->implementation += split.note();
     if (!impl->pieces.empty()) {
       impl->implementation += ", " + std::to_string(impl->pieces.size()) + " pieces";
     } else {

@@ -24,6 +24,7 @@ struct MatmulPlan::Impl {
   memory::desc b_md;
   memory::desc dst_md;
   bool has_add = false;
+  std::optional<Activation> tail;  // run by the plan after each call (split_tail)
   // Work sharing: batches (bmm) or row bands of a and the output; empty = one call.
   std::vector<Piece> pieces;
   mutable std::unordered_map<int, memory> args;  // the whole op's, made on the first run
@@ -58,6 +59,7 @@ void MatmulPlan::run(const float* a, const float* b, float* output, const float*
       data.dst = output + piece.dst_offset;
       data.weights_md = &piece.weights_md;
       data.weights = b + piece.weights_offset;
+      data.tail = p.tail ? &*p.tail : nullptr;
       return data;
     });
     return;
@@ -67,6 +69,7 @@ void MatmulPlan::run(const float* a, const float* b, float* output, const float*
   data.dst = output;
   data.weights_md = &p.b_md;
   data.weights = b;
+  data.tail = p.tail ? &*p.tail : nullptr;
   execute_whole(state, p.primitive, p.args, p.a_md, p.dst_md, p.scratchpad_md, data);
 }
 
@@ -135,14 +138,19 @@ MatmulPlan Provider::prepare_matmul(const MatmulParams& params, const PostOps& p
     impl->a_md = with_batch({params.m, params.k});
     impl->b_md = with_batch({params.k, params.n});
     impl->dst_md = with_batch({params.m, params.n});
+    // Plain outputs: a trailing sigmoid / SiLU always suits the plan's kernel.
+    const SplitPostOps split = split_tail(post_ops);
+    impl->tail = split.tail;
     const dnnl::matmul::primitive_desc pd(state.engine, impl->a_md, impl->b_md, impl->dst_md,
-                                          make_attr(post_ops));
+                                          make_attr(split.primitive));
     impl->primitive = dnnl::matmul(pd);
     impl->implementation = pd.impl_info_str();
     impl->scratchpad_md = pd.scratchpad_desc();
     state.reserve_scratchpad(impl->scratchpad_md);
     impl->has_add = has_add(post_ops);
-    impl->pieces = split_matmul(state, params, make_attr(post_ops), impl->implementation);
+    impl->pieces =
+        split_matmul(state, params, make_attr(split.primitive), impl->implementation);
+    impl->implementation += split.note();
     if (!impl->pieces.empty()) {
       impl->implementation += ", " + std::to_string(impl->pieces.size()) + " pieces";
     }

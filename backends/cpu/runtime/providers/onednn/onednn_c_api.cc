@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backends/cpu/runtime/providers/onednn/onednn_provider.h"
+#include "backends/cpu/runtime/providers/onednn/vector_activations.h"
 
 namespace onednn = et_cpu_plugin::onednn;
 
@@ -40,6 +41,14 @@ void copy_out(const std::string& text, char* out, size_t size) {
   out[n] = '\0';
 }
 
+// Post-op kinds 3 and 4.
+onednn::Activation activation_of_kind(int kind) {
+  onednn::Activation activation;
+  activation.kind =
+      kind == 3 ? onednn::Activation::Kind::kSigmoid : onednn::Activation::Kind::kSilu;
+  return activation;
+}
+
 onednn::PostOps post_ops_from(const int* kinds, const float* mins, const float* maxs, int count) {
   onednn::PostOps ops;
   for (int i = 0; i < count; ++i) {
@@ -53,10 +62,14 @@ onednn::PostOps post_ops_from(const int* kinds, const float* mins, const float* 
       case 2:
         ops.push_back(onednn::PostOp::clamp(mins[i], maxs[i]));
         break;
+      case 3:
+      case 4:
+        ops.push_back(onednn::PostOp::act(activation_of_kind(kinds[i])));
+        break;
       default:
         throw onednn::ProviderError(
             "post_kinds[" + std::to_string(i) + "] = " + std::to_string(kinds[i]) +
-            " is not 0 (add), 1 (relu) or 2 (clamp)");
+            " is not 0 (add), 1 (relu), 2 (clamp), 3 (sigmoid) or 4 (silu)");
     }
   }
   return ops;
@@ -344,6 +357,24 @@ void etdnn_plan_describe(const etdnn_plan* plan, char* out, size_t size) {
 
 void etdnn_plan_destroy(etdnn_plan* plan) {
   delete plan;
+}
+
+int etdnn_has_vector_activation(int kind) {
+  if (kind != 3 && kind != 4) return 0;
+  return onednn::has_vector_activation(activation_of_kind(kind)) ? 1 : 0;
+}
+
+int etdnn_vector_activation(int kind, const float* input, float* output, size_t count) {
+  return guarded(
+      [&] {
+        if (kind != 3 && kind != 4) {
+          throw onednn::ProviderError("vector activation kind " + std::to_string(kind) +
+                                      " is not 3 (sigmoid) or 4 (silu)");
+        }
+        onednn::apply_vector_activation(activation_of_kind(kind), input, output, count);
+        return 0;
+      },
+      1);
 }
 
 }  // extern "C"

@@ -3,7 +3,7 @@
 //
 // Every function that can fail returns NULL or a non-zero int and leaves the message in
 // etdnn_last_error() (per thread). Post-ops are three parallel arrays: kinds (0 = residual add,
-// 1 = relu, 2 = clamp), clamp minimums and clamp maximums.
+// 1 = relu, 2 = clamp, 3 = sigmoid, 4 = silu), clamp minimums and clamp maximums.
 #pragma once
 
 #include <stddef.h>
@@ -96,6 +96,12 @@ size_t etdnn_plan_pieces(const etdnn_plan* plan);
 // "implementation | input layout -> output layout" into `out`.
 void etdnn_plan_describe(const etdnn_plan* plan, char* out, size_t size);
 void etdnn_plan_destroy(etdnn_plan* plan);
+
+// The plans' own vector kernels (vector_activations.h): kind 3 = sigmoid, 4 = silu, as in the
+// post-op kinds. has: 1 when this CPU runs it, else 0. apply: output[i] = f(input[i]) for
+// `count` floats (in place when equal); non-zero when there is no such kernel here.
+int etdnn_has_vector_activation(int kind);
+int etdnn_vector_activation(int kind, const float* input, float* output, size_t count);
 
 #ifdef __cplusplus
 }

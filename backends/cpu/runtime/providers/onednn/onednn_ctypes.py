@@ -17,13 +17,13 @@ _ENV_VAR = "ONEDNN_PROVIDER_SO"
 _PACKAGE = "backends/cpu/runtime/providers/onednn"
 _LIBRARY = "libonednn_provider_c.so"
 
-ADD, RELU, CLAMP = 0, 1, 2
+ADD, RELU, CLAMP, SIGMOID, SILU = 0, 1, 2, 3, 4
 _OUTPUT_LAYOUTS = {"plain": 0, "channels_last": 1, "best": 2}
 
 
 @dataclass(frozen=True)
 class PostOp:
-    """One fused post-op: kind ADD (residual), RELU or CLAMP(lo, hi)."""
+    """One fused post-op: kind ADD (residual), RELU, CLAMP(lo, hi), SIGMOID or SILU."""
 
     kind: int
     lo: float = 0.0
@@ -81,6 +81,8 @@ def _load(path: str) -> ctypes.CDLL:
         "etdnn_plan_pieces": (sz, [vp]),
         "etdnn_plan_describe": (None, [vp, ctypes.c_char_p, sz]),
         "etdnn_plan_destroy": (None, [vp]),
+        "etdnn_has_vector_activation": (i32, [i32]),
+        "etdnn_vector_activation": (i32, [i32, vp, vp, sz]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -242,6 +244,23 @@ class Provider:
         buffer = ctypes.create_string_buffer(64)
         self.lib.etdnn_provider_isa(self._handle, buffer, len(buffer))
         return buffer.value.decode()
+
+    def has_vector_activation(self, kind: int) -> bool:
+        """Whether the plans run post-op `kind` (SIGMOID, SILU) on their own vector kernel here."""
+        return bool(self.lib.etdnn_has_vector_activation(kind))
+
+    def vector_activation(
+        self, kind: int, data: torch.Tensor, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The vector kernel of `kind` over a contiguous float32 tensor, into `out` (a new
+        tensor when None; `data` itself for in place)."""
+        out = torch.empty_like(data) if out is None else out
+        if out.shape != data.shape:
+            raise ValueError(f"out shape {tuple(out.shape)} != input shape {tuple(data.shape)}")
+        status = self.lib.etdnn_vector_activation(kind, _ptr(data), _ptr(out), data.numel())
+        if status != 0:
+            raise ProviderError(self.last_error())
+        return out
 
     def _check(self, handle: int | None) -> int:
         if not handle:

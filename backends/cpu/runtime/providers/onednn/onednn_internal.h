@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -249,7 +250,28 @@ struct PieceData {
   const float* weights = nullptr;
   const memory::desc* bias_md = nullptr;
   const float* bias = nullptr;
+  // An activation the plan runs itself on the destination right after the primitive, while it
+  // is in cache (vector_activations.h; the plan left it out of the primitive's post-ops). The
+  // destination must be dense (see tail_fits) or row-strided 2-D.
+  const Activation* tail = nullptr;
 };
+
+// A plan's post-ops split for the primitive and for the plan's own vector kernel: a trailing
+// activation that has one (has_vector_activation) becomes the tail, unless `keep` (the plan's
+// destination does not suit it).
+struct SplitPostOps {
+  PostOps primitive;
+  std::optional<Activation> tail;
+  const Activation* tail_ptr() const { return tail ? &*tail : nullptr; }
+  // For implementation(): " + vector silu" when there is a tail.
+  std::string note() const {
+    return tail ? std::string(" + vector ") + activation_name(tail->kind) : std::string();
+  }
+};
+SplitPostOps split_tail(const PostOps& post_ops, bool keep = false);
+// Whether the tail can run over `md`: every byte an element (plain, channels-last and other
+// unpadded orders), or rows of a 2-D matrix with unit column stride.
+bool tail_fits(const memory::desc& md);
 
 // The memory object `memories[key]` of `md`, pointed at `data`: made on first use, re-pointed
 // afterwards (making one costs ~0.25 us with oneDNN 3.2, re-pointing ~0.01 us).

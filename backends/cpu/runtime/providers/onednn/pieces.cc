@@ -3,10 +3,33 @@
 
 #include <cstring>
 
+#include "backends/cpu/runtime/providers/onednn/vector_activations.h"
+
 namespace et_cpu_plugin {
 namespace onednn {
 
 namespace {
+
+int64_t elements_of(const memory::desc& md) {
+  int64_t elements = 1;
+  for (const int64_t d : md.get_dims()) elements *= d;
+  return elements;
+}
+
+// The tail over `md`'s elements at `dst`, in place (tail_fits(md) was checked at prepare).
+void apply_tail(const Activation& tail, const memory::desc& md, float* dst) {
+  const int64_t elements = elements_of(md);
+  if (md.get_size() == static_cast<size_t>(elements) * sizeof(float)) {
+    apply_vector_activation(tail, dst, dst, static_cast<size_t>(elements));
+    return;
+  }
+  const Dims dims = md.get_dims();
+  const Dims strides = md.get_strides();
+  for (int64_t row = 0; row < dims[0]; ++row) {
+    float* at = dst + row * strides[0];
+    apply_vector_activation(tail, at, at, static_cast<size_t>(dims[1]));
+  }
+}
 
 // Runs `primitive` on `stream` with `scratchpad`, re-pointing the memory objects in `args` (made
 // on first use) at `data`. One thread uses `args` at a time, so no lock.
@@ -25,6 +48,7 @@ void execute_with(ProviderState& state, const dnnl::primitive& primitive,
   }
   primitive.execute(stream, args);
   stream.wait();
+  if (data.tail != nullptr) apply_tail(*data.tail, dst_md, data.dst);
 }
 
 const float* data_of(const OwnedTensor& tensor) {
@@ -32,6 +56,27 @@ const float* data_of(const OwnedTensor& tensor) {
 }
 
 }  // namespace
+
+SplitPostOps split_tail(const PostOps& post_ops, bool keep) {
+  SplitPostOps split{post_ops, std::nullopt};
+  if (keep || post_ops.empty()) return split;
+  const PostOp& last = post_ops.back();
+  if (last.kind == PostOp::Kind::kActivation && has_vector_activation(last.activation)) {
+    split.tail = last.activation;
+    split.primitive.pop_back();
+  }
+  return split;
+}
+
+bool tail_fits(const memory::desc& md) {
+  if (md.get_data_type() != memory::data_type::f32 || md.get_format_kind() != dnnl::memory::format_kind::blocked) {
+    return false;
+  }
+  if (md.get_size() == static_cast<size_t>(elements_of(md)) * sizeof(float)) return true;
+  const Dims strides = md.get_strides();
+  return md.get_ndims() == 2 && md.get_inner_nblks() == 0 && strides[1] == 1 &&
+         strides[0] >= md.get_dims()[1];
+}
 
 memory& point(std::unordered_map<int, memory>& memories, int key, const memory::desc& md,
               const dnnl::engine& engine, const void* data) {

@@ -36,6 +36,8 @@ def define_common_targets():
             "pieces.cc",
             "pooling_plan.cc",
             "resampling_plan.cc",
+            "vector_activations.cc",
+            "vector_activations.h",
             "work_pool.cc",
             "work_pool.h",
         ],
@@ -92,6 +94,14 @@ def define_common_targets():
     runtime.python_test(
         name = "onednn_provider_test",
         srcs = ["onednn_provider_test.py"],
+        data = [":libonednn_provider_c.so"],
+        env = {"ONEDNN_PROVIDER_SO": "$(rootpath :libonednn_provider_c.so)"},
+        deps = [":onednn_ctypes"],
+    )
+
+    runtime.python_test(
+        name = "vector_activations_test",
+        srcs = ["vector_activations_test.py"],
         data = [":libonednn_provider_c.so"],
         env = {"ONEDNN_PROVIDER_SO": "$(rootpath :libonednn_provider_c.so)"},
         deps = [":onednn_ctypes"],
