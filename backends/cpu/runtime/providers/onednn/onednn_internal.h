@@ -5,6 +5,7 @@
 //   onednn_provider.cc  Provider (threads, defaults, memory accounting, ISA), post-op attributes
 //   layout.cc           Layout, memory descriptors, reorders (ReorderPlan, weights, input bands)
 //   pieces.cc           running primitives on the pool's threads; slicing ops into pieces
+//   conv_common.cc      ConvCore: staging and running what ConvPlan and DeconvPlan share
 //   conv_plan.cc        ConvPlan and its splits (row bands, images, output-channel blocks)
 //   deconv_plan.cc      DeconvPlan: transposed convolution (images, bands of output rows)
 //   linear_plan.cc      LinearPlan (column blocks)
@@ -311,6 +312,59 @@ dnnl::convolution_forward::primitive_desc conv_pd(
     const memory::desc& bias, const memory::desc& dst, const Dims& strides,
     const Dims& dilation, const Dims& pad_left, const Dims& pad_right,
     const dnnl::primitive_attr& attr);
+
+// ---------------------------------------------------------------------------------------------
+// Convolution-like plans (conv_common.cc): what ConvPlan and DeconvPlan share
+
+// One convolution-like primitive (convolution, transposed convolution) between the caller's
+// layouts: staging where they differ from the primitive's, and its pieces on the pool. The plans'
+// Impls are ConvCores; their prepare_* pick the primitive, split it and reorder the weights.
+struct ConvCore {
+  std::shared_ptr<ProviderState> state;
+  dnnl::primitive primitive;
+  std::string implementation;
+  memory::desc scratchpad_md;
+  OwnedTensor weights;
+  OwnedTensor bias;
+  bool has_bias = false;
+  bool has_add = false;
+  Layout input_layout{nullptr};
+  Layout output_layout{nullptr};
+  // What the primitive reads and writes (its own choice of layouts, or channels-last); where
+  // the caller's layout differs, run() converts through a staging buffer.
+  memory::desc primitive_src_md;
+  memory::desc primitive_dst_md;
+  bool reorder_input = false;
+  bool reorder_output = false;
+  dnnl::reorder input_reorder;     // input layout -> primitive src
+  dnnl::reorder residual_reorder;  // output layout -> primitive dst (for the residual)
+  dnnl::reorder output_reorder;    // primitive dst -> output layout
+  std::shared_ptr<AlignedBuffer> staged_input;
+  std::shared_ptr<AlignedBuffer> staged_output;
+  // Work sharing: the input reorder split into bands of rows (empty = one call), and the
+  // primitive's rows (or images, or output channels) split into pieces (empty = one call).
+  std::vector<dnnl::reorder> input_bands;
+  std::vector<Piece> pieces;
+  // Memory objects, made on the first run and re-pointed afterwards (one thread runs a plan at a
+  // time): the whole op's arguments, the conversions' (keys below) and each input band's.
+  enum Conversion : int { kInput, kStagedInput, kResidual, kStagedOutput, kOutput };
+  mutable std::unordered_map<int, memory> args;
+  mutable std::unordered_map<int, memory> conversions;
+  mutable std::vector<std::unordered_map<int, memory>> band_memories;
+
+  // Takes `op` (made from `pd`) with pd's implementation, scratchpad and src/dst layouts, and
+  // stages between them and `given_src_md` / the `output` layout of `dst_dims`; a large input
+  // conversion splits into bands on the pool when `input_in_bands`.
+  void prepare(const std::shared_ptr<ProviderState>& provider, dnnl::primitive op,
+               const dnnl::primitive_desc_base& pd, bool bias, bool add,
+               const memory::desc& given_src_md, OutputLayout output, const Dims& dst_dims,
+               bool input_in_bands);
+  // Appends the pieces and input bands (if any) to `implementation`.
+  void describe_split();
+  size_t weights_bytes() const;
+  // Runs the op (`what` names the plan in errors); see ConvPlan::run.
+  void run(const char* what, const float* input, float* output, const float* residual) const;
+};
 
 }  // namespace onednn
 }  // namespace et_cpu_plugin
