@@ -249,16 +249,47 @@ const executorch::aten::TensorImpl* impl_of(const Tensor* tensor) {
   return tensor ? tensor->unsafeGetTensorImpl() : nullptr;
 }
 
-struct ConvRecipe {
-  onednn::ConvParams params;
+// A convolution-like op's constants and post-ops (`Params`: ConvParams or DeconvParams).
+template <typename Params>
+struct ConvLikeRecipe {
+  Params params;
   const float* weight = nullptr;  // the graph's constants: alive as long as the graph
   const float* bias = nullptr;
   onednn::PostOps post;
 };
+using ConvRecipe = ConvLikeRecipe<onednn::ConvParams>;
+using DeconvRecipe = ConvLikeRecipe<onednn::DeconvParams>;
 
-class ConvKernel final : public OnednnKernel {
+// What ConvLikeKernel needs to know of each op: its plan, how to prepare it, its name in errors.
+struct ConvOp {
+  using Recipe = ConvRecipe;
+  using Plan = onednn::ConvPlan;
+  static constexpr const char* kName = "convolution";
+  static Plan prepare(onednn::Provider& provider, const Recipe& recipe,
+                      const onednn::ConvLayouts& layouts) {
+    return provider.prepare_conv(recipe.params, recipe.weight, recipe.bias, recipe.post,
+                                 layouts);
+  }
+};
+struct DeconvOp {
+  using Recipe = DeconvRecipe;
+  using Plan = onednn::DeconvPlan;
+  static constexpr const char* kName = "transposed convolution";
+  static Plan prepare(onednn::Provider& provider, const Recipe& recipe,
+                      const onednn::ConvLayouts& layouts) {
+    return provider.prepare_deconv(recipe.params, recipe.weight, recipe.bias, recipe.post,
+                                   layouts);
+  }
+};
+
+// A convolution or transposed convolution; both take part in layout chaining the same way.
+template <typename Op>
+class ConvLikeKernel final : public OnednnKernel {
  public:
-  ConvKernel(ConvRecipe recipe, const Tensor* input, Tensor* output, const Tensor* residual)
+  using Recipe = typename Op::Recipe;
+  using Plan = typename Op::Plan;
+
+  ConvLikeKernel(Recipe recipe, const Tensor* input, Tensor* output, const Tensor* residual)
       : recipe_(std::move(recipe)), input_(input), output_(output), residual_(residual) {}
 
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
@@ -269,8 +300,7 @@ class ConvKernel final : public OnednnKernel {
     }
     layouts.output = channels_last(impl_of(output_)) ? onednn::OutputLayout::kChannelsLast
                                                      : onednn::OutputLayout::kPlain;
-    plan_ = std::make_unique<onednn::ConvPlan>(provider.prepare_conv(
-        recipe_.params, recipe_.weight, recipe_.bias, recipe_.post, layouts));
+    plan_ = std::make_unique<Plan>(Op::prepare(provider, recipe_, layouts));
     residual_fix_.reset();
     if (residual_ != nullptr) {
       // The residual must arrive in the output's layout: convert it into the output buffer
@@ -292,7 +322,7 @@ class ConvKernel final : public OnednnKernel {
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
 
   Error run(KernelRuntimeContext&) override {
-    return guarded("convolution", [&] {
+    return guarded(Op::kName, [&] {
       float* out = output_->mutable_data_ptr<float>();
       const float* residual = residual_ ? residual_->const_data_ptr<float>() : nullptr;
       if (residual_fix_) {
@@ -304,75 +334,15 @@ class ConvKernel final : public OnednnKernel {
   }
 
  private:
-  ConvRecipe recipe_;
+  Recipe recipe_;
   const Tensor* input_;
   Tensor* output_;
   const Tensor* residual_;
-  std::unique_ptr<onednn::ConvPlan> plan_;
+  std::unique_ptr<Plan> plan_;
   std::unique_ptr<onednn::ReorderPlan> residual_fix_;
 };
-
-struct DeconvRecipe {
-  onednn::DeconvParams params;
-  const float* weight = nullptr;  // the graph's constants: alive as long as the graph
-  const float* bias = nullptr;
-  onednn::PostOps post;
-};
-
-// A transposed convolution; takes part in layout chaining as ConvKernel does.
-class DeconvKernel final : public OnednnKernel {
- public:
-  DeconvKernel(DeconvRecipe recipe, const Tensor* input, Tensor* output, const Tensor* residual)
-      : recipe_(std::move(recipe)), input_(input), output_(output), residual_(residual) {}
-
-  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
-    onednn::ConvLayouts layouts;
-    if (channels_last(impl_of(input_))) {
-      layouts.input =
-          std::make_shared<onednn::Layout>(onednn::Layout::channels_last(dims_of(*input_)));
-    }
-    layouts.output = channels_last(impl_of(output_)) ? onednn::OutputLayout::kChannelsLast
-                                                     : onednn::OutputLayout::kPlain;
-    plan_ = std::make_unique<onednn::DeconvPlan>(provider.prepare_deconv(
-        recipe_.params, recipe_.weight, recipe_.bias, recipe_.post, layouts));
-    residual_fix_.reset();
-    if (residual_ != nullptr) {
-      const std::vector<int64_t> dims = dims_of(*residual_);
-      const onednn::Layout given = channels_last(impl_of(residual_))
-                                       ? onednn::Layout::channels_last(dims)
-                                       : onednn::Layout::plain(dims);
-      if (given != plan_->output_layout()) {
-        residual_fix_ = std::make_unique<onednn::ReorderPlan>(
-            provider.prepare_reorder(given, plan_->output_layout()));
-      }
-    }
-  }
-
-  const executorch::aten::TensorImpl* chainable_output() const override {
-    return impl_of(output_);
-  }
-  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
-
-  Error run(KernelRuntimeContext&) override {
-    return guarded("transposed convolution", [&] {
-      float* out = output_->mutable_data_ptr<float>();
-      const float* residual = residual_ ? residual_->const_data_ptr<float>() : nullptr;
-      if (residual_fix_) {
-        residual_fix_->run(residual, out);
-        residual = out;
-      }
-      plan_->run(input_->const_data_ptr<float>(), out, residual);
-    });
-  }
-
- private:
-  DeconvRecipe recipe_;
-  const Tensor* input_;
-  Tensor* output_;
-  const Tensor* residual_;
-  std::unique_ptr<onednn::DeconvPlan> plan_;
-  std::unique_ptr<onednn::ReorderPlan> residual_fix_;
-};
+using ConvKernel = ConvLikeKernel<ConvOp>;
+using DeconvKernel = ConvLikeKernel<DeconvOp>;
 
 class LinearKernel final : public OnednnKernel {
  public:
