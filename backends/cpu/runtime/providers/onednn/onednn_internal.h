@@ -269,6 +269,26 @@ void execute_whole(ProviderState& state, const dnnl::primitive& primitive,
                    std::unordered_map<int, memory>& args, const memory::desc& src_md,
                    const memory::desc& dst_md, const memory::desc& scratchpad_md,
                    const PieceData& data);
+// An op of one src and one dst that runs whole on the calling thread (pooling, resampling): its
+// primitive, their layouts, and its scratchpad in the provider's shared one.
+struct WholeOp {
+  std::shared_ptr<ProviderState> state;
+  dnnl::primitive primitive;
+  memory::desc src;
+  memory::desc dst;
+  memory::desc scratchpad_md;
+  std::string implementation;
+  mutable std::unordered_map<int, memory> args;  // made on the first run
+
+  // Takes `op` (made from `pd`) with pd's implementation, and reserves its scratchpad.
+  void set(dnnl::primitive op, const dnnl::primitive_desc_base& pd) {
+    primitive = std::move(op);
+    implementation = pd.impl_info_str();
+    scratchpad_md = pd.scratchpad_desc();
+    state->reserve_scratchpad(scratchpad_md);
+  }
+  void run(const float* input, float* output) const;
+};
 // Runs one piece on `worker`'s stream and scratchpad.
 void execute_piece(ProviderState& state, const Piece& piece, int worker, const PieceData& data);
 // Runs every piece on the pool; `data(piece)` gives what it reads and writes.

@@ -64,6 +64,14 @@ void execute_whole(ProviderState& state, const dnnl::primitive& primitive,
   });
 }
 
+void WholeOp::run(const float* input, float* output) const {
+  ThreadCountGuard threads(state->omp_threads);
+  PieceData data;
+  data.src = input;
+  data.dst = output;
+  execute_whole(*state, primitive, args, src, dst, scratchpad_md, data);
+}
+
 void execute_piece(ProviderState& state, const Piece& piece, int worker, const PieceData& data) {
   wrap_dnnl("execute piece", [&] {
     execute_on_worker(state, piece.primitive, piece.args, piece.src_md, piece.dst_md,
