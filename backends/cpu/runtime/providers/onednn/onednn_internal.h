@@ -309,6 +309,41 @@ std::pair<int64_t, int64_t> slice_of(int64_t units, size_t count, size_t index);
 // last slice also takes the remainder), e.g. output channels in blocks of 16.
 std::pair<int64_t, int64_t> block_slice(int64_t total, int64_t block, size_t count, size_t index);
 
+// The dim whose stride is the largest among the dims of `md` larger than 1 (the outermost in
+// memory), or -1 when every dim is 1.
+int outermost_dim(const memory::desc& md);
+// Elements [begin, end) of `md` along `dim` (same strides) and, in `offset`, where they start
+// in floats; a dim of 1 (a broadcast operand) stays whole at offset 0.
+memory::desc slice_dim(const memory::desc& md, int dim, int64_t begin, int64_t end,
+                       size_t* offset);
+
+// The parts of an op split into `count` slices (`make(index)` builds one; ", N pieces" goes on
+// `implementation`), their scratchpads reserved in every pool thread's buffer; or, when count < 2
+// or oneDNN refuses a slice, `whole` alone with its scratchpad in the shared one. A Part has a
+// `scratchpad` desc (binary and concat plans).
+template <typename Part, typename Make>
+std::vector<Part> split_parts(ProviderState& state, size_t count, Part whole,
+                              std::string* implementation, Make make) {
+  std::vector<Part> parts;
+  if (count > 1) {
+    try {
+      for (size_t i = 0; i < count; ++i) {
+        Part part = make(i);
+        state.reserve_piece_scratchpad(part.scratchpad);
+        parts.push_back(std::move(part));
+      }
+      *implementation += ", " + std::to_string(count) + " pieces";
+    } catch (const dnnl::error&) {
+      parts.clear();
+    }
+  }
+  if (parts.empty()) {
+    state.reserve_scratchpad(whole.scratchpad);
+    parts.push_back(std::move(whole));
+  }
+  return parts;
+}
+
 // The pieces `make(index, piece)` builds for index 0..count-1, or none (the op stays whole) when
 // count < 2, when `make` returns false, or when oneDNN refuses one. Only a complete split keeps
 // what it counted (reordered weights) and reserves its scratchpad in every pool thread's buffer.

@@ -118,6 +118,31 @@ std::pair<int64_t, int64_t> block_slice(int64_t total, int64_t block, size_t cou
   return {begin * block, index + 1 == count ? total : end * block};
 }
 
+int outermost_dim(const memory::desc& md) {
+  const Dims dims = md.get_dims();
+  const Dims strides = md.get_strides();
+  int best = -1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] > 1 && (best < 0 || strides[i] > strides[static_cast<size_t>(best)])) {
+      best = static_cast<int>(i);
+    }
+  }
+  return best;
+}
+
+memory::desc slice_dim(const memory::desc& md, int dim, int64_t begin, int64_t end,
+                       size_t* offset) {
+  Dims piece = md.get_dims();
+  if (piece[dim] == 1) {
+    *offset = 0;
+    return md;
+  }
+  const Dims strides = md.get_strides();
+  piece[dim] = end - begin;
+  *offset = static_cast<size_t>(begin * strides[dim]);
+  return memory::desc(piece, memory::data_type::f32, strides);
+}
+
 std::vector<Piece> make_pieces(ProviderState& state, size_t count,
                                const std::function<bool(size_t index, Piece& piece)>& make) {
   if (count < 2) {
