@@ -1,5 +1,6 @@
 // What convolution-like plans share (ConvCore): staging between the caller's layouts and the
-// primitive's, and running the primitive whole or in pieces. ConvPlan and DeconvPlan build on it.
+// primitive's, running the primitive whole or in pieces, and the split into images or row bands.
+// ConvPlan and DeconvPlan build on it.
 #include "backends/cpu/runtime/providers/onednn/onednn_internal.h"
 
 #include <cstring>
@@ -68,6 +69,46 @@ size_t ConvCore::weights_bytes() const {
                                                 : 0);
   }
   return total;
+}
+
+std::vector<Piece> split_images_or_rows(ProviderState& state, const Dims& src_dims,
+                                        const Dims& dst_dims, double flops, const Dims& pad_left,
+                                        const Dims& pad_right, const BandOf& band,
+                                        const MakePiecePrimitive& make) {
+  const bool by_batch = src_dims[0] > 1;
+  const int64_t units = by_batch ? src_dims[0] : dst_dims[2];
+  const size_t count = state.pieces_for(flops, units);
+  // Floats per image, and per row of the first spatial dim (channels-last: contiguous).
+  const int64_t src_row = static_cast<int64_t>(product(src_dims, 3)) * src_dims[1];
+  const int64_t dst_row = static_cast<int64_t>(product(dst_dims, 3)) * dst_dims[1];
+  const int64_t src_image = src_row * src_dims[2];
+  const int64_t dst_image = dst_row * dst_dims[2];
+  return make_pieces(state, count, [&](size_t i, Piece& piece) {
+    const auto [begin, end] = slice_of(units, count, i);
+    Dims piece_src = src_dims;
+    Dims piece_dst = dst_dims;
+    Dims left = pad_left;
+    Dims right = pad_right;
+    if (by_batch) {
+      piece_src[0] = piece_dst[0] = end - begin;
+      piece.src_offset = static_cast<size_t>(begin * src_image);
+      piece.dst_offset = static_cast<size_t>(begin * dst_image);
+    } else {
+      BandRows rows;
+      if (!band(begin, end, &rows)) {
+        return false;
+      }
+      piece_src[2] = rows.hi - rows.lo;
+      piece_dst[2] = end - begin;
+      left[0] = rows.pad_left;
+      right[0] = rows.pad_right;
+      piece.src_offset = static_cast<size_t>(rows.lo * src_row);
+      piece.dst_offset = static_cast<size_t>(begin * dst_row);
+    }
+    piece.src_md = channels_last_md(piece_src);
+    piece.dst_md = channels_last_md(piece_dst);
+    return make(piece, left, right);
+  });
 }
 
 void ConvCore::run(const char* what, const float* input, float* output,

@@ -195,7 +195,6 @@ std::vector<Piece> split_conv(
       plan.primitive_dst_md != channels_last_md(dst_dims)) {
     return {};
   }
-  const std::vector<int64_t> out_size(dst_dims.begin() + 2, dst_dims.end());
   const double flops = 2.0 * product(dst_dims) * (params.in_channels / params.groups) *
                        product(params.kernel_size);
   const size_t activation_bytes =
@@ -207,43 +206,22 @@ std::vector<Piece> split_conv(
       return pieces;
     }
   }
-  const bool by_batch = params.batch > 1;
-  const int64_t units = by_batch ? params.batch : out_size[0];
-  const size_t count = state.pieces_for(flops, units);
-  // Floats per image, and per row of the first spatial dim (channels-last: contiguous).
-  const int64_t src_row = static_cast<int64_t>(product(src_dims, 3)) * params.in_channels;
-  const int64_t dst_row = static_cast<int64_t>(product(dst_dims, 3)) * params.out_channels;
-  const int64_t src_image = src_row * src_dims[2];
-  const int64_t dst_image = dst_row * dst_dims[2];
-  return make_pieces(state, count, [&](size_t i, Piece& piece) {
-    const auto [begin, end] = slice_of(units, count, i);
-    Dims piece_src = src_dims;
-    Dims piece_dst = dst_dims;
-    Dims pad_left(params.padding.begin(), params.padding.end());
-    Dims pad_right = pad_left;
-    if (by_batch) {
-      piece_src[0] = piece_dst[0] = end - begin;
-      piece.src_offset = static_cast<size_t>(begin * src_image);
-      piece.dst_offset = static_cast<size_t>(begin * dst_image);
-    } else {
-      // Input rows [first, last) that output rows [begin, end) read, padding included.
-      const int64_t first = begin * params.stride[0] - params.padding[0];
-      const int64_t last = (end - 1) * params.stride[0] - params.padding[0] +
-                           params.dilation[0] * (params.kernel_size[0] - 1) + 1;
-      const int64_t lo = std::max<int64_t>(0, first);
-      const int64_t hi = std::min<int64_t>(params.input_size[0], last);
-      if (hi <= lo) {
-        return false;  // a band that sees only padding: not worth a special case
-      }
-      piece_src[2] = hi - lo;
-      piece_dst[2] = end - begin;
-      pad_left[0] = lo - first;
-      pad_right[0] = last - hi;
-      piece.src_offset = static_cast<size_t>(lo * src_row);
-      piece.dst_offset = static_cast<size_t>(begin * dst_row);
+  const Dims padding(params.padding.begin(), params.padding.end());
+  // Input rows [first, last) that output rows [begin, end) read, padding included.
+  const auto band = [&](int64_t begin, int64_t end, BandRows* rows) {
+    const int64_t first = begin * params.stride[0] - params.padding[0];
+    const int64_t last = (end - 1) * params.stride[0] - params.padding[0] +
+                         params.dilation[0] * (params.kernel_size[0] - 1) + 1;
+    rows->lo = std::max<int64_t>(0, first);
+    rows->hi = std::min<int64_t>(params.input_size[0], last);
+    if (rows->hi <= rows->lo) {
+      return false;  // a band that sees only padding: not worth a special case
     }
-    piece.src_md = channels_last_md(piece_src);
-    piece.dst_md = channels_last_md(piece_dst);
+    rows->pad_left = rows->lo - first;
+    rows->pad_right = last - rows->hi;
+    return true;
+  };
+  const auto make = [&](Piece& piece, const Dims& pad_left, const Dims& pad_right) {
     const auto pd = conv_pd(state.engine, piece.src_md, whole.weights_desc(),
                             plan.has_bias ? whole.bias_desc() : memory::desc(), piece.dst_md,
                             strides, dilation, pad_left, pad_right, attr);
@@ -252,7 +230,8 @@ std::vector<Piece> split_conv(
     }
     set_primitive<dnnl::convolution_forward>(piece, pd);
     return true;
-  });
+  };
+  return split_images_or_rows(state, src_dims, dst_dims, flops, padding, padding, band, make);
 }
 
 }  // namespace

@@ -146,43 +146,22 @@ std::vector<Piece> split_deconv(
   // Every input pixel meets every kernel tap of its group once.
   const double flops = 2.0 * product(src_dims) * (params.out_channels / params.groups) *
                        product(params.kernel_size);
-  const bool by_batch = params.batch > 1;
-  const int64_t units = by_batch ? params.batch : dst_dims[2];
-  const size_t count = state.pieces_for(flops, units);
-  const int64_t src_row = static_cast<int64_t>(product(src_dims, 3)) * params.in_channels;
-  const int64_t dst_row = static_cast<int64_t>(product(dst_dims, 3)) * params.out_channels;
-  const int64_t src_image = src_row * src_dims[2];
-  const int64_t dst_image = dst_row * dst_dims[2];
-  return make_pieces(state, count, [&](size_t i, Piece& piece) {
-    const auto [begin, end] = slice_of(units, count, i);
-    Dims piece_src = src_dims;
-    Dims piece_dst = dst_dims;
-    Dims left = pad_left;
-    Dims right = pad_right;
-    if (by_batch) {
-      piece_src[0] = piece_dst[0] = end - begin;
-      piece.src_offset = static_cast<size_t>(begin * src_image);
-      piece.dst_offset = static_cast<size_t>(begin * dst_image);
-    } else {
-      const int64_t s = params.stride[0];
-      const int64_t reach = params.dilation[0] * (params.kernel_size[0] - 1);
-      const int64_t pad = params.padding[0];
-      // Input rows i with begin <= i * s - pad + k * d < end for some tap k.
-      const int64_t first = begin + pad - reach;
-      const int64_t lo = std::max<int64_t>(0, first <= 0 ? 0 : (first + s - 1) / s);
-      const int64_t hi = std::min<int64_t>(params.input_size[0], (end - 1 + pad) / s + 1);
-      if (hi <= lo) {
-        return false;  // a band no input row reaches (bias only): not worth a special case
-      }
-      piece_src[2] = hi - lo;
-      piece_dst[2] = end - begin;
-      left[0] = pad + begin - lo * s;
-      right[0] = (hi - lo - 1) * s - left[0] + reach + 1 - (end - begin);
-      piece.src_offset = static_cast<size_t>(lo * src_row);
-      piece.dst_offset = static_cast<size_t>(begin * dst_row);
+  const int64_t s = params.stride[0];
+  const int64_t reach = params.dilation[0] * (params.kernel_size[0] - 1);
+  const int64_t pad = params.padding[0];
+  const auto band = [&](int64_t begin, int64_t end, BandRows* rows) {
+    // Input rows i with begin <= i * s - pad + k * d < end for some tap k.
+    const int64_t first = begin + pad - reach;
+    rows->lo = std::max<int64_t>(0, first <= 0 ? 0 : (first + s - 1) / s);
+    rows->hi = std::min<int64_t>(params.input_size[0], (end - 1 + pad) / s + 1);
+    if (rows->hi <= rows->lo) {
+      return false;  // a band no input row reaches (bias only): not worth a special case
     }
-    piece.src_md = channels_last_md(piece_src);
-    piece.dst_md = channels_last_md(piece_dst);
+    rows->pad_left = pad + begin - rows->lo * s;
+    rows->pad_right = (rows->hi - rows->lo - 1) * s - rows->pad_left + reach + 1 - (end - begin);
+    return true;
+  };
+  const auto make = [&](Piece& piece, const Dims& left, const Dims& right) {
     const auto pd = deconv_pd(state.engine, piece.src_md, whole.weights_desc(),
                               plan.has_bias ? whole.bias_desc() : memory::desc(), piece.dst_md,
                               strides, dilation, left, right, attr);
@@ -191,7 +170,8 @@ std::vector<Piece> split_deconv(
     }
     set_primitive<dnnl::deconvolution_forward>(piece, pd);
     return true;
-  });
+  };
+  return split_images_or_rows(state, src_dims, dst_dims, flops, pad_left, pad_right, band, make);
 }
 
 }  // namespace

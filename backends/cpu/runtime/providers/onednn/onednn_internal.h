@@ -5,7 +5,7 @@
 //   onednn_provider.cc  Provider (threads, defaults, memory accounting, ISA), post-op attributes
 //   layout.cc           Layout, memory descriptors, reorders (ReorderPlan, weights, input bands)
 //   pieces.cc           running primitives on the pool's threads; slicing ops into pieces
-//   conv_common.cc      ConvCore: staging and running what ConvPlan and DeconvPlan share
+//   conv_common.cc      ConvCore: what ConvPlan and DeconvPlan share (staging, run, row bands)
 //   conv_plan.cc        ConvPlan and its splits (row bands, images, output-channel blocks)
 //   deconv_plan.cc      DeconvPlan: transposed convolution (images, bands of output rows)
 //   linear_plan.cc      LinearPlan (column blocks)
@@ -420,6 +420,28 @@ struct ConvCore {
   // Runs the op (`what` names the plan in errors); see ConvPlan::run.
   void run(const char* what, const float* input, float* output, const float* residual) const;
 };
+
+// A band of output rows [begin, end) along the first spatial dim: the input rows [lo, hi) it
+// reads and its own padding there (`band(begin, end, &rows)` fills them; false: no input row).
+struct BandRows {
+  int64_t lo = 0;
+  int64_t hi = 0;
+  int64_t pad_left = 0;
+  int64_t pad_right = 0;
+};
+using BandOf = std::function<bool(int64_t begin, int64_t end, BandRows* rows)>;
+// Gives `piece` (its src/dst mds set) its primitive with that padding; false when it would run
+// another kernel than the whole op.
+using MakePiecePrimitive =
+    std::function<bool(Piece& piece, const Dims& pad_left, const Dims& pad_right)>;
+
+// Splits a convolution-like op of `flops` whose primitive reads and writes channels-last
+// `src_dims` / `dst_dims` into images of the batch or (batch 1) bands of output rows, each a
+// dense slice of src and dst; empty when it stays whole (see make_pieces).
+std::vector<Piece> split_images_or_rows(ProviderState& state, const Dims& src_dims,
+                                        const Dims& dst_dims, double flops, const Dims& pad_left,
+                                        const Dims& pad_right, const BandOf& band,
+                                        const MakePiecePrimitive& make);
 
 }  // namespace onednn
 }  // namespace et_cpu_plugin
