@@ -53,20 +53,6 @@ bool same_bytes(const memory::desc& a, const memory::desc& b) {
   return true;
 }
 
-// The dim whose stride is the largest among the dims larger than 1 (the outermost in memory),
-// or -1 when every dim is 1.
-int outermost_dim(const memory::desc& md) {
-  const Dims dims = md.get_dims();
-  const Dims strides = md.get_strides();
-  int best = -1;
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (dims[i] > 1 && (best < 0 || strides[i] > strides[static_cast<size_t>(best)])) {
-      best = static_cast<int>(i);
-    }
-  }
-  return best;
-}
-
 }  // namespace
 
 Support supports_binary(BinaryOp op, const std::vector<int64_t>& a, const std::vector<int64_t>& b,
@@ -278,41 +264,19 @@ BinaryPlan Provider::prepare_binary(BinaryOp op, const Layout& a, const Layout& 
         count = state.pieces_for(product(dims) * kBinaryFlopsPerElement, dims[split]);
       }
     }
-    if (count > 1) {
-      try {
-        for (size_t i = 0; i < count; ++i) {
-          const auto [begin, end] = slice_of(dims[split], count, i);
-          auto slice = [&](const memory::desc& md, size_t* offset) {
-            Dims piece = md.get_dims();
-            if (piece[split] == 1) {
-              *offset = 0;
-              return md;
-            }
-            const Dims strides = md.get_strides();
-            piece[split] = end - begin;
-            *offset = static_cast<size_t>(begin * strides[split]);
-            return memory::desc(piece, memory::data_type::f32, strides);
-          };
-          size_t o0 = 0, o1 = 0, od = 0;
-          const memory::desc s0 = slice(src0, &o0);
-          const memory::desc s1 = slice(src1, &o1);
-          const memory::desc d = slice(dst, &od);
-          auto part = make_part(s0, s1, d).first;
-          part.src0_offset = o0;
-          part.src1_offset = o1;
-          part.dst_offset = od;
-          state.reserve_piece_scratchpad(part.scratchpad);
-          impl->parts.push_back(std::move(part));
-        }
-        impl->implementation += ", " + std::to_string(count) + " pieces";
-      } catch (const dnnl::error&) {
-        impl->parts.clear();
-      }
-    }
-    if (impl->parts.empty()) {
-      state.reserve_scratchpad(whole.first.scratchpad);
-      impl->parts.push_back(std::move(whole.first));
-    }
+    impl->parts = split_parts(state, count, std::move(whole.first), &impl->implementation,
+                              [&](size_t i) {
+      const auto [begin, end] = slice_of(dims[split], count, i);
+      size_t o0 = 0, o1 = 0, od = 0;
+      const memory::desc s0 = slice_dim(src0, split, begin, end, &o0);
+      const memory::desc s1 = slice_dim(src1, split, begin, end, &o1);
+      const memory::desc d = slice_dim(dst, split, begin, end, &od);
+      auto part = make_part(s0, s1, d).first;
+      part.src0_offset = o0;
+      part.src1_offset = o1;
+      part.dst_offset = od;
+      return part;
+    });
     return BinaryPlan(std::move(impl));
   });
 }

@@ -11,18 +11,6 @@ namespace {
 // reorder in layout.cc).
 constexpr double kConcatFlopsPerElement = 40;
 
-// The dim with the largest stride among the dims larger than 1, or -1.
-int outermost(const memory::desc& md) {
-  const Dims dims = md.get_dims();
-  const Dims strides = md.get_strides();
-  int best = -1;
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (dims[i] > 1 && (best < 0 || strides[i] > strides[static_cast<size_t>(best)])) {
-      best = static_cast<int>(i);
-    }
-  }
-  return best;
-}
 
 }  // namespace
 
@@ -142,50 +130,32 @@ ConcatPlan Provider::prepare_concat(const std::vector<Layout>& inputs, int64_t a
     impl->implementation = whole.second;
     // Split along a dim other than the concatenated one that is outermost in memory in the
     // output and every input (rows of channels-last images): each piece is a dense slice.
-    const int split = outermost(dst);
+    const int split = outermost_dim(dst);
     size_t count = 1;
     if (split >= 0 && split != axis) {
       bool sliceable = true;
-      for (const memory::desc& md : srcs) sliceable = sliceable && outermost(md) == split;
+      for (const memory::desc& md : srcs) sliceable = sliceable && outermost_dim(md) == split;
       const Dims out_dims = dst.get_dims();
       if (sliceable) {
         count = state.pieces_for(product(out_dims) * kConcatFlopsPerElement, out_dims[split]);
       }
     }
-    if (count > 1) {
-      try {
-        const int64_t units = dst.get_dims()[split];
-        for (size_t i = 0; i < count; ++i) {
-          const auto [begin, end] = slice_of(units, count, i);
-          auto slice = [&](const memory::desc& md, size_t* offset) {
-            Dims piece = md.get_dims();
-            const Dims strides = md.get_strides();
-            piece[split] = end - begin;
-            *offset = static_cast<size_t>(begin * strides[split]);
-            return memory::desc(piece, memory::data_type::f32, strides);
-          };
-          std::vector<memory::desc> piece_srcs;
-          std::vector<size_t> offsets(srcs.size(), 0);
-          for (size_t s = 0; s < srcs.size(); ++s) {
-            piece_srcs.push_back(slice(srcs[s], &offsets[s]));
-          }
-          size_t dst_offset = 0;
-          const memory::desc piece_dst = slice(dst, &dst_offset);
-          auto part = make_part(piece_srcs, piece_dst).first;
-          part.src_offsets = offsets;
-          part.dst_offset = dst_offset;
-          state.reserve_piece_scratchpad(part.scratchpad);
-          impl->parts.push_back(std::move(part));
-        }
-        impl->implementation += ", " + std::to_string(count) + " pieces";
-      } catch (const dnnl::error&) {
-        impl->parts.clear();
+    // Every sliced dim is larger than 1 (outermost), so each slice is a real one.
+    impl->parts = split_parts(state, count, std::move(whole.first), &impl->implementation,
+                              [&](size_t i) {
+      const auto [begin, end] = slice_of(dst.get_dims()[split], count, i);
+      std::vector<memory::desc> piece_srcs;
+      std::vector<size_t> offsets(srcs.size(), 0);
+      for (size_t s = 0; s < srcs.size(); ++s) {
+        piece_srcs.push_back(slice_dim(srcs[s], split, begin, end, &offsets[s]));
       }
-    }
-    if (impl->parts.empty()) {
-      state.reserve_scratchpad(whole.first.scratchpad);
-      impl->parts.push_back(std::move(whole.first));
-    }
+      size_t dst_offset = 0;
+      const memory::desc piece_dst = slice_dim(dst, split, begin, end, &dst_offset);
+      auto part = make_part(piece_srcs, piece_dst).first;
+      part.src_offsets = offsets;
+      part.dst_offset = dst_offset;
+      return part;
+    });
     return ConcatPlan(std::move(impl));
   });
 }

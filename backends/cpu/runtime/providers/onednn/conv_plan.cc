@@ -1,7 +1,5 @@
-// Convolution plans (ConvPlan): layouts, staging, and the splits into rows, images, channels.
+// Convolution plans (ConvPlan): the primitive's layouts and the splits into rows, images, channels.
 #include "backends/cpu/runtime/providers/onednn/onednn_internal.h"
-
-#include <cstring>
 
 namespace et_cpu_plugin {
 namespace onednn {
@@ -85,39 +83,9 @@ Support supports_conv(const ConvParams& p, const PostOps& post_ops) {
   return Support::yes();
 }
 
-struct ConvPlan::Impl {
-  std::shared_ptr<ProviderState> state;
-  dnnl::convolution_forward primitive;
-  std::string implementation;
-  memory::desc scratchpad_md;
-  OwnedTensor weights;
-  OwnedTensor bias;
-  bool has_bias = false;
-  bool has_add = false;
-  Layout input_layout{nullptr};
-  Layout output_layout{nullptr};
-  // The primitive picks its own src/dst layouts (format `any`, the fast kernels want blocked or
-  // channels-last); where the caller's layout differs, run() converts through a staging buffer.
-  memory::desc primitive_src_md;
-  memory::desc primitive_dst_md;
-  bool reorder_input = false;
-  bool reorder_output = false;
-  dnnl::reorder input_reorder;     // input layout -> primitive src
-  dnnl::reorder residual_reorder;  // output layout -> primitive dst (for the residual)
-  dnnl::reorder output_reorder;    // primitive dst -> output layout
-  std::shared_ptr<AlignedBuffer> staged_input;
-  std::shared_ptr<AlignedBuffer> staged_output;
-  // Work sharing: the input reorder split into bands of rows (empty = one call), and the
-  // primitive's rows (or images, or output channels) split into pieces (empty = one call).
-  std::vector<dnnl::reorder> input_bands;
-  std::vector<Piece> pieces;
-  // Memory objects, made on the first run and re-pointed afterwards (one thread runs a plan at a
-  // time): the whole op's arguments, the conversions' (keys below) and each input band's.
-  enum Conversion : int { kInput, kStagedInput, kResidual, kStagedOutput, kOutput };
-  mutable std::unordered_map<int, memory> args;
-  mutable std::unordered_map<int, memory> conversions;
-  mutable std::vector<std::unordered_map<int, memory>> band_memories;
-};
+// The primitive picks its own src/dst layouts (format `any`, the fast kernels want blocked or
+// channels-last); ConvCore stages the caller's where they differ.
+struct ConvPlan::Impl : ConvCore {};
 
 ConvPlan::ConvPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
@@ -131,13 +99,7 @@ std::vector<int64_t> ConvPlan::output_dims() const {
   return impl_->output_layout.dims();
 }
 size_t ConvPlan::weights_bytes() const {
-  size_t total = impl_->weights.md.get_size() + (impl_->has_bias ? impl_->bias.md.get_size() : 0);
-  for (const Piece& piece : impl_->pieces) {
-    total += piece.weights.md.get_size() + (piece.channels > 0 && impl_->has_bias
-                                                ? piece.bias.md.get_size()
-                                                : 0);
-  }
-  return total;
+  return impl_->weights_bytes();
 }
 size_t ConvPlan::scratchpad_bytes() const {
   return impl_->scratchpad_md.get_size();
@@ -150,92 +112,7 @@ size_t ConvPlan::pieces() const {
 }
 
 void ConvPlan::run(const float* input, float* output, const float* residual) const {
-  const Impl& p = *impl_;
-  ProviderState& state = *p.state;
-  if (p.has_add && residual == nullptr) {
-    throw ProviderError("conv plan: post-op add needs a residual tensor, got null");
-  }
-  ThreadCountGuard threads(state.omp_threads);
-  const memory::desc& input_md = p.input_layout.impl().md;
-  const memory::desc& output_md = p.output_layout.impl().md;
-  // What the primitive reads and writes: the caller's buffers, or the staging buffers.
-  const float* src_data = p.reorder_input ? static_cast<const float*>(p.staged_input->data())
-                                          : input;
-  float* dst_data = p.reorder_output ? static_cast<float*>(p.staged_output->data()) : output;
-  // With pieces and no staging, each piece copies its own slice of the residual (in parallel).
-  const bool copy_residual_per_piece =
-      !p.pieces.empty() && p.has_add && !p.reorder_output && residual != output;
-  wrap_dnnl("layout conversion", [&] {
-    if (p.reorder_input) {
-      if (p.input_bands.empty()) {
-        p.input_reorder.execute(
-            state.stream, point(p.conversions, Impl::kInput, input_md, state.engine, input),
-            point(p.conversions, Impl::kStagedInput, p.primitive_src_md, state.engine, src_data));
-      } else {
-        state.pool->run(p.input_bands.size(), [&](size_t index, int worker) {
-          wrap_dnnl("input reorder band", [&] {
-            std::unordered_map<int, memory>& memories = p.band_memories[index];
-            p.input_bands[index].execute(
-                state.piece_streams[worker],
-                point(memories, DNNL_ARG_FROM, input_md, state.engine, input),
-                point(memories, DNNL_ARG_TO, p.primitive_src_md, state.engine, src_data));
-            state.piece_streams[worker].wait();
-          });
-        });
-      }
-    }
-    if (p.has_add) {
-      // The sum post-op adds what dst holds before the call.
-      if (p.reorder_output) {
-        p.residual_reorder.execute(
-            state.stream, point(p.conversions, Impl::kResidual, output_md, state.engine, residual),
-            point(p.conversions, Impl::kStagedOutput, p.primitive_dst_md, state.engine,
-                  dst_data));
-      } else if (residual != output && !copy_residual_per_piece) {
-        std::memcpy(output, residual, p.output_layout.size_bytes());
-      }
-    }
-    state.stream.wait();
-  });
-  if (!p.pieces.empty()) {
-    const int64_t out_channels = p.output_layout.dims()[1];
-    // Where a channel piece reads its residual slice: the staged output already holds it.
-    const float* residual_rows = p.reorder_output ? dst_data : residual;
-    state.pool->run(p.pieces.size(), [&](size_t index, int worker) {
-      const Piece& piece = p.pieces[index];
-      const bool channel_piece = piece.channels > 0;
-      float* piece_dst = channel_piece ? static_cast<float*>(state.piece_outputs[worker].data())
-                                       : dst_data + piece.dst_offset;
-      if (channel_piece && p.has_add) {
-        copy_rows(residual_rows + piece.first_channel, out_channels, piece_dst, piece.channels,
-                  piece.pixels, piece.channels);
-      } else if (copy_residual_per_piece) {
-        std::memcpy(piece_dst, residual + piece.dst_offset, piece.dst_md.get_size());
-      }
-      const OwnedTensor& weights = channel_piece ? piece.weights : p.weights;
-      const OwnedTensor& bias = channel_piece ? piece.bias : p.bias;
-      execute_piece(state, piece, worker,
-                    piece_data(src_data + piece.src_offset, piece_dst, weights,
-                              p.has_bias ? &bias : nullptr));
-      if (channel_piece) {
-        copy_rows(piece_dst, piece.channels, dst_data + piece.first_channel, out_channels,
-                  piece.pixels, piece.channels);
-      }
-    });
-  } else {
-    execute_whole(state, p.primitive, p.args, p.primitive_src_md, p.primitive_dst_md,
-                  p.scratchpad_md,
-                  piece_data(src_data, dst_data, p.weights, p.has_bias ? &p.bias : nullptr));
-  }
-  if (p.reorder_output) {
-    wrap_dnnl("output reorder", [&] {
-      p.output_reorder.execute(
-          state.stream,
-          point(p.conversions, Impl::kStagedOutput, p.primitive_dst_md, state.engine, dst_data),
-          point(p.conversions, Impl::kOutput, output_md, state.engine, output));
-      state.stream.wait();
-    });
-  }
+  impl_->run("conv plan", input, output, residual);
 }
 
 namespace {
@@ -318,7 +195,6 @@ std::vector<Piece> split_conv(
       plan.primitive_dst_md != channels_last_md(dst_dims)) {
     return {};
   }
-  const std::vector<int64_t> out_size(dst_dims.begin() + 2, dst_dims.end());
   const double flops = 2.0 * product(dst_dims) * (params.in_channels / params.groups) *
                        product(params.kernel_size);
   const size_t activation_bytes =
@@ -330,43 +206,22 @@ std::vector<Piece> split_conv(
       return pieces;
     }
   }
-  const bool by_batch = params.batch > 1;
-  const int64_t units = by_batch ? params.batch : out_size[0];
-  const size_t count = state.pieces_for(flops, units);
-  // Floats per image, and per row of the first spatial dim (channels-last: contiguous).
-  const int64_t src_row = static_cast<int64_t>(product(src_dims, 3)) * params.in_channels;
-  const int64_t dst_row = static_cast<int64_t>(product(dst_dims, 3)) * params.out_channels;
-  const int64_t src_image = src_row * src_dims[2];
-  const int64_t dst_image = dst_row * dst_dims[2];
-  return make_pieces(state, count, [&](size_t i, Piece& piece) {
-    const auto [begin, end] = slice_of(units, count, i);
-    Dims piece_src = src_dims;
-    Dims piece_dst = dst_dims;
-    Dims pad_left(params.padding.begin(), params.padding.end());
-    Dims pad_right = pad_left;
-    if (by_batch) {
-      piece_src[0] = piece_dst[0] = end - begin;
-      piece.src_offset = static_cast<size_t>(begin * src_image);
-      piece.dst_offset = static_cast<size_t>(begin * dst_image);
-    } else {
-      // Input rows [first, last) that output rows [begin, end) read, padding included.
-      const int64_t first = begin * params.stride[0] - params.padding[0];
-      const int64_t last = (end - 1) * params.stride[0] - params.padding[0] +
-                           params.dilation[0] * (params.kernel_size[0] - 1) + 1;
-      const int64_t lo = std::max<int64_t>(0, first);
-      const int64_t hi = std::min<int64_t>(params.input_size[0], last);
-      if (hi <= lo) {
-        return false;  // a band that sees only padding: not worth a special case
-      }
-      piece_src[2] = hi - lo;
-      piece_dst[2] = end - begin;
-      pad_left[0] = lo - first;
-      pad_right[0] = last - hi;
-      piece.src_offset = static_cast<size_t>(lo * src_row);
-      piece.dst_offset = static_cast<size_t>(begin * dst_row);
+  const Dims padding(params.padding.begin(), params.padding.end());
+  // Input rows [first, last) that output rows [begin, end) read, padding included.
+  const auto band = [&](int64_t begin, int64_t end, BandRows* rows) {
+    const int64_t first = begin * params.stride[0] - params.padding[0];
+    const int64_t last = (end - 1) * params.stride[0] - params.padding[0] +
+                         params.dilation[0] * (params.kernel_size[0] - 1) + 1;
+    rows->lo = std::max<int64_t>(0, first);
+    rows->hi = std::min<int64_t>(params.input_size[0], last);
+    if (rows->hi <= rows->lo) {
+      return false;  // a band that sees only padding: not worth a special case
     }
-    piece.src_md = channels_last_md(piece_src);
-    piece.dst_md = channels_last_md(piece_dst);
+    rows->pad_left = rows->lo - first;
+    rows->pad_right = last - rows->hi;
+    return true;
+  };
+  const auto make = [&](Piece& piece, const Dims& pad_left, const Dims& pad_right) {
     const auto pd = conv_pd(state.engine, piece.src_md, whole.weights_desc(),
                             plan.has_bias ? whole.bias_desc() : memory::desc(), piece.dst_md,
                             strides, dilation, pad_left, pad_right, attr);
@@ -375,7 +230,8 @@ std::vector<Piece> split_conv(
     }
     set_primitive<dnnl::convolution_forward>(piece, pd);
     return true;
-  });
+  };
+  return split_images_or_rows(state, src_dims, dst_dims, flops, padding, padding, band, make);
 }
 
 }  // namespace
@@ -451,50 +307,11 @@ ConvPlan Provider::prepare_conv(
     }
 
     auto impl = std::make_shared<Impl>();
-    impl->state = state_;
-    impl->primitive = dnnl::convolution_forward(pd);
-    impl->implementation = pd.impl_info_str();
-    impl->scratchpad_md = pd.scratchpad_desc();
-    state.reserve_scratchpad(impl->scratchpad_md);
-    impl->has_bias = bias != nullptr;
-    impl->has_add = has_add(post_ops);
-    impl->primitive_src_md = pd.src_desc();
-    impl->primitive_dst_md = pd.dst_desc();
-    const memory::desc out_md = layouts.output == OutputLayout::kBest
-        ? impl->primitive_dst_md
-        : layouts.output == OutputLayout::kChannelsLast ? channels_last_md(dst_dims)
-                                                         : plain_md(dst_dims);
-    impl->input_layout = layout_of(given_src_md);
-    impl->output_layout = layout_of(out_md);
-    const auto make_reorder = [&](const memory::desc& from, const memory::desc& to) {
-      return dnnl::reorder(dnnl::reorder::primitive_desc(state.engine, from, state.engine, to));
-    };
-    if (impl->primitive_src_md != given_src_md) {
-      impl->reorder_input = true;
-      impl->input_reorder = make_reorder(given_src_md, impl->primitive_src_md);
-      impl->staged_input = std::make_shared<AlignedBuffer>();
-      impl->staged_input->reserve(impl->primitive_src_md.get_size());
-      state.staging_bytes += impl->primitive_src_md.get_size();
-      impl->input_bands = split_reorder(state, given_src_md, impl->primitive_src_md);
-      impl->band_memories.resize(impl->input_bands.size());
-    }
-    if (impl->primitive_dst_md != out_md) {
-      impl->reorder_output = true;
-      impl->output_reorder = make_reorder(impl->primitive_dst_md, out_md);
-      impl->residual_reorder = make_reorder(out_md, impl->primitive_dst_md);
-      impl->staged_output = std::make_shared<AlignedBuffer>();
-      impl->staged_output->reserve(impl->primitive_dst_md.get_size());
-      state.staging_bytes += impl->primitive_dst_md.get_size();
-    }
+    impl->prepare(state_, dnnl::convolution_forward(pd), pd, bias != nullptr, has_add(post_ops),
+                  given_src_md, layouts.output, dst_dims, /*input_in_bands=*/true);
     impl->pieces = split_conv(state, params, *impl, src_dims, dst_dims, strides, dilation,
                               make_attr(post_ops), pd, weight, bias);
-    if (!impl->pieces.empty()) {
-      impl->implementation += ", " + std::to_string(impl->pieces.size()) + " pieces";
-    }
-    if (!impl->input_bands.empty()) {
-      impl->implementation +=
-          ", input reordered in " + std::to_string(impl->input_bands.size()) + " bands";
-    }
+    impl->describe_split();
     // Channel pieces own their weight blocks; the whole op and row bands use the plan's.
     if (impl->pieces.empty() || impl->pieces.front().channels == 0) {
       impl->weights = reorder_constant(state, plain_md(weight_dims), weight, pd.weights_desc());

@@ -1,8 +1,6 @@
 // Transposed convolution plans (DeconvPlan) on oneDNN's deconvolution_forward: torch's weight
-// layout, layouts and staging, and the splits into images or bands of output rows.
+// layout, the primitive's layouts, and the splits into images or bands of output rows.
 #include "backends/cpu/runtime/providers/onednn/onednn_internal.h"
-
-#include <cstring>
 
 namespace et_cpu_plugin {
 namespace onednn {
@@ -87,35 +85,10 @@ Support supports_deconv(const DeconvParams& p, const PostOps& post_ops) {
   return check_post_ops(post_ops);
 }
 
-struct DeconvPlan::Impl {
-  std::shared_ptr<ProviderState> state;
-  dnnl::deconvolution_forward primitive;
-  std::string implementation;
-  memory::desc scratchpad_md;
-  OwnedTensor weights;
-  OwnedTensor bias;
-  bool has_bias = false;
-  bool has_add = false;
-  Layout input_layout{nullptr};
-  Layout output_layout{nullptr};
-  // What the primitive reads and writes (channels-last, or oneDNN's choice where channels-last
-  // only gets a generic kernel); run() converts from/to the caller's layouts through staging.
-  memory::desc primitive_src_md;
-  memory::desc primitive_dst_md;
-  bool reorder_input = false;
-  bool reorder_output = false;
-  dnnl::reorder input_reorder;     // input layout -> primitive src
-  dnnl::reorder residual_reorder;  // output layout -> primitive dst (for the residual)
-  dnnl::reorder output_reorder;    // primitive dst -> output layout
-  std::shared_ptr<AlignedBuffer> staged_input;
-  std::shared_ptr<AlignedBuffer> staged_output;
-  // Work sharing: images or bands of output rows, dense slices of channels-last src/dst sharing
-  // the plan's weights (empty = one call).
-  std::vector<Piece> pieces;
-  enum Conversion : int { kInput, kStagedInput, kResidual, kStagedOutput, kOutput };
-  mutable std::unordered_map<int, memory> args;
-  mutable std::unordered_map<int, memory> conversions;
-};
+// What the primitive reads and writes is channels-last, or oneDNN's choice where channels-last
+// only gets a generic kernel; ConvCore stages the caller's layouts where they differ. Pieces are
+// images or bands of output rows sharing the plan's weights; the input conversion stays whole.
+struct DeconvPlan::Impl : ConvCore {};
 
 DeconvPlan::DeconvPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
@@ -129,7 +102,7 @@ std::vector<int64_t> DeconvPlan::output_dims() const {
   return impl_->output_layout.dims();
 }
 size_t DeconvPlan::weights_bytes() const {
-  return impl_->weights.md.get_size() + (impl_->has_bias ? impl_->bias.md.get_size() : 0);
+  return impl_->weights_bytes();
 }
 size_t DeconvPlan::scratchpad_bytes() const {
   return impl_->scratchpad_md.get_size();
@@ -142,63 +115,7 @@ size_t DeconvPlan::pieces() const {
 }
 
 void DeconvPlan::run(const float* input, float* output, const float* residual) const {
-  const Impl& p = *impl_;
-  ProviderState& state = *p.state;
-  if (p.has_add && residual == nullptr) {
-    throw ProviderError("deconv plan: post-op add needs a residual tensor, got null");
-  }
-  ThreadCountGuard threads(state.omp_threads);
-  const memory::desc& input_md = p.input_layout.impl().md;
-  const memory::desc& output_md = p.output_layout.impl().md;
-  const float* src_data = p.reorder_input ? static_cast<const float*>(p.staged_input->data())
-                                          : input;
-  float* dst_data = p.reorder_output ? static_cast<float*>(p.staged_output->data()) : output;
-  // With pieces and no staging, each piece copies its own slice of the residual (in parallel).
-  const bool copy_residual_per_piece =
-      !p.pieces.empty() && p.has_add && !p.reorder_output && residual != output;
-  wrap_dnnl("layout conversion", [&] {
-    if (p.reorder_input) {
-      p.input_reorder.execute(
-          state.stream, point(p.conversions, Impl::kInput, input_md, state.engine, input),
-          point(p.conversions, Impl::kStagedInput, p.primitive_src_md, state.engine, src_data));
-    }
-    if (p.has_add) {
-      // The sum post-op adds what dst holds before the call.
-      if (p.reorder_output) {
-        p.residual_reorder.execute(
-            state.stream, point(p.conversions, Impl::kResidual, output_md, state.engine, residual),
-            point(p.conversions, Impl::kStagedOutput, p.primitive_dst_md, state.engine,
-                  dst_data));
-      } else if (residual != output && !copy_residual_per_piece) {
-        std::memcpy(output, residual, p.output_layout.size_bytes());
-      }
-    }
-    state.stream.wait();
-  });
-  const OwnedTensor* bias = p.has_bias ? &p.bias : nullptr;
-  if (!p.pieces.empty()) {
-    state.pool->run(p.pieces.size(), [&](size_t index, int worker) {
-      const Piece& piece = p.pieces[index];
-      float* piece_dst = dst_data + piece.dst_offset;
-      if (copy_residual_per_piece) {
-        std::memcpy(piece_dst, residual + piece.dst_offset, piece.dst_md.get_size());
-      }
-      execute_piece(state, piece, worker,
-                    piece_data(src_data + piece.src_offset, piece_dst, p.weights, bias));
-    });
-  } else {
-    execute_whole(state, p.primitive, p.args, p.primitive_src_md, p.primitive_dst_md,
-                  p.scratchpad_md, piece_data(src_data, dst_data, p.weights, bias));
-  }
-  if (p.reorder_output) {
-    wrap_dnnl("output reorder", [&] {
-      p.output_reorder.execute(
-          state.stream,
-          point(p.conversions, Impl::kStagedOutput, p.primitive_dst_md, state.engine, dst_data),
-          point(p.conversions, Impl::kOutput, output_md, state.engine, output));
-      state.stream.wait();
-    });
-  }
+  impl_->run("deconv plan", input, output, residual);
 }
 
 namespace {
@@ -229,43 +146,22 @@ std::vector<Piece> split_deconv(
   // Every input pixel meets every kernel tap of its group once.
   const double flops = 2.0 * product(src_dims) * (params.out_channels / params.groups) *
                        product(params.kernel_size);
-  const bool by_batch = params.batch > 1;
-  const int64_t units = by_batch ? params.batch : dst_dims[2];
-  const size_t count = state.pieces_for(flops, units);
-  const int64_t src_row = static_cast<int64_t>(product(src_dims, 3)) * params.in_channels;
-  const int64_t dst_row = static_cast<int64_t>(product(dst_dims, 3)) * params.out_channels;
-  const int64_t src_image = src_row * src_dims[2];
-  const int64_t dst_image = dst_row * dst_dims[2];
-  return make_pieces(state, count, [&](size_t i, Piece& piece) {
-    const auto [begin, end] = slice_of(units, count, i);
-    Dims piece_src = src_dims;
-    Dims piece_dst = dst_dims;
-    Dims left = pad_left;
-    Dims right = pad_right;
-    if (by_batch) {
-      piece_src[0] = piece_dst[0] = end - begin;
-      piece.src_offset = static_cast<size_t>(begin * src_image);
-      piece.dst_offset = static_cast<size_t>(begin * dst_image);
-    } else {
-      const int64_t s = params.stride[0];
-      const int64_t reach = params.dilation[0] * (params.kernel_size[0] - 1);
-      const int64_t pad = params.padding[0];
-      // Input rows i with begin <= i * s - pad + k * d < end for some tap k.
-      const int64_t first = begin + pad - reach;
-      const int64_t lo = std::max<int64_t>(0, first <= 0 ? 0 : (first + s - 1) / s);
-      const int64_t hi = std::min<int64_t>(params.input_size[0], (end - 1 + pad) / s + 1);
-      if (hi <= lo) {
-        return false;  // a band no input row reaches (bias only): not worth a special case
-      }
-      piece_src[2] = hi - lo;
-      piece_dst[2] = end - begin;
-      left[0] = pad + begin - lo * s;
-      right[0] = (hi - lo - 1) * s - left[0] + reach + 1 - (end - begin);
-      piece.src_offset = static_cast<size_t>(lo * src_row);
-      piece.dst_offset = static_cast<size_t>(begin * dst_row);
+  const int64_t s = params.stride[0];
+  const int64_t reach = params.dilation[0] * (params.kernel_size[0] - 1);
+  const int64_t pad = params.padding[0];
+  const auto band = [&](int64_t begin, int64_t end, BandRows* rows) {
+    // Input rows i with begin <= i * s - pad + k * d < end for some tap k.
+    const int64_t first = begin + pad - reach;
+    rows->lo = std::max<int64_t>(0, first <= 0 ? 0 : (first + s - 1) / s);
+    rows->hi = std::min<int64_t>(params.input_size[0], (end - 1 + pad) / s + 1);
+    if (rows->hi <= rows->lo) {
+      return false;  // a band no input row reaches (bias only): not worth a special case
     }
-    piece.src_md = channels_last_md(piece_src);
-    piece.dst_md = channels_last_md(piece_dst);
+    rows->pad_left = pad + begin - rows->lo * s;
+    rows->pad_right = (rows->hi - rows->lo - 1) * s - rows->pad_left + reach + 1 - (end - begin);
+    return true;
+  };
+  const auto make = [&](Piece& piece, const Dims& left, const Dims& right) {
     const auto pd = deconv_pd(state.engine, piece.src_md, whole.weights_desc(),
                               plan.has_bias ? whole.bias_desc() : memory::desc(), piece.dst_md,
                               strides, dilation, left, right, attr);
@@ -274,7 +170,8 @@ std::vector<Piece> split_deconv(
     }
     set_primitive<dnnl::deconvolution_forward>(piece, pd);
     return true;
-  });
+  };
+  return split_images_or_rows(state, src_dims, dst_dims, flops, pad_left, pad_right, band, make);
 }
 
 }  // namespace
@@ -368,44 +265,12 @@ DeconvPlan Provider::prepare_deconv(
     }
 
     auto impl = std::make_shared<Impl>();
-    impl->state = state_;
-    impl->primitive = dnnl::deconvolution_forward(pd);
-    impl->implementation = pd.impl_info_str();
-    impl->scratchpad_md = pd.scratchpad_desc();
-    state.reserve_scratchpad(impl->scratchpad_md);
-    impl->has_bias = bias != nullptr;
-    impl->has_add = has_add(post_ops);
-    impl->primitive_src_md = pd.src_desc();
-    impl->primitive_dst_md = pd.dst_desc();
-    const memory::desc out_md = layouts.output == OutputLayout::kBest
-        ? impl->primitive_dst_md
-        : layouts.output == OutputLayout::kChannelsLast ? channels_last_md(dst_dims)
-                                                         : plain_md(dst_dims);
-    impl->input_layout = layout_of(given_src_md);
-    impl->output_layout = layout_of(out_md);
-    const auto make_reorder = [&](const memory::desc& from, const memory::desc& to) {
-      return dnnl::reorder(dnnl::reorder::primitive_desc(state.engine, from, state.engine, to));
-    };
-    if (impl->primitive_src_md != given_src_md) {
-      impl->reorder_input = true;
-      impl->input_reorder = make_reorder(given_src_md, impl->primitive_src_md);
-      impl->staged_input = std::make_shared<AlignedBuffer>();
-      impl->staged_input->reserve(impl->primitive_src_md.get_size());
-      state.staging_bytes += impl->primitive_src_md.get_size();
-    }
-    if (impl->primitive_dst_md != out_md) {
-      impl->reorder_output = true;
-      impl->output_reorder = make_reorder(impl->primitive_dst_md, out_md);
-      impl->residual_reorder = make_reorder(out_md, impl->primitive_dst_md);
-      impl->staged_output = std::make_shared<AlignedBuffer>();
-      impl->staged_output->reserve(impl->primitive_dst_md.get_size());
-      state.staging_bytes += impl->primitive_dst_md.get_size();
-    }
+    impl->prepare(state_, dnnl::deconvolution_forward(pd), pd, bias != nullptr,
+                  has_add(post_ops), given_src_md, layouts.output, dst_dims,
+                  /*input_in_bands=*/false);
     impl->pieces = split_deconv(state, params, *impl, src_dims, dst_dims, strides, dilation,
                                 pad_left, pad_right, attr, pd);
-    if (!impl->pieces.empty()) {
-      impl->implementation += ", " + std::to_string(impl->pieces.size()) + " pieces";
-    }
+    impl->describe_split();
     impl->weights = reorder_constant(state, memory::desc(weight_dims, memory::data_type::f32,
                                                          weight_strides),
                                      weight, pd.weights_desc());

@@ -5,6 +5,7 @@
 //   onednn_provider.cc  Provider (threads, defaults, memory accounting, ISA), post-op attributes
 //   layout.cc           Layout, memory descriptors, reorders (ReorderPlan, weights, input bands)
 //   pieces.cc           running primitives on the pool's threads; slicing ops into pieces
+//   conv_common.cc      ConvCore: what ConvPlan and DeconvPlan share (staging, run, row bands)
 //   conv_plan.cc        ConvPlan and its splits (row bands, images, output-channel blocks)
 //   deconv_plan.cc      DeconvPlan: transposed convolution (images, bands of output rows)
 //   linear_plan.cc      LinearPlan (column blocks)
@@ -290,6 +291,26 @@ void execute_whole(ProviderState& state, const dnnl::primitive& primitive,
                    std::unordered_map<int, memory>& args, const memory::desc& src_md,
                    const memory::desc& dst_md, const memory::desc& scratchpad_md,
                    const PieceData& data);
+// An op of one src and one dst that runs whole on the calling thread (pooling, resampling): its
+// primitive, their layouts, and its scratchpad in the provider's shared one.
+struct WholeOp {
+  std::shared_ptr<ProviderState> state;
+  dnnl::primitive primitive;
+  memory::desc src;
+  memory::desc dst;
+  memory::desc scratchpad_md;
+  std::string implementation;
+  mutable std::unordered_map<int, memory> args;  // made on the first run
+
+  // Takes `op` (made from `pd`) with pd's implementation, and reserves its scratchpad.
+  void set(dnnl::primitive op, const dnnl::primitive_desc_base& pd) {
+    primitive = std::move(op);
+    implementation = pd.impl_info_str();
+    scratchpad_md = pd.scratchpad_desc();
+    state->reserve_scratchpad(scratchpad_md);
+  }
+  void run(const float* input, float* output) const;
+};
 // Runs one piece on `worker`'s stream and scratchpad.
 void execute_piece(ProviderState& state, const Piece& piece, int worker, const PieceData& data);
 // Runs every piece on the pool; `data(piece)` gives what it reads and writes.
@@ -309,6 +330,41 @@ std::pair<int64_t, int64_t> slice_of(int64_t units, size_t count, size_t index);
 // [begin, end) of slice `index` of `count` over `total` items cut into blocks of `block` (the
 // last slice also takes the remainder), e.g. output channels in blocks of 16.
 std::pair<int64_t, int64_t> block_slice(int64_t total, int64_t block, size_t count, size_t index);
+
+// The dim whose stride is the largest among the dims of `md` larger than 1 (the outermost in
+// memory), or -1 when every dim is 1.
+int outermost_dim(const memory::desc& md);
+// Elements [begin, end) of `md` along `dim` (same strides) and, in `offset`, where they start
+// in floats; a dim of 1 (a broadcast operand) stays whole at offset 0.
+memory::desc slice_dim(const memory::desc& md, int dim, int64_t begin, int64_t end,
+                       size_t* offset);
+
+// The parts of an op split into `count` slices (`make(index)` builds one; ", N pieces" goes on
+// `implementation`), their scratchpads reserved in every pool thread's buffer; or, when count < 2
+// or oneDNN refuses a slice, `whole` alone with its scratchpad in the shared one. A Part has a
+// `scratchpad` desc (binary and concat plans).
+template <typename Part, typename Make>
+std::vector<Part> split_parts(ProviderState& state, size_t count, Part whole,
+                              std::string* implementation, Make make) {
+  std::vector<Part> parts;
+  if (count > 1) {
+    try {
+      for (size_t i = 0; i < count; ++i) {
+        Part part = make(i);
+        state.reserve_piece_scratchpad(part.scratchpad);
+        parts.push_back(std::move(part));
+      }
+      *implementation += ", " + std::to_string(count) + " pieces";
+    } catch (const dnnl::error&) {
+      parts.clear();
+    }
+  }
+  if (parts.empty()) {
+    state.reserve_scratchpad(whole.scratchpad);
+    parts.push_back(std::move(whole));
+  }
+  return parts;
+}
 
 // The pieces `make(index, piece)` builds for index 0..count-1, or none (the op stays whole) when
 // count < 2, when `make` returns false, or when oneDNN refuses one. Only a complete split keeps
@@ -333,6 +389,81 @@ dnnl::convolution_forward::primitive_desc conv_pd(
     const memory::desc& bias, const memory::desc& dst, const Dims& strides,
     const Dims& dilation, const Dims& pad_left, const Dims& pad_right,
     const dnnl::primitive_attr& attr);
+
+// ---------------------------------------------------------------------------------------------
+// Convolution-like plans (conv_common.cc): what ConvPlan and DeconvPlan share
+
+// One convolution-like primitive (convolution, transposed convolution) between the caller's
+// layouts: staging where they differ from the primitive's, and its pieces on the pool. The plans'
+// Impls are ConvCores; their prepare_* pick the primitive, split it and reorder the weights.
+struct ConvCore {
+  std::shared_ptr<ProviderState> state;
+  dnnl::primitive primitive;
+  std::string implementation;
+  memory::desc scratchpad_md;
+  OwnedTensor weights;
+  OwnedTensor bias;
+  bool has_bias = false;
+  bool has_add = false;
+  Layout input_layout{nullptr};
+  Layout output_layout{nullptr};
+  // What the primitive reads and writes (its own choice of layouts, or channels-last); where
+  // the caller's layout differs, run() converts through a staging buffer.
+  memory::desc primitive_src_md;
+  memory::desc primitive_dst_md;
+  bool reorder_input = false;
+  bool reorder_output = false;
+  dnnl::reorder input_reorder;     // input layout -> primitive src
+  dnnl::reorder residual_reorder;  // output layout -> primitive dst (for the residual)
+  dnnl::reorder output_reorder;    // primitive dst -> output layout
+  std::shared_ptr<AlignedBuffer> staged_input;
+  std::shared_ptr<AlignedBuffer> staged_output;
+  // Work sharing: the input reorder split into bands of rows (empty = one call), and the
+  // primitive's rows (or images, or output channels) split into pieces (empty = one call).
+  std::vector<dnnl::reorder> input_bands;
+  std::vector<Piece> pieces;
+  // Memory objects, made on the first run and re-pointed afterwards (one thread runs a plan at a
+  // time): the whole op's arguments, the conversions' (keys below) and each input band's.
+  enum Conversion : int { kInput, kStagedInput, kResidual, kStagedOutput, kOutput };
+  mutable std::unordered_map<int, memory> args;
+  mutable std::unordered_map<int, memory> conversions;
+  mutable std::vector<std::unordered_map<int, memory>> band_memories;
+
+  // Takes `op` (made from `pd`) with pd's implementation, scratchpad and src/dst layouts, and
+  // stages between them and `given_src_md` / the `output` layout of `dst_dims`; a large input
+  // conversion splits into bands on the pool when `input_in_bands`.
+  void prepare(const std::shared_ptr<ProviderState>& provider, dnnl::primitive op,
+               const dnnl::primitive_desc_base& pd, bool bias, bool add,
+               const memory::desc& given_src_md, OutputLayout output, const Dims& dst_dims,
+               bool input_in_bands);
+  // Appends the pieces and input bands (if any) to `implementation`.
+  void describe_split();
+  size_t weights_bytes() const;
+  // Runs the op (`what` names the plan in errors); see ConvPlan::run.
+  void run(const char* what, const float* input, float* output, const float* residual) const;
+};
+
+// A band of output rows [begin, end) along the first spatial dim: the input rows [lo, hi) it
+// reads and its own padding there (`band(begin, end, &rows)` fills them; false: no input row).
+struct BandRows {
+  int64_t lo = 0;
+  int64_t hi = 0;
+  int64_t pad_left = 0;
+  int64_t pad_right = 0;
+};
+using BandOf = std::function<bool(int64_t begin, int64_t end, BandRows* rows)>;
+// Gives `piece` (its src/dst mds set) its primitive with that padding; false when it would run
+// another kernel than the whole op.
+using MakePiecePrimitive =
+    std::function<bool(Piece& piece, const Dims& pad_left, const Dims& pad_right)>;
+
+// Splits a convolution-like op of `flops` whose primitive reads and writes channels-last
+// `src_dims` / `dst_dims` into images of the batch or (batch 1) bands of output rows, each a
+// dense slice of src and dst; empty when it stays whole (see make_pieces).
+std::vector<Piece> split_images_or_rows(ProviderState& state, const Dims& src_dims,
+                                        const Dims& dst_dims, double flops, const Dims& pad_left,
+                                        const Dims& pad_right, const BandOf& band,
+                                        const MakePiecePrimitive& make);
 
 }  // namespace onednn
 }  // namespace et_cpu_plugin

@@ -249,16 +249,54 @@ const executorch::aten::TensorImpl* impl_of(const Tensor* tensor) {
   return tensor ? tensor->unsafeGetTensorImpl() : nullptr;
 }
 
-struct ConvRecipe {
-  onednn::ConvParams params;
+// `t`'s layout as the session keeps it: channels-last or plain.
+onednn::Layout session_layout(const OnednnKernel::InChannelsLast& channels_last,
+                              const Tensor* t) {
+  return channels_last(impl_of(t)) ? onednn::Layout::channels_last(dims_of(*t))
+                                   : onednn::Layout::plain(dims_of(*t));
+}
+
+// A convolution-like op's constants and post-ops (`Params`: ConvParams or DeconvParams).
+template <typename Params>
+struct ConvLikeRecipe {
+  Params params;
   const float* weight = nullptr;  // the graph's constants: alive as long as the graph
   const float* bias = nullptr;
   onednn::PostOps post;
 };
+using ConvRecipe = ConvLikeRecipe<onednn::ConvParams>;
+using DeconvRecipe = ConvLikeRecipe<onednn::DeconvParams>;
 
-class ConvKernel final : public OnednnKernel {
+// What ConvLikeKernel needs to know of each op: its plan, how to prepare it, its name in errors.
+struct ConvOp {
+  using Recipe = ConvRecipe;
+  using Plan = onednn::ConvPlan;
+  static constexpr const char* kName = "convolution";
+  static Plan prepare(onednn::Provider& provider, const Recipe& recipe,
+                      const onednn::ConvLayouts& layouts) {
+    return provider.prepare_conv(recipe.params, recipe.weight, recipe.bias, recipe.post,
+                                 layouts);
+  }
+};
+struct DeconvOp {
+  using Recipe = DeconvRecipe;
+  using Plan = onednn::DeconvPlan;
+  static constexpr const char* kName = "transposed convolution";
+  static Plan prepare(onednn::Provider& provider, const Recipe& recipe,
+                      const onednn::ConvLayouts& layouts) {
+    return provider.prepare_deconv(recipe.params, recipe.weight, recipe.bias, recipe.post,
+                                   layouts);
+  }
+};
+
+// A convolution or transposed convolution; both take part in layout chaining the same way.
+template <typename Op>
+class ConvLikeKernel final : public OnednnKernel {
  public:
-  ConvKernel(ConvRecipe recipe, const Tensor* input, Tensor* output, const Tensor* residual)
+  using Recipe = typename Op::Recipe;
+  using Plan = typename Op::Plan;
+
+  ConvLikeKernel(Recipe recipe, const Tensor* input, Tensor* output, const Tensor* residual)
       : recipe_(std::move(recipe)), input_(input), output_(output), residual_(residual) {}
 
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
@@ -269,8 +307,7 @@ class ConvKernel final : public OnednnKernel {
     }
     layouts.output = channels_last(impl_of(output_)) ? onednn::OutputLayout::kChannelsLast
                                                      : onednn::OutputLayout::kPlain;
-    plan_ = std::make_unique<onednn::ConvPlan>(provider.prepare_conv(
-        recipe_.params, recipe_.weight, recipe_.bias, recipe_.post, layouts));
+    plan_ = std::make_unique<Plan>(Op::prepare(provider, recipe_, layouts));
     residual_fix_.reset();
     if (residual_ != nullptr) {
       // The residual must arrive in the output's layout: convert it into the output buffer
@@ -292,7 +329,7 @@ class ConvKernel final : public OnednnKernel {
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
 
   Error run(KernelRuntimeContext&) override {
-    return guarded("convolution", [&] {
+    return guarded(Op::kName, [&] {
       float* out = output_->mutable_data_ptr<float>();
       const float* residual = residual_ ? residual_->const_data_ptr<float>() : nullptr;
       if (residual_fix_) {
@@ -304,75 +341,15 @@ class ConvKernel final : public OnednnKernel {
   }
 
  private:
-  ConvRecipe recipe_;
+  Recipe recipe_;
   const Tensor* input_;
   Tensor* output_;
   const Tensor* residual_;
-  std::unique_ptr<onednn::ConvPlan> plan_;
+  std::unique_ptr<Plan> plan_;
   std::unique_ptr<onednn::ReorderPlan> residual_fix_;
 };
-
-struct DeconvRecipe {
-  onednn::DeconvParams params;
-  const float* weight = nullptr;  // the graph's constants: alive as long as the graph
-  const float* bias = nullptr;
-  onednn::PostOps post;
-};
-
-// A transposed convolution; takes part in layout chaining as ConvKernel does.
-class DeconvKernel final : public OnednnKernel {
- public:
-  DeconvKernel(DeconvRecipe recipe, const Tensor* input, Tensor* output, const Tensor* residual)
-      : recipe_(std::move(recipe)), input_(input), output_(output), residual_(residual) {}
-
-  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
-    onednn::ConvLayouts layouts;
-    if (channels_last(impl_of(input_))) {
-      layouts.input =
-          std::make_shared<onednn::Layout>(onednn::Layout::channels_last(dims_of(*input_)));
-    }
-    layouts.output = channels_last(impl_of(output_)) ? onednn::OutputLayout::kChannelsLast
-                                                     : onednn::OutputLayout::kPlain;
-    plan_ = std::make_unique<onednn::DeconvPlan>(provider.prepare_deconv(
-        recipe_.params, recipe_.weight, recipe_.bias, recipe_.post, layouts));
-    residual_fix_.reset();
-    if (residual_ != nullptr) {
-      const std::vector<int64_t> dims = dims_of(*residual_);
-      const onednn::Layout given = channels_last(impl_of(residual_))
-                                       ? onednn::Layout::channels_last(dims)
-                                       : onednn::Layout::plain(dims);
-      if (given != plan_->output_layout()) {
-        residual_fix_ = std::make_unique<onednn::ReorderPlan>(
-            provider.prepare_reorder(given, plan_->output_layout()));
-      }
-    }
-  }
-
-  const executorch::aten::TensorImpl* chainable_output() const override {
-    return impl_of(output_);
-  }
-  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
-
-  Error run(KernelRuntimeContext&) override {
-    return guarded("transposed convolution", [&] {
-      float* out = output_->mutable_data_ptr<float>();
-      const float* residual = residual_ ? residual_->const_data_ptr<float>() : nullptr;
-      if (residual_fix_) {
-        residual_fix_->run(residual, out);
-        residual = out;
-      }
-      plan_->run(input_->const_data_ptr<float>(), out, residual);
-    });
-  }
-
- private:
-  DeconvRecipe recipe_;
-  const Tensor* input_;
-  Tensor* output_;
-  const Tensor* residual_;
-  std::unique_ptr<onednn::DeconvPlan> plan_;
-  std::unique_ptr<onednn::ReorderPlan> residual_fix_;
-};
+using ConvKernel = ConvLikeKernel<ConvOp>;
+using DeconvKernel = ConvLikeKernel<DeconvOp>;
 
 class LinearKernel final : public OnednnKernel {
  public:
@@ -441,35 +418,69 @@ class MatmulKernel final : public OnednnKernel {
   std::unique_ptr<onednn::MatmulPlan> plan_;
 };
 
-class MaxPoolKernel final : public OnednnKernel {
+// One activation to another, each in the layout the session keeps it (plain or channels-last),
+// its output chainable: max / average pooling and resampling. `make` prepares the plan.
+template <typename Plan>
+class LayoutKernel final : public OnednnKernel {
  public:
-  MaxPoolKernel(onednn::PoolParams params, const Tensor* input, Tensor* output)
-      : params_(std::move(params)), input_(input), output_(output) {}
+  using Make = std::function<Plan(onednn::Provider&, const onednn::Layout& input,
+                                  const onednn::Layout& output)>;
+  LayoutKernel(const char* what, Make make, const Tensor* input, Tensor* output)
+      : what_(what), make_(std::move(make)), input_(input), output_(output) {}
 
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
-    auto layout = [&](const Tensor* t) {
-      return channels_last(impl_of(t)) ? onednn::Layout::channels_last(dims_of(*t))
-                                       : onednn::Layout::plain(dims_of(*t));
-    };
-    plan_ = std::make_unique<onednn::PoolPlan>(
-        provider.prepare_max_pool(params_, layout(input_), layout(output_)));
+    plan_ = std::make_unique<Plan>(make_(provider, session_layout(channels_last, input_),
+                                         session_layout(channels_last, output_)));
   }
   const executorch::aten::TensorImpl* chainable_output() const override {
     return impl_of(output_);
   }
 
   Error run(KernelRuntimeContext&) override {
-    return guarded("max pooling", [&] {
+    return guarded(what_, [&] {
       plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>());
     });
   }
 
  private:
-  onednn::PoolParams params_;
+  const char* what_;
+  Make make_;
   const Tensor* input_;
   Tensor* output_;
-  std::unique_ptr<onednn::PoolPlan> plan_;
+  std::unique_ptr<Plan> plan_;
 };
+
+std::unique_ptr<OnednnKernel> max_pool_kernel(onednn::PoolParams params, const Tensor* input,
+                                              Tensor* output) {
+  return std::make_unique<LayoutKernel<onednn::PoolPlan>>(
+      "max pooling",
+      [params](onednn::Provider& provider, const onednn::Layout& in, const onednn::Layout& out) {
+        return provider.prepare_max_pool(params, in, out);
+      },
+      input, output);
+}
+
+// Average pooling (avg_pool2d, an adaptive pooling whose windows tile the input).
+std::unique_ptr<OnednnKernel> avg_pool_kernel(onednn::PoolParams params, bool count_include_pad,
+                                              const Tensor* input, Tensor* output) {
+  return std::make_unique<LayoutKernel<onednn::PoolPlan>>(
+      "average pooling",
+      [params, count_include_pad](onednn::Provider& provider, const onednn::Layout& in,
+                                  const onednn::Layout& out) {
+        return provider.prepare_avg_pool(params, count_include_pad, in, out);
+      },
+      input, output);
+}
+
+// Nearest / bilinear resampling (align_corners=False).
+std::unique_ptr<OnednnKernel> resample_kernel(bool linear, const Tensor* input, Tensor* output) {
+  return std::make_unique<LayoutKernel<onednn::ResamplePlan>>(
+      "resampling",
+      [linear](onednn::Provider& provider, const onednn::Layout& in, const onednn::Layout& out) {
+        return provider.prepare_resampling(linear, in, out);
+      },
+      input, output);
+}
 
 // Mean over the spatial dims (global average pooling) of an activation that may be channels-last;
 // writes plain (for a 1x1 spatial output the same bytes as channels-last).
@@ -500,72 +511,6 @@ class MeanKernel final : public OnednnKernel {
   std::unique_ptr<onednn::PoolPlan> plan_;
 };
 
-// Average pooling (avg_pool2d, an adaptive pooling whose windows tile the input): reads and
-// writes plain or channels-last like max pooling.
-class AvgPoolKernel final : public OnednnKernel {
- public:
-  AvgPoolKernel(onednn::PoolParams params, bool count_include_pad, const Tensor* input,
-                Tensor* output)
-      : params_(std::move(params)), count_include_pad_(count_include_pad), input_(input),
-        output_(output) {}
-
-  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
-    auto layout = [&](const Tensor* t) {
-      return channels_last(impl_of(t)) ? onednn::Layout::channels_last(dims_of(*t))
-                                       : onednn::Layout::plain(dims_of(*t));
-    };
-    plan_ = std::make_unique<onednn::PoolPlan>(
-        provider.prepare_avg_pool(params_, count_include_pad_, layout(input_), layout(output_)));
-  }
-  const executorch::aten::TensorImpl* chainable_output() const override {
-    return impl_of(output_);
-  }
-
-  Error run(KernelRuntimeContext&) override {
-    return guarded("average pooling", [&] {
-      plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>());
-    });
-  }
-
- private:
-  onednn::PoolParams params_;
-  bool count_include_pad_;
-  const Tensor* input_;
-  Tensor* output_;
-  std::unique_ptr<onednn::PoolPlan> plan_;
-};
-
-// Nearest / bilinear resampling (align_corners=False): reads and writes plain or channels-last.
-class ResampleKernel final : public OnednnKernel {
- public:
-  ResampleKernel(bool linear, const Tensor* input, Tensor* output)
-      : linear_(linear), input_(input), output_(output) {}
-
-  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
-    auto layout = [&](const Tensor* t) {
-      return channels_last(impl_of(t)) ? onednn::Layout::channels_last(dims_of(*t))
-                                       : onednn::Layout::plain(dims_of(*t));
-    };
-    plan_ = std::make_unique<onednn::ResamplePlan>(
-        provider.prepare_resampling(linear_, layout(input_), layout(output_)));
-  }
-  const executorch::aten::TensorImpl* chainable_output() const override {
-    return impl_of(output_);
-  }
-
-  Error run(KernelRuntimeContext&) override {
-    return guarded("resampling", [&] {
-      plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>());
-    });
-  }
-
- private:
-  bool linear_;
-  const Tensor* input_;
-  Tensor* output_;
-  std::unique_ptr<onednn::ResamplePlan> plan_;
-};
-
 // torch.cat: each input and the output plain or channels-last (inputs of rank 3-5 that the
 // session keeps channels-last stay so: a UNet decoder's skip concatenation along channels).
 class ConcatKernel final : public OnednnKernel {
@@ -574,14 +519,10 @@ class ConcatKernel final : public OnednnKernel {
       : inputs_(std::move(inputs)), axis_(axis), output_(output) {}
 
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
-    auto layout = [&](const Tensor* t) {
-      return channels_last(impl_of(t)) ? onednn::Layout::channels_last(dims_of(*t))
-                                       : onednn::Layout::plain(dims_of(*t));
-    };
     std::vector<onednn::Layout> layouts;
-    for (const Tensor* input : inputs_) layouts.push_back(layout(input));
+    for (const Tensor* input : inputs_) layouts.push_back(session_layout(channels_last, input));
     plan_ = std::make_unique<onednn::ConcatPlan>(
-        provider.prepare_concat(layouts, axis_, layout(output_)));
+        provider.prepare_concat(layouts, axis_, session_layout(channels_last, output_)));
     pointers_.assign(inputs_.size(), nullptr);
   }
   // Inputs below rank 3 cannot be channels-last.
@@ -756,12 +697,9 @@ class EltwiseKernel final : public OnednnKernel {
       : activation_(activation), input_(input), output_(output) {}
 
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
-    auto layout = [&](const Tensor* t) {
-      return channels_last(impl_of(t)) ? onednn::Layout::channels_last(dims_of(*t))
-                                       : onednn::Layout::plain(dims_of(*t));
-    };
     plan_ = std::make_unique<onednn::EltwisePlan>(
-        provider.prepare_eltwise(activation_, layout(input_), layout(output_)));
+        provider.prepare_eltwise(activation_, session_layout(channels_last, input_),
+                                 session_layout(channels_last, output_)));
   }
   // Channels-last output only when the input is (rank 3 to 5): chaining an activation of a plain
   // producer would add a conversion, not save one.
@@ -1324,7 +1262,7 @@ Error bind_max_pool(const OpBinding& op, OnednnSession& session,
     decline->reason = support.reason;
     return Error::NotSupported;
   }
-  auto kernel = std::make_unique<MaxPoolKernel>(params, input, output);
+  auto kernel = max_pool_kernel(params, input, output);
   kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
   session.add(kernel.get());
   *out = std::move(kernel);
@@ -1569,8 +1507,7 @@ Error bind_avg_pool(const OpBinding& op, OnednnSession& session,
     decline->reason = support.reason;
     return Error::NotSupported;
   }
-  return bind_pool_kernel(std::make_unique<AvgPoolKernel>(params, include, input, output),
-                          session, out);
+  return bind_pool_kernel(avg_pool_kernel(params, include, input, output), session, out);
 }
 
 // aten::_adaptive_avg_pool2d.out(self, output_size, *, out): taken when the output size divides
@@ -1607,8 +1544,7 @@ Error bind_adaptive_avg_pool(const OpBinding& op, OnednnSession& session,
     decline->reason = support.reason;
     return Error::NotSupported;
   }
-  return bind_pool_kernel(std::make_unique<AvgPoolKernel>(params, false, input, output), session,
-                          out);
+  return bind_pool_kernel(avg_pool_kernel(params, false, input, output), session, out);
 }
 
 // aten::upsample_nearest2d.vec_out(input, output_size?, scale_factors?, *, out) and
@@ -1656,7 +1592,7 @@ Error bind_upsample(const OpBinding& op, bool linear, OnednnSession& session,
     decline->reason = support.reason;
     return Error::NotSupported;
   }
-  return bind_pool_kernel(std::make_unique<ResampleKernel>(linear, input, output), session, out);
+  return bind_pool_kernel(resample_kernel(linear, input, output), session, out);
 }
 
 // aten::cat.out(tensors, dim, *, out): float32 tensors of one rank.

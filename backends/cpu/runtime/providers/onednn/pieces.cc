@@ -109,6 +109,14 @@ void execute_whole(ProviderState& state, const dnnl::primitive& primitive,
   });
 }
 
+void WholeOp::run(const float* input, float* output) const {
+  ThreadCountGuard threads(state->omp_threads);
+  PieceData data;
+  data.src = input;
+  data.dst = output;
+  execute_whole(*state, primitive, args, src, dst, scratchpad_md, data);
+}
+
 void execute_piece(ProviderState& state, const Piece& piece, int worker, const PieceData& data) {
   wrap_dnnl("execute piece", [&] {
     execute_on_worker(state, piece.primitive, piece.args, piece.src_md, piece.dst_md,
@@ -153,6 +161,31 @@ std::pair<int64_t, int64_t> slice_of(int64_t units, size_t count, size_t index) 
 std::pair<int64_t, int64_t> block_slice(int64_t total, int64_t block, size_t count, size_t index) {
   const auto [begin, end] = slice_of(total / block, count, index);
   return {begin * block, index + 1 == count ? total : end * block};
+}
+
+int outermost_dim(const memory::desc& md) {
+  const Dims dims = md.get_dims();
+  const Dims strides = md.get_strides();
+  int best = -1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] > 1 && (best < 0 || strides[i] > strides[static_cast<size_t>(best)])) {
+      best = static_cast<int>(i);
+    }
+  }
+  return best;
+}
+
+memory::desc slice_dim(const memory::desc& md, int dim, int64_t begin, int64_t end,
+                       size_t* offset) {
+  Dims piece = md.get_dims();
+  if (piece[dim] == 1) {
+    *offset = 0;
+    return md;
+  }
+  const Dims strides = md.get_strides();
+  piece[dim] = end - begin;
+  *offset = static_cast<size_t>(begin * strides[dim]);
+  return memory::desc(piece, memory::data_type::f32, strides);
 }
 
 std::vector<Piece> make_pieces(ProviderState& state, size_t count,

@@ -57,15 +57,7 @@ Support supports_avg_pool(const PoolParams& p, bool count_include_pad) {
   return Support::yes();
 }
 
-struct PoolPlan::Impl {
-  std::shared_ptr<ProviderState> state;
-  dnnl::pooling_forward primitive;
-  memory::desc src;
-  memory::desc dst;
-  memory::desc scratchpad_md;
-  std::string implementation;
-  mutable std::unordered_map<int, memory> args;  // made on the first run
-};
+struct PoolPlan::Impl : WholeOp {};
 
 PoolPlan::PoolPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
@@ -74,13 +66,7 @@ std::string PoolPlan::implementation() const {
 }
 
 void PoolPlan::run(const float* input, float* output) const {
-  const Impl& p = *impl_;
-  ProviderState& state = *p.state;
-  ThreadCountGuard threads(state.omp_threads);
-  PieceData data;
-  data.src = input;
-  data.dst = output;
-  execute_whole(state, p.primitive, p.args, p.src, p.dst, p.scratchpad_md, data);
+  impl_->run(input, output);
 }
 
 namespace {
@@ -102,10 +88,7 @@ PoolPlan make_pool_plan(const std::shared_ptr<ProviderState>& state, const char*
     const dnnl::pooling_forward::primitive_desc pd(
         state->engine, dnnl::prop_kind::forward_inference, algorithm, src, dst, strides, kernel,
         Dims(kernel.size(), 0), pad_l, pad_r, attr);
-    impl->primitive = dnnl::pooling_forward(pd);
-    impl->implementation = pd.impl_info_str();
-    impl->scratchpad_md = pd.scratchpad_desc();
-    state->reserve_scratchpad(impl->scratchpad_md);
+    impl->set(dnnl::pooling_forward(pd), pd);
     return PoolPlan(std::move(impl));
   });
 }

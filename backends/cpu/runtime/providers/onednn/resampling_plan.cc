@@ -32,15 +32,7 @@ Support supports_resampling(bool linear, const std::vector<int64_t>& input,
   return Support::yes();
 }
 
-struct ResamplePlan::Impl {
-  std::shared_ptr<ProviderState> state;
-  dnnl::resampling_forward primitive;
-  memory::desc src;
-  memory::desc dst;
-  memory::desc scratchpad_md;
-  std::string implementation;
-  mutable std::unordered_map<int, memory> args;  // made on the first run
-};
+struct ResamplePlan::Impl : WholeOp {};
 
 ResamplePlan::ResamplePlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
@@ -49,13 +41,7 @@ std::string ResamplePlan::implementation() const {
 }
 
 void ResamplePlan::run(const float* input, float* output) const {
-  const Impl& p = *impl_;
-  ProviderState& state = *p.state;
-  ThreadCountGuard threads(state.omp_threads);
-  PieceData data;
-  data.src = input;
-  data.dst = output;
-  execute_whole(state, p.primitive, p.args, p.src, p.dst, p.scratchpad_md, data);
+  impl_->run(input, output);
 }
 
 ResamplePlan Provider::prepare_resampling(bool linear, const Layout& input,
@@ -78,10 +64,7 @@ ResamplePlan Provider::prepare_resampling(bool linear, const Layout& input,
         state.engine, dnnl::prop_kind::forward_inference,
         linear ? dnnl::algorithm::resampling_linear : dnnl::algorithm::resampling_nearest,
         impl->src, impl->dst, attr);
-    impl->primitive = dnnl::resampling_forward(pd);
-    impl->implementation = pd.impl_info_str();
-    impl->scratchpad_md = pd.scratchpad_desc();
-    state.reserve_scratchpad(impl->scratchpad_md);
+    impl->set(dnnl::resampling_forward(pd), pd);
     return ResamplePlan(std::move(impl));
   });
 }

@@ -25,6 +25,7 @@ def define_common_targets():
             "binary_plan.cc",
             "block_plan.cc",
             "concat_plan.cc",
+            "conv_common.cc",
             "conv_plan.cc",
             "deconv_plan.cc",
             "eltwise_plan.cc",
