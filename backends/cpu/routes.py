@@ -142,9 +142,10 @@ _ROUTE_LIST: tuple[Route, ...] = (
         )
         for name in ("hardswish", "hardsigmoid", "silu")
     ),
-    # Softmax over one dim (classifier heads, per-frame class log-probabilities).
-    _r("aten._softmax.default", "aten::_softmax.out"),
-    _r("aten._log_softmax.default", "aten::_log_softmax.out"),
+    # Softmax over one dim (classifier heads, per-frame class log-probabilities): Optimized on
+    # float32, Reference otherwise.
+    _r("aten._softmax.default", "aten::_softmax.out", provider=_OPT),
+    _r("aten._log_softmax.default", "aten::_log_softmax.out", provider=_OPT),
     # Pooling and reductions.
     # Optimized when the indices are unused (inference).
     _r(

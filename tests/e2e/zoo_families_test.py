@@ -36,10 +36,12 @@ _FAMILY_ROUTES = {
     "speech_conv1d": {"aten._log_softmax.default", "aten.permute_copy.default"},
 }
 
-# Activation kernels each family must run on the Optimized provider (none may fall back).
+# Activation kernels (and the speech head's log-softmax) each family must run on the Optimized
+# provider (none may fall back).
 _FAMILY_ACTIVATIONS = {
     "mobilenet_v3": ("aten::hardswish.out", "aten::hardsigmoid.out", "aten::relu.out"),
     "efficientnet": ("aten::silu.out", "aten::sigmoid.out"),
+    "speech_conv1d": ("aten::_log_softmax.out",),
 }
 
 # The runtime does not own a loaded program's bytes: keep each one alive for the session.

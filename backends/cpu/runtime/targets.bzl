@@ -227,6 +227,12 @@ def define_common_targets():
     )
 
     runtime.python_test(
+        name = "softmax_provider_test",
+        srcs = ["test/softmax_provider_test.py"],
+        deps = [":provider_compare"],
+    )
+
+    runtime.python_test(
         name = "pool_resample_cat_test",
         size = "large",  # ~40 lowerings, each run twice (Optimized and all-Reference)
         srcs = ["test/pool_resample_cat_test.py"],

@@ -419,14 +419,21 @@ class MatmulKernel final : public OnednnKernel {
 };
 
 // One activation to another, each in the layout the session keeps it (plain or channels-last),
-// its output chainable: max / average pooling and resampling. `make` prepares the plan.
+// its output chainable: max / average pooling and resampling. `make` prepares the plan. With
+// `output_follows_input` the output stays channels-last only after a channels-last input
+// (softmax: from a plain input a channels-last output would only cost a conversion).
 template <typename Plan>
 class LayoutKernel final : public OnednnKernel {
  public:
   using Make = std::function<Plan(onednn::Provider&, const onednn::Layout& input,
                                   const onednn::Layout& output)>;
-  LayoutKernel(const char* what, Make make, const Tensor* input, Tensor* output)
-      : what_(what), make_(std::move(make)), input_(input), output_(output) {}
+  LayoutKernel(const char* what, Make make, const Tensor* input, Tensor* output,
+               bool output_follows_input = false)
+      : what_(what),
+        make_(std::move(make)),
+        input_(input),
+        output_(output),
+        output_follows_input_(output_follows_input) {}
 
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
     plan_ = std::make_unique<Plan>(make_(provider, session_layout(channels_last, input_),
@@ -434,6 +441,11 @@ class LayoutKernel final : public OnednnKernel {
   }
   const executorch::aten::TensorImpl* chainable_output() const override {
     return impl_of(output_);
+  }
+  const executorch::aten::TensorImpl* chainable_output_after(
+      const Chained& chained) const override {
+    if (output_follows_input_ && chained.count(impl_of(input_)) == 0) return nullptr;
+    return chainable_output();
   }
 
   Error run(KernelRuntimeContext&) override {
@@ -447,6 +459,7 @@ class LayoutKernel final : public OnednnKernel {
   Make make_;
   const Tensor* input_;
   Tensor* output_;
+  bool output_follows_input_;
   std::unique_ptr<Plan> plan_;
 };
 
@@ -1547,6 +1560,38 @@ Error bind_adaptive_avg_pool(const OpBinding& op, OnednnSession& session,
   return bind_pool_kernel(avg_pool_kernel(params, false, input, output), session, out);
 }
 
+// aten::_softmax.out / aten::_log_softmax.out(self, dim, half_to_float, *, out): float32, the
+// input's layout kept (a channels-last activation softmaxed over its channels stays so).
+Error bind_softmax(const OpBinding& op, bool log, OnednnSession& session,
+                   std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  const char* what = log ? "log_softmax" : "softmax";
+  const Tensor* input = tensor_arg(op, 0);
+  Tensor* output = op.args.size() > 3 && op.args[3]->isTensor() ? &op.args[3]->toTensor() : nullptr;
+  if (!is_f32(input) || !is_f32(output) || dims_of(*input) != dims_of(*output)) {
+    decline->reason = std::string(what) + ": only float32 input and output of one shape";
+    return Error::NotSupported;
+  }
+  if (!op.args[1]->isInt() || !op.args[2]->isBool() || op.args[2]->toBool()) {
+    decline->reason = std::string(what) + ": needs an int dim and half_to_float=False";
+    return Error::NotSupported;
+  }
+  int64_t axis = op.args[1]->toInt();
+  if (axis < 0) axis += input->dim();
+  const onednn::Support support = onednn::supports_softmax(dims_of(*input), axis);
+  if (!support.ok) {
+    decline->reason = support.reason;
+    return Error::NotSupported;
+  }
+  auto kernel = std::make_unique<LayoutKernel<onednn::SoftmaxPlan>>(
+      what,
+      [log, axis](onednn::Provider& provider, const onednn::Layout& in,
+                  const onednn::Layout& out_layout) {
+        return provider.prepare_softmax(log, axis, in, out_layout);
+      },
+      input, output, /*output_follows_input=*/true);
+  return bind_pool_kernel(std::move(kernel), session, out);
+}
+
 // aten::upsample_nearest2d.vec_out(input, output_size?, scale_factors?, *, out) and
 // aten::upsample_bilinear2d.vec_out(input, output_size?, align_corners, scale_factors?, *, out):
 // float32 NCHW, align_corners=False, scale factors (when given) equal to output / input size.
@@ -1668,6 +1713,8 @@ class OnednnKernelProvider final : public KernelProvider {
                                 &decline);
         } else if (kernel == "aten::cat.out") {
           error = bind_cat(op, provider, out, &decline);
+        } else if (kernel == "aten::_softmax.out" || kernel == "aten::_log_softmax.out") {
+          error = bind_softmax(op, kernel == "aten::_log_softmax.out", provider, out, &decline);
         } else if (kernel == "aten::add.out") {
           error = bind_binary(op, onednn::BinaryOp::kAdd, "add", provider, out, &decline);
         } else if (kernel == "aten::sub.out") {

@@ -266,6 +266,8 @@ Support supports_binary(BinaryOp op, const std::vector<int64_t>& a, const std::v
 // upsampling (torch's floor(dst * in / out) and oneDNN's rounding pick other sources otherwise).
 Support supports_resampling(bool linear, const std::vector<int64_t>& input,
                             const std::vector<int64_t>& output);
+// torch's _softmax / _log_softmax of a non-empty tensor of `dims` over `axis` (0 <= axis < rank).
+Support supports_softmax(const std::vector<int64_t>& dims, int64_t axis);
 // torch.cat of `inputs` along `axis`: every input of the output's rank, equal outside `axis`.
 Support supports_concat(const std::vector<std::vector<int64_t>>& inputs, int64_t axis,
                         const std::vector<int64_t>& output);
@@ -295,6 +297,7 @@ class ReorderPlan;
 class PoolPlan;
 class EltwisePlan;
 class ResamplePlan;
+class SoftmaxPlan;
 struct ProviderState;
 
 class Provider {
@@ -355,6 +358,9 @@ class Provider {
   // Resampling (see supports_resampling), input and output plain or channels-last; whole on
   // the calling thread.
   ResamplePlan prepare_resampling(bool linear, const Layout& input, const Layout& output);
+  // Softmax, or log-softmax when `log`, over `axis` (see supports_softmax); input and output
+  // plain or channels-last, of one dims; whole on the calling thread.
+  SoftmaxPlan prepare_softmax(bool log, int64_t axis, const Layout& input, const Layout& output);
   // Concatenation (see supports_concat), each input and the output plain or channels-last; large
   // ones split along the output's outermost dim in memory (when it is not `axis`) on the pool.
   ConcatPlan prepare_concat(const std::vector<Layout>& inputs, int64_t axis, const Layout& output);
@@ -496,6 +502,18 @@ class ResamplePlan {
 
   struct Impl;
   explicit ResamplePlan(std::shared_ptr<const Impl> impl);
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+class SoftmaxPlan {
+ public:
+  std::string implementation() const;
+  void run(const float* input, float* output) const;
+
+  struct Impl;
+  explicit SoftmaxPlan(std::shared_ptr<const Impl> impl);
 
  private:
   std::shared_ptr<const Impl> impl_;

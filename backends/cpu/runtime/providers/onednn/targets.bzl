@@ -37,6 +37,7 @@ def define_common_targets():
             "pieces.cc",
             "pooling_plan.cc",
             "resampling_plan.cc",
+            "softmax_plan.cc",
             "vector_activations.cc",
             "vector_activations.h",
             "work_pool.cc",

@@ -1,0 +1,62 @@
+"""Softmax and log-softmax on the Optimized (oneDNN) provider: over every dim of 2-D to 4-D
+tensors, on plain graph inputs and on a channels-last activation between convolutions (softmax
+over channels, as a segmentation head does), against the Reference provider (ExecuTorch's
+kernels) and eager within provider_compare's tolerance.
+"""
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from backends.cpu.runtime.test.provider_compare import assert_close_scaled, placed, run_both
+
+F = torch.nn.functional
+
+KERNELS = {"softmax": "aten::_softmax.out", "log_softmax": "aten::_log_softmax.out"}
+
+
+class Softmax(torch.nn.Module):
+    def __init__(self, name: str, dim: int, convs: bool = False) -> None:
+        super().__init__()
+        self.fn: Callable[..., torch.Tensor] = getattr(F, name)
+        self.dim = dim
+        self.pre = torch.nn.Conv2d(6, 6, 3, padding=1) if convs else None
+        self.post = torch.nn.Conv2d(6, 4, 1) if convs else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.pre is not None:
+            x = self.pre(x)
+        y = self.fn(x, dim=self.dim)
+        return self.post(y) if self.post is not None else y
+
+
+def _check(model: torch.nn.Module, x: torch.Tensor, kernel: str, where: str) -> list[str]:
+    out_opt, out_ref, placement = run_both(model, (x,))
+    with torch.no_grad():
+        expected = model(x)
+    assert out_opt[0].shape == expected.shape
+    assert_close_scaled(out_opt[0], out_ref[0])
+    assert_close_scaled(out_opt[0], expected)
+    lines = placed(placement, kernel, where)
+    assert lines, placement
+    return lines
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+@pytest.mark.parametrize(
+    ("shape", "dim"),
+    [((7, 33), -1), ((7, 33), 0), ((2, 50, 40), -1), ((2, 50, 40), 1), ((1, 3, 5, 17), 2)],
+)
+def test_softmax_runs_on_the_provider(name: str, shape: tuple[int, ...], dim: int) -> None:
+    torch.manual_seed(len(shape) + dim)
+    # Wide logits: softmax must subtract the row maximum to stay finite.
+    x = torch.randn(*shape) * 30.0
+    _check(Softmax(name, dim), x, KERNELS[name], "Optimized(oneDNN)")
+
+
+@pytest.mark.parametrize("name", sorted(KERNELS))
+def test_softmax_over_channels_between_convolutions(name: str) -> None:
+    torch.manual_seed(3)
+    x = torch.randn(1, 6, 9, 11)
+    _check(Softmax(name, 1, convs=True), x, KERNELS[name], "Optimized(oneDNN)")
