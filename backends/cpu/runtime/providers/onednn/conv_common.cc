@@ -176,18 +176,20 @@ void ConvCore::run(const char* what, const float* input, float* output,
       }
       const OwnedTensor& piece_weights = channel_piece ? piece.weights : p.weights;
       const OwnedTensor& piece_bias = channel_piece ? piece.bias : p.bias;
-      execute_piece(state, piece, worker,
-                    piece_data(src_data + piece.src_offset, piece_dst, piece_weights,
-                               p.has_bias ? &piece_bias : nullptr));
+      PieceData data = piece_data(src_data + piece.src_offset, piece_dst, piece_weights,
+                                  p.has_bias ? &piece_bias : nullptr);
+      data.tail = p.tail ? &*p.tail : nullptr;
+      execute_piece(state, piece, worker, data);
       if (channel_piece) {
         copy_rows(piece_dst, piece.channels, dst_data + piece.first_channel, out_channels,
                   piece.pixels, piece.channels);
       }
     });
   } else {
+    PieceData data = piece_data(src_data, dst_data, p.weights, p.has_bias ? &p.bias : nullptr);
+    data.tail = p.tail ? &*p.tail : nullptr;
     execute_whole(state, p.primitive, p.args, p.primitive_src_md, p.primitive_dst_md,
-                  p.scratchpad_md,
-                  piece_data(src_data, dst_data, p.weights, p.has_bias ? &p.bias : nullptr));
+                  p.scratchpad_md, data);
   }
   if (p.reorder_output) {
     wrap_dnnl("output reorder", [&] {

@@ -285,32 +285,45 @@ ConvPlan Provider::prepare_conv(
 
   return wrap_dnnl("prepare_conv", [&] {
     using Impl = ConvPlan::Impl;
-    auto pd = conv_pd(state.engine, any_md(src_dims), any_md(weight_dims), bias_md,
-                      any_md(dst_dims), strides, dilation, padding, padding, make_attr(post_ops));
-    // oneDNN 3.x has no brgconv for 1 to 4 input channels (fp32, 1D/2D: the stem on the graph
-    // input); for `any` its jit "first convolution" kernel reads the plain input and writes
-    // nChw16c, which row bands cannot split and a channels-last consumer must reorder. The same
-    // kernel runs channels-last in and out at the same speed (7x7 3 -> 64 @224: 2.06 ms on one
-    // core either way, as oneDNN 2.6's brgconv, which chose channels-last): take that, so the
-    // input reorder splits into bands and the convolution into row pieces as before.
-    if (pd.src_desc() == plain_md(src_dims) && pd.dst_desc().get_inner_nblks() > 0) {
-      try {
-        const auto channels_last = conv_pd(
-            state.engine, channels_last_md(src_dims), any_md(weight_dims), bias_md,
-            channels_last_md(dst_dims), strides, dilation, padding, padding, make_attr(post_ops));
-        if (std::string(channels_last.impl_info_str()) == pd.impl_info_str()) {
-          pd = channels_last;
+    const auto choose_pd = [&](const dnnl::primitive_attr& attr) {
+      auto pd = conv_pd(state.engine, any_md(src_dims), any_md(weight_dims), bias_md,
+                        any_md(dst_dims), strides, dilation, padding, padding, attr);
+      // oneDNN 3.x has no brgconv for 1 to 4 input channels (fp32, 1D/2D: the stem on the
+      // graph input); for `any` its jit "first convolution" kernel reads the plain input and
+      // writes nChw16c, which row bands cannot split and a channels-last consumer must reorder.
+      // The same kernel runs channels-last in and out at the same speed (7x7 3 -> 64 @224:
+      // 2.06 ms on one core either way, as oneDNN 2.6's brgconv, which chose channels-last):
+      // take that, so the input reorder splits into bands and the convolution into row pieces.
+      if (pd.src_desc() == plain_md(src_dims) && pd.dst_desc().get_inner_nblks() > 0) {
+        try {
+          const auto channels_last =
+              conv_pd(state.engine, channels_last_md(src_dims), any_md(weight_dims), bias_md,
+                      channels_last_md(dst_dims), strides, dilation, padding, padding, attr);
+          if (std::string(channels_last.impl_info_str()) == pd.impl_info_str()) {
+            pd = channels_last;
+          }
+        } catch (const dnnl::error&) {
+          // keep oneDNN's choice
         }
-      } catch (const dnnl::error&) {
-        // keep oneDNN's choice
       }
+      return pd;
+    };
+    // A trailing sigmoid / SiLU runs on the plan's vector kernel unless oneDNN picks a padded
+    // (blocked) destination, where it would touch the padding.
+    SplitPostOps split = split_tail(post_ops);
+    auto pd = choose_pd(make_attr(split.primitive));
+    if (split.tail && !tail_fits(pd.dst_desc())) {
+      split = split_tail(post_ops, /*keep=*/true);
+      pd = choose_pd(make_attr(split.primitive));
     }
 
     auto impl = std::make_shared<Impl>();
     impl->prepare(state_, dnnl::convolution_forward(pd), pd, bias != nullptr, has_add(post_ops),
                   given_src_md, layouts.output, dst_dims, /*input_in_bands=*/true);
+    impl->tail = split.tail;
     impl->pieces = split_conv(state, params, *impl, src_dims, dst_dims, strides, dilation,
-                              make_attr(post_ops), pd, weight, bias);
+                              make_attr(split.primitive), pd, weight, bias);
+    impl->implementation += split.note();
     impl->describe_split();
     // Channel pieces own their weight blocks; the whole op and row bands use the plan's.
     if (impl->pieces.empty() || impl->pieces.front().channels == 0) {

@@ -246,30 +246,43 @@ DeconvPlan Provider::prepare_deconv(
 
   return wrap_dnnl("prepare_deconv", [&] {
     using Impl = DeconvPlan::Impl;
-    const dnnl::primitive_attr attr = make_attr(post_ops);
-    // Channels-last in and out (brgemm-based deconvolution for fp32 on AVX-512, splittable into
-    // row bands, and what neighbouring convolutions keep); oneDNN's own choice of layouts where
-    // channels-last would get a generic GEMM or reference kernel and `any` a jit one.
-    auto pd = deconv_pd(state.engine, channels_last_md(src_dims), any_md(weight_dims), bias_md,
-                        channels_last_md(dst_dims), strides, dilation, pad_left, pad_right, attr);
-    if (is_generic(pd.impl_info_str())) {
-      try {
-        auto chosen = deconv_pd(state.engine, any_md(src_dims), any_md(weight_dims), bias_md,
-                                any_md(dst_dims), strides, dilation, pad_left, pad_right, attr);
-        if (!is_generic(chosen.impl_info_str())) {
-          pd = chosen;
+    const auto choose_pd = [&](const dnnl::primitive_attr& attr) {
+      // Channels-last in and out (brgemm-based deconvolution for fp32 on AVX-512, splittable
+      // into row bands, and what neighbouring convolutions keep); oneDNN's own choice of layouts
+      // where channels-last would get a generic GEMM or reference kernel and `any` a jit one.
+      auto pd = deconv_pd(state.engine, channels_last_md(src_dims), any_md(weight_dims),
+                          bias_md, channels_last_md(dst_dims), strides, dilation, pad_left,
+                          pad_right, attr);
+      if (is_generic(pd.impl_info_str())) {
+        try {
+          auto chosen = deconv_pd(state.engine, any_md(src_dims), any_md(weight_dims), bias_md,
+                                  any_md(dst_dims), strides, dilation, pad_left, pad_right, attr);
+          if (!is_generic(chosen.impl_info_str())) {
+            pd = chosen;
+          }
+        } catch (const dnnl::error&) {
+          // keep channels-last
         }
-      } catch (const dnnl::error&) {
-        // keep channels-last
       }
+      return pd;
+    };
+    // A trailing sigmoid / SiLU on the plan's vector kernel, as in prepare_conv.
+    SplitPostOps split = split_tail(post_ops);
+    auto pd = choose_pd(make_attr(split.primitive));
+    if (split.tail && !tail_fits(pd.dst_desc())) {
+      split = split_tail(post_ops, /*keep=*/true);
+      pd = choose_pd(make_attr(split.primitive));
     }
+    const dnnl::primitive_attr attr = make_attr(split.primitive);
 
     auto impl = std::make_shared<Impl>();
     impl->prepare(state_, dnnl::deconvolution_forward(pd), pd, bias != nullptr,
                   has_add(post_ops), given_src_md, layouts.output, dst_dims,
                   /*input_in_bands=*/false);
+    impl->tail = split.tail;
     impl->pieces = split_deconv(state, params, *impl, src_dims, dst_dims, strides, dilation,
                                 pad_left, pad_right, attr, pd);
+    impl->implementation += split.note();
     impl->describe_split();
     impl->weights = reorder_constant(state, memory::desc(weight_dims, memory::data_type::f32,
                                                          weight_strides),

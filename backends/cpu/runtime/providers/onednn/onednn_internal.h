@@ -405,6 +405,8 @@ struct ConvCore {
   OwnedTensor bias;
   bool has_bias = false;
   bool has_add = false;
+  // A trailing sigmoid / SiLU run by the plan on each piece's destination (split_tail).
+  std::optional<Activation> tail;
   Layout input_layout{nullptr};
   Layout output_layout{nullptr};
   // What the primitive reads and writes (its own choice of layouts, or channels-last); where

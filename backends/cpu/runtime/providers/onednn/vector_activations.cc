@@ -67,12 +67,11 @@ bool cpu_has_avx512() {
   return has;
 }
 
+// Read at every call (plans ask at prepare, never per run), so a benchmark can compare both
+// settings side by side in one process.
 bool enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("ET_CPU_VECTOR_ACTIVATIONS");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
-  return on;
+  const char* env = std::getenv("ET_CPU_VECTOR_ACTIVATIONS");
+  return env == nullptr || std::strcmp(env, "0") != 0;
 }
 
 }  // namespace

@@ -12,7 +12,8 @@ namespace et_cpu_plugin {
 namespace onednn {
 
 // Whether `activation` has a vector kernel on this CPU: sigmoid or SiLU with AVX-512F, and
-// ET_CPU_VECTOR_ACTIVATIONS is not "0" (read once; "0" keeps oneDNN's kernels, for measuring).
+// ET_CPU_VECTOR_ACTIVATIONS is not "0" ("0" keeps oneDNN's kernels, for measuring; read at each
+// call, so it applies to the plans prepared after it is set).
 bool has_vector_activation(const Activation& activation);
 
 // output[i] = activation(input[i]) for `count` floats (input == output: in place); throws

@@ -103,6 +103,32 @@ def test_linear_ending_in_the_activation_runs_it_as_the_tail(
     torch.testing.assert_close(plan.run(x), expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    ("batch", "cin", "cout", "size", "output"),
+    [
+        (1, 16, 96, 28, "channels_last"),  # row bands
+        (2, 8, 24, 9, "channels_last"),  # images
+        (1, 256, 512, 4, "channels_last"),  # weights > activations: output-channel blocks
+        (1, 16, 40, 12, "plain"),  # staged through the primitive's layout
+    ],
+)
+def test_convolution_ending_in_silu_runs_it_as_the_tail(
+    provider: Provider, batch: int, cin: int, cout: int, size: int, output: str
+) -> None:
+    torch.manual_seed(cin + cout)
+    weight = torch.randn(cout, cin, 3, 3) / math.sqrt(9 * cin)
+    bias = torch.randn(cout)
+    x = torch.randn(batch, cin, size, size) * 2.0
+    plan = provider.conv(
+        list(x.shape), weight, bias, [1, 1], [1, 1], [1, 1], post_ops=[PostOp(SILU)], output=output
+    )
+    assert "+ vector silu" in plan.describe()
+    assert plan.output_is_plain == (output == "plain")
+    expected = F.silu(F.conv2d(x, weight, bias, padding=1))
+    # A channels-last output comes back as a channels-last tensor of the logical shape.
+    torch.testing.assert_close(plan.run(x), expected, rtol=1e-4, atol=1e-4)
+
+
 def test_matmul_ending_in_silu_runs_it_as_the_tail(provider: Provider) -> None:
     torch.manual_seed(5)
     a = torch.randn(3, 40, 24)
@@ -125,7 +151,7 @@ def test_activation_before_a_residual_add_stays_a_onednn_post_op(provider: Provi
 
 
 def test_switch_keeps_onednn_post_ops() -> None:
-    # ET_CPU_VECTOR_ACTIVATIONS=0 is read once per process: check it in a child.
+    # In a child, so the setting cannot leak into the other cases.
     code = (
         "from backends.cpu.runtime.providers.onednn.onednn_ctypes import Provider, PostOp, SILU\n"
         "import torch\n"
