@@ -15,6 +15,10 @@ Two timing regimes (the harness's; run both before drawing conclusions on a shar
     # (what an application switching between models sees)
     ./bazelw run //tools/bench:zoo_bench -- --no-settle [--repeats 10]
 
+A/B a runtime switch in the same run (the variant's delegate initializes with the variable set):
+
+    ./bazelw run //tools/bench:zoo_bench -- --variant-env ET_CPU_VECTOR_ACTIVATIONS=0
+
 Other options: ``--size small`` (the test size), ``--no-memory`` (skip the memory subprocesses),
 ``--profile [--profile-runs N]``: after each table, one extra run per model in a fresh process
 with ``ET_CPU_PROFILE=1`` (the runtime times every kernel call and prints its table when the
@@ -32,7 +36,7 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -45,6 +49,7 @@ XNNPACK = "xnnpack"
 EAGER = "eager"
 _SIZE = ["full"]  # --size rewrites it before the benchmarks are built
 _PROFILE_RUNS = [0]  # --profile sets the number of profiled runs per model
+_VARIANT_ENV: list[tuple[str, str]] = []  # --variant-env NAME=VALUE, in order
 # What the CPU delegate's factory learned while lowering, per benchmark name ("model/size").
 _DELEGATION: dict[str, dict[str, Any]] = {}
 _XNNPACK_OUTSIDE: dict[str, dict[str, int]] = {}
@@ -103,8 +108,12 @@ def lower(model: str, size: str, path: str) -> tuple[bytes, tuple[torch.Tensor, 
     return bytes(edge.to_executorch().buffer), inputs
 
 
-def make_program(model: str, size: str, path: str) -> harness.Runner:
-    """Lowers the zoo model for `path`, loads it on ExecuTorch's runtime, runs forward."""
+def make_program(
+    model: str, size: str, path: str, env: Mapping[str, str] | None = None
+) -> harness.Runner:
+    """Lowers the zoo model for `path`, loads it on ExecuTorch's runtime, runs forward. `env`
+    is set while the delegate initializes (the runtime's switches are read at init), then
+    restored."""
     from executorch.extension.pybindings import portable_lib
 
     from backends.cpu.runtime import loader
@@ -115,8 +124,25 @@ def make_program(model: str, size: str, path: str) -> harness.Runner:
     os.environ.setdefault(loader.ENV_LIBRARY, loader.load_cpu_backend())
     module = portable_lib._load_for_executorch_from_buffer(pte)
     args = list(inputs)
-    module.forward(args)  # loads the method: the delegate's init runs here
+    saved = {name: os.environ.get(name) for name in env or {}}
+    os.environ.update(env or {})
+    try:
+        module.forward(args)  # loads the method: the delegate's init runs here
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     return lambda: module.forward(args)
+
+
+def parse_variant_env(text: str) -> tuple[str, str]:
+    """`NAME=VALUE` of --variant-env; a ValueError naming the text otherwise."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise ValueError(f"--variant-env wants NAME=VALUE, got {text!r}")
+    return name, value
 
 
 def make_eager(model: str, size: str) -> harness.Runner:
@@ -136,12 +162,22 @@ def benchmarks() -> list[harness.Benchmark]:
     for model, entry in zoo.ZOO.items():
         kwargs = {"model": model, "size": size}
         shapes = " x ".join(str(list(s)) for s in entry.input_shapes[size])
+        # --variant-env: the CPU delegate again with a runtime switch set, timed side by side.
+        switched = [
+            harness.Variant(
+                f"{BASELINE} {name}={value}",
+                make_program,
+                {**kwargs, "path": BASELINE, "env": {name: value}},
+            )
+            for name, value in _VARIANT_ENV
+        ]
         out.append(
             harness.Benchmark(
                 name=f"{model}/{size}",
                 baseline=BASELINE,
                 variants=[
                     harness.Variant(BASELINE, make_program, {**kwargs, "path": BASELINE}),
+                    *switched,
                     harness.Variant(XNNPACK, make_program, {**kwargs, "path": XNNPACK}),
                     harness.Variant(EAGER, make_eager, kwargs),
                 ],
@@ -333,7 +369,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--profile-runs", type=int, default=10, help="profiled runs per model (default 10)"
     )
+    parser.add_argument(
+        "--variant-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="also time the CPU delegate initialized with this environment variable set (e.g. "
+        "ET_CPU_VECTOR_ACTIVATIONS=0), side by side with the others; repeat for more variants",
+    )
     args = parser.parse_args(arguments)
+    try:
+        _VARIANT_ENV[:] = [parse_variant_env(text) for text in args.variant_env]
+    except ValueError as exc:
+        parser.error(str(exc))
     _SIZE[0] = args.size
     _PROFILE_RUNS[0] = args.profile_runs if args.profile else 0
     return harness.run_main(args, benchmarks, after_each=summary)

@@ -1,9 +1,12 @@
 """Keeps the zoo benchmark runnable: one benchmark per zoo model with its three paths; one model
-runs end to end at the small size with two repeats, its delegation figures and --profile's per-op
-placement and shares land in the JSON."""
+runs end to end at the small size with two repeats (and a --variant-env variant), its delegation
+figures and --profile's per-op placement and shares land in the JSON."""
 
 import json
+import os
 from pathlib import Path
+
+import pytest
 
 from tools.bench import zoo, zoo_bench
 
@@ -23,12 +26,22 @@ def test_the_bench_runs_and_reports_delegation_and_the_per_op_profile(tmp_path: 
     out = tmp_path / "zoo.json"
     quick = ["--repeats", "2", "--warmup", "1", "--no-memory", "--quiet"]
     profile = ["--profile", "--profile-runs", "2", "--json", str(out)]
-    code = zoo_bench.main(["--size", "small", "--only", "speech_conv1d/small", *quick, *profile])
+    switch = ["--variant-env", "ET_CPU_VECTOR_ACTIVATIONS=0"]
+    args = ["--size", "small", "--only", "speech_conv1d/small", *quick, *profile, *switch]
+    code = zoo_bench.main(args)
+    zoo_bench._VARIANT_ENV.clear()
     assert code == 0
+    # The switch is set only while that variant's delegate initializes.
+    assert "ET_CPU_VECTOR_ACTIVATIONS" not in os.environ
     (bench,) = json.loads(out.read_text())["benchmarks"]
     assert bench["name"] == "speech_conv1d/small"
     by_name = {v["name"]: v for v in bench["variants"]}
-    assert set(by_name) == {"cpu delegate", "xnnpack", "eager"}
+    assert set(by_name) == {
+        "cpu delegate",
+        "cpu delegate ET_CPU_VECTOR_ACTIVATIONS=0",
+        "xnnpack",
+        "eager",
+    }
     for variant in by_name.values():
         assert variant["error"] is None and len(variant["samples_ms"]) == 2, variant
     assert by_name["cpu delegate"]["ratio_to_baseline"] == 1.0
@@ -60,3 +73,11 @@ def test_profile_lines_parse() -> None:
     )
     assert (first.mean_us, first.share) == (21.6, 2.9)
     assert second.provider.startswith("Reference (declined by Optimized(oneDNN)")
+
+
+def test_variant_env_wants_name_equals_value() -> None:
+    assert zoo_bench.parse_variant_env("ET_CPU_ONEDNN_BLOCKS=0") == ("ET_CPU_ONEDNN_BLOCKS", "0")
+    assert zoo_bench.parse_variant_env("A=b=c") == ("A", "b=c")
+    for bad in ("ET_CPU_ONEDNN_BLOCKS", "=0"):
+        with pytest.raises(ValueError, match="NAME=VALUE"):
+            zoo_bench.parse_variant_env(bad)
