@@ -12,7 +12,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.cpu.runtime.test.provider_compare import assert_close_scaled, placed, run_both
+from backends.cpu.runtime.test.provider_compare import (
+    assert_close_scaled,
+    check_placed,
+    placed,
+    run_both,
+)
 
 F = torch.nn.functional
 
@@ -33,18 +38,6 @@ class Between(torch.nn.Module):
         if self.post is not None:
             y = self.post(y)
         return y
-
-
-def _check(model: torch.nn.Module, inputs: tuple[Any, ...], kernel: str, where: str) -> list[str]:
-    out_opt, out_ref, placement = run_both(model, inputs)
-    with torch.no_grad():
-        expected = model(*inputs)
-    assert out_opt[0].shape == expected.shape
-    assert_close_scaled(out_opt[0], out_ref[0])
-    assert_close_scaled(out_opt[0], expected)
-    lines = placed(placement, kernel, where)
-    assert lines, placement
-    return lines
 
 
 @st.composite
@@ -85,14 +78,14 @@ def test_avg_pool_declines() -> None:
     def override(x: torch.Tensor) -> torch.Tensor:
         return F.avg_pool2d(x, 2, divisor_override=3)
 
-    (line,) = _check(Between(override, False), (x,), "aten::avg_pool2d.out", "Reference")
+    (line,) = check_placed(Between(override, False), (x,), "aten::avg_pool2d.out", "Reference")
     assert "divisor_override" in line
 
     def ceil_include(x: torch.Tensor) -> torch.Tensor:
         return F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=True)
 
     x = torch.randn(1, 3, 8, 8)  # the last window starts at 7 and runs past the padding
-    (line,) = _check(Between(ceil_include, False), (x,), "aten::avg_pool2d.out", "Reference")
+    (line,) = check_placed(Between(ceil_include, False), (x,), "aten::avg_pool2d.out", "Reference")
     assert "ceil-mode" in line
 
 
@@ -114,7 +107,7 @@ def test_adaptive_avg_pooling(size: int, out: tuple[int, int], convs: bool, wher
         return F.adaptive_avg_pool2d(x, out)
 
     x = torch.randn(2, 6, size, size)
-    lines = _check(Between(fn, convs).eval(), (x,), "aten::_adaptive_avg_pool2d.out", where)
+    lines = check_placed(Between(fn, convs).eval(), (x,), "aten::_adaptive_avg_pool2d.out", where)
     if where == "Reference":
         assert "does not divide" in lines[0], lines
 
@@ -140,7 +133,7 @@ def test_resampling_matches_reference(
         return F.interpolate(x, scale_factor=scale, mode=mode)
 
     x = torch.randn(1, 6, *size)
-    _check(Between(fn, convs).eval(), (x,), f"aten::upsample_{mode}2d.vec_out", "Optimized")
+    check_placed(Between(fn, convs).eval(), (x,), f"aten::upsample_{mode}2d.vec_out", "Optimized")
 
 
 def test_bilinear_downsampling_and_odd_sizes_match_reference() -> None:
@@ -148,7 +141,7 @@ def test_bilinear_downsampling_and_odd_sizes_match_reference() -> None:
         return F.interpolate(x, size=(5, 13), mode="bilinear")
 
     x = torch.randn(2, 6, 11, 7)
-    _check(Between(fn, True).eval(), (x,), "aten::upsample_bilinear2d.vec_out", "Optimized")
+    check_placed(Between(fn, True).eval(), (x,), "aten::upsample_bilinear2d.vec_out", "Optimized")
 
 
 def test_resampling_declines() -> None:
@@ -157,7 +150,7 @@ def test_resampling_declines() -> None:
     def corners(x: torch.Tensor) -> torch.Tensor:
         return F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=True)
 
-    (line,) = _check(
+    (line,) = check_placed(
         Between(corners, False), (x,), "aten::upsample_bilinear2d.vec_out", "Reference"
     )
     assert "align_corners=True" in line
@@ -165,7 +158,7 @@ def test_resampling_declines() -> None:
     def nearest_odd(x: torch.Tensor) -> torch.Tensor:
         return F.interpolate(x, size=(9, 4), mode="nearest")
 
-    (line,) = _check(
+    (line,) = check_placed(
         Between(nearest_odd, False), (x,), "aten::upsample_nearest2d.vec_out", "Reference"
     )
     assert "not a multiple" in line
@@ -173,7 +166,7 @@ def test_resampling_declines() -> None:
     def fractional(x: torch.Tensor) -> torch.Tensor:
         return F.interpolate(x, scale_factor=1.7, mode="bilinear")
 
-    (line,) = _check(
+    (line,) = check_placed(
         Between(fractional, False), (x,), "aten::upsample_bilinear2d.vec_out", "Reference"
     )
     assert "scale factor" in line
@@ -201,7 +194,7 @@ def test_channel_concatenation_between_convolutions(count: int) -> None:
     torch.manual_seed(count)
     model = Cat(1, count, True).eval()
     x = torch.randn(1, 3, 9, 11)
-    _check(model, (x,), "aten::cat.out", "Optimized")
+    check_placed(model, (x,), "aten::cat.out", "Optimized")
 
 
 @st.composite

@@ -56,3 +56,19 @@ def run_both(
 
 def placed(placement: list[str], kernel: str, where: str) -> list[str]:
     return [line for line in placement if f" {kernel}: {where}" in line]
+
+
+def check_placed(
+    model: torch.nn.Module, inputs: tuple[Any, ...], kernel: str, where: str
+) -> list[str]:
+    """Asserts the model's first output matches all-Reference and eager (assert_close_scaled)
+    and that `kernel` was placed on `where`; returns those placement lines."""
+    out_opt, out_ref, placement = run_both(model, inputs)
+    with torch.no_grad():
+        expected = model(*inputs)
+    assert out_opt[0].shape == expected.shape
+    assert_close_scaled(out_opt[0], out_ref[0])
+    assert_close_scaled(out_opt[0], expected)
+    lines = placed(placement, kernel, where)
+    assert lines, placement
+    return lines

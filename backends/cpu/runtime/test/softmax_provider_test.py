@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from backends.cpu.runtime.test.provider_compare import assert_close_scaled, placed, run_both
+from backends.cpu.runtime.test.provider_compare import check_placed
 
 F = torch.nn.functional
 
@@ -31,18 +31,6 @@ class Softmax(torch.nn.Module):
         return self.post(y) if self.post is not None else y
 
 
-def _check(model: torch.nn.Module, x: torch.Tensor, kernel: str, where: str) -> list[str]:
-    out_opt, out_ref, placement = run_both(model, (x,))
-    with torch.no_grad():
-        expected = model(x)
-    assert out_opt[0].shape == expected.shape
-    assert_close_scaled(out_opt[0], out_ref[0])
-    assert_close_scaled(out_opt[0], expected)
-    lines = placed(placement, kernel, where)
-    assert lines, placement
-    return lines
-
-
 @pytest.mark.parametrize("name", sorted(KERNELS))
 @pytest.mark.parametrize(
     ("shape", "dim"),
@@ -52,11 +40,11 @@ def test_softmax_runs_on_the_provider(name: str, shape: tuple[int, ...], dim: in
     torch.manual_seed(len(shape) + dim)
     # Wide logits: softmax must subtract the row maximum to stay finite.
     x = torch.randn(*shape) * 30.0
-    _check(Softmax(name, dim), x, KERNELS[name], "Optimized(oneDNN)")
+    check_placed(Softmax(name, dim), (x,), KERNELS[name], "Optimized(oneDNN)")
 
 
 @pytest.mark.parametrize("name", sorted(KERNELS))
 def test_softmax_over_channels_between_convolutions(name: str) -> None:
     torch.manual_seed(3)
     x = torch.randn(1, 6, 9, 11)
-    _check(Softmax(name, 1, convs=True), x, KERNELS[name], "Optimized(oneDNN)")
+    check_placed(Softmax(name, 1, convs=True), (x,), KERNELS[name], "Optimized(oneDNN)")

@@ -308,14 +308,8 @@ ConvPlan Provider::prepare_conv(
       }
       return pd;
     };
-    // A trailing sigmoid / SiLU runs on the plan's vector kernel unless oneDNN picks a padded
-    // (blocked) destination, where it would touch the padding.
-    SplitPostOps split = split_tail(post_ops);
-    auto pd = choose_pd(make_attr(split.primitive));
-    if (split.tail && !tail_fits(pd.dst_desc())) {
-      split = split_tail(post_ops, /*keep=*/true);
-      pd = choose_pd(make_attr(split.primitive));
-    }
+    SplitPostOps split;
+    auto pd = choose_with_tail(post_ops, &split, choose_pd);
 
     auto impl = std::make_shared<Impl>();
     impl->prepare(state_, dnnl::convolution_forward(pd), pd, bias != nullptr, has_add(post_ops),

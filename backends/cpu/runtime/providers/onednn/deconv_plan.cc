@@ -266,13 +266,8 @@ DeconvPlan Provider::prepare_deconv(
       }
       return pd;
     };
-    // A trailing sigmoid / SiLU on the plan's vector kernel, as in prepare_conv.
-    SplitPostOps split = split_tail(post_ops);
-    auto pd = choose_pd(make_attr(split.primitive));
-    if (split.tail && !tail_fits(pd.dst_desc())) {
-      split = split_tail(post_ops, /*keep=*/true);
-      pd = choose_pd(make_attr(split.primitive));
-    }
+    SplitPostOps split;
+    auto pd = choose_with_tail(post_ops, &split, choose_pd);
     const dnnl::primitive_attr attr = make_attr(split.primitive);
 
     auto impl = std::make_shared<Impl>();

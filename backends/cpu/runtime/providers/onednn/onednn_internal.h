@@ -273,6 +273,19 @@ SplitPostOps split_tail(const PostOps& post_ops, bool keep = false);
 // Whether the tail can run over `md`: every byte an element (plain, channels-last and other
 // unpadded orders), or rows of a 2-D matrix with unit column stride.
 bool tail_fits(const memory::desc& md);
+// The primitive descriptor `choose(attr)` gives for `post_ops` with a trailing sigmoid / SiLU
+// left to the plan's vector kernel (in *split), or with the post-ops whole when that primitive
+// would write a padded (blocked) destination, where the tail would touch the padding.
+template <typename Choose>
+auto choose_with_tail(const PostOps& post_ops, SplitPostOps* split, Choose choose) {
+  *split = split_tail(post_ops);
+  auto pd = choose(make_attr(split->primitive));
+  if (split->tail && !tail_fits(pd.dst_desc())) {
+    *split = split_tail(post_ops, /*keep=*/true);
+    pd = choose(make_attr(split->primitive));
+  }
+  return pd;
+}
 
 // The memory object `memories[key]` of `md`, pointed at `data`: made on first use, re-pointed
 // afterwards (making one costs ~0.25 us with oneDNN 3.2, re-pointing ~0.01 us).
