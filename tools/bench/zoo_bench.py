@@ -19,6 +19,9 @@ A/B a runtime switch in the same run (the variant's delegate initializes with th
 
     ./bazelw run //tools/bench:zoo_bench -- --variant-env ET_CPU_VECTOR_ACTIVATIONS=0
 
+Add a variant with a switch nothing reads (``--variant-env ET_CPU_UNUSED_SWITCH=1``): the same
+delegate twice, its ratio is the run's noise floor to judge the A/B against.
+
 Other options: ``--size small`` (the test size), ``--no-memory`` (skip the memory subprocesses),
 ``--profile [--profile-runs N]``: after each table, one extra run per model in a fresh process
 with ``ET_CPU_PROFILE=1`` (the runtime times every kernel call and prints its table when the
