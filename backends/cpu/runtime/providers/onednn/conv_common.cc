@@ -178,7 +178,7 @@ void ConvCore::run(const char* what, const float* input, float* output,
       const OwnedTensor& piece_bias = channel_piece ? piece.bias : p.bias;
       PieceData data = piece_data(src_data + piece.src_offset, piece_dst, piece_weights,
                                   p.has_bias ? &piece_bias : nullptr);
-      data.tail = p.tail ? &*p.tail : nullptr;
+      data.tail = tail_of(p.tail);
       execute_piece(state, piece, worker, data);
       if (channel_piece) {
         copy_rows(piece_dst, piece.channels, dst_data + piece.first_channel, out_channels,
@@ -187,7 +187,7 @@ void ConvCore::run(const char* what, const float* input, float* output,
     });
   } else {
     PieceData data = piece_data(src_data, dst_data, p.weights, p.has_bias ? &p.bias : nullptr);
-    data.tail = p.tail ? &*p.tail : nullptr;
+    data.tail = tail_of(p.tail);
     execute_whole(state, p.primitive, p.args, p.primitive_src_md, p.primitive_dst_md,
                   p.scratchpad_md, data);
   }

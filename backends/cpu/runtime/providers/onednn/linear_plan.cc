@@ -63,13 +63,13 @@ void LinearPlan::run(const float* input, float* output, const float* residual) c
     run_pieces(state, p.pieces, [&](const Piece& piece) {
       PieceData data = piece_data(input, output + piece.dst_offset, piece.weights,
                                   p.has_bias ? &piece.bias : nullptr);
-      data.tail = p.tail ? &*p.tail : nullptr;
+      data.tail = tail_of(p.tail);
       return data;
     });
     return;
   }
   PieceData data = piece_data(input, output, p.weights, p.has_bias ? &p.bias : nullptr);
-  data.tail = p.tail ? &*p.tail : nullptr;
+  data.tail = tail_of(p.tail);
   execute_whole(state, p.primitive, p.args, p.src_md, p.dst_md, p.scratchpad_md, data);
 }
 

@@ -59,7 +59,7 @@ void MatmulPlan::run(const float* a, const float* b, float* output, const float*
       data.dst = output + piece.dst_offset;
       data.weights_md = &piece.weights_md;
       data.weights = b + piece.weights_offset;
-      data.tail = p.tail ? &*p.tail : nullptr;
+      data.tail = tail_of(p.tail);
       return data;
     });
     return;
@@ -69,7 +69,7 @@ void MatmulPlan::run(const float* a, const float* b, float* output, const float*
   data.dst = output;
   data.weights_md = &p.b_md;
   data.weights = b;
-  data.tail = p.tail ? &*p.tail : nullptr;
+  data.tail = tail_of(p.tail);
   execute_whole(state, p.primitive, p.args, p.a_md, p.dst_md, p.scratchpad_md, data);
 }
 

@@ -263,13 +263,16 @@ struct PieceData {
 struct SplitPostOps {
   PostOps primitive;
   std::optional<Activation> tail;
-  const Activation* tail_ptr() const { return tail ? &*tail : nullptr; }
   // For implementation(): " + vector silu" when there is a tail.
   std::string note() const {
     return tail ? std::string(" + vector ") + activation_name(tail->kind) : std::string();
   }
 };
 SplitPostOps split_tail(const PostOps& post_ops, bool keep = false);
+// A plan's tail as PieceData::tail wants it: null when there is none.
+inline const Activation* tail_of(const std::optional<Activation>& tail) {
+  return tail ? &*tail : nullptr;
+}
 // Whether the tail can run over `md`: every byte an element (plain, channels-last and other
 // unpadded orders), or rows of a 2-D matrix with unit column stride.
 bool tail_fits(const memory::desc& md);

@@ -1009,6 +1009,16 @@ bool deconv_enabled() {
   return env == nullptr || std::string(env) != "0";
 }
 
+// Prepares `kernel` with plain activations (finalize may prepare it again with chained ones),
+// adds it to the session and hands it to the runtime.
+Error bind_prepared(std::unique_ptr<OnednnKernel> kernel, OnednnSession& session,
+                    std::unique_ptr<BoundKernel>* out) {
+  kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
+  session.add(kernel.get());
+  *out = std::move(kernel);
+  return Error::Ok;
+}
+
 // aten::convolution.out with transposed=True: oneDNN's deconvolution, with the offered ReLU /
 // clamp / residual-add steps as post-ops.
 Error bind_deconv(const OpBinding& op, OnednnSession& session, std::unique_ptr<BoundKernel>* out,
@@ -1084,10 +1094,7 @@ Error bind_deconv(const OpBinding& op, OnednnSession& session, std::unique_ptr<B
       &recipe.post, &residual);
   auto kernel = std::make_unique<DeconvKernel>(std::move(recipe), input,
                                                final_output(op, 9, *fused), residual);
-  kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
-  session.add(kernel.get());
-  *out = std::move(kernel);
-  return Error::Ok;
+  return bind_prepared(std::move(kernel), session, out);
 }
 
 Error bind_conv(const OpBinding& op, OnednnSession& session, std::unique_ptr<BoundKernel>* out,
@@ -1113,10 +1120,7 @@ Error bind_conv(const OpBinding& op, OnednnSession& session, std::unique_ptr<Bou
       &recipe.post, &residual);
   auto kernel = std::make_unique<ConvKernel>(std::move(recipe), input,
                                              final_output(op, 9, *fused), residual);
-  kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
-  session.add(kernel.get());
-  *out = std::move(kernel);
-  return Error::Ok;
+  return bind_prepared(std::move(kernel), session, out);
 }
 
 bool bias_is_vector(const Tensor* bias, int64_t n) {
@@ -1276,10 +1280,7 @@ Error bind_max_pool(const OpBinding& op, OnednnSession& session,
     return Error::NotSupported;
   }
   auto kernel = max_pool_kernel(params, input, output);
-  kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
-  session.add(kernel.get());
-  *out = std::move(kernel);
-  return Error::Ok;
+  return bind_prepared(std::move(kernel), session, out);
 }
 
 // aten::mean.out(self, dim[]?, keepdim, *, dtype?, out): taken for float32 over exactly the
@@ -1317,10 +1318,7 @@ Error bind_mean(const OpBinding& op, OnednnSession& session, std::unique_ptr<Bou
     return Error::NotSupported;
   }
   auto kernel = std::make_unique<MeanKernel>(input, output);
-  kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
-  session.add(kernel.get());
-  *out = std::move(kernel);
-  return Error::Ok;
+  return bind_prepared(std::move(kernel), session, out);
 }
 
 // The activation a routed elementwise kernel computes from its arguments (self first, out last);
@@ -1422,10 +1420,7 @@ Error bind_eltwise(const OpBinding& op, OnednnSession& session,
   if (!parse_activation(op, &activation, decline)) return Error::NotSupported;
   auto kernel = std::make_unique<EltwiseKernel>(activation, input,
                                                 &op.args[op.args.size() - 2]->toTensor());
-  kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
-  session.add(kernel.get());
-  *out = std::move(kernel);
-  return Error::Ok;
+  return bind_prepared(std::move(kernel), session, out);
 }
 
 // aten::add.out / sub.out (self, other, *, alpha, out), aten::mul.out / div.out (self, other,
@@ -1466,18 +1461,7 @@ Error bind_binary(const OpBinding& op, onednn::BinaryOp kind, const char* what,
     return Error::NotSupported;
   }
   auto kernel = std::make_unique<BinaryKernel>(kind, a, b, output);
-  kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
-  session.add(kernel.get());
-  *out = std::move(kernel);
-  return Error::Ok;
-}
-
-Error bind_pool_kernel(std::unique_ptr<OnednnKernel> kernel, OnednnSession& session,
-                       std::unique_ptr<BoundKernel>* out) {
-  kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
-  session.add(kernel.get());
-  *out = std::move(kernel);
-  return Error::Ok;
+  return bind_prepared(std::move(kernel), session, out);
 }
 
 // aten::avg_pool2d.out(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
@@ -1520,7 +1504,7 @@ Error bind_avg_pool(const OpBinding& op, OnednnSession& session,
     decline->reason = support.reason;
     return Error::NotSupported;
   }
-  return bind_pool_kernel(avg_pool_kernel(params, include, input, output), session, out);
+  return bind_prepared(avg_pool_kernel(params, include, input, output), session, out);
 }
 
 // aten::_adaptive_avg_pool2d.out(self, output_size, *, out): taken when the output size divides
@@ -1557,7 +1541,7 @@ Error bind_adaptive_avg_pool(const OpBinding& op, OnednnSession& session,
     decline->reason = support.reason;
     return Error::NotSupported;
   }
-  return bind_pool_kernel(avg_pool_kernel(params, false, input, output), session, out);
+  return bind_prepared(avg_pool_kernel(params, false, input, output), session, out);
 }
 
 // aten::_softmax.out / aten::_log_softmax.out(self, dim, half_to_float, *, out): float32, the
@@ -1589,7 +1573,7 @@ Error bind_softmax(const OpBinding& op, bool log, OnednnSession& session,
         return provider.prepare_softmax(log, axis, in, out_layout);
       },
       input, output, /*output_follows_input=*/true);
-  return bind_pool_kernel(std::move(kernel), session, out);
+  return bind_prepared(std::move(kernel), session, out);
 }
 
 // aten::upsample_nearest2d.vec_out(input, output_size?, scale_factors?, *, out) and
@@ -1637,7 +1621,7 @@ Error bind_upsample(const OpBinding& op, bool linear, OnednnSession& session,
     decline->reason = support.reason;
     return Error::NotSupported;
   }
-  return bind_pool_kernel(resample_kernel(linear, input, output), session, out);
+  return bind_prepared(resample_kernel(linear, input, output), session, out);
 }
 
 // aten::cat.out(tensors, dim, *, out): float32 tensors of one rank.
@@ -1668,7 +1652,7 @@ Error bind_cat(const OpBinding& op, OnednnSession& session, std::unique_ptr<Boun
     decline->reason = support.reason;
     return Error::NotSupported;
   }
-  return bind_pool_kernel(std::make_unique<ConcatKernel>(std::move(inputs), axis, output),
+  return bind_prepared(std::make_unique<ConcatKernel>(std::move(inputs), axis, output),
                           session, out);
 }
 

@@ -10,17 +10,15 @@ namespace onednn {
 
 namespace {
 
-int64_t elements_of(const memory::desc& md) {
-  int64_t elements = 1;
-  for (const int64_t d : md.get_dims()) elements *= d;
-  return elements;
+// Bytes of `md` if it held its elements and nothing else.
+size_t dense_bytes(const memory::desc& md) {
+  return static_cast<size_t>(product(md.get_dims())) * sizeof(float);
 }
 
 // The tail over `md`'s elements at `dst`, in place (tail_fits(md) was checked at prepare).
 void apply_tail(const Activation& tail, const memory::desc& md, float* dst) {
-  const int64_t elements = elements_of(md);
-  if (md.get_size() == static_cast<size_t>(elements) * sizeof(float)) {
-    apply_vector_activation(tail, dst, dst, static_cast<size_t>(elements));
+  if (md.get_size() == dense_bytes(md)) {
+    apply_vector_activation(tail, dst, dst, dense_bytes(md) / sizeof(float));
     return;
   }
   const Dims dims = md.get_dims();
@@ -69,10 +67,11 @@ SplitPostOps split_tail(const PostOps& post_ops, bool keep) {
 }
 
 bool tail_fits(const memory::desc& md) {
-  if (md.get_data_type() != memory::data_type::f32 || md.get_format_kind() != dnnl::memory::format_kind::blocked) {
+  if (md.get_data_type() != memory::data_type::f32 ||
+      md.get_format_kind() != dnnl::memory::format_kind::blocked) {
     return false;
   }
-  if (md.get_size() == static_cast<size_t>(elements_of(md)) * sizeof(float)) return true;
+  if (md.get_size() == dense_bytes(md)) return true;
   const Dims strides = md.get_strides();
   return md.get_ndims() == 2 && md.get_inner_nblks() == 0 && strides[1] == 1 &&
          strides[0] >= md.get_dims()[1];
