@@ -9,14 +9,18 @@ Paths: ``eager`` (torch, 2 threads), ``xnnpack`` (ExecuTorch's XNNPACK delegate)
 provider's plans chained in channels-last with fused bias/ReLU/ReLU6/residual add, torch's pooling
 on the NHWC buffers in between (what the CPU delegate's runtime would do, minus its dispatch cost).
 Single layers (``layer_*``) and a 2048^3 GEMM compare GFLOP/s against ``torch.nn.functional.conv2d``
-and ``torch.mm``. After the harness table, a second table prints GFLOP/s per variant and the
-provider's own memory (reordered weights, scratchpad, staging).
+and ``torch.mm``. ``head_*``: a batch-1 classifier head with cold weights, as in a whole model
+(each call runs the next of ``HEAD_COPIES`` copies, together larger than L3, so its weights were
+evicted since they were last read): XNNPACK, the provider's ``RowGemm`` and oneDNN's GEMM
+(``ET_CPU_ROW_GEMM=0`` at prepare). After the harness table, a second table prints GFLOP/s per
+variant and the provider's own memory (reordered weights, scratchpad, staging).
 
     bazel run //tools/bench:onednn_bench -- [--only resnet18] [--no-memory] [--threads 2]
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import os
@@ -459,6 +463,76 @@ def make_onednn_matmul(m: int, k: int, n: int) -> harness.Runner:
     return lambda: plan.run_into(out, a, b)
 
 
+# Batch-1 classifier heads (k -> n): MobileNetV3-Small's two, and the 1280 -> 1000 of
+# MobileNetV2 / EfficientNet-B0.
+HEADS = ((576, 1024), (1024, 1000), (1280, 1000))
+# Copies per head variant that calls rotate through: 12 x 4-5 MB outgrows the 32 MB L3 here.
+HEAD_COPIES = 12
+
+
+# Program bytes the loaded head modules read from.
+KEEP: list[bytes] = []
+
+
+def _head_weights(k: int, n: int, copy: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(copy)
+    return torch.randn(n, k, generator=generator) / math.sqrt(k), torch.randn(
+        n, generator=generator
+    )
+
+
+def _rotating(calls: Sequence[Callable[[], object]]) -> harness.Runner:
+    state = {"next": 0}
+
+    def run() -> object:
+        index = state["next"]
+        state["next"] = (index + 1) % len(calls)
+        return calls[index]()
+
+    return run
+
+
+def make_head_provider(k: int, n: int, row_gemm: bool) -> harness.Runner:
+    """The head on the provider's LinearPlan: RowGemm, or oneDNN's GEMM with ET_CPU_ROW_GEMM=0."""
+    provider = Provider(num_threads=THREADS)
+    x = torch.randn(1, k)
+    saved = os.environ.pop("ET_CPU_ROW_GEMM", None)
+    if not row_gemm:
+        os.environ["ET_CPU_ROW_GEMM"] = "0"  # read at prepare
+    try:
+        plans = [provider.linear(1, *_head_weights(k, n, copy)) for copy in range(HEAD_COPIES)]
+    finally:
+        os.environ.pop("ET_CPU_ROW_GEMM", None)
+        if saved is not None:
+            os.environ["ET_CPU_ROW_GEMM"] = saved
+    if plans[0].describe().startswith("row_gemm") != row_gemm:
+        raise AssertionError(f"head {k}->{n}: row_gemm={row_gemm} ran {plans[0].describe()}")
+    out = plans[0].new_output()
+    return _rotating([functools.partial(plan.run_into, out, x) for plan in plans])
+
+
+def make_head_xnnpack(k: int, n: int) -> harness.Runner:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.extension.pybindings import portable_lib
+
+    x = torch.randn(1, k)
+    calls: list[Callable[[], object]] = []
+    for copy in range(HEAD_COPIES):
+        head = nn.Linear(k, n).eval()
+        weight, bias = _head_weights(k, n, copy)
+        with torch.no_grad():
+            head.weight.copy_(weight)
+            head.bias.copy_(bias)
+        program = torch.export.export(head, (x,))
+        pte = to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+        buffer = pte.to_executorch().buffer
+        module = portable_lib._load_for_executorch_from_buffer(buffer)
+        KEEP.append(buffer)  # the runtime does not own the program's bytes (see FACTS.md)
+        calls.append(functools.partial(module.forward, [x]))
+    return _rotating(calls)
+
+
 GFLOP: dict[str, float] = {}
 
 
@@ -508,6 +582,25 @@ def benchmarks() -> list[harness.Benchmark]:
                     harness.Variant("torch_mm", make_torch_mm, dims),
                     harness.Variant("onednn_linear", make_onednn_linear, dims),
                     harness.Variant("onednn_matmul", make_onednn_matmul, dims),
+                ],
+            )
+        )
+    for k, n in HEADS:
+        name = f"head_{k}x{n}"
+        GFLOP[name] = 2 * k * n / 1e9
+        out.append(
+            harness.Benchmark(
+                name=name,
+                baseline="xnnpack",
+                notes=f"batch 1, cold weights ({HEAD_COPIES} copies in rotation)",
+                variants=[
+                    harness.Variant("xnnpack", make_head_xnnpack, {"k": k, "n": n}),
+                    harness.Variant(
+                        "row_gemm", make_head_provider, {"k": k, "n": n, "row_gemm": True}
+                    ),
+                    harness.Variant(
+                        "onednn_gemm", make_head_provider, {"k": k, "n": n, "row_gemm": False}
+                    ),
                 ],
             )
         )

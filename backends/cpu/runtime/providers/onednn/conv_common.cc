@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "backends/cpu/runtime/providers/onednn/row_gemm.h"
+
 namespace et_cpu_plugin {
 namespace onednn {
 
@@ -61,6 +63,7 @@ void ConvCore::describe_split() {
 }
 
 size_t ConvCore::weights_bytes() const {
+  if (row_gemm) return row_gemm->weights_bytes();
   size_t total = weights.md.get_size() + (has_bias ? bias.md.get_size() : 0);
   // Channel pieces own their weight blocks; other pieces' weights are empty (the plan's).
   for (const Piece& piece : pieces) {
@@ -117,6 +120,10 @@ void ConvCore::run(const char* what, const float* input, float* output,
   ProviderState& state = *p.state;
   if (p.has_add && residual == nullptr) {
     throw ProviderError(std::string(what) + ": post-op add needs a residual tensor, got null");
+  }
+  if (p.row_gemm) {
+    run_row_gemm(state, *p.row_gemm, p.row_gemm_tasks, input, output, residual);
+    return;
   }
   ThreadCountGuard threads(state.omp_threads);
   const memory::desc& input_md = p.input_layout.impl().md;

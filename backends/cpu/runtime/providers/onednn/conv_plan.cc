@@ -1,6 +1,10 @@
 // Convolution plans (ConvPlan): the primitive's layouts and the splits into rows, images, channels.
 #include "backends/cpu/runtime/providers/onednn/onednn_internal.h"
 
+#include <algorithm>
+
+#include "backends/cpu/runtime/providers/onednn/row_gemm.h"
+
 namespace et_cpu_plugin {
 namespace onednn {
 
@@ -108,6 +112,7 @@ std::string ConvPlan::implementation() const {
   return impl_->implementation;
 }
 size_t ConvPlan::pieces() const {
+  if (impl_->row_gemm) return impl_->row_gemm_tasks;
   return std::max<size_t>(1, impl_->pieces.size());
 }
 
@@ -234,6 +239,49 @@ std::vector<Piece> split_conv(
   return split_images_or_rows(state, src_dims, dst_dims, flops, padding, padding, band, make);
 }
 
+// Whether the convolution is a product over one pixel per image that RowGemm runs: a dense 1x1
+// kernel on a 1x1 input (squeeze-excite's convolutions after the global pool), the input in a
+// layout where each image's channels are contiguous (plain and channels-last coincide there).
+bool is_row_product(const ConvParams& p, const PostOps& post_ops, const memory::desc& src_md) {
+  const auto ones = [](const std::vector<int64_t>& v) {
+    return std::all_of(v.begin(), v.end(), [](int64_t x) { return x == 1; });
+  };
+  const bool no_padding = std::all_of(p.padding.begin(), p.padding.end(),
+                                      [](int64_t x) { return x == 0; });
+  if (p.groups != 1 || !ones(p.input_size) || !ones(p.kernel_size) || !no_padding) {
+    return false;
+  }
+  Dims src_dims{p.batch, p.in_channels};
+  src_dims.insert(src_dims.end(), p.input_size.begin(), p.input_size.end());
+  const bool dense = src_md == plain_md(src_dims) || src_md == channels_last_md(src_dims);
+  return dense && row_gemm_supports(p.batch, post_ops);
+}
+
+// The plan of a row product (is_row_product): our kernel, the caller's layouts as they are.
+ConvPlan prepare_row_product(const std::shared_ptr<ProviderState>& state, const ConvParams& p,
+                             const float* weight, const float* bias, const PostOps& post_ops,
+                             const memory::desc& src_md, OutputLayout output) {
+  auto impl = std::make_shared<ConvPlan::Impl>();
+  impl->state = state;
+  impl->row_gemm = std::make_shared<RowGemm>(p.batch, p.in_channels, p.out_channels, weight,
+                                             /*weight_is_k_by_n=*/false, bias, post_ops);
+  impl->row_gemm_tasks =
+      row_gemm_tasks(*state, *impl->row_gemm, p.batch, p.in_channels, p.out_channels);
+  impl->has_bias = bias != nullptr;
+  impl->has_add = has_add(post_ops);
+  Dims dst_dims{p.batch, p.out_channels};
+  dst_dims.insert(dst_dims.end(), p.input_size.size(), 1);
+  impl->input_layout = layout_of(src_md);
+  impl->output_layout = layout_of(output == OutputLayout::kPlain ? plain_md(dst_dims)
+                                                                 : channels_last_md(dst_dims));
+  impl->implementation = "row_gemm:avx512";
+  if (impl->row_gemm_tasks > 1) {
+    impl->implementation += ", " + std::to_string(impl->row_gemm_tasks) + " pieces";
+  }
+  state->weights_bytes += impl->row_gemm->weights_bytes();
+  return ConvPlan(std::move(impl));
+}
+
 }  // namespace
 
 ConvPlan Provider::prepare_conv(
@@ -281,6 +329,10 @@ ConvPlan Provider::prepare_conv(
         " != convolution input dims " + dims_to_string(src_dims));
   }
   const memory::desc given_src_md = layouts.input ? layouts.input->impl().md : plain_md(src_dims);
+  if (is_row_product(params, post_ops, given_src_md)) {
+    return prepare_row_product(state_, params, weight, bias, post_ops, given_src_md,
+                               layouts.output);
+  }
   const memory::desc bias_md = bias ? any_md({params.out_channels}) : memory::desc();
 
   return wrap_dnnl("prepare_conv", [&] {

@@ -3,6 +3,8 @@
 
 #include <cstring>
 
+#include "backends/cpu/runtime/providers/onednn/row_gemm.h"
+
 namespace et_cpu_plugin {
 namespace onednn {
 
@@ -30,6 +32,9 @@ struct LinearPlan::Impl {
   std::optional<Activation> tail;  // run by the plan after each call (split_tail)
   // Work sharing: column blocks of the output, each with its own weights; empty = one call.
   std::vector<Piece> pieces;
+  // A few rows (batch-1 heads): our own kernel instead of the primitive (row_gemm.h).
+  std::shared_ptr<const RowGemm> row_gemm;
+  size_t row_gemm_tasks = 1;
   size_t weights_bytes = 0;
   mutable std::unordered_map<int, memory> args;  // the whole op's, made on the first run
 };
@@ -46,6 +51,7 @@ std::string LinearPlan::implementation() const {
   return impl_->implementation;
 }
 size_t LinearPlan::pieces() const {
+  if (impl_->row_gemm) return impl_->row_gemm_tasks;
   return std::max<size_t>(1, impl_->pieces.size());
 }
 
@@ -54,6 +60,10 @@ void LinearPlan::run(const float* input, float* output, const float* residual) c
   ProviderState& state = *p.state;
   if (p.has_add && residual == nullptr) {
     throw ProviderError("linear plan: post-op add needs a residual tensor, got null");
+  }
+  if (p.row_gemm) {
+    run_row_gemm(state, *p.row_gemm, p.row_gemm_tasks, input, output, residual);
+    return;
   }
   ThreadCountGuard threads(state.omp_threads);
   if (p.has_add && residual != output) {
@@ -144,6 +154,21 @@ LinearPlan Provider::prepare_linear(
       ? plain_md({k, n})
       : memory::desc({k, n}, memory::data_type::f32, Dims{1, k});
 
+  if (row_gemm_supports(m, post_ops)) {
+    auto impl = std::make_shared<LinearPlan::Impl>();
+    impl->state = state_;
+    impl->row_gemm = std::make_shared<RowGemm>(m, k, n, weight, params.weight_is_k_by_n, bias,
+                                               post_ops);
+    impl->row_gemm_tasks = row_gemm_tasks(state, *impl->row_gemm, m, k, n);
+    impl->has_add = has_add(post_ops);
+    impl->implementation = "row_gemm:avx512";
+    if (impl->row_gemm_tasks > 1) {
+      impl->implementation += ", " + std::to_string(impl->row_gemm_tasks) + " pieces";
+    }
+    impl->weights_bytes = impl->row_gemm->weights_bytes();
+    state.weights_bytes += impl->weights_bytes;
+    return LinearPlan(std::move(impl));
+  }
   return wrap_dnnl("prepare_linear", [&] {
     using Impl = LinearPlan::Impl;
     auto impl = std::make_shared<Impl>();

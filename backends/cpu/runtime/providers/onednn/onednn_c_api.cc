@@ -41,11 +41,16 @@ void copy_out(const std::string& text, char* out, size_t size) {
   out[n] = '\0';
 }
 
-// Post-op kinds 3 and 4.
-onednn::Activation activation_of_kind(int kind) {
+// Post-op kinds 3 to 7 (`alpha`: leaky relu's slope).
+onednn::Activation activation_of_kind(int kind, float alpha = 0.0f) {
+  using Kind = onednn::Activation::Kind;
   onednn::Activation activation;
-  activation.kind =
-      kind == 3 ? onednn::Activation::Kind::kSigmoid : onednn::Activation::Kind::kSilu;
+  activation.kind = kind == 3   ? Kind::kSigmoid
+                    : kind == 4 ? Kind::kSilu
+                    : kind == 5 ? Kind::kHardswish
+                    : kind == 6 ? Kind::kHardsigmoid
+                                : Kind::kLeakyRelu;
+  activation.alpha = alpha;
   return activation;
 }
 
@@ -64,12 +69,16 @@ onednn::PostOps post_ops_from(const int* kinds, const float* mins, const float* 
         break;
       case 3:
       case 4:
-        ops.push_back(onednn::PostOp::act(activation_of_kind(kinds[i])));
+      case 5:
+      case 6:
+      case 7:
+        ops.push_back(onednn::PostOp::act(activation_of_kind(kinds[i], mins[i])));
         break;
       default:
         throw onednn::ProviderError(
             "post_kinds[" + std::to_string(i) + "] = " + std::to_string(kinds[i]) +
-            " is not 0 (add), 1 (relu), 2 (clamp), 3 (sigmoid) or 4 (silu)");
+            " is not 0 (add), 1 (relu), 2 (clamp), 3 (sigmoid), 4 (silu), 5 (hardswish), "
+            "6 (hardsigmoid) or 7 (leaky relu)");
     }
   }
   return ops;

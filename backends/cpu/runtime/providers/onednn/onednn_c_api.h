@@ -3,7 +3,8 @@
 //
 // Every function that can fail returns NULL or a non-zero int and leaves the message in
 // etdnn_last_error() (per thread). Post-ops are three parallel arrays: kinds (0 = residual add,
-// 1 = relu, 2 = clamp, 3 = sigmoid, 4 = silu), clamp minimums and clamp maximums.
+// 1 = relu, 2 = clamp, 3 = sigmoid, 4 = silu, 5 = hardswish, 6 = hardsigmoid, 7 = leaky relu),
+// minimums (clamp's, or leaky relu's slope) and maximums (clamp's).
 #pragma once
 
 #include <stddef.h>

@@ -17,13 +17,14 @@ _ENV_VAR = "ONEDNN_PROVIDER_SO"
 _PACKAGE = "backends/cpu/runtime/providers/onednn"
 _LIBRARY = "libonednn_provider_c.so"
 
-ADD, RELU, CLAMP, SIGMOID, SILU = 0, 1, 2, 3, 4
+ADD, RELU, CLAMP, SIGMOID, SILU, HARDSWISH, HARDSIGMOID, LEAKY_RELU = range(8)
 _OUTPUT_LAYOUTS = {"plain": 0, "channels_last": 1, "best": 2}
 
 
 @dataclass(frozen=True)
 class PostOp:
-    """One fused post-op: kind ADD (residual), RELU, CLAMP(lo, hi), SIGMOID or SILU."""
+    """One fused post-op: kind ADD (residual), RELU, CLAMP(lo, hi), SIGMOID, SILU, HARDSWISH,
+    HARDSIGMOID or LEAKY_RELU (slope in `lo`)."""
 
     kind: int
     lo: float = 0.0

@@ -149,6 +149,8 @@ const char* activation_name(Activation::Kind kind);
 // ---------------------------------------------------------------------------------------------
 // Provider state shared by the plans
 
+class RowGemm;
+
 struct ProviderState {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream{engine};
@@ -329,6 +331,13 @@ struct WholeOp {
 };
 // Runs one piece on `worker`'s stream and scratchpad.
 void execute_piece(ProviderState& state, const Piece& piece, int worker, const PieceData& data);
+// Runs `gemm` on x / y / residual (see RowGemm::run), its column groups shared out on the pool
+// in `tasks` contiguous ranges (1: on the calling thread).
+void run_row_gemm(ProviderState& state, const RowGemm& gemm, size_t tasks, const float* x,
+                  float* y, const float* residual);
+// How many tasks run_row_gemm shares `gemm` out in.
+size_t row_gemm_tasks(const ProviderState& state, const RowGemm& gemm, int64_t rows, int64_t k,
+                      int64_t n);
 // Runs every piece on the pool; `data(piece)` gives what it reads and writes.
 void run_pieces(ProviderState& state, const std::vector<Piece>& pieces,
                 const std::function<PieceData(const Piece&)>& data);
@@ -423,6 +432,10 @@ struct ConvCore {
   bool has_add = false;
   // A trailing sigmoid / SiLU run by the plan on each piece's destination (split_tail).
   std::optional<Activation> tail;
+  // A product over one pixel (1x1 kernel, 1x1 input: squeeze-excite) runs on our own kernel
+  // instead of the primitive (row_gemm.h); then only the layouts below are set.
+  std::shared_ptr<const RowGemm> row_gemm;
+  size_t row_gemm_tasks = 1;
   Layout input_layout{nullptr};
   Layout output_layout{nullptr};
   // What the primitive reads and writes (its own choice of layouts, or channels-last); where

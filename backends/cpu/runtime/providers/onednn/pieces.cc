@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "backends/cpu/runtime/providers/onednn/row_gemm.h"
 #include "backends/cpu/runtime/providers/onednn/vector_activations.h"
 
 namespace et_cpu_plugin {
@@ -134,6 +135,23 @@ void run_pieces(ProviderState& state, const std::vector<Piece>& pieces,
                 const std::function<PieceData(const Piece&)>& data) {
   state.pool->run(pieces.size(), [&](size_t index, int worker) {
     execute_piece(state, pieces[index], worker, data(pieces[index]));
+  });
+}
+
+size_t row_gemm_tasks(const ProviderState& state, const RowGemm& gemm, int64_t rows, int64_t k,
+                      int64_t n) {
+  return state.pieces_for(2.0 * static_cast<double>(rows * k * n), gemm.groups());
+}
+
+void run_row_gemm(ProviderState& state, const RowGemm& gemm, size_t tasks, const float* x,
+                  float* y, const float* residual) {
+  if (tasks < 2) {
+    gemm.run(x, y, residual, 0, gemm.groups());
+    return;
+  }
+  state.pool->run(tasks, [&](size_t index, int) {
+    const auto [first, last] = slice_of(gemm.groups(), tasks, index);
+    gemm.run(x, y, residual, first, last);
   });
 }
 

@@ -37,9 +37,12 @@ def define_common_targets():
             "pieces.cc",
             "pooling_plan.cc",
             "resampling_plan.cc",
+            "row_gemm.cc",
+            "row_gemm.h",
             "softmax_plan.cc",
             "vector_activations.cc",
             "vector_activations.h",
+            "vector_math.h",
             "work_pool.cc",
             "work_pool.h",
         ],
@@ -96,6 +99,14 @@ def define_common_targets():
     runtime.python_test(
         name = "onednn_provider_test",
         srcs = ["onednn_provider_test.py"],
+        data = [":libonednn_provider_c.so"],
+        env = {"ONEDNN_PROVIDER_SO": "$(rootpath :libonednn_provider_c.so)"},
+        deps = [":onednn_ctypes"],
+    )
+
+    runtime.python_test(
+        name = "row_gemm_test",
+        srcs = ["row_gemm_test.py"],
         data = [":libonednn_provider_c.so"],
         env = {"ONEDNN_PROVIDER_SO": "$(rootpath :libonednn_provider_c.so)"},
         deps = [":onednn_ctypes"],
