@@ -180,6 +180,51 @@ def test_large_binary_ops_split_on_two_threads() -> None:
         assert "work sharing, 1 ops split" in summary, summary
 
 
+class ChannelGate(torch.nn.Module):
+    """A convolution's (channels-last) or the input's (plain) activation y with a per-channel
+    vector v, each op and operand order (our ChannelBinary kernel, channel_binary.h)."""
+
+    def __init__(self, channels: int, conv: bool) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(channels, channels, 3, padding=1) if conv else None
+        # Read by a convolution only, a result stays channels-last like its operand (the SE gate
+        # product before the projection).
+        self.after = torch.nn.Conv2d(channels, 8, 1) if conv else None
+
+    def forward(self, x: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        y = torch.relu(self.conv(x)) if self.conv is not None else x
+        results = (y * v, v * y, y + v, v - y, y / v)
+        after = self.after
+        return tuple(after(r) for r in results) if after is not None else results
+
+
+@pytest.mark.parametrize("kernel", ["1", "0"], ids=["ours", "oneDNN"])
+@pytest.mark.parametrize(
+    ("batch", "vector_batch", "channels", "size", "conv"),
+    [(1, 1, 72, 9, True), (2, 2, 20, 5, True), (2, 1, 24, 7, False)],
+    ids=["nhwc", "nhwc_batch", "plain_shared_vector"],
+)
+def test_channel_vector_ops_on_either_kernel(
+    kernel: str, batch: int, vector_batch: int, channels: int, size: int, conv: bool
+) -> None:
+    torch.manual_seed(channels + size)
+    model = ChannelGate(channels, conv).eval()
+    x = torch.randn(batch, channels, size, size)
+    (v,) = _inputs("div", [vector_batch, channels, 1, 1])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ET_CPU_CHANNEL_BINARY", kernel)
+        patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")  # split into row bands where it can
+        out_opt, out_ref, placement = run_both(model, (x, v))
+    with torch.no_grad():
+        expected = model(x, v)
+    for got, reference, want in zip(out_opt, out_ref, expected, strict=True):
+        assert_close_scaled(got, reference)
+        assert_close_scaled(got, want)
+    (summary,) = [line for line in placement if line.startswith("Optimized(oneDNN): ")]
+    ours = 5 if kernel == "1" else 0
+    assert f"{ours} channel_binary" in summary, summary
+
+
 class Declined(torch.nn.Module):
     def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> Any:
         return (

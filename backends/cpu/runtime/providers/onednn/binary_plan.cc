@@ -2,6 +2,10 @@
 // primitive, on the operands' own layouts (plain or channels-last).
 #include "backends/cpu/runtime/providers/onednn/onednn_internal.h"
 
+#include <optional>
+
+#include "backends/cpu/runtime/providers/onednn/channel_binary.h"
+
 namespace et_cpu_plugin {
 namespace onednn {
 
@@ -51,6 +55,34 @@ bool same_bytes(const memory::desc& a, const memory::desc& b) {
     if (dims[i] > 1 && sa[i] != sb[i]) return false;
   }
   return true;
+}
+
+// The op as a ChannelBinary when it is one: the output-sized operand `full` already in the
+// output's plain or channels-last layout, the other {N or 1, C, 1, ...} (the same bytes in any
+// layout), rank 3 to 5.
+std::optional<ChannelBinary> as_channel_binary(BinaryOp op, const Layout& full,
+                                               const Layout& vector, const Layout& output,
+                                               bool vector_first) {
+  const std::vector<int64_t>& dims = output.dims();
+  const std::vector<int64_t>& v = vector.dims();
+  if (!channel_binary_enabled() || dims.size() < 3 || dims.size() > 5 || full != output ||
+      !(output.is_plain() || output.is_channels_last()) ||
+      !(vector.is_plain() || vector.is_channels_last())) {
+    return std::nullopt;
+  }
+  if ((v[0] != dims[0] && v[0] != 1) || v[1] != dims[1]) return std::nullopt;
+  for (size_t i = 2; i < v.size(); ++i) {
+    if (v[i] != 1) return std::nullopt;
+  }
+  ChannelBinary channel;
+  channel.op = op;
+  channel.vector_first = vector_first;
+  channel.channels_last = output.is_channels_last();
+  channel.shared_vector = v[0] == 1 && dims[0] > 1;
+  channel.images = dims[0];
+  channel.channels = dims[1];
+  channel.pixels = static_cast<int64_t>(product(Dims(dims.begin(), dims.end()), 2));
+  return channel;
 }
 
 }  // namespace
@@ -112,6 +144,10 @@ struct BinaryPlan::Impl {
   std::unique_ptr<Staging> stage0;
   std::unique_ptr<Staging> stage1;
   std::vector<Part> parts;  // one: run whole on the calling thread; more: on the pool
+  // An activation with a per-channel vector: our kernel instead (channel_binary.h), its rows in
+  // `channel_tasks` slices.
+  std::optional<ChannelBinary> channel;
+  size_t channel_tasks = 1;
   std::string implementation;
 };
 
@@ -122,7 +158,7 @@ std::string BinaryPlan::implementation() const {
 }
 
 size_t BinaryPlan::pieces() const {
-  return impl_->parts.size();
+  return impl_->channel ? impl_->channel_tasks : impl_->parts.size();
 }
 
 void BinaryPlan::run(const float* a, const float* b, float* output) const {
@@ -131,6 +167,18 @@ void BinaryPlan::run(const float* a, const float* b, float* output) const {
   ThreadCountGuard threads(state.omp_threads);
   const float* src0 = p.swapped ? b : a;
   const float* src1 = p.swapped ? a : b;
+  if (p.channel) {
+    const ChannelBinary& channel = *p.channel;
+    if (p.channel_tasks < 2) {
+      channel.run(src0, src1, output, 0, channel.rows());
+      return;
+    }
+    state.pool->run(p.channel_tasks, [&](size_t index, int) {
+      const auto [first, last] = slice_of(channel.rows(), p.channel_tasks, index);
+      channel.run(src0, src1, output, first, last);
+    });
+    return;
+  }
   auto stage = [&](const Impl::Staging* staging, const float** src) {
     if (staging == nullptr) return;
     float* to = static_cast<float*>(staging->buffer->data());
@@ -198,6 +246,17 @@ BinaryPlan Provider::prepare_binary(BinaryOp op, const Layout& a, const Layout& 
     impl->swapped = a.dims() != output.dims();
     const Layout& first = impl->swapped ? b : a;
     const Layout& second = impl->swapped ? a : b;
+    impl->channel = as_channel_binary(op, first, second, output, impl->swapped);
+    if (impl->channel) {
+      impl->channel_tasks = state.pieces_for(
+          product(Dims(output.dims().begin(), output.dims().end())) * kBinaryFlopsPerElement,
+          impl->channel->rows());
+      impl->implementation = "channel_binary:avx512";
+      if (impl->channel_tasks > 1) {
+        impl->implementation += ", " + std::to_string(impl->channel_tasks) + " pieces";
+      }
+      return BinaryPlan(std::move(impl));
+    }
     const memory::desc dst = output.impl().md;
     const bool dst_channels_last = output.is_channels_last();
     // An operand in the output's format (itself, its bytes read that way, or staged into it).

@@ -293,7 +293,8 @@ auto choose_with_tail(const PostOps& post_ops, SplitPostOps* split, Choose choos
 }
 
 // The memory object `memories[key]` of `md`, pointed at `data`: made on first use, re-pointed
-// afterwards (making one costs ~0.25 us with oneDNN 3.2, re-pointing ~0.01 us).
+// afterwards (making one costs ~0.25 us with oneDNN 3.2, re-pointing ~0.01 us and more for a
+// padded layout, so only a changed pointer is re-pointed).
 memory& point(std::unordered_map<int, memory>& memories, int key, const memory::desc& md,
               const dnnl::engine& engine, const void* data);
 // Runs `primitive` on `worker`'s stream and scratchpad (the provider's own when it has no pool),

@@ -231,6 +231,8 @@ class OnednnKernel : public BoundKernel {
   virtual size_t pieces() const { return 1; }
   // Conversion buffers it holds itself (beside the provider's), for the memory report.
   virtual size_t staging_bytes() const { return 0; }
+  // Its plan's implementation() ("" where the summary does not ask): which kernel runs it.
+  virtual std::string implementation() const { return ""; }
 };
 
 // Runs a kernel's `body`; a provider exception becomes Error::Internal with a log line.
@@ -327,6 +329,7 @@ class ConvLikeKernel final : public OnednnKernel {
     return impl_of(output_);
   }
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+  std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
 
   Error run(KernelRuntimeContext&) override {
     return guarded(Op::kName, [&] {
@@ -366,6 +369,7 @@ class LinearKernel final : public OnednnKernel {
     return {impl_of(input_), impl_of(residual_)};
   }
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+  std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
 
   Error run(KernelRuntimeContext&) override {
     return guarded("linear", [&] {
@@ -621,6 +625,7 @@ class BinaryKernel final : public OnednnKernel {
     return nullptr;
   }
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+  std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
 
   Error run(KernelRuntimeContext&) override {
     return guarded("binary", [&] {
@@ -757,11 +762,20 @@ class OnednnSession final : public ProviderSession {
                                             " ops split"
                                       : provider_->num_threads() == 1 ? std::string("no pool")
                                                                       : std::string("OpenMP")) +
-           "), isa " + provider_->isa();
+           "), isa " + provider_->isa() + "; our own kernels: " +
+           std::to_string(count_implementation("row_gemm")) + " row_gemm, " +
+           std::to_string(count_implementation("channel_binary")) + " channel_binary";
   }
   onednn::Provider& provider() { return *provider_; }
   void add(OnednnKernel* kernel) { kernels_.push_back(kernel); }
   void count_block() { ++blocks_; }
+  // Kernels whose plan runs on the implementation named `prefix` (our own kernels).
+  size_t count_implementation(const std::string& prefix) const {
+    return static_cast<size_t>(
+        std::count_if(kernels_.begin(), kernels_.end(), [&](const OnednnKernel* k) {
+          return k->implementation().rfind(prefix, 0) == 0;
+        }));
+  }
   // Kernels whose plan is split into pieces for the work-sharing pool.
   size_t split_count() const {
     return static_cast<size_t>(std::count_if(

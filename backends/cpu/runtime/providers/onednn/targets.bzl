@@ -24,6 +24,8 @@ def define_common_targets():
         srcs = [
             "binary_plan.cc",
             "block_plan.cc",
+            "channel_binary.cc",
+            "channel_binary.h",
             "concat_plan.cc",
             "conv_common.cc",
             "conv_plan.cc",
