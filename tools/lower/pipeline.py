@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from tools.bench import harness
-from tools.lower import lowering
+from tools.lower import lowering, program_facts
 from tools.lower.errors import ExitCode, LowerError
 from tools.lower.program_io import SourceProgram, export_example, load_pt2
 from tools.lower.report import PathTiming, Report
@@ -126,9 +126,9 @@ def run(request: Request, say: Progress) -> tuple[Report, ExitCode]:
         export_s=export_s,
         lowering_s=lowered.lowering_s,
         delegation=lowered.delegation,
-        batch_norms_before=lowering.count_batch_norms(source.program.graph_module),
+        batch_norms_before=program_facts.count_batch_norms(source.program.graph_module),
         batch_norms_left=lowered.batch_norms_left,
-        constant_bytes=lowering.constant_bytes(source.program),
+        constant_bytes=program_facts.constant_bytes(source.program),
         pte_bytes=len(lowered.pte),
         atol=request.atol,
         rtol=request.rtol,

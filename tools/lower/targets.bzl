@@ -21,9 +21,11 @@ def define_common_targets():
             "lowering.py",
             "main.py",
             "pipeline.py",
+            "program_facts.py",
             "program_io.py",
             "report.py",
             "runtime_check.py",
+            "target_setup.py",
         ],
         visibility = ["//visibility:public"],
         deps = [
