@@ -3,6 +3,8 @@ check, the report, and bad-input handling of the command line (one line, right e
 
 import json
 import os
+import subprocess
+import sys
 import zipfile
 from collections import Counter
 from collections.abc import Callable
@@ -228,3 +230,22 @@ def _zip(path: Path) -> Path:
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("readme.txt", "not a program")
     return path
+
+
+def test_quiet_hides_the_listed_dependency_noise_and_nothing_else() -> None:
+    code = (
+        "import logging, warnings\n"
+        "from tools.lower import quiet\n"
+        "quiet.silence_dependency_noise()\n"
+        "logging.getLogger('torchao').warning('Failed to load /x/_C_mxfp8.so: no GPU')\n"
+        "logging.getLogger('torchao').warning('torchao says something else')\n"
+        "warnings.warn('`isinstance(treespec, LeafSpec)` is deprecated', FutureWarning)\n"
+        "warnings.warn('our own warning')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert "Failed to load" not in proc.stderr and "LeafSpec" not in proc.stderr
+    assert "torchao says something else" in proc.stderr
+    assert "our own warning" in proc.stderr

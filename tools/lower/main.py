@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from tools.lower import quiet
 from tools.lower.errors import ExitCode, LowerError
 
 _EXAMPLE_NAMES = ("resnet", "mobilenet", "mlp_bn", "index")  # kept in step with examples.EXAMPLES
@@ -40,7 +41,8 @@ exit codes:
   3  exporting, lowering, loading or running the program failed
 
 Relative paths are resolved against the directory `bazel run` was started from. Progress goes to
-stderr; the report to stdout (or, with --json -, the JSON report to stdout).
+stderr; the report to stdout (or, with --json -, the JSON report to stdout). Known warnings of
+dependencies (torchao, torch, executorch's Inspector) are hidden; -v shows them.
 """
 
 
@@ -115,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
         "on a busy shared machine, 1 gives steadier timings",
     )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also show the warnings and log messages of dependencies (torch, torchao, "
+        "executorch) that are hidden by default (tools/lower/quiet.py lists them)",
+    )
     return parser
 
 
@@ -135,6 +144,8 @@ def _default_output(args: argparse.Namespace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not args.verbose:
+        quiet.silence_dependency_noise()
     started = time.perf_counter()
 
     def say(message: str) -> None:

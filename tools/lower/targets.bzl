@@ -23,6 +23,7 @@ def define_common_targets():
             "pipeline.py",
             "program_facts.py",
             "program_io.py",
+            "quiet.py",
             "report.py",
             "runtime_check.py",
             "target_setup.py",
