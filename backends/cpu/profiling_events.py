@@ -15,7 +15,7 @@ nodes and op types, of the exported program.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -107,8 +107,7 @@ def debug_handle_map(
     handles = handles_per_node(before, names)
     nodes = {node.name: node for node in program.graph.nodes}
     reads_previous = [
-        i > 0 and nodes[names[i - 1]] in nodes[names[i]].all_input_nodes
-        for i in range(len(names))
+        i > 0 and nodes[names[i - 1]] in nodes[names[i]].all_input_nodes for i in range(len(names))
     ]
     result: dict[str, tuple[int, ...]] = {}
 
@@ -126,7 +125,9 @@ def debug_handle_map(
             continue
         add(i, 1, provider)
         steps = 0
-        while steps < MAX_FUSED_STEPS and i + steps + 1 < len(ops) and reads_previous[i + steps + 1]:
+        while (
+            steps < MAX_FUSED_STEPS and i + steps + 1 < len(ops) and reads_previous[i + steps + 1]
+        ):
             steps += 1
             add(i, 1 + steps, provider)
     return result

@@ -39,9 +39,7 @@ def _profile(
     etrecord = workdir / "model.etrecord"
     program.get_etrecord().save(str(etrecord))
     pte = bytes(program.buffer)
-    module = portable_lib._load_for_executorch_from_buffer(
-        pte, enable_etdump=True
-    )
+    module = portable_lib._load_for_executorch_from_buffer(pte, enable_etdump=True)
     for _ in range(RUNS):
         module.forward(list(inputs))
     placement = loader.last_placement()
