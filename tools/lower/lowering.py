@@ -65,6 +65,8 @@ class Lowered:
     delegation: Delegation
     batch_norms_left: int
     delegate_details: dict[str, Any] = field(default_factory=dict)
+    # executorch's ETRecord of the lowering (lower(..., etrecord=True)), for Inspector.
+    etrecord: Any = None
 
 
 # --- the targets ----------------------------------------------------------------------------------
@@ -99,8 +101,11 @@ def _cpu_target_setup() -> TargetSetup:
 # --- lowering -------------------------------------------------------------------------------------
 
 
-def lower(program: ExportedProgram, target: str, setup: TargetSetup | None = None) -> Lowered:
-    """Lowers a copy of ``program`` for ``target`` to `.pte` bytes; LowerError on failure."""
+def lower(
+    program: ExportedProgram, target: str, setup: TargetSetup | None = None, etrecord: bool = False
+) -> Lowered:
+    """Lowers a copy of ``program`` for ``target`` to `.pte` bytes (and, with ``etrecord``, an
+    ETRecord of the lowering); LowerError on failure."""
     from executorch.exir import to_edge_transform_and_lower
 
     setup = setup or target_setup(target)
@@ -109,9 +114,12 @@ def lower(program: ExportedProgram, target: str, setup: TargetSetup | None = Non
         edge = to_edge_transform_and_lower(
             copy.deepcopy(program),
             partitioner=setup.partitioners or None,
+            generate_etrecord=etrecord,
         )
         analysis = analyse(edge.exported_program().graph_module, setup)
-        pte = edge.to_executorch().buffer
+        executorch_program = edge.to_executorch()
+        pte = executorch_program.buffer
+        record = executorch_program.get_etrecord() if etrecord else None
     except LowerError:
         raise
     except Exception as exc:
@@ -128,6 +136,7 @@ def lower(program: ExportedProgram, target: str, setup: TargetSetup | None = Non
         delegation=delegation,
         batch_norms_left=batch_norms_left,
         delegate_details=details,
+        etrecord=record,
     )
 
 

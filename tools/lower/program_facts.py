@@ -25,6 +25,15 @@ def op_name(target: object) -> str:
     return str(getattr(target, "__name__", target))
 
 
+def short_op_name(op: str) -> str:
+    """`aten.convolution.default` -> `convolution`, `aten.add.Tensor` -> `add.Tensor`: the
+    namespace and the default overload are noise in a report."""
+    parts = op.split(".")
+    if len(parts) == 3 and parts[0] == "aten":
+        return parts[1] if parts[2] == "default" else f"{parts[1]}.{parts[2]}"
+    return op
+
+
 def is_batch_norm(name: str) -> bool:
     return any(name.startswith(f"aten.{bn}.") for bn in _BATCH_NORM_OPS)
 

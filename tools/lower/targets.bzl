@@ -21,6 +21,8 @@ def define_common_targets():
             "lowering.py",
             "main.py",
             "pipeline.py",
+            "profile_chart.py",
+            "profiling.py",
             "program_facts.py",
             "program_io.py",
             "quiet.py",
