@@ -269,15 +269,16 @@ def test_profile_table_shows_the_slowest_ops_then_the_rest_and_the_files() -> No
     lines = render_profile(_profile(PROFILE_ROWS + 2))
     assert lines[0].startswith("Profile (ETDump; mean of 4 run(s) after 1 warm-up): forward")
     assert "DELEGATE_CALL CpuBackend 990.000 ms" in lines[0]
-    assert lines[1].split() == ["node", "op", "provider", "fused", "with", "ms", "share"]
+    assert lines[1].split() == ["node", "op", "provider", "ms", "share", "fused", "with"]
     assert lines[2].split() == [
         "aten_convolution_default_0",
         "linear",
         "Reference",
-        "aten_relu_default",
         "12.0000",
         "1.2%",
+        "aten_relu_default",
     ]
+    assert lines[3].split()[-1] == "-"  # fused with nothing
     assert len([line for line in lines if "aten_convolution_default_" in line]) == PROFILE_ROWS
     assert "  ... 2 more ops: 3.0000 ms (0.3%)" in lines
     assert "  picture: /out/model.profile.svg" in lines
@@ -325,3 +326,20 @@ def test_quiet_hides_the_listed_dependency_noise_and_nothing_else() -> None:
 def test_profile_runs_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
     code, err = _run_cli(["--profile", "--profile-runs", "0"], capsys)
     assert code == ExitCode.BAD_INPUT and "--profile-runs must be >= 1" in err
+
+
+def test_profile_without_a_delegate_counts_each_portable_kernel_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, report = tmp_path / "mlp.pte", tmp_path / "report.json"
+    args = ["--example", "mlp_bn", "--target", "none", "--runs", "0", "--profile"]
+    code = cli.main([*args, "--profile-runs", "2", "-o", str(out), "--json", str(report), "-q"])
+    capsys.readouterr()
+    assert code == ExitCode.OK
+    profile = json.loads(report.read_text())["profile"]
+    ops = profile["ops"]
+    # Named after the program's nodes (through the ETRecord), not ExecuTorch's event names; the
+    # instruction event around each kernel is not counted again.
+    assert ops and all(op["node"].startswith("aten_") for op in ops), ops
+    assert all(op["provider"] == "portable" and op["op"] != "-" for op in ops)
+    assert 0.5 < sum(op["share"] for op in ops) <= 1.0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,9 +19,11 @@ import torch
 from tools.lower.errors import ExitCode, LowerError
 from tools.lower.program_facts import short_op_name
 
-# Containers of the op events in an ETDump run, not ops themselves.
+# Containers of the op events in an ETDump run, not ops themselves: the forward, a delegate
+# call, and the instruction around a portable kernel's own "native_call_<kernel>" event.
 METHOD_EVENT = "Method::execute"
 DELEGATE_EVENT = "DELEGATE_CALL"
+OPERATOR_EVENT = "OPERATOR_CALL"
 # Ops that run outside any delegate: ExecuTorch's portable kernels.
 PORTABLE = "portable"
 
@@ -112,9 +114,26 @@ def _mean(samples: Sequence[float]) -> float:
     return statistics.fmean(samples) if samples else 0.0
 
 
-def summarize(events: Sequence[Any], warmup_runs: int) -> Profile:
+def node_names(etrecord: Any) -> dict[int, str]:
+    """Debug handle -> node name in the ETRecord's edge program (empty without one)."""
+    program = getattr(etrecord, "edge_dialect_program", None)
+    graph = getattr(program, "graph", None)
+    if graph is None:
+        return {}
+    names: dict[int, str] = {}
+    for node in graph.nodes:
+        handle = node.meta.get("debug_handle")
+        if isinstance(handle, int) and node.op == "call_function":
+            names.setdefault(handle, node.name)
+    return names
+
+
+def summarize(
+    events: Sequence[Any], warmup_runs: int, names: Mapping[int, str] | None = None
+) -> Profile:
     """A Profile from the Inspector events of an ETDump's "Execute" block, leaving out the
-    first ``warmup_runs`` samples of each event."""
+    first ``warmup_runs`` samples of each event. ``names`` (debug handle -> node name) names
+    the events that do not name their node themselves (portable kernels)."""
 
     def timed(event: Any) -> list[float]:
         raw = list(event.perf_data.raw) if event.perf_data is not None else []
@@ -127,13 +146,17 @@ def summarize(events: Sequence[Any], warmup_runs: int) -> Profile:
     ops: list[OpTime] = []
     for event in events:
         samples = timed(event)
-        if event.name == METHOD_EVENT or not samples:
+        if event.name in (METHOD_EVENT, OPERATOR_EVENT) or not samples:
             continue
         backend = getattr(event, "delegate_backend_name", None) or None
         if event.name == DELEGATE_EVENT:
             calls.setdefault(backend or "?", []).append(_mean(samples))
             continue
         node, fused, provider = _split_name(str(event.name), backend)
+        given = event.debug_handles if provider is None else None  # an int or a list of them
+        handles = [given] if isinstance(given, int) else sorted(given or [])
+        if handles and names and handles[0] in names:
+            node = names[handles[0]]
         op_types = tuple(short_op_name(str(t)) for t in (event.op_types or []))
         ms = _mean(samples)
         ops.append(
@@ -196,6 +219,6 @@ def profile_program(
         raise LowerError(
             ExitCode.LOWERING_FAILED, f"{paths.etdump}: the ETDump holds no Execute events"
         )
-    profile = summarize(blocks[0].events, warmup_runs)
+    profile = summarize(blocks[0].events, warmup_runs, node_names(etrecord))
     profile.paths = paths
     return profile

@@ -210,23 +210,23 @@ def render_profile(profile: Profile, rows: int = PROFILE_ROWS) -> list[str]:
         + (f"; DELEGATE_CALL {calls}" if calls else ""),
     ]
     shown = p.ops[:rows]
+    # "fused with" last: it can be long (a whole inverted residual block), the figures stay aligned.
     table = [
         (
             op.node,
             op.op,
             op.provider,
-            ", ".join(op.fused_with) or "-",
             f"{op.ms:.4f}",
             f"{100 * op.share:.1f}%",
+            ", ".join(op.fused_with) or "-",
         )
         for op in shown
     ]
-    header = ("node", "op", "provider", "fused with", "ms", "share")
+    header = ("node", "op", "provider", "ms", "share", "fused with")
     widths = [max(len(row[i]) for row in [header, *table]) for i in range(len(header))]
     for row in [header, *table]:
-        cells = [row[i].ljust(widths[i]) for i in range(4)] + [
-            row[i].rjust(widths[i]) for i in range(4, 6)
-        ]
+        cells = [row[i].ljust(widths[i]) for i in range(3)]
+        cells += [row[i].rjust(widths[i]) for i in range(3, 5)] + [row[5]]
         lines.append("  " + "  ".join(cells).rstrip())
     rest = p.ops[rows:]
     if rest:
