@@ -2,7 +2,8 @@
 
 `preprocess` receives one partition (a private copy of it), runs `CPU_PREPROCESS_PASSES`, lifts
 constants and drops unused ones, then serializes the graph into the schema.fbs payload and the
-constants into ExecuTorch's named data store.
+constants into ExecuTorch's named data store. Its debug-handle map names every profiling event
+the runtime may log for the payload (see profiling_events.py).
 """
 
 from collections.abc import Callable
@@ -12,6 +13,7 @@ from executorch.exir.backend.backend_details import BackendDetails, PreprocessRe
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from torch.export import ExportedProgram
 
+from backends.cpu import profiling_events
 from backends.cpu.serialization.graph_writer import serialize_program
 from backends.transforms.fuse_batch_norm_with_conv import FuseBatchNormWithConvPass
 from backends.transforms.fuse_batch_norm_with_linear import FuseBatchNormWithLinearPass
@@ -44,6 +46,7 @@ class CpuBackend(BackendDetails):
         if compile_specs:
             keys = ", ".join(spec.key for spec in compile_specs)
             raise ValueError(f"CpuBackend takes no compile specs, got: {keys}")
+        handles_before = profiling_events.snapshot_handles(edge_program)
         reports = run_passes(edge_program, [make_pass() for make_pass in CPU_PREPROCESS_PASSES])
         serialized = serialize_program(edge_program)
         # Not serialized into the .pte: kept on the lowered module for lowering reports.
@@ -53,6 +56,9 @@ class CpuBackend(BackendDetails):
         }
         return PreprocessResult(
             processed_bytes=serialized.payload,
+            debug_handle_map=profiling_events.debug_handle_map(
+                edge_program, serialized.ops, handles_before
+            ),
             data_store_output=serialized.named_data,
             _delegate_info_meta=info,
         )

@@ -11,9 +11,17 @@ def define_common_targets():
     )
 
     runtime.python_library(
+        name = "profiling_events",
+        srcs = ["profiling_events.py"],
+        deps = ["//backends/cpu/serialization:schema"],
+        visibility = ["//visibility:public"],
+    )
+
+    runtime.python_library(
         name = "cpu_backend",
         srcs = ["cpu_backend.py"],
         deps = [
+            ":profiling_events",
             "//backends/cpu/serialization:graph_writer",
             "//backends/transforms:fuse_batch_norm_with_conv",
             "//backends/transforms:fuse_batch_norm_with_linear",

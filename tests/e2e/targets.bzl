@@ -38,7 +38,7 @@ def define_common_targets():
     )
 
     # These run the real binary in a subprocess, the way `bazel run //tools/lower` does.
-    for name in ["cli_default_test", "cli_compare_test"]:
+    for name in ["cli_default_test", "cli_compare_test", "cli_profile_test"]:
         runtime.python_test(
             name = name,
             size = "medium",

@@ -11,7 +11,8 @@ import torch
 from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.runtime import loader
 from tools.lower.errors import ExitCode, LowerError
-from tools.lower.lowering import TargetSetup, count_batch_norms
+from tools.lower.program_facts import count_batch_norms
+from tools.lower.target_setup import TargetSetup
 
 _BATCH_NORM_PASSES = ("FuseBatchNormWithConvPass", "FuseBatchNormWithLinearPass")
 

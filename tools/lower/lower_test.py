@@ -3,6 +3,9 @@ check, the report, and bad-input handling of the command line (one line, right e
 
 import json
 import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
 import zipfile
 from collections import Counter
 from collections.abc import Callable
@@ -15,8 +18,10 @@ from tools.lower import main as cli
 from tools.lower.errors import ExitCode, LowerError
 from tools.lower.examples import EXAMPLES, get_example
 from tools.lower.lowering import Delegation
+from tools.lower.profile_chart import MAX_OP_ROWS, render_svg
+from tools.lower.profiling import OpTime, Profile, ProfilePaths
 from tools.lower.program_io import load_pt2, sample_inputs
-from tools.lower.report import Report, render_text
+from tools.lower.report import PROFILE_ROWS, Report, render_profile, render_text
 from tools.lower.runtime_check import compare_outputs
 
 
@@ -143,7 +148,15 @@ def test_help_documents_exit_codes_and_examples(capsys: pytest.CaptureFixture[st
         cli.main(["--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for needle in ("exit codes:", "--compare", "--example", "resnet", "mlp_bn", "atol"):
+    for needle in (
+        "exit codes:",
+        "--compare",
+        "--example",
+        "resnet",
+        "mlp_bn",
+        "atol",
+        "--profile",
+    ):
         assert needle in out
 
 
@@ -228,3 +241,105 @@ def _zip(path: Path) -> Path:
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("readme.txt", "not a program")
     return path
+
+
+def _profile(count: int) -> Profile:
+    ops = [
+        OpTime(
+            node=f"aten_convolution_default_{i}",
+            op="convolution" if i % 2 else "linear",
+            provider="Optimized" if i % 3 else "Reference",
+            fused_with=("aten_relu_default",) if i == 0 else (),
+            ms=float(count - i),
+            share=(count - i) / 1000.0,
+        )
+        for i in range(count)
+    ]
+    return Profile(
+        runs=4,
+        warmup_runs=1,
+        forward_ms=1000.0,
+        ops=ops,
+        delegate_calls={"CpuBackend": 990.0},
+        paths=ProfilePaths.beside("/out/model.pte"),
+    )
+
+
+def test_profile_table_shows_the_slowest_ops_then_the_rest_and_the_files() -> None:
+    lines = render_profile(_profile(PROFILE_ROWS + 2))
+    assert lines[0].startswith("Profile (ETDump; mean of 4 run(s) after 1 warm-up): forward")
+    assert "DELEGATE_CALL CpuBackend 990.000 ms" in lines[0]
+    assert lines[1].split() == ["node", "op", "provider", "ms", "share", "fused", "with"]
+    assert lines[2].split() == [
+        "aten_convolution_default_0",
+        "linear",
+        "Reference",
+        "12.0000",
+        "1.2%",
+        "aten_relu_default",
+    ]
+    assert lines[3].split()[-1] == "-"  # fused with nothing
+    assert len([line for line in lines if "aten_convolution_default_" in line]) == PROFILE_ROWS
+    assert "  ... 2 more ops: 3.0000 ms (0.3%)" in lines
+    assert "  picture: /out/model.profile.svg" in lines
+    assert "  ETDump: /out/model.etdp  ETRecord: /out/model.etrecord" in lines
+    data = json.loads(json.dumps(_profile(3).to_dict()))
+    assert [op["ms"] for op in data["ops"]] == [3.0, 2.0, 1.0]
+    assert data["files"]["etdump"] == "/out/model.etdp"
+
+
+def test_profile_chart_has_a_bar_per_op_and_per_kind_scaled_to_the_time() -> None:
+    profile = _profile(MAX_OP_ROWS + 5)
+    profile.ops[0] = OpTime("n" * 80, "convolution", "Optimized", (), 40.0, 0.04)
+    svg = ET.fromstring(render_svg(profile, "title <&>"))
+    ns = "{http://www.w3.org/2000/svg}"
+    bars = [r for r in svg.iter(f"{ns}rect") if r.get("class") == "bar"]
+    # MAX_OP_ROWS ops, one bar for the other 5, then the two op kinds.
+    assert len(bars) == MAX_OP_ROWS + 1 + 2
+    widths = [float(b.get("width", "0")) for b in bars]
+    assert widths[0] == 350.0 and abs(widths[1] - 350.0 * 29 / 40) < 0.1
+    texts = [t.text or "" for t in svg.iter(f"{ns}text")]
+    assert "title <&>" in texts
+    assert "n" * 59 + "…" in texts  # a long label is cut; its bar's tooltip has all of it
+    assert "5 more ops" in texts and "per op kind" in texts
+
+
+def test_quiet_hides_the_listed_dependency_noise_and_nothing_else() -> None:
+    code = (
+        "import logging, warnings\n"
+        "from tools.lower import quiet\n"
+        "quiet.silence_dependency_noise()\n"
+        "logging.getLogger('torchao').warning('Failed to load /x/_C_mxfp8.so: no GPU')\n"
+        "logging.getLogger('torchao').warning('torchao says something else')\n"
+        "warnings.warn('`isinstance(treespec, LeafSpec)` is deprecated', FutureWarning)\n"
+        "warnings.warn('our own warning')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert "Failed to load" not in proc.stderr and "LeafSpec" not in proc.stderr
+    assert "torchao says something else" in proc.stderr
+    assert "our own warning" in proc.stderr
+
+
+def test_profile_runs_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = _run_cli(["--profile", "--profile-runs", "0"], capsys)
+    assert code == ExitCode.BAD_INPUT and "--profile-runs must be >= 1" in err
+
+
+def test_profile_without_a_delegate_counts_each_portable_kernel_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, report = tmp_path / "mlp.pte", tmp_path / "report.json"
+    args = ["--example", "mlp_bn", "--target", "none", "--runs", "0", "--profile"]
+    code = cli.main([*args, "--profile-runs", "2", "-o", str(out), "--json", str(report), "-q"])
+    capsys.readouterr()
+    assert code == ExitCode.OK
+    profile = json.loads(report.read_text())["profile"]
+    ops = profile["ops"]
+    # Named after the program's nodes (through the ETRecord), not ExecuTorch's event names; the
+    # instruction event around each kernel is not counted again.
+    assert ops and all(op["node"].startswith("aten_") for op in ops), ops
+    assert all(op["provider"] == "portable" and op["op"] != "-" for op in ops)
+    assert 0.5 < sum(op["share"] for op in ops) <= 1.0

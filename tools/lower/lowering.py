@@ -1,6 +1,6 @@
 """Lowering an exported program for one target (CPU delegate, XNNPACK, or no delegate), and what
 the lowered program looks like: which ops each delegate took, which stayed out and why, which batch
-norms are gone, and how many constant bytes it carries."""
+norms are gone."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import copy
 import operator
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +15,8 @@ import torch
 from torch.export import ExportedProgram
 
 from tools.lower.errors import ExitCode, LowerError
+from tools.lower.program_facts import is_batch_norm, op_name
+from tools.lower.target_setup import TargetSetup
 
 CPU = "cpu"
 XNNPACK = "xnnpack"
@@ -27,14 +28,6 @@ TARGET_TITLES = {
     XNNPACK: "XNNPACK delegate",
     NO_DELEGATE: "no delegate (portable kernels)",
 }
-
-_BATCH_NORM_OPS = (
-    "batch_norm",
-    "_native_batch_norm_legit_no_training",
-    "_native_batch_norm_legit_functional",
-    "_native_batch_norm_legit",
-    "native_batch_norm",
-)
 
 # Why an op is not in a delegate when the partitioner gives no reason of its own.
 NOT_CLAIMED = "not claimed by the partitioner"
@@ -72,58 +65,11 @@ class Lowered:
     delegation: Delegation
     batch_norms_left: int
     delegate_details: dict[str, Any] = field(default_factory=dict)
-
-
-def op_name(target: object) -> str:
-    """`aten.convolution.default` for both ATen and Edge dialect op overloads."""
-    if isinstance(target, torch._ops.OpOverload):
-        return str(target)  # `__name__` would drop the namespace
-    return str(getattr(target, "__name__", target))
-
-
-def _is_batch_norm(name: str) -> bool:
-    return any(name.startswith(f"aten.{bn}.") for bn in _BATCH_NORM_OPS)
-
-
-def count_batch_norms(graph_module: torch.fx.GraphModule) -> int:
-    return sum(
-        1
-        for node in graph_module.graph.nodes
-        if node.op == "call_function" and _is_batch_norm(op_name(node.target))
-    )
-
-
-def constant_bytes(program: ExportedProgram) -> int:
-    """Bytes of the parameters, buffers and lifted constants a program carries."""
-    total = 0
-    seen: set[int] = set()
-    tensors: Iterable[Any] = list(program.state_dict.values()) + list(program.constants.values())
-    for tensor in tensors:
-        if isinstance(tensor, torch.Tensor) and id(tensor) not in seen:
-            seen.add(id(tensor))
-            total += tensor.numel() * tensor.element_size()
-    return total
+    # executorch's ETRecord of the lowering (lower(..., etrecord=True)), for Inspector.
+    etrecord: Any = None
 
 
 # --- the targets ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TargetSetup:
-    """How to lower for a target, and how to ask its delegate what it did.
-
-    ``explain(node)`` says why a node stayed out of the delegate as ``(reason, detail)``, where
-    the reason is what the report groups by (None: no reason known);
-    ``describe_delegate(lowered_module)`` returns figures about one delegated subgraph, where the
-    key ``batch_norm_ops`` counts batch norms the subgraph still executes; ``runtime_details()``
-    returns figures the runtime knows once the program is loaded (e.g. ``arena_bytes``).
-    """
-
-    partitioners: list[Any]
-    prepare_runtime: Callable[[], None] = lambda: None
-    explain: Callable[[torch.fx.Node], tuple[str, str] | None] = lambda _node: None
-    describe_delegate: Callable[[Any], dict[str, Any]] = lambda _module: {}
-    runtime_details: Callable[[], dict[str, Any]] = lambda: {}
 
 
 def target_setup(target: str) -> TargetSetup:
@@ -155,8 +101,11 @@ def _cpu_target_setup() -> TargetSetup:
 # --- lowering -------------------------------------------------------------------------------------
 
 
-def lower(program: ExportedProgram, target: str, setup: TargetSetup | None = None) -> Lowered:
-    """Lowers a copy of ``program`` for ``target`` to `.pte` bytes; LowerError on failure."""
+def lower(
+    program: ExportedProgram, target: str, setup: TargetSetup | None = None, etrecord: bool = False
+) -> Lowered:
+    """Lowers a copy of ``program`` for ``target`` to `.pte` bytes (and, with ``etrecord``, an
+    ETRecord of the lowering); LowerError on failure."""
     from executorch.exir import to_edge_transform_and_lower
 
     setup = setup or target_setup(target)
@@ -165,9 +114,12 @@ def lower(program: ExportedProgram, target: str, setup: TargetSetup | None = Non
         edge = to_edge_transform_and_lower(
             copy.deepcopy(program),
             partitioner=setup.partitioners or None,
+            generate_etrecord=etrecord,
         )
         analysis = analyse(edge.exported_program().graph_module, setup)
-        pte = edge.to_executorch().buffer
+        executorch_program = edge.to_executorch()
+        pte = executorch_program.buffer
+        record = executorch_program.get_etrecord() if etrecord else None
     except LowerError:
         raise
     except Exception as exc:
@@ -184,6 +136,7 @@ def lower(program: ExportedProgram, target: str, setup: TargetSetup | None = Non
         delegation=delegation,
         batch_norms_left=batch_norms_left,
         delegate_details=details,
+        etrecord=record,
     )
 
 
@@ -225,6 +178,6 @@ def analyse(
         delegation.left_out.append(
             {"node": node.name, "op": name, "reason": reason, "detail": detail}
         )
-        if _is_batch_norm(name):
+        if is_batch_norm(name):
             batch_norms += 1
     return delegation, batch_norms, details

@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from tools.lower import quiet
 from tools.lower.errors import ExitCode, LowerError
 
 _EXAMPLE_NAMES = ("resnet", "mobilenet", "mlp_bn", "index")  # kept in step with examples.EXAMPLES
@@ -23,6 +24,14 @@ examples:
   bazel run //tools/lower                                  lower the default example (resnet, small)
   bazel run //tools/lower -- --example mobilenet --compare side by side with XNNPACK and no delegate
   bazel run //tools/lower -- model.pt2 -o model.pte --json report.json
+  bazel run //tools/lower -- --profile                     the slowest ops, from an ETDump
+
+profile (--profile):
+  After the check, the .pte runs once more to warm up and --profile-runs times with ETDump. The
+  report lists the slowest ops (node, op, provider, fused with, mean ms per run, share of the
+  forward); the JSON report has every op. Beside the .pte: NAME.etdp (ETDump), NAME.etrecord
+  (ETRecord) for executorch.devtools.Inspector, and NAME.profile.svg, a bar chart per op and per
+  op kind. On the CPU delegate an op that fused the ops after it is one row.
 
 inputs:
   A .pt2 is run on the example inputs saved with it (torch.export.save keeps them); without them,
@@ -40,7 +49,8 @@ exit codes:
   3  exporting, lowering, loading or running the program failed
 
 Relative paths are resolved against the directory `bazel run` was started from. Progress goes to
-stderr; the report to stdout (or, with --json -, the JSON report to stdout).
+stderr; the report to stdout (or, with --json -, the JSON report to stdout). Known warnings of
+dependencies (torchao, torch, executorch's Inspector) are hidden; -v shows them.
 """
 
 
@@ -114,7 +124,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="threads for eager PyTorch and ExecuTorch's threadpool (default: leave as is); "
         "on a busy shared machine, 1 gives steadier timings",
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also run the .pte with ETDump and report the ops that take the most time; writes "
+        "NAME.etdp (ETDump), NAME.etrecord (ETRecord) and NAME.profile.svg (a bar chart) beside "
+        "the .pte",
+    )
+    parser.add_argument(
+        "--profile-runs",
+        type=int,
+        default=10,
+        metavar="N",
+        help="runs with ETDump for --profile, after one warm-up run; default 10",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also show the warnings and log messages of dependencies (torch, torchao, "
+        "executorch) that are hidden by default (tools/lower/quiet.py lists them)",
+    )
     return parser
 
 
@@ -135,6 +166,8 @@ def _default_output(args: argparse.Namespace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if not args.verbose:
+        quiet.silence_dependency_noise()
     started = time.perf_counter()
 
     def say(message: str) -> None:
@@ -146,6 +179,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.BAD_INPUT
     if args.runs < 0:
         print("lower: error: --runs must be >= 0", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    if args.profile_runs < 1:
+        print("lower: error: --profile-runs must be >= 1", file=sys.stderr)
         return ExitCode.BAD_INPUT
     if args.threads is not None and args.threads < 1:
         print("lower: error: --threads must be >= 1", file=sys.stderr)
@@ -171,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs=args.runs,
             atol=args.atol,
             rtol=args.rtol,
+            profile=args.profile,
+            profile_runs=args.profile_runs,
         )
         report, code = run(request, say)
         document = json.dumps(report.to_dict(), indent=2)

@@ -13,8 +13,9 @@ from typing import Any
 import torch
 
 from tools.bench import harness
-from tools.lower import lowering
+from tools.lower import lowering, profile_chart, program_facts
 from tools.lower.errors import ExitCode, LowerError
+from tools.lower.profiling import ProfilePaths, profile_program
 from tools.lower.program_io import SourceProgram, export_example, load_pt2
 from tools.lower.report import PathTiming, Report
 from tools.lower.runtime_check import (
@@ -44,6 +45,9 @@ class Request:
     runs: int = 10
     atol: float = DEFAULT_ATOL
     rtol: float = DEFAULT_RTOL
+    # Run with ETDump too; the ETDump, ETRecord and chart go beside the .pte.
+    profile: bool = False
+    profile_runs: int = 10
 
 
 def check_output_path(path: str) -> None:
@@ -103,12 +107,17 @@ def _eager_runner(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> h
 def run(request: Request, say: Progress) -> tuple[Report, ExitCode]:
     """Runs every step; raises LowerError for a failure the user can act on."""
     check_output_path(request.output)
+    profile_paths = ProfilePaths.beside(request.output)
+    if request.profile:
+        for path in (profile_paths.etdump, profile_paths.etrecord, profile_paths.chart):
+            check_output_path(path)
     source, export_s = get_source(request, say)
     expected = run_eager(source.eager, source.inputs)
 
-    say(f"lowering for the {lowering.TARGET_TITLES[request.target]}")
+    title = lowering.TARGET_TITLES[request.target]
+    say(f"lowering for the {title}")
     setup = lowering.target_setup(request.target)
-    lowered = lowering.lower(source.program, request.target, setup)
+    lowered = lowering.lower(source.program, request.target, setup, etrecord=request.profile)
     write_pte(request.output, lowered.pte)
     say(f"wrote {request.output} ({len(lowered.pte)} bytes); running it on the ExecuTorch runtime")
     setup.prepare_runtime()
@@ -126,9 +135,9 @@ def run(request: Request, say: Progress) -> tuple[Report, ExitCode]:
         export_s=export_s,
         lowering_s=lowered.lowering_s,
         delegation=lowered.delegation,
-        batch_norms_before=lowering.count_batch_norms(source.program.graph_module),
+        batch_norms_before=program_facts.count_batch_norms(source.program.graph_module),
         batch_norms_left=lowered.batch_norms_left,
-        constant_bytes=lowering.constant_bytes(source.program),
+        constant_bytes=program_facts.constant_bytes(source.program),
         pte_bytes=len(lowered.pte),
         atol=request.atol,
         rtol=request.rtol,
@@ -138,6 +147,20 @@ def run(request: Request, say: Progress) -> tuple[Report, ExitCode]:
 
     if request.runs > 0:
         _time_paths(request, source, module, lowered, report, say)
+    if request.profile:
+        say(f"profiling: {request.profile_runs} run(s) with ETDump")
+        report.profile = profile_program(
+            request.output, source.inputs, request.profile_runs, lowered.etrecord, profile_paths
+        )
+        chart = profile_chart.render_svg(report.profile, f"{source.label} on the {title}")
+        try:
+            with open(profile_paths.chart, "w", encoding="utf-8") as f:
+                f.write(chart)
+        except OSError as exc:
+            raise LowerError(
+                ExitCode.BAD_INPUT, f"{profile_paths.chart}: cannot write: {exc.strerror}"
+            ) from None
+        say(f"wrote {profile_paths.etdump}, {profile_paths.etrecord} and {profile_paths.chart}")
     return report, ExitCode.OK if report.matches_eager else ExitCode.MISMATCH
 
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tools.lower.lowering import TARGET_TITLES, Delegation
+from tools.lower.profiling import Profile
+from tools.lower.program_facts import short_op_name
 from tools.lower.runtime_check import OutputCheck
 
 
@@ -46,6 +48,7 @@ class Report:
     timings: list[PathTiming] = field(default_factory=list)
     load_average: tuple[float, float, float] | None = None
     threads: int = 0
+    profile: Profile | None = None
 
     @property
     def matches_eager(self) -> bool:
@@ -92,6 +95,7 @@ class Report:
             "timings": [t.__dict__ for t in self.timings],
             "load_average": list(self.load_average) if self.load_average else None,
             "torch_threads": self.threads,
+            "profile": self.profile.to_dict() if self.profile else None,
         }
 
 
@@ -107,18 +111,10 @@ def human_bytes(n: int | None) -> str:
 
 def _ops(counts: dict[str, int], limit: int = 8) -> str:
     ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    shown = ", ".join(f"{_short(name)} x{count}" for name, count in ordered[:limit])
+    shown = ", ".join(f"{short_op_name(name)} x{count}" for name, count in ordered[:limit])
     if len(ordered) > limit:
         shown += f", ... ({len(ordered) - limit} more kinds)"
     return shown
-
-
-def _short(op: str) -> str:
-    # `aten.convolution.default` -> `convolution`: the namespace and default overload are noise.
-    parts = op.split(".")
-    if len(parts) == 3 and parts[0] == "aten":
-        return parts[1] if parts[2] == "default" else f"{parts[1]}.{parts[2]}"
-    return op
 
 
 def render_text(report: Report) -> str:
@@ -194,4 +190,53 @@ def render_text(report: Report) -> str:
                     f"  (busy machine: load {r.load_average[0]:.1f} on {cores} cores; "
                     "multi-threaded paths suffer most, --threads 1 gives steadier ratios)"
                 )
+    if r.profile:
+        lines.append("")
+        lines.extend(render_profile(r.profile))
     return "\n".join(lines)
+
+
+PROFILE_ROWS = 10  # slowest ops in the text report; the JSON report has them all
+
+
+def render_profile(profile: Profile, rows: int = PROFILE_ROWS) -> list[str]:
+    """The slowest ops as a table, with the totals and where the files are."""
+    p = profile
+    covered = p.ops_ms / p.forward_ms if p.forward_ms else 0.0
+    calls = ", ".join(f"{name} {ms:.3f} ms" for name, ms in sorted(p.delegate_calls.items()))
+    lines = [
+        f"Profile (ETDump; mean of {p.runs} run(s) after {p.warmup_runs} warm-up): forward "
+        f"{p.forward_ms:.3f} ms, its ops {p.ops_ms:.3f} ms ({100 * covered:.1f}%)"
+        + (f"; DELEGATE_CALL {calls}" if calls else ""),
+    ]
+    shown = p.ops[:rows]
+    # "fused with" last: it can be long (a whole inverted residual block), the figures stay aligned.
+    table = [
+        (
+            op.node,
+            op.op,
+            op.provider,
+            f"{op.ms:.4f}",
+            f"{100 * op.share:.1f}%",
+            ", ".join(op.fused_with) or "-",
+        )
+        for op in shown
+    ]
+    header = ("node", "op", "provider", "ms", "share", "fused with")
+    widths = [max(len(row[i]) for row in [header, *table]) for i in range(len(header))]
+    for row in [header, *table]:
+        cells = [row[i].ljust(widths[i]) for i in range(3)]
+        cells += [row[i].rjust(widths[i]) for i in range(3, 5)] + [row[5]]
+        lines.append("  " + "  ".join(cells).rstrip())
+    rest = p.ops[rows:]
+    if rest:
+        ms = sum(op.ms for op in rest)
+        share = sum(op.share for op in rest)
+        lines.append(f"  ... {len(rest)} more ops: {ms:.4f} ms ({100 * share:.1f}%)")
+    if p.paths is not None:
+        lines.append(f"  picture: {p.paths.chart}")
+        lines.append(f"  ETDump: {p.paths.etdump}  ETRecord: {p.paths.etrecord}")
+        lines.append(
+            "  (executorch.devtools.Inspector(etdump_path=..., etrecord=...) reads them again)"
+        )
+    return lines

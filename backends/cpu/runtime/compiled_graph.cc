@@ -1,7 +1,6 @@
 #include "backends/cpu/runtime/compiled_graph.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -10,12 +9,16 @@
 #include <string>
 #include <unordered_set>
 
+#include <executorch/runtime/core/event_tracer_hooks_delegate.h>
 #include <executorch/runtime/kernel/kernel_runtime_context.h>
+#include <executorch/runtime/platform/clock.h>
 #include <executorch/runtime/platform/log.h>
+#include <executorch/runtime/platform/platform.h>
 
 #include "backends/cpu/runtime/error_report.h"
 #include "backends/cpu/runtime/memory_planner.h"
 #include "backends/cpu/runtime/reference_provider.h"
+#include "backends/cpu/serialization/schema_generated.h"
 
 namespace et_cpu_plugin {
 namespace cpu {
@@ -43,6 +46,11 @@ constexpr size_t kMaxArenaBytes = ET_CPU_MAX_ARENA_BYTES;
 constexpr size_t kMaxFusedSteps = 6;
 // Cache-line alignment for arena slots and realigned constants (kernels may vectorize).
 constexpr size_t kAlignment = 64;
+
+// The delegate debug id of an event identified by its name: ETDump takes a name or an integer
+// id, not both.
+constexpr auto kNamedEvent =
+    static_cast<executorch::runtime::DebugHandle>(executorch::runtime::kUnsetDelegateDebugIntId);
 
 // Storage for empty tensors, which must still have a non-null data pointer.
 alignas(kAlignment) uint8_t kEmptyStorage[kAlignment];
@@ -104,7 +112,7 @@ std::string CompiledGraph::profile_report() const {
   uint64_t total = 0;
   uint64_t runs = 0;
   for (const Op& op : ops_) {
-    total += op.nanoseconds;
+    total += executorch::runtime::ticks_to_ns(op.ticks);
     runs = std::max(runs, op.runs);
   }
   if (runs == 0) return "CpuBackend profile: the graph never ran\n";
@@ -114,15 +122,33 @@ std::string CompiledGraph::profile_report() const {
   char line[64];
   for (const Op& op : ops_) {
     if (op.kernel == nullptr) continue;
-    const double mean_us = static_cast<double>(op.nanoseconds) / 1e3 / static_cast<double>(runs);
-    const double share = total == 0 ? 0.0 : 100.0 * static_cast<double>(op.nanoseconds) /
-                                                 static_cast<double>(total);
+    const double nanoseconds = static_cast<double>(executorch::runtime::ticks_to_ns(op.ticks));
+    const double mean_us = nanoseconds / 1e3 / static_cast<double>(runs);
+    const double share = total == 0 ? 0.0 : 100.0 * nanoseconds / static_cast<double>(total);
     std::snprintf(line, sizeof(line), "%10.1f us %5.1f%%  ", mean_us, share);
     text += line + op.placement + "\n";
   }
   std::snprintf(line, sizeof(line), "%10.1f us total\n",
                 static_cast<double>(total) / 1e3 / static_cast<double>(runs));
   return text + line;
+}
+
+size_t CompiledGraph::max_fused_steps() { return kMaxFusedSteps; }
+
+void CompiledGraph::name_profiling_events() {
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    Op& op = ops_[i];
+    if (op.kernel == nullptr) continue;  // runs inside the op that fused it
+    std::string name = spec_.ops[i].name;
+    for (size_t f = 1; f <= fused_steps_[i]; ++f) name += " + " + spec_.ops[i + f].name;
+    // The schema's provider names: the AOT side knows them too (a declined op runs on Reference).
+    const uint8_t id = spec_.ops[i].provider;
+    std::string provider = op.provider == &reference_provider()
+                               ? "Reference"
+                               : fb::EnumNameProvider(static_cast<fb::Provider>(id));
+    if (provider.empty()) provider = "provider " + std::to_string(id);
+    op.event_name = name + " (" + provider + ")";
+  }
 }
 
 Error CompiledGraph::compile(const void* data, size_t size, const NamedDataMap* constants,
@@ -135,6 +161,7 @@ Error CompiledGraph::compile(const void* data, size_t size, const NamedDataMap* 
   if (error == Error::Ok) error = graph->plan_arena();
   if (error == Error::Ok) error = graph->finalize_sessions();
   if (error != Error::Ok) return error;
+  graph->name_profiling_events();
   const char* profile = std::getenv("ET_CPU_PROFILE");
   graph->profile_ = profile != nullptr && std::string(profile) != "0" && *profile != '\0';
   *out = std::move(graph);
@@ -713,7 +740,8 @@ Error CompiledGraph::check_io(const EValue* given, int32_t id, const char* role,
   return Error::Ok;
 }
 
-Error CompiledGraph::execute(Span<EValue*> args, MemoryAllocator* temp_allocator) {
+Error CompiledGraph::execute(Span<EValue*> args, MemoryAllocator* temp_allocator,
+                             executorch::runtime::EventTracer* tracer) {
   const size_t num_inputs = spec_.inputs.size();
   const size_t num_outputs = spec_.outputs.size();
   if (args.size() != num_inputs + num_outputs) {
@@ -737,22 +765,38 @@ Error CompiledGraph::execute(Span<EValue*> args, MemoryAllocator* temp_allocator
       tensors_[spec_.outputs[o]].impl->set_data(given->toTensor().mutable_data_ptr());
     }
   }
+  // One pair of clock reads per kernel call serves both ET_CPU_PROFILE and the event tracer; the
+  // ticks are the PAL clock's, the one ETDump times DELEGATE_CALL with. Events are logged after
+  // the last kernel, so that logging does not sit between kernels (and in their times).
+  const bool timed = profile_ || tracer != nullptr;
   for (size_t i = 0; i < ops_.size(); ++i) {
-    if (ops_[i].kernel == nullptr) continue;  // fused into an earlier op
+    Op& op = ops_[i];
+    if (op.kernel == nullptr) continue;  // fused into an earlier op
     KernelRuntimeContext context(nullptr, temp_allocator);
-    using Clock = std::chrono::steady_clock;
-    const Clock::time_point start = profile_ ? Clock::now() : Clock::time_point();
-    Error error = ops_[i].kernel->run(context);
-    if (profile_) {
-      const auto spent = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start);
-      ops_[i].nanoseconds += static_cast<uint64_t>(spent.count());
-      ++ops_[i].runs;
+    const et_timestamp_t start = timed ? executorch::runtime::pal_current_ticks() : 0;
+    Error error = op.kernel->run(context);
+    if (timed) {
+      const et_timestamp_t end = executorch::runtime::pal_current_ticks();
+      if (profile_) {
+        op.ticks += end - start;
+        ++op.runs;
+      }
+      op.last_start = start;
+      op.last_end = end;
     }
     if (error != Error::Ok) {
       const OpSpec& spec = spec_.ops[i];
       return report_error(error, "op %zu (%s): kernel %s on provider %s failed with error 0x%x", i,
-                          spec.name.c_str(), spec.kernel.c_str(), ops_[i].provider->name(),
+                          spec.name.c_str(), spec.kernel.c_str(), op.provider->name(),
                           static_cast<unsigned>(error));
+    }
+  }
+  if (tracer != nullptr) {
+    for (const Op& op : ops_) {
+      if (op.kernel == nullptr) continue;
+      executorch::runtime::event_tracer_log_profiling_delegate(tracer, op.event_name.c_str(),
+                                                               kNamedEvent, op.last_start,
+                                                               op.last_end);
     }
   }
   for (size_t o = 0; o < num_outputs; ++o) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <executorch/runtime/core/evalue.h>
+#include <executorch/runtime/core/event_tracer.h>
 #include <executorch/runtime/core/freeable_buffer.h>
 #include <executorch/runtime/core/memory_allocator.h>
 #include <executorch/runtime/core/named_data_map.h>
@@ -33,8 +34,11 @@ class CompiledGraph {
                                             std::unique_ptr<CompiledGraph>* out);
 
   // Runs the graph on the delegate's arguments: inputs first, then outputs, in payload order.
+  // With an event tracer (ETDump), logs one profiling event per kernel call, named after the
+  // nodes it covers and its provider; without one (and without ET_CPU_PROFILE) no clock is read.
   executorch::runtime::Error execute(executorch::runtime::Span<executorch::runtime::EValue*> args,
-                                     executorch::runtime::MemoryAllocator* temp_allocator);
+                                     executorch::runtime::MemoryAllocator* temp_allocator,
+                                     executorch::runtime::EventTracer* tracer = nullptr);
 
   // The validated description the graph was compiled from.
   const GraphSpec& spec() const { return spec_; }
@@ -51,6 +55,8 @@ class CompiledGraph {
   size_t provider_bytes() const;
   // One line per op: where it runs and, for a declined op, why ("op kernel: Provider ...").
   std::string placement() const;
+  // How many ops after an op a provider may fuse at most (one profiling event covers them all).
+  static size_t max_fused_steps();
 
   CompiledGraph(const CompiledGraph&) = delete;
   CompiledGraph& operator=(const CompiledGraph&) = delete;
@@ -72,12 +78,21 @@ class CompiledGraph {
     std::unique_ptr<BoundKernel> kernel;  // null when fused into an earlier op
     const KernelProvider* provider = nullptr;
     std::string placement;
-    // ET_CPU_PROFILE: time spent in the kernel over `runs` executions.
-    uint64_t nanoseconds = 0;
+    // The profiling event of a kernel call: "node + fused node ... (Provider)", the same string
+    // the AOT side keys the delegate's debug-handle map with (backends/cpu/profiling_events.py).
+    std::string event_name;
+    // ET_CPU_PROFILE: clock ticks (executorch's PAL clock) spent in the kernel over `runs`
+    // executions.
+    uint64_t ticks = 0;
     uint64_t runs = 0;
+    // The latest call's clock ticks, logged to the event tracer once the graph has run.
+    et_timestamp_t last_start = 0;
+    et_timestamp_t last_end = 0;
   };
   // The per-op profile table (ET_CPU_PROFILE=1), printed when the graph is destroyed.
   std::string profile_report() const;
+  // After binding: names each kernel call's profiling event from the nodes it covers.
+  void name_profiling_events();
 
   // An op that may ride along with the op before it (see FusableStep).
   struct FusionCandidate {

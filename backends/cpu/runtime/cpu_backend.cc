@@ -10,6 +10,8 @@
 //   et_cpu_runtime_last_provider_bytes() bytes providers hold beside the arena (most recent init)
 //   et_cpu_runtime_last_placement()    one line per op of the most recent init: provider, fusion,
 //                                      or why the optimized provider declined it
+//   et_cpu_runtime_max_fused_steps()   ops after an op a provider may fuse at most (the AOT
+//                                      debug-handle map names groups up to that length)
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -84,7 +86,8 @@ class CpuBackend final : public BackendInterface {
     if (handle == nullptr) {
       return report_error(Error::InvalidState, "execute called without a compiled graph");
     }
-    return static_cast<CompiledGraph*>(handle)->execute(args, context.get_temp_allocator());
+    return static_cast<CompiledGraph*>(handle)->execute(args, context.get_temp_allocator(),
+                                                        context.event_tracer());
   }
 
   void destroy(DelegateHandle* handle) const override {
@@ -114,6 +117,10 @@ __attribute__((visibility("default"))) uint64_t et_cpu_runtime_live_arena_bytes(
 
 __attribute__((visibility("default"))) uint64_t et_cpu_runtime_last_provider_bytes() {
   return et_cpu_plugin::cpu::last_provider_bytes.load();
+}
+
+__attribute__((visibility("default"))) uint64_t et_cpu_runtime_max_fused_steps() {
+  return et_cpu_plugin::cpu::CompiledGraph::max_fused_steps();
 }
 
 // Copies the placement of the most recent init (NUL-terminated, truncated to `capacity`) into

@@ -75,6 +75,7 @@ def load_cpu_backend(path: str | None = None) -> str:
             library.et_cpu_runtime_last_provider_bytes.restype = ctypes.c_uint64
             library.et_cpu_runtime_last_placement.restype = ctypes.c_size_t
             library.et_cpu_runtime_last_placement.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+            library.et_cpu_runtime_max_fused_steps.restype = ctypes.c_uint64
             _loaded[resolved] = library
     return resolved
 
@@ -100,6 +101,11 @@ def last_provider_bytes() -> int:
     """Bytes the providers of the most recent init hold beside the arena (reordered weights,
     scratchpads, conversion buffers)."""
     return int(_library().et_cpu_runtime_last_provider_bytes())
+
+
+def max_fused_steps() -> int:
+    """How many ops after an op a provider may fuse at most: one profiling event covers them."""
+    return int(_library().et_cpu_runtime_max_fused_steps())
 
 
 def last_placement() -> list[str]:

@@ -6,6 +6,9 @@ _COPTS = [
     "-std=c++17",
     "-O2",
     "-Wall",
+    # executorch's event-tracer hooks compile to nothing without it; with it, a kernel call logs
+    # a profiling event only when the program was loaded with a tracer (ETDump).
+    "-DET_EVENT_TRACER_ENABLED",
 ]
 
 _RUNTIME_SRCS = [
@@ -224,6 +227,17 @@ def define_common_targets():
         size = "large",  # ~40 lowerings, each run twice (Optimized and all-Reference)
         srcs = ["test/binary_ops_test.py"],
         deps = [":provider_compare"],
+    )
+
+    # Issue 21: per-op events in ETDump, linked to the program through the ETRecord.
+    runtime.python_test(
+        name = "profiling_events_test",
+        srcs = ["test/profiling_events_test.py"],
+        deps = [
+            ":provider_compare",
+            "//backends/cpu:profiling_events",
+            "//tools/lower:examples",
+        ],
     )
 
     runtime.python_test(

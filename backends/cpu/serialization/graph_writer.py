@@ -53,6 +53,8 @@ class SerializedGraph:
     named_data: NamedDataStoreOutput
     # Placeholder node name -> key under which its bytes sit in the named data store.
     constant_keys: dict[str, str] = field(default_factory=dict)
+    # (FX node name, route provider id) of each op, in payload order.
+    ops: list[tuple[str, int]] = field(default_factory=list)
 
 
 def serialize_program(program: ExportedProgram) -> SerializedGraph:
@@ -122,6 +124,7 @@ class _Writer:
             payload=bytes(builder.Output()),
             named_data=self.store.get_named_data_store_output(),
             constant_keys=self.constant_keys,
+            ops=[(op.name, op.provider) for op in self.ops],
         )
 
     # Values.

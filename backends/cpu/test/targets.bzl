@@ -36,6 +36,18 @@ def define_common_targets():
     )
 
     runtime.python_test(
+        name = "debug_handle_map_test",
+        srcs = ["debug_handle_map_test.py"],
+        deps = [
+            ":models",
+            "//backends/cpu:cpu_backend",
+            "//backends/cpu:profiling_events",
+            "//backends/cpu:routes",
+            "//backends/cpu/partition:cpu_partitioner",
+        ],
+    )
+
+    runtime.python_test(
         name = "preprocess_test",
         srcs = ["preprocess_test.py"],
         deps = [

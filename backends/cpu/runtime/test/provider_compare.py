@@ -2,7 +2,9 @@
 forced to Reference (ExecuTorch's kernels), for tests that compare the Optimized provider with
 the reference; plus the tolerance they compare with."""
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,6 +33,14 @@ def _reference_route(target: object) -> routes.Route | None:
     return dataclasses.replace(route, provider=routes.Provider.REFERENCE)
 
 
+@contextlib.contextmanager
+def reference_routes() -> Iterator[None]:
+    """Within: lowerings route every op to Reference (ExecuTorch's kernels)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(graph_writer, "route_for", _reference_route)
+        yield
+
+
 def run_both(
     model: torch.nn.Module, inputs: tuple[Any, ...], with_reference: bool = True
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[str]]:
@@ -47,8 +57,7 @@ def run_both(
             list(expected if isinstance(expected, tuple) else [expected]),
             placement,
         )
-    with torch.no_grad(), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(graph_writer, "route_for", _reference_route)
+    with torch.no_grad(), reference_routes():
         reference, _ = lower(model, inputs)
     out_ref = reference.forward(list(inputs))
     return list(out_opt), list(out_ref), placement
