@@ -37,20 +37,28 @@ def _display_for(root: Path, cwd: Path) -> Callable[[str], str]:
 
 def _bad_labels(evaluator: Evaluator, run: PackageRun) -> list[tuple[Registration, str]]:
     """`":name"` labels that name neither a target nor a file of the package."""
-    package_dir = evaluator.root / run.package
+    package_dir = os.path.join(evaluator.root, run.package)
     known = run.outputs
     bad = []
     for regs in run.by_name.values():
         for reg in regs:
-            for label in reg.labels if reg.attributes else ():
+            if not _may_hold_local_label(reg.attributes):
+                continue  # most registrations: no need to take their attributes apart
+            for label in reg.labels:
                 if not label.startswith(":"):
                     continue  # labels of other packages: not this check's business
                 target = label[1:].split("[", 1)[0]  # Buck sub-targets: ":lib[shared]"
                 if not target or target in run.by_name or target in known:
                     continue
-                if not (package_dir / target).exists():
+                if not os.path.exists(os.path.join(package_dir, target)):
                     bad.append((reg, label))
     return bad
+
+
+def _may_hold_local_label(attributes: str) -> bool:
+    """Whether the repr of a call's attributes may hold a string starting with ":" (a string
+    opens after "[", "(", "{" or a space; a key's closing quote is followed by ": ")."""
+    return any(opening in attributes for opening in (' ":', '[":', '(":', '{":'))
 
 
 def _label_findings(

@@ -13,7 +13,7 @@ from typing import Any
 from tools.lint.config import Config, LoadedSymbol, RuleSpec
 
 # Fields of a packed registration record: kind, name, hidden names (comma-separated), outputs
-# (repr), label-bearing attributes (repr), and for unresolved calls the call stack.
+# (repr), label-bearing attributes (repr).
 RECORD_SEPARATOR = "\x1f"
 NO_NAME = "\x00"
 PRELUDE_LABEL = "@target_lint//:prelude.bzl"
@@ -54,7 +54,9 @@ def lint__rule(kind, hidden = [], unless = None):
 
 def lint__unknown(symbol):
     def unknown(*args, **kwargs):
-        __lint_unknown(lint__record(symbol, "", kwargs) + _SEP + call_stack())
+        # As for rules, Python asks for the call stack only when it would use it.
+        if __lint_unknown(lint__record(symbol, "", kwargs)):
+            __lint_unknown_stack(call_stack())
     return unknown
 
 def lint__unknown_struct(symbol, members):
@@ -66,7 +68,8 @@ def lint__mode(symbol, mode, kind_arg):
         if kind == None and args:
             kind = args[0]
         if kind == None:
-            __lint_unknown(lint__record(symbol, "", kwargs) + _SEP + call_stack())
+            if __lint_unknown(lint__record(symbol, "", kwargs)):
+                __lint_unknown_stack(call_stack())
             return None
         __lint_push_mode(mode)
         kind(**kwargs)

@@ -14,6 +14,7 @@ def define_common_targets():
             "findings.py",
             "fixer.py",
             "formats.py",
+            "globbing.py",
             "linter.py",
             "prelude.py",
             "workspace.py",
