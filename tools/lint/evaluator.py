@@ -24,7 +24,8 @@ from typing import Any
 import starlark as sl
 
 from tools.lint.config import Config
-from tools.lint.findings import DUPLICATE_TARGET, Finding, Frame, Location
+from tools.lint.file_targets import Declarer, PackageFiles
+from tools.lint.findings import DUPLICATE_TARGET, FILE_TARGET_CONFLICT, Finding, Frame, Location
 from tools.lint.globbing import Globber
 from tools.lint.prelude import (
     NO_NAME,
@@ -132,6 +133,7 @@ class PackageRun:
     duplicates: list[tuple[Registration, Registration]] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)  # why the label check cannot trust it
     detailed: bool = False  # call stacks recorded (a second run, for packages with findings)
+    files: PackageFiles | None = None  # its file targets, for a package that has them (Bazel's)
 
 
 @dataclass
@@ -164,6 +166,7 @@ class Evaluator:
         prelude = sl.Module()
         prelude.add_callable("__lint_register", self._register)
         prelude.add_callable("__lint_unknown", self._unknown_call)
+        prelude.add_callable("__lint_exports", self._exports)
         prelude.add_callable("__lint_unknown_stack", self._unknown_stack)
         prelude.add_callable("__lint_stack", self._stack)
         prelude.add_callable("__lint_push_mode", self._push_mode)
@@ -190,6 +193,8 @@ class Evaluator:
         rel = self.rel(path)
         package = rel.rpartition("/")[0]
         run = PackageRun(entry=rel, package=package, detailed=detailed)
+        if path.name in self.config.file_target_entry_files:
+            run.files = PackageFiles(package)
         self._current = run
         try:
             self._evaluate(path, package)
@@ -399,7 +404,7 @@ class Evaluator:
         return frozen
 
     # ---- callbacks from Starlark --------------------------------------------------------
-    def site(self, package: str, registration: Registration) -> Frame:
+    def site(self, package: str, registration: Declarer) -> Frame:
         """The deepest frame in the package's own directory: the call a person would edit."""
         frames = registration.frames
         for frame in reversed(frames):
@@ -433,22 +438,42 @@ class Evaluator:
         run = self._current
         if run is None:
             return False
-        kind, name, hidden, outputs, attributes = record.split(RECORD_SEPARATOR, 4)
+        kind, name, hidden, outputs, files, attributes = record.split(RECORD_SEPARATOR, 5)
         mode = run.modes[-1] if run.modes else None
         if name == NO_NAME:
             self._pending = [Registration("", kind, mode, "", attributes)]
             return True
         registration = Registration(name, kind, mode, "", attributes)
+        package_files = run.files
+        if package_files is not None:
+            package_files.add_rule_name(registration)
+            if len(files) > 2:  # not "" (outputs unknown) nor "[]"
+                inputs = _STRING_RE.findall(attributes)
+                declared = _STRING_RE.findall(files)
+                package_files.add_outputs(registration, declared, run.by_name, inputs)
         self._add(run, registration)
         self._pending = [registration]
         if hidden:
             for pattern in hidden.split(","):
                 hidden_name = pattern.replace("{name}", name)
                 extra = Registration(hidden_name, kind, mode, "", "", hidden_of=name)
+                if package_files is not None:
+                    package_files.add_rule_name(extra)
                 self._add(run, extra)
                 self._pending.append(extra)
         if outputs:
             run.outputs.update(_STRING_RE.findall(outputs))
+        return run.detailed
+
+    def _exports(self, entries: str) -> bool:
+        """Records an exports_files call; True asks for its call stack, as `_register`."""
+        run = self._current
+        if run is None:
+            return False
+        call = Registration(EXPORTS_FILES, EXPORTS_FILES, None, "", "")
+        self._pending = [call]
+        if run.files is not None:
+            run.files.add_exports(call, _STRING_RE.findall(entries), run.by_name)
         return run.detailed
 
     def _stack(self, stack: str) -> None:
@@ -467,7 +492,7 @@ class Evaluator:
         run = self._current
         if run is None:
             return False
-        symbol, name, _, _, attributes = record.split(RECORD_SEPARATOR, 4)
+        symbol, name, _, _, _, attributes = record.split(RECORD_SEPARATOR, 5)
         self._pending = []
         mode = run.modes[-1] if run.modes else None
         reg = Registration(name, symbol, mode, "", attributes, assumed=True)
@@ -527,6 +552,37 @@ class Evaluator:
         return {n: {"name": n, "kind": regs[0].kind} for n, regs in run.by_name.items()}
 
     # ---- results ------------------------------------------------------------------------
+    def file_target_findings(self, run: PackageRun, display: Any) -> list[Finding]:
+        """Findings for the file-target conflicts of `run` (see file_targets.py)."""
+        findings = []
+        pkg = "//" + run.package
+        for conflict in run.files.conflicts if run.files is not None else []:
+            site = self.site(run.package, conflict.later)
+            if self.suppressed(site.path, site.line, FILE_TARGET_CONFLICT):
+                continue
+            message = f"{conflict.message} in package '{pkg}'"
+            if conflict.why:
+                message += f": {conflict.why}"
+            first = None
+            if conflict.first is not None:
+                first = self._location(self.site(run.package, conflict.first), display)
+                message += f" (first declared at {first.path}:{first.line})"
+            findings.append(
+                Finding(
+                    rule=FILE_TARGET_CONFLICT,
+                    message=message,
+                    location=self._location(site, display),
+                    name=conflict.name,
+                    package=pkg,
+                    first=first,
+                )
+            )
+        return findings
+
+    def _location(self, frame: Frame, display: Any) -> Location:
+        """Where a finding points: the frame's line, at its first non-blank column."""
+        return Location(display(frame.path), frame.line, self.column_of(frame))
+
     def duplicate_findings(self, run: PackageRun, display: Any) -> list[Finding]:
         """Findings for every collision in `run`; `display` maps root-relative paths for output."""
         findings = []
@@ -553,12 +609,10 @@ class Evaluator:
                 Finding(
                     rule=DUPLICATE_TARGET,
                     message=message,
-                    location=Location(display(site.path), site.line, self.column_of(site)),
+                    location=self._location(site, display),
                     name=dup.name,
                     package=pkg,
-                    first=Location(
-                        display(first_site.path), first_site.line, self.column_of(first_site)
-                    ),
+                    first=self._location(first_site, display),
                     chain=chain,
                 )
             )
@@ -609,6 +663,7 @@ class _EvalFailure(Exception):
 
 
 _UNDEFINED_LABEL = "@target_lint//:undefined.bzl"
+EXPORTS_FILES = "exports_files"  # kind and name of an exports_files call's registration
 SUPPRESS_MARKER = "target-lint: disable="
 
 

@@ -9,7 +9,13 @@ from pathlib import Path
 
 from tools.lint.config import REPO_CONFIG_NAME, Config, load_config
 from tools.lint.evaluator import Evaluator, InputError, PackageRun, Registration
-from tools.lint.findings import DUPLICATE_TARGET, UNKNOWN_LOCAL_LABEL, Finding, Location
+from tools.lint.findings import (
+    DUPLICATE_TARGET,
+    FILE_TARGET_CONFLICT,
+    UNKNOWN_LOCAL_LABEL,
+    Finding,
+    Location,
+)
 from tools.lint.workspace import collect_files, find_root
 
 
@@ -168,8 +174,11 @@ def _check_entry(
             f"{display(run.entry)}: label check skipped, evaluation incomplete "
             f"({run.incomplete[0]})"
         )
-    dirty = (DUPLICATE_TARGET in checks and run.duplicates) or (
-        check_labels and _bad_labels(evaluator, run)
+    check_files = FILE_TARGET_CONFLICT in checks
+    dirty = (
+        (DUPLICATE_TARGET in checks and run.duplicates)
+        or (check_files and run.files is not None and run.files.conflicts)
+        or (check_labels and _bad_labels(evaluator, run))
     )
     if not dirty:
         return []
@@ -178,6 +187,8 @@ def _check_entry(
     found: list[Finding] = []
     if DUPLICATE_TARGET in checks:
         found += evaluator.duplicate_findings(run, display)
+    if check_files:
+        found += evaluator.file_target_findings(run, display)
     if check_labels:
         found += _label_findings(evaluator, run, display)
     return found

@@ -12,6 +12,7 @@ def define_common_targets():
             "config.py",
             "evaluator.py",
             "findings.py",
+            "file_targets.py",
             "fixer.py",
             "formats.py",
             "globbing.py",
@@ -45,6 +46,18 @@ def define_common_targets():
             "test/property_test.py",
         ],
         data = ["pre_commit.sh"],
+        deps = [
+            ":fixture_tree",
+            ":lint_lib",
+        ],
+    )
+
+    # The file-target fixture against real Bazel (./bazelw's 4.2.3): one `bazel query` in batch
+    # mode over the fixture tree, with its own output root in the test's temporary directory.
+    runtime.python_test(
+        name = "bazel_agreement_test",
+        size = "small",
+        srcs = ["test/bazel_agreement_test.py"],
         deps = [
             ":fixture_tree",
             ":lint_lib",
