@@ -59,6 +59,9 @@ _STATEMENT_CALL_RE = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_.]*\s*\(")
 _STRING_RE = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _STRING_OR_COMMENT_RE = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|#[^\n]*')
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Every ASCII character that cannot be part of a name, to a space: `split()` then gives the words
+# of a file several times faster than a regular expression over it.
+_NON_WORD = str.maketrans({c: " " for c in map(chr, range(128)) if not (c.isalnum() or c == "_")})
 _MAX_UNDEFINED_RETRIES = 200
 # Public names the prelude defines (its `lint__*` helpers reach files only through stubs).
 _DEFINED_RE = re.compile(r"^(?:def\s+)?([A-Za-z][A-Za-z0-9_]*)\s*(?:=|\()", re.MULTILINE)
@@ -178,13 +181,15 @@ class Evaluator:
         source = prelude_source(config)
         sl.eval(prelude, sl.parse(PRELUDE_FILE, source, _DIALECT), _GLOBALS)
         self._prelude = prelude.freeze()
-        # Every module gets the prelude's names, as Bazel's and Buck's built-ins are there in
-        # every file (a file may rebind a loaded name: no conflict with the file's own names).
-        # Rules are globals of build files only; a .bzl file reaches them as `native.<rule>`,
-        # and each name a load() binds costs time in every module.
+        # A module gets the prelude's names it mentions, as Bazel's and Buck's built-ins are
+        # there in every file (a file may rebind a loaded name: no conflict with its own names).
+        # Rules are globals of build files only; a .bzl file reaches them as `native.<rule>`.
+        # Each name a load() binds costs time, so only the names a file mentions are bound,
+        # by one parsed load statement per set of names.
         defined = {n for n in _DEFINED_RE.findall(source) if not n.startswith("lint__")}
-        self._inject_build = _load_statement(PRELUDE_LABEL, defined)
-        self._inject_extension = _load_statement(PRELUDE_LABEL, defined - self._native)
+        self._build_names = frozenset(defined)
+        self._extension_names = frozenset(defined - self._native)
+        self._prelude_loads: dict[frozenset[str], Any] = {}
 
     # ---- public -------------------------------------------------------------------------
     def evaluate_entry(self, path: Path, detailed: bool = False) -> PackageRun:
@@ -285,7 +290,7 @@ class Evaluator:
         loaded[PRELUDE_LABEL] = self._prelude
         loader = sl.FileLoader(loaded.__getitem__)
         entry = path.name in self.config.entry_files
-        prelude_names = self._inject_build if entry else self._inject_extension
+        prelude_names = self._prelude_load(text, entry)
         undefined: list[str] = []
         for _ in range(_MAX_UNDEFINED_RETRIES):
             if undefined:  # a retry: start from a clean module, the failed one is half-filled
@@ -296,7 +301,8 @@ class Evaluator:
                 )
                 inject = _load_statement(_UNDEFINED_LABEL, undefined)
                 sl.eval(module, inject, _GLOBALS, loader)
-            sl.eval(module, prelude_names, _GLOBALS, loader)
+            if prelude_names is not None:
+                sl.eval(module, prelude_names, _GLOBALS, loader)
             try:
                 sl.eval(module, ast, _GLOBALS, loader)
                 return module
@@ -308,6 +314,18 @@ class Evaluator:
                     continue
                 raise _EvalFailure(_short(e)) from None
         raise _EvalFailure(f"{rel}: too many undefined globals")
+
+    def _prelude_load(self, text: str, entry: bool) -> Any:
+        """The load statement binding the prelude names `text` mentions (as whole words), or
+        None when it mentions none."""
+        available = self._build_names if entry else self._extension_names
+        names = available.intersection(text.translate(_NON_WORD).split())
+        if not names:
+            return None
+        statement = self._prelude_loads.get(names)
+        if statement is None:
+            statement = self._prelude_loads[names] = _load_statement(PRELUDE_LABEL, names)
+        return statement
 
     @staticmethod
     def _started(error: Exception) -> bool:
