@@ -23,11 +23,11 @@ from typing import Any
 
 import starlark as sl
 
-from tools.lint.config import Config
-from tools.lint.file_targets import Declarer, PackageFiles
-from tools.lint.findings import DUPLICATE_TARGET, FILE_TARGET_CONFLICT, Finding, Frame, Location
-from tools.lint.globbing import Globber
-from tools.lint.prelude import (
+from .config import Config
+from .file_targets import Declarer, PackageFiles
+from .findings import DUPLICATE_TARGET, FILE_TARGET_CONFLICT, Finding, Frame, Location
+from .globbing import Globber
+from .prelude import (
     NO_NAME,
     PRELUDE_FILE,
     PRELUDE_LABEL,
@@ -35,7 +35,7 @@ from tools.lint.prelude import (
     prelude_source,
     stub_expr,
 )
-from tools.lint.workspace import ResolvedLabel, resolve_label
+from .workspace import ResolvedLabel, resolve_label
 
 _DIALECT = sl.Dialect.extended()
 _DIALECT.enable_f_strings = True  # Buck2 accepts f"{name}_lib"; Bazel files never use them

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tools.lint.findings import Frame
+from .findings import Frame
 
 
 class Declarer(Protocol):

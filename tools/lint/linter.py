@@ -7,16 +7,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.lint.config import REPO_CONFIG_NAME, Config, load_config
-from tools.lint.evaluator import Evaluator, InputError, PackageRun, Registration
-from tools.lint.findings import (
+from .config import REPO_CONFIG_NAME, Config, load_config
+from .evaluator import Evaluator, InputError, PackageRun, Registration
+from .findings import (
     DUPLICATE_TARGET,
     FILE_TARGET_CONFLICT,
     UNKNOWN_LOCAL_LABEL,
     Finding,
     Location,
 )
-from tools.lint.workspace import collect_files, find_root
+from .workspace import collect_files, find_root
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tools.lint.config import Config, LoadedSymbol, RuleSpec
+from .config import Config, LoadedSymbol, RuleSpec
 
 # Fields of a packed registration record: kind, name, hidden names (comma-separated), outputs as
 # far as a label may name them (repr of `outs`/`out`), declared output files (repr of a list;

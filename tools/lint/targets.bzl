@@ -27,7 +27,7 @@ def define_common_targets():
     # `./bazelw run //tools/lint -- PATHS...`
     runtime.python_binary(
         name = "lint",
-        main = "cli.py",
+        main = "__main__.py",
         deps = [":lint_lib"],
     )
 
@@ -45,7 +45,6 @@ def define_common_targets():
             "test/lint_test.py",
             "test/property_test.py",
         ],
-        data = ["pre_commit.sh"],
         deps = [
             ":fixture_tree",
             ":lint_lib",
@@ -58,6 +57,25 @@ def define_common_targets():
         name = "bazel_agreement_test",
         size = "small",
         srcs = ["test/bazel_agreement_test.py"],
+        deps = [
+            ":fixture_tree",
+            ":lint_lib",
+        ],
+    )
+
+    # The linter as a Python package: builds its wheel from pyproject.toml, installs it into a
+    # fresh virtualenv offline (its dependency from @et_wheels) and runs `target-lint`.
+    runtime.python_test(
+        name = "wheel_test",
+        size = "small",
+        srcs = ["test/wheel_test.py"],
+        data = [
+            "README.md",
+            "//:.pre-commit-hooks.yaml",
+            "//:pyproject.toml",
+            "//third_party/python:requirements.lock",
+            "@et_wheels//:wheels",
+        ],
         deps = [
             ":fixture_tree",
             ":lint_lib",
