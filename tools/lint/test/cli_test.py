@@ -291,3 +291,13 @@ def test_broken_repo_config_exit_2(
     code, _, err = _run(["."], capsys)
     assert code == 2
     assert "loaded.x.kind: expected one of" in err
+
+
+def test_outputs_table_of_the_wrong_shape_exit_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = _tree("unreached", tmp_path, monkeypatch)
+    (root / ".target-lint.toml").write_text('[loaded.gen]\nkind = "rule"\noutputs = ["out"]\n')
+    code, _, err = _run(["."], capsys)
+    assert code == 2
+    assert "loaded.gen.outputs: expected a table, got ['out']" in err
