@@ -55,7 +55,8 @@ def define_common_targets():
     # mode over the fixture tree, with its own output root in the test's temporary directory.
     runtime.python_test(
         name = "bazel_agreement_test",
-        size = "small",
+        # ~10 s, mostly the JVM's start-up; medium leaves room on a loaded machine.
+        size = "medium",
         srcs = ["test/bazel_agreement_test.py"],
         deps = [
             ":fixture_tree",
