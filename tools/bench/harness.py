@@ -14,6 +14,9 @@ its comparison measured in the same run. The harness therefore:
   never inflate another's: the peak RSS of the process (``VmHWM``; ``ru_maxrss`` where the peak
   cannot be reset) and the peak over the RSS after imports ("+import": the kernel's high-water mark
   is reset once the factory's module is imported, so importing torch does not hide the variant);
+- times wall-clock by default; ``Benchmark(clock="cpu")`` times CPU instead: this process's plus
+  that of the child processes a call waited for (a variant that runs a tool as a subprocess is
+  timed with the tool's start-up, and a neighbour's load does not count as the variant's time);
 - records how long each variant's factory took (for lowering benchmarks: the lowering time);
 - notes the background load (``os.getloadavg`` before and after), so a reader can discount a noisy
   run;
@@ -93,6 +96,17 @@ Factory = Callable[..., Runner]
 _CHILD_FLAG = "--harness-memory-child"
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process plus that of every child process it has waited for."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+# What a timed call is measured in: wall-clock time, or CPU time (this process's and its waited
+# children's) for tools whose cost on a shared machine is what matters.
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": _cpu_seconds}
+
+
 @dataclass(frozen=True)
 class Variant:
     """One way of doing the benchmarked work: a name, a factory and the factory's arguments."""
@@ -110,8 +124,12 @@ class Benchmark:
     variants: Sequence[Variant]
     baseline: str
     notes: str = ""
+    clock: str = "wall"  # or "cpu": see CLOCKS
 
     def __post_init__(self) -> None:
+        if self.clock not in CLOCKS:
+            known = ", ".join(CLOCKS)
+            raise ValueError(f"benchmark {self.name!r}: clock {self.clock!r} is not one of {known}")
         names = [v.name for v in self.variants]
         if len(set(names)) != len(names):
             raise ValueError(f"benchmark {self.name!r}: duplicate variant names in {names}")
@@ -160,6 +178,7 @@ class BenchmarkResult:
     load_before: tuple[float, float, float]
     load_after: tuple[float, float, float]
     wall_s: float
+    clock: str = "wall"
     # Figures a benchmark script derives beyond the timings (``after_each`` may add them, e.g. how
     # much of a model was delegated); written with the JSON.
     details: dict[str, Any] = field(default_factory=dict)
@@ -319,6 +338,7 @@ def run_benchmark(
             continue
         runners[variant.name] = runner
 
+    clock = CLOCKS[benchmark.clock]
     spent = dict.fromkeys(runners, 0.0)
     active = list(runners)
     keep_alive: object = None
@@ -333,13 +353,13 @@ def run_benchmark(
                 if options.settle:
                     wait_until_threads_idle()
                     runners[name]()
-                t0 = time.perf_counter()
+                t0 = clock()
                 keep_alive = runners[name]()
             except Exception as exc:
                 results[name].error = _short_error(exc)
                 spent[name] = float("inf")
                 continue
-            elapsed = time.perf_counter() - t0
+            elapsed = clock() - t0
             keep_alive = None
             spent[name] += elapsed
             results[name].samples_ms.append(elapsed * 1e3)
@@ -383,6 +403,7 @@ def run_benchmark(
         load_before=load_before,
         load_after=os.getloadavg(),
         wall_s=time.perf_counter() - started,
+        clock=benchmark.clock,
     )
 
 
@@ -405,7 +426,8 @@ def render_text(results: Sequence[BenchmarkResult], environment: bool = True) ->
     )
     for res in results:
         lines.append("")
-        lines.append(f"== {res.name}  (baseline: {res.baseline}; wall {res.wall_s:.1f} s)")
+        clock = "; times are CPU time" if res.clock == "cpu" else ""
+        lines.append(f"== {res.name}  (baseline: {res.baseline}{clock}; wall {res.wall_s:.1f} s)")
         if res.notes:
             lines.append(f"   {res.notes}")
         lines.append(header)

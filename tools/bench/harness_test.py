@@ -1,6 +1,8 @@
 """Tests of the benchmark harness: interleaved timing, ratios, per-variant memory, failures."""
 
 import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -135,9 +137,36 @@ def test_details_from_after_each_reach_the_json(tmp_path, capsys) -> None:  # ty
     assert data["benchmarks"][0]["details"] == {"delegated": {"nodes": 3, "of": 4}}
 
 
+def make_child_spinner(ms: float) -> harness.Runner:
+    """A call whose CPU is spent in a child process (as a benchmarked command-line tool's is)."""
+    spin = f"import time\nend = time.process_time() + {ms / 1e3}\n"
+    code = spin + "while time.process_time() < end:\n    pass\n"
+    return lambda: subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_cpu_clock_counts_waited_children_and_not_sleep() -> None:
+    bench = harness.Benchmark(
+        name="cpu",
+        baseline="child",
+        clock="cpu",
+        variants=[
+            harness.Variant("child", make_child_spinner, {"ms": 150}),
+            harness.Variant("sleep", make_sleeper, {"ms": 150}),
+        ],
+    )
+    result = harness.run_benchmark(bench, harness.Options(repeats=3, warmup=0, memory=False))
+    child, sleep = result.variants
+    assert child.median_ms is not None and sleep.median_ms is not None
+    assert child.median_ms >= 150  # the child's spin counts (its interpreter start-up too)
+    assert sleep.median_ms < 50  # sleeping costs no CPU
+    assert "times are CPU time" in harness.render_text([result])
+
+
 def test_bad_benchmark_definitions_are_rejected() -> None:
     with pytest.raises(ValueError, match="baseline 'zzz' is not one of"):
         harness.Benchmark("x", [harness.Variant("a", make_sleeper)], baseline="zzz")
+    with pytest.raises(ValueError, match="clock 'gpu' is not one of wall, cpu"):
+        harness.Benchmark("x", [harness.Variant("a", make_sleeper)], baseline="a", clock="gpu")
     with pytest.raises(ValueError, match="module-level function"):
         harness.factory_reference(lambda: lambda: None)
 

@@ -30,7 +30,7 @@ def define_common_targets():
         deps = [":harness"],
     )
 
-    # Issue #7: the target linter over a generated 600-package tree vs. buildifier -lint=warn.
+    # Issues #7, #23: the target linter vs. buildifier -lint=warn (CPU, start-up included).
     runtime.python_binary(
         name = "lint_bench",
         main = "lint_bench.py",

@@ -1,4 +1,8 @@
-"""`python -m tools.lint PATHS...` from a checkout (see cli.py)."""
+"""`python -m target_lint` (installed), `python -m tools.lint` (a checkout) and the program of
+`bazel run //tools/lint`.
+
+Exit status: see cli.py.
+"""
 
 import importlib.util
 import sys
@@ -9,7 +13,11 @@ if importlib.util.find_spec("starlark") is None:
     )
     sys.exit(2)
 
-# Imported after the dependency check, on purpose.
-from tools.lint.cli import main
+# Imported after the dependency check, on purpose. `bazel run` runs this file as a script (no
+# package); the modules themselves import each other relatively, so they work under either name.
+if __package__:
+    from .cli import main
+else:
+    from tools.lint.cli import main
 
 sys.exit(main())

@@ -1,4 +1,5 @@
-"""Command line of the target linter: `bazel run //tools/lint -- PATHS` or `python -m tools.lint`.
+"""Command line of the target linter: `target-lint PATHS` (installed), `bazel run //tools/lint --
+PATHS` or `python -m tools.lint PATHS` (a checkout).
 
 Exit status: 0 clean, 1 findings, 2 input it could not read or parse (or bad usage).
 """
@@ -10,11 +11,11 @@ import os
 import sys
 from pathlib import Path
 
-from tools.lint.config import REPO_CONFIG_NAME, ConfigError, load_config
-from tools.lint.findings import CHECKS, RULE_DESCRIPTIONS
-from tools.lint.fixer import apply_fixes
-from tools.lint.formats import FORMATS, render
-from tools.lint.linter import lint
+from .config import REPO_CONFIG_NAME, ConfigError, load_config
+from .findings import CHECKS, RULE_DESCRIPTIONS
+from .fixer import apply_fixes
+from .formats import FORMATS, render
+from .linter import lint
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_INPUT_ERROR = 0, 1, 2
 
@@ -22,8 +23,9 @@ EXIT_CLEAN, EXIT_FINDINGS, EXIT_INPUT_ERROR = 0, 1, 2
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="target-lint",
-        description="Finds target names registered twice in one Buck/Bazel package, by "
-        "evaluating BUILD, BUILD.bazel, BUCK, TARGETS and .bzl files.",
+        description="Finds target names registered twice in one Buck/Bazel package, Bazel file "
+        "targets that clash, and local labels that name nothing, by evaluating BUILD, "
+        "BUILD.bazel, BUCK, TARGETS and .bzl files.",
         epilog="checks: "
         + "; ".join(f"{c}: {RULE_DESCRIPTIONS[c]}" for c in CHECKS)
         + " Exit status: 0 clean, 1 findings, 2 unreadable or unparsable input.",
@@ -91,7 +93,3 @@ def main(argv: list[str] | None = None) -> int:
     if result.errors:
         return EXIT_INPUT_ERROR
     return EXIT_FINDINGS if result.findings else EXIT_CLEAN
-
-
-if __name__ == "__main__":
-    sys.exit(main())

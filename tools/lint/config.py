@@ -21,11 +21,22 @@ class ConfigError(Exception):
 
 
 @dataclass(frozen=True)
+class OutputSpec:
+    """The files a Bazel rule declares: the strings of `attributes`, and `implicit` names
+    ("{name}" is the call's name). Each is a file target of the rule's package."""
+
+    attributes: tuple[str, ...] = ()
+    implicit: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class RuleSpec:
-    """A callable that registers `name` (plus `hidden` names unless `unless=False` is passed)."""
+    """A callable that registers `name` (plus `hidden` names unless `unless=False` is passed),
+    and declares `outputs` when known (None: which attributes are outputs is not known)."""
 
     hidden: tuple[str, ...] = ()
     unless: str | None = None
+    outputs: OutputSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -43,10 +54,12 @@ class LoadedSymbol:
 @dataclass(frozen=True)
 class Config:
     entry_files: tuple[str, ...]
+    file_target_entry_files: tuple[str, ...]  # packages that have Bazel's file targets
     extension_suffix: str
     unknown_calls_register: bool
     non_label_attributes: frozenset[str]
     native_rules: tuple[str, ...]
+    native_outputs: dict[str, OutputSpec]
     loaded: dict[str, LoadedSymbol]
     repo_mappings: dict[str, str]
 
@@ -64,16 +77,36 @@ def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _strings(raw: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+        raise ConfigError(f"{where}: expected a list of strings, got {raw!r}")
+    return tuple(raw)
+
+
+def _output_spec(raw: Any, where: str) -> OutputSpec:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: expected a table, got {raw!r}")
+    unknown = set(raw) - {"attributes", "implicit"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {sorted(unknown)[0]!r} (attributes, implicit)")
+    return OutputSpec(
+        attributes=_strings(raw.get("attributes", []), f"{where}.attributes"),
+        implicit=_strings(raw.get("implicit", []), f"{where}.implicit"),
+    )
+
+
 def _rule_spec(raw: Any, where: str) -> RuleSpec:
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a table, got {raw!r}")
-    hidden = raw.get("hidden", [])
     unless = raw.get("unless")
-    if not isinstance(hidden, list) or not all(isinstance(h, str) for h in hidden):
-        raise ConfigError(f"{where}.hidden: expected a list of strings, got {hidden!r}")
     if unless is not None and not isinstance(unless, str):
         raise ConfigError(f"{where}.unless: expected a string, got {unless!r}")
-    return RuleSpec(hidden=tuple(hidden), unless=unless)
+    outputs = raw.get("outputs")
+    return RuleSpec(
+        hidden=_strings(raw.get("hidden", []), f"{where}.hidden"),
+        unless=unless,
+        outputs=None if outputs is None else _output_spec(outputs, f"{where}.outputs"),
+    )
 
 
 def _loaded_symbol(symbol: str, raw: Any) -> LoadedSymbol:
@@ -116,10 +149,15 @@ def load_config(extra: Path | None = None) -> Config:
     try:
         return Config(
             entry_files=tuple(raw["entry_files"]),
+            file_target_entry_files=tuple(raw["file_target_entry_files"]),
             extension_suffix=str(raw["extension_suffix"]),
             unknown_calls_register=bool(raw["unknown_calls_register"]),
             non_label_attributes=frozenset(raw["non_label_attributes"]),
             native_rules=tuple(raw["native_rules"]),
+            native_outputs={
+                str(rule): _output_spec(spec, f"native_outputs.{rule}")
+                for rule, spec in raw.get("native_outputs", {}).items()
+            },
             loaded={s: _loaded_symbol(s, v) for s, v in raw.get("loaded", {}).items()},
             repo_mappings={str(k): str(v) for k, v in raw.get("repo_mappings", {}).items()},
         )

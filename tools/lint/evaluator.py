@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
-from glob import glob as _glob
 from pathlib import Path
 from typing import Any
 
 import starlark as sl
 
-from tools.lint.config import Config
-from tools.lint.findings import DUPLICATE_TARGET, Finding, Frame, Location
-from tools.lint.prelude import (
+from .config import Config
+from .file_targets import Declarer, PackageFiles
+from .findings import DUPLICATE_TARGET, FILE_TARGET_CONFLICT, Finding, Frame, Location
+from .globbing import Globber
+from .prelude import (
     NO_NAME,
     PRELUDE_FILE,
     PRELUDE_LABEL,
@@ -33,7 +35,7 @@ from tools.lint.prelude import (
     prelude_source,
     stub_expr,
 )
-from tools.lint.workspace import resolve_label
+from .workspace import ResolvedLabel, resolve_label
 
 _DIALECT = sl.Dialect.extended()
 _DIALECT.enable_f_strings = True  # Buck2 accepts f"{name}_lib"; Bazel files never use them
@@ -57,6 +59,9 @@ _STATEMENT_CALL_RE = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_.]*\s*\(")
 _STRING_RE = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _STRING_OR_COMMENT_RE = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\'|#[^\n]*')
 _IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Every ASCII character that cannot be part of a name, to a space: `split()` then gives the words
+# of a file several times faster than a regular expression over it.
+_NON_WORD = str.maketrans({c: " " for c in map(chr, range(128)) if not (c.isalnum() or c == "_")})
 _MAX_UNDEFINED_RETRIES = 200
 # Public names the prelude defines (its `lint__*` helpers reach files only through stubs).
 _DEFINED_RE = re.compile(r"^(?:def\s+)?([A-Za-z][A-Za-z0-9_]*)\s*(?:=|\()", re.MULTILINE)
@@ -131,6 +136,7 @@ class PackageRun:
     duplicates: list[tuple[Registration, Registration]] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)  # why the label check cannot trust it
     detailed: bool = False  # call stacks recorded (a second run, for packages with findings)
+    files: PackageFiles | None = None  # its file targets, for a package that has them (Bazel's)
 
 
 @dataclass
@@ -149,13 +155,22 @@ class Evaluator:
         self.notes: list[str] = []
         self._current: PackageRun | None = None
         self._pending: list[Registration] = []  # waiting for their call stack
+        self._unresolved: Registration | None = None  # an unresolved call, ditto
         self._modules: dict[str, _Module] = {}  # by root-relative path
-        self._stubs: dict[tuple[str, ...], Any] = {}
-        self._texts: dict[str, list[str]] = {}
+        # Stand-in modules by (label, ((exported name, attributes used), ...)).
+        self._stubs: dict[tuple[str, tuple[tuple[str, tuple[str, ...]], ...]], Any] = {}
+        self._texts: dict[str, str] = {}  # file texts read so far, by root-relative path
+        self._split: dict[str, list[str]] = {}  # their lines, split when a finding needs them
+        # load() labels resolved per package: (label, package) -> (file or None, is a file)
+        self._resolved: dict[tuple[str, str], tuple[ResolvedLabel | None, bool]] = {}
         self._native = set(config.native_rules)
+        self._root_dir = str(root)
+        self._globber = Globber(config.entry_files)
         prelude = sl.Module()
         prelude.add_callable("__lint_register", self._register)
         prelude.add_callable("__lint_unknown", self._unknown_call)
+        prelude.add_callable("__lint_exports", self._exports)
+        prelude.add_callable("__lint_unknown_stack", self._unknown_stack)
         prelude.add_callable("__lint_stack", self._stack)
         prelude.add_callable("__lint_push_mode", self._push_mode)
         prelude.add_callable("__lint_pop_mode", self._pop_mode)
@@ -166,7 +181,15 @@ class Evaluator:
         source = prelude_source(config)
         sl.eval(prelude, sl.parse(PRELUDE_FILE, source, _DIALECT), _GLOBALS)
         self._prelude = prelude.freeze()
-        self._prelude_names = set(_DEFINED_RE.findall(source))
+        # A module gets the prelude's names it mentions, as Bazel's and Buck's built-ins are
+        # there in every file (a file may rebind a loaded name: no conflict with its own names).
+        # Rules are globals of build files only; a .bzl file reaches them as `native.<rule>`.
+        # Each name a load() binds costs time, so only the names a file mentions are bound,
+        # by one parsed load statement per set of names.
+        defined = {n for n in _DEFINED_RE.findall(source) if not n.startswith("lint__")}
+        self._build_names = frozenset(defined)
+        self._extension_names = frozenset(defined - self._native)
+        self._prelude_loads: dict[frozenset[str], Any] = {}
 
     # ---- public -------------------------------------------------------------------------
     def evaluate_entry(self, path: Path, detailed: bool = False) -> PackageRun:
@@ -175,6 +198,8 @@ class Evaluator:
         rel = self.rel(path)
         package = rel.rpartition("/")[0]
         run = PackageRun(entry=rel, package=package, detailed=detailed)
+        if path.name in self.config.file_target_entry_files:
+            run.files = PackageFiles(package)
         self._current = run
         try:
             self._evaluate(path, package)
@@ -225,12 +250,16 @@ class Evaluator:
         return lines[line - 1] if 0 < line <= len(lines) else ""
 
     def _lines(self, path: str) -> list[str]:
-        if path not in self._texts:
-            try:
-                self._texts[path] = (self.root / path).read_text(encoding="utf-8").splitlines()
-            except (OSError, UnicodeDecodeError):
-                self._texts[path] = []
-        return self._texts[path]
+        lines = self._split.get(path)
+        if lines is None:
+            text = self._texts.get(path)
+            if text is None:
+                try:
+                    text = (self.root / path).read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError):
+                    text = ""
+            lines = self._split[path] = text.splitlines()
+        return lines
 
     # ---- file evaluation ----------------------------------------------------------------
     def _read(self, path: Path, rel: str) -> str:
@@ -240,7 +269,8 @@ class Evaluator:
             raise InputError(rel, 1, 1, f"cannot read: {e.strerror}") from None
         except UnicodeDecodeError as e:
             raise InputError(rel, 1, 1, f"not UTF-8: {e.reason} at byte {e.start}") from None
-        self._texts[rel] = text.splitlines()
+        self._texts[rel] = text
+        self._split.pop(rel, None)  # --fix may have changed the file since
         return text
 
     def _parse(self, path: Path, rel: str, text: str) -> Any:
@@ -255,20 +285,24 @@ class Evaluator:
         rel = self.rel(path)
         text = self._read(path, rel)
         ast = self._parse(path, rel, text)
-        loaded = self._resolve_loads(ast, text, rel, package)
-        loader = sl.FileLoader(lambda label: loaded[label])
+        uses = _AttributeUses(text)
+        loaded = self._resolve_loads(ast, uses, rel, package)
         loaded[PRELUDE_LABEL] = self._prelude
-        words = set(_IDENT_RE.findall(text))
-        wanted = sorted(words & self._prelude_names)
+        loader = sl.FileLoader(loaded.__getitem__)
+        entry = path.name in self.config.entry_files
+        prelude_names = self._prelude_load(text, entry)
         undefined: list[str] = []
         for _ in range(_MAX_UNDEFINED_RETRIES):
             if undefined:  # a retry: start from a clean module, the failed one is half-filled
                 module = sl.Module()
                 ast = self._parse(path, rel, text)
                 loaded[_UNDEFINED_LABEL] = self._stub_module(
-                    _UNDEFINED_LABEL, {u: u for u in undefined}, text
+                    _UNDEFINED_LABEL, {u: u for u in undefined}, uses
                 )
-            self._inject(module, wanted, undefined, loader)
+                inject = _load_statement(_UNDEFINED_LABEL, undefined)
+                sl.eval(module, inject, _GLOBALS, loader)
+            if prelude_names is not None:
+                sl.eval(module, prelude_names, _GLOBALS, loader)
             try:
                 sl.eval(module, ast, _GLOBALS, loader)
                 return module
@@ -281,38 +315,40 @@ class Evaluator:
                 raise _EvalFailure(_short(e)) from None
         raise _EvalFailure(f"{rel}: too many undefined globals")
 
+    def _prelude_load(self, text: str, entry: bool) -> Any:
+        """The load statement binding the prelude names `text` mentions (as whole words), or
+        None when it mentions none."""
+        available = self._build_names if entry else self._extension_names
+        names = available.intersection(text.translate(_NON_WORD).split())
+        if not names:
+            return None
+        statement = self._prelude_loads.get(names)
+        if statement is None:
+            statement = self._prelude_loads[names] = _load_statement(PRELUDE_LABEL, names)
+        return statement
+
     @staticmethod
     def _started(error: Exception) -> bool:
         """True when the error was raised while running (a traceback), not while compiling."""
         return "Traceback" in str(error)
 
-    def _inject(self, module: Any, wanted: list[str], undefined: list[str], loader: Any) -> None:
-        statements = []
-        if wanted:
-            names = ", ".join(f'"{n}"' for n in wanted)
-            statements.append(f'load("{PRELUDE_LABEL}", {names})')
-        if undefined:
-            names = ", ".join(f'"{n}"' for n in undefined)
-            statements.append(f'load("{_UNDEFINED_LABEL}", {names})')
-        if statements:
-            inject = sl.parse("<target-lint inject>", "\n".join(statements) + "\n", _DIALECT)
-            sl.eval(module, inject, _GLOBALS, loader)
-
-    def _resolve_loads(self, ast: Any, text: str, rel: str, package: str) -> dict[str, Any]:
+    def _resolve_loads(
+        self, ast: Any, uses: _AttributeUses, rel: str, package: str
+    ) -> dict[str, Any]:
         wanted: dict[str, dict[str, str]] = {}
         for load in ast.loads():  # one label may be loaded by several statements
             wanted.setdefault(load.module_id, {}).update(load.symbols)
         loaded: dict[str, Any] = {}
         for label, symbols in wanted.items():
-            target = resolve_label(label, self.root, package, self.config.repo_mappings)
+            target, is_file = self._resolve(label, package)
             frozen = None
-            if target is not None and target.path.is_file():
+            if is_file and target is not None:
                 frozen = self._load_module(target.path, target.package, rel, label)
             if frozen is None:
-                frozen = self._stub_module(label, symbols, text)
+                frozen = self._stub_module(label, symbols, uses)
                 if target is None:
                     missing = ""
-                elif target.path.is_file():
+                elif is_file:
                     missing = f" ({self.rel(target.path)} did not evaluate)"
                 else:
                     missing = f" (no file {self.rel(target.path)})"
@@ -322,6 +358,17 @@ class Evaluator:
                 )
             loaded[label] = frozen
         return loaded
+
+    def _resolve(self, label: str, package: str) -> tuple[ResolvedLabel | None, bool]:
+        """The file a load() label names and whether it exists (cached: most labels repeat)."""
+        # Only relative labels (":f.bzl", "f.bzl") depend on the loading package.
+        key = (label, "" if label.startswith(("//", "@")) or "//" in label else package)
+        found = self._resolved.get(key)
+        if found is None:
+            target = resolve_label(label, self.root, package, self.config.repo_mappings)
+            found = (target, target is not None and os.path.isfile(target.path))
+            self._resolved[key] = found
+        return found
 
     def _load_module(self, path: Path, package: str, by: str, label: str) -> Any:
         key = self.rel(path)
@@ -346,29 +393,36 @@ class Evaluator:
         self._modules[key] = _Module(frozen=frozen, in_progress=False)
         return frozen
 
-    def _stub_module(self, label: str, symbols: dict[str, str], text: str) -> Any:
+    def _stub_module(self, label: str, symbols: dict[str, str], uses: _AttributeUses) -> Any:
         """A module exporting stand-ins for `symbols` (local name -> exported name)."""
-        lines = []
-        code = _STRING_OR_COMMENT_RE.sub('""', text)  # `"...:rules.bzl"` is no attribute use
-        for local, exported in sorted(symbols.items()):
-            attributes = sorted(set(re.findall(rf"\b{re.escape(local)}\.([A-Za-z_]\w*)", code)))
+        described: list[tuple[str, tuple[str, ...]]] = []  # (exported, attributes used)
+        for local, exported in sorted(symbols.items(), key=lambda item: item[1]):
             spec = self.config.loaded.get(exported)
-            native = exported in self._native
-            lines.append(f"{exported} = {stub_expr(exported, spec, attributes, native)}")
-        key = (label, *lines)
-        if key not in self._stubs:
-            body = "\n".join(lines) + "\n"
+            if spec is None and exported not in self._native:  # a struct if the file says so
+                described.append((exported, uses.of(local)))
+            elif spec is not None and spec.kind == "struct":  # members beyond the table
+                described.append((exported, uses.of(local, spec.members)))
+            else:
+                described.append((exported, ()))
+        key = (label, tuple(described))
+        frozen = self._stubs.get(key)
+        if frozen is None:
+            lines = []
+            for exported, attributes in described:
+                spec = self.config.loaded.get(exported)
+                expr = stub_expr(exported, spec, list(attributes), exported in self._native)
+                lines.append(f"{exported} = {expr}")
             names = ", ".join(f'"{n}"' for n in _STUB_HELPERS)
-            source = f'load("{PRELUDE_LABEL}", {names})\n' + body
+            source = f'load("{PRELUDE_LABEL}", {names})\n' + "\n".join(lines) + "\n"
             module = sl.Module()
             loader = sl.FileLoader(lambda _label: self._prelude)
             ast = sl.parse(f"<target-lint stub {label}>", source, _DIALECT)
             sl.eval(module, ast, _GLOBALS, loader)
-            self._stubs[key] = module.freeze()
-        return self._stubs[key]
+            frozen = self._stubs[key] = module.freeze()
+        return frozen
 
     # ---- callbacks from Starlark --------------------------------------------------------
-    def site(self, package: str, registration: Registration) -> Frame:
+    def site(self, package: str, registration: Declarer) -> Frame:
         """The deepest frame in the package's own directory: the call a person would edit."""
         frames = registration.frames
         for frame in reversed(frames):
@@ -402,22 +456,42 @@ class Evaluator:
         run = self._current
         if run is None:
             return False
-        kind, name, hidden, outputs, attributes = record.split(RECORD_SEPARATOR, 4)
+        kind, name, hidden, outputs, files, attributes = record.split(RECORD_SEPARATOR, 5)
         mode = run.modes[-1] if run.modes else None
         if name == NO_NAME:
             self._pending = [Registration("", kind, mode, "", attributes)]
             return True
         registration = Registration(name, kind, mode, "", attributes)
+        package_files = run.files
+        if package_files is not None:
+            package_files.add_rule_name(registration)
+            if len(files) > 2:  # not "" (outputs unknown) nor "[]"
+                inputs = _STRING_RE.findall(attributes)
+                declared = _STRING_RE.findall(files)
+                package_files.add_outputs(registration, declared, run.by_name, inputs)
         self._add(run, registration)
         self._pending = [registration]
         if hidden:
             for pattern in hidden.split(","):
                 hidden_name = pattern.replace("{name}", name)
                 extra = Registration(hidden_name, kind, mode, "", "", hidden_of=name)
+                if package_files is not None:
+                    package_files.add_rule_name(extra)
                 self._add(run, extra)
                 self._pending.append(extra)
         if outputs:
             run.outputs.update(_STRING_RE.findall(outputs))
+        return run.detailed
+
+    def _exports(self, entries: str) -> bool:
+        """Records an exports_files call; True asks for its call stack, as `_register`."""
+        run = self._current
+        if run is None:
+            return False
+        call = Registration(EXPORTS_FILES, EXPORTS_FILES, None, "", "")
+        self._pending = [call]
+        if run.files is not None:
+            run.files.add_exports(call, _STRING_RE.findall(entries), run.by_name)
         return run.detailed
 
     def _stack(self, stack: str) -> None:
@@ -430,25 +504,37 @@ class Evaluator:
                 self._note_incomplete(why)
         self._pending = []
 
-    def _unknown_call(self, record: str) -> None:
+    def _unknown_call(self, record: str) -> bool:
+        """Records a call of an unresolved symbol; True asks for its call stack, which only a
+        detailed run or the package's first reason to distrust its evaluation needs."""
         run = self._current
         if run is None:
-            return
-        symbol, name, _, _, attributes, stack = record.split(RECORD_SEPARATOR, 5)
+            return False
+        symbol, name, _, _, _, attributes = record.split(RECORD_SEPARATOR, 5)
         self._pending = []
         mode = run.modes[-1] if run.modes else None
-        reg = Registration(name, symbol, mode, stack, attributes, assumed=True)
+        reg = Registration(name, symbol, mode, "", attributes, assumed=True)
+        self._unresolved = reg
+        if name != NO_NAME and self.config.unknown_calls_register:
+            self._add(run, reg)
+        # Already distrusted: the reason a person reads is the first one.
+        return run.detailed or not run.incomplete
+
+    def _unknown_stack(self, stack: str) -> None:
+        reg, self._unresolved = self._unresolved, None
+        run = self._current
+        if reg is None or run is None:
+            return
+        reg.stack = stack
         frames = reg.frames
         caller = frames[-1] if frames else Frame(run.entry, 1, "<module>")
-        if name == NO_NAME:
-            if _STATEMENT_CALL_RE.match(self.line_text(caller.path, caller.line)):
-                # A bare statement call might be a macro registering targets we cannot see; a
-                # call whose value is used (`if is_fbcode():`, `x = f()`) only computes something.
-                self._note_incomplete(f"{caller.path}:{caller.line}: call of unresolved {symbol!r}")
+        if reg.name == NO_NAME and not _STATEMENT_CALL_RE.match(
+            self.line_text(caller.path, caller.line)
+        ):
+            # A bare statement call might be a macro registering targets we cannot see; a call
+            # whose value is used (`if is_fbcode():`, `x = f()`) only computes something.
             return
-        self._note_incomplete(f"{caller.path}:{caller.line}: call of unresolved {symbol!r}")
-        if self.config.unknown_calls_register:
-            self._add(run, reg)
+        self._note_incomplete(f"{caller.path}:{caller.line}: call of unresolved {reg.kind!r}")
 
     def _note_incomplete(self, why: str) -> None:
         if self._current is not None and why not in self._current.incomplete:
@@ -466,13 +552,7 @@ class Evaluator:
         run = self._current
         if run is None:
             return []
-        base = self.root / run.package
-        found: set[str] = set()
-        for pattern in include:
-            found.update(_glob(pattern, root_dir=base, recursive=True))
-        for pattern in exclude:
-            found.difference_update(_glob(pattern, root_dir=base, recursive=True))
-        return sorted(f for f in found if (base / f).is_file())
+        return self._globber.glob(os.path.join(self._root_dir, run.package), include, exclude)
 
     def _package_name(self) -> str:
         return self._current.package if self._current else ""
@@ -490,6 +570,37 @@ class Evaluator:
         return {n: {"name": n, "kind": regs[0].kind} for n, regs in run.by_name.items()}
 
     # ---- results ------------------------------------------------------------------------
+    def file_target_findings(self, run: PackageRun, display: Any) -> list[Finding]:
+        """Findings for the file-target conflicts of `run` (see file_targets.py)."""
+        findings = []
+        pkg = "//" + run.package
+        for conflict in run.files.conflicts if run.files is not None else []:
+            site = self.site(run.package, conflict.later)
+            if self.suppressed(site.path, site.line, FILE_TARGET_CONFLICT):
+                continue
+            message = f"{conflict.message} in package '{pkg}'"
+            if conflict.why:
+                message += f": {conflict.why}"
+            first = None
+            if conflict.first is not None:
+                first = self._location(self.site(run.package, conflict.first), display)
+                message += f" (first declared at {first.path}:{first.line})"
+            findings.append(
+                Finding(
+                    rule=FILE_TARGET_CONFLICT,
+                    message=message,
+                    location=self._location(site, display),
+                    name=conflict.name,
+                    package=pkg,
+                    first=first,
+                )
+            )
+        return findings
+
+    def _location(self, frame: Frame, display: Any) -> Location:
+        """Where a finding points: the frame's line, at its first non-blank column."""
+        return Location(display(frame.path), frame.line, self.column_of(frame))
+
     def duplicate_findings(self, run: PackageRun, display: Any) -> list[Finding]:
         """Findings for every collision in `run`; `display` maps root-relative paths for output."""
         findings = []
@@ -516,16 +627,53 @@ class Evaluator:
                 Finding(
                     rule=DUPLICATE_TARGET,
                     message=message,
-                    location=Location(display(site.path), site.line, self.column_of(site)),
+                    location=self._location(site, display),
                     name=dup.name,
                     package=pkg,
-                    first=Location(
-                        display(first_site.path), first_site.line, self.column_of(first_site)
-                    ),
+                    first=self._location(first_site, display),
                     chain=chain,
                 )
             )
         return findings
+
+
+def _load_statement(label: str, names: Iterable[str]) -> Any:
+    """The parsed `load(label, names...)` that gives a module names it does not load itself."""
+    symbols = ", ".join(f'"{n}"' for n in sorted(names))
+    return sl.parse("<target-lint inject>", f'load("{label}", {symbols})\n', _DIALECT)
+
+
+class _AttributeUses:
+    """Which `name.attribute` uses a file's code makes (strings and comments are no use)."""
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def of(self, name: str, known: Container[str] = ()) -> tuple[str, ...]:
+        """The attributes of `name` the file uses, except `known` ones (which need no look)."""
+        text, key = self._text, name + "."
+        found: set[str] = set()
+        start = text.find(key)
+        while start >= 0:
+            end = start + len(key)
+            attribute = _IDENT_RE.match(text, end)
+            before = text[start - 1] if start else " "
+            # `x.name.y`, `other_name.y` and `"//p:name.bzl"` are no use of `name`.
+            if attribute and not (before.isalnum() or before in "_.:/"):
+                word = attribute.group()
+                if word not in known and word not in found and self._in_code(start, word):
+                    found.add(word)
+            start = text.find(key, end)
+        return tuple(sorted(found))
+
+    def _in_code(self, start: int, attribute: str) -> bool:
+        """Whether the use at `start` survives blanking its line's strings and comments."""
+        line_start = self._text.rfind("\n", 0, start) + 1
+        line_end = self._text.find("\n", start)
+        line = self._text[line_start : line_end if line_end >= 0 else len(self._text)]
+        code = _STRING_OR_COMMENT_RE.sub(lambda m: " " * len(m.group()), line)
+        column = start - line_start
+        return code[column : column + 1] == line[column : column + 1]
 
 
 class _EvalFailure(Exception):
@@ -533,6 +681,7 @@ class _EvalFailure(Exception):
 
 
 _UNDEFINED_LABEL = "@target_lint//:undefined.bzl"
+EXPORTS_FILES = "exports_files"  # kind and name of an exports_files call's registration
 SUPPRESS_MARKER = "target-lint: disable="
 
 

@@ -6,15 +6,20 @@ from dataclasses import dataclass, field
 
 DUPLICATE_TARGET = "duplicate-target"
 UNKNOWN_LOCAL_LABEL = "unknown-local-label"
+FILE_TARGET_CONFLICT = "file-target-conflict"
 SYNTAX_ERROR = "syntax-error"
 
 RULE_DESCRIPTIONS = {
     DUPLICATE_TARGET: "A target name is registered twice in one package (Buck2 and Bazel fail "
     "at load time).",
     UNKNOWN_LOCAL_LABEL: "A local label (':name') names no target or file in its package.",
+    FILE_TARGET_CONFLICT: "A file target (an exports_files entry, a declared output) clashes with "
+    "a rule or another file target of its Bazel package, or a rule takes its own output as input "
+    "(Bazel fails at load time; Buck2 has no file targets: outputs are sub-targets ':rule[out]', "
+    "so BUCK and TARGETS files are not checked).",
     SYNTAX_ERROR: "A build file could not be read or parsed.",
 }
-CHECKS = (DUPLICATE_TARGET, UNKNOWN_LOCAL_LABEL)
+CHECKS = (DUPLICATE_TARGET, UNKNOWN_LOCAL_LABEL, FILE_TARGET_CONFLICT)
 
 
 @dataclass(frozen=True)

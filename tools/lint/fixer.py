@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.lint.findings import DUPLICATE_TARGET, Finding
+from .findings import DUPLICATE_TARGET, Finding
 
 
 @dataclass(frozen=True)

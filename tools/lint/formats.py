@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tools.lint.evaluator import InputError
-from tools.lint.findings import RULE_DESCRIPTIONS, SYNTAX_ERROR, Finding, Location
+from .evaluator import InputError
+from .findings import RULE_DESCRIPTIONS, SYNTAX_ERROR, Finding, Location
 
 FORMATS = ("text", "json", "sarif", "github")
 TOOL_NAME = "target-lint"

@@ -7,10 +7,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tools.lint.config import REPO_CONFIG_NAME, Config, load_config
-from tools.lint.evaluator import Evaluator, InputError, PackageRun, Registration
-from tools.lint.findings import DUPLICATE_TARGET, UNKNOWN_LOCAL_LABEL, Finding, Location
-from tools.lint.workspace import collect_files, find_root
+from .config import REPO_CONFIG_NAME, Config, load_config
+from .evaluator import Evaluator, InputError, PackageRun, Registration
+from .findings import (
+    DUPLICATE_TARGET,
+    FILE_TARGET_CONFLICT,
+    UNKNOWN_LOCAL_LABEL,
+    Finding,
+    Location,
+)
+from .workspace import collect_files, find_root
 
 
 @dataclass
@@ -37,20 +43,28 @@ def _display_for(root: Path, cwd: Path) -> Callable[[str], str]:
 
 def _bad_labels(evaluator: Evaluator, run: PackageRun) -> list[tuple[Registration, str]]:
     """`":name"` labels that name neither a target nor a file of the package."""
-    package_dir = evaluator.root / run.package
+    package_dir = os.path.join(evaluator.root, run.package)
     known = run.outputs
     bad = []
     for regs in run.by_name.values():
         for reg in regs:
-            for label in reg.labels if reg.attributes else ():
+            if not _may_hold_local_label(reg.attributes):
+                continue  # most registrations: no need to take their attributes apart
+            for label in reg.labels:
                 if not label.startswith(":"):
                     continue  # labels of other packages: not this check's business
                 target = label[1:].split("[", 1)[0]  # Buck sub-targets: ":lib[shared]"
                 if not target or target in run.by_name or target in known:
                     continue
-                if not (package_dir / target).exists():
+                if not os.path.exists(os.path.join(package_dir, target)):
                     bad.append((reg, label))
     return bad
+
+
+def _may_hold_local_label(attributes: str) -> bool:
+    """Whether the repr of a call's attributes may hold a string starting with ":" (a string
+    opens after "[", "(", "{" or a space; a key's closing quote is followed by ": ")."""
+    return any(opening in attributes for opening in (' ":', '[":', '(":', '{":'))
 
 
 def _label_findings(
@@ -160,8 +174,11 @@ def _check_entry(
             f"{display(run.entry)}: label check skipped, evaluation incomplete "
             f"({run.incomplete[0]})"
         )
-    dirty = (DUPLICATE_TARGET in checks and run.duplicates) or (
-        check_labels and _bad_labels(evaluator, run)
+    check_files = FILE_TARGET_CONFLICT in checks
+    dirty = (
+        (DUPLICATE_TARGET in checks and run.duplicates)
+        or (check_files and run.files is not None and run.files.conflicts)
+        or (check_labels and _bad_labels(evaluator, run))
     )
     if not dirty:
         return []
@@ -170,6 +187,8 @@ def _check_entry(
     found: list[Finding] = []
     if DUPLICATE_TARGET in checks:
         found += evaluator.duplicate_findings(run, display)
+    if check_files:
+        found += evaluator.file_target_findings(run, display)
     if check_labels:
         found += _label_findings(evaluator, run, display)
     return found

@@ -10,17 +10,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tools.lint.config import Config, LoadedSymbol, RuleSpec
+from .config import Config, LoadedSymbol, RuleSpec
 
-# Fields of a packed registration record: kind, name, hidden names (comma-separated), outputs
-# (repr), label-bearing attributes (repr), and for unresolved calls the call stack.
+# Fields of a packed registration record: kind, name, hidden names (comma-separated), outputs as
+# far as a label may name them (repr of `outs`/`out`), declared output files (repr of a list;
+# empty when the rule's outputs are not known), label-bearing attributes (repr).
 RECORD_SEPARATOR = "\x1f"
 NO_NAME = "\x00"
+OUTPUT_ATTRIBUTE = "\x00output"  # what attr.output() returns, so rule() can tell its outputs
 PRELUDE_LABEL = "@target_lint//:prelude.bzl"
 # Synthetic file names start with "<" so frames inside them are dropped from call chains.
 PRELUDE_FILE = "<target-lint prelude>"
 
-# Bazel's attr module, only so rule() definitions in .bzl files evaluate.
+# Bazel's attr module, so rule() definitions in .bzl files evaluate and tell their outputs.
 _ATTR_TYPES = [
     "bool", "int", "int_list", "label", "label_keyed_string_dict", "label_list", "output",
     "output_list", "string", "string_dict", "string_keyed_label_dict", "string_list",
@@ -28,25 +30,45 @@ _ATTR_TYPES = [
 ]  # fmt: skip
 
 _CORE = """
-def lint__record(kind, hidden, kwargs):
+def lint__record(kind, hidden, kwargs, outputs = None, implicit = []):
     # One packed string per call: starlark-pyo3 converts every argument of a Python callback
     # separately, and this is the hot path (every registration of every package).
     name = kwargs.get("name")
+    name = name if type(name) == "string" else _NONAME
+    if outputs == None:
+        files = ""
+        attributes = {k: v for k, v in kwargs.items() if k not in _NON_LABEL}
+    else:
+        files = str([kwargs.get(a) for a in outputs] + lint__implicit(name, implicit, kwargs))
+        attributes = {k: v for k, v in kwargs.items() if k not in _NON_LABEL and k not in outputs}
     return _SEP.join([
         kind,
-        name if type(name) == "string" else _NONAME,
+        name,
         hidden,
         str(kwargs.get("outs", kwargs.get("out", ""))),
-        str({k: v for k, v in kwargs.items() if k not in _NON_LABEL}),
+        files,
+        str(attributes),
     ])
 
-def lint__rule(kind, hidden = [], unless = None):
+def lint__implicit(name, templates, kwargs):
+    # Bazel's rule(outputs = {...}) templates name attributes ("%{name}.bin", "%{src}.o"); the
+    # configuration's only the call's name ("{name}.stripped").
+    names = []
+    for template in templates:
+        if "%{" in template:
+            for key, value in kwargs.items():
+                if type(value) == "string":
+                    template = template.replace("%{" + key + "}", value)
+        names.append(template.replace("{name}", name))
+    return names
+
+def lint__rule(kind, hidden = [], unless = None, outputs = None, implicit = []):
     hidden_text = ",".join(hidden)
     def rule(*args, **kwargs):
         if unless != None and kwargs.get(unless, True) == False:
-            record = lint__record(kind, "", kwargs)
+            record = lint__record(kind, "", kwargs, outputs, implicit)
         else:
-            record = lint__record(kind, hidden_text, kwargs)
+            record = lint__record(kind, hidden_text, kwargs, outputs, implicit)
         # The call stack costs as much as the rest: Python asks for it only when it reports.
         if __lint_register(record):
             __lint_stack(call_stack())
@@ -54,7 +76,9 @@ def lint__rule(kind, hidden = [], unless = None):
 
 def lint__unknown(symbol):
     def unknown(*args, **kwargs):
-        __lint_unknown(lint__record(symbol, "", kwargs) + _SEP + call_stack())
+        # As for rules, Python asks for the call stack only when it would use it.
+        if __lint_unknown(lint__record(symbol, "", kwargs)):
+            __lint_unknown_stack(call_stack())
     return unknown
 
 def lint__unknown_struct(symbol, members):
@@ -66,7 +90,8 @@ def lint__mode(symbol, mode, kind_arg):
         if kind == None and args:
             kind = args[0]
         if kind == None:
-            __lint_unknown(lint__record(symbol, "", kwargs) + _SEP + call_stack())
+            if __lint_unknown(lint__record(symbol, "", kwargs)):
+                __lint_unknown_stack(call_stack())
             return None
         __lint_push_mode(mode)
         kind(**kwargs)
@@ -89,8 +114,13 @@ def lint__noop(*args, **kwargs):
 def lint__identity(value = None, *args, **kwargs):
     return value
 
-def rule(implementation = None, *args, **kwargs):
-    return lint__rule("rule")
+def lint__output_attr(*args, **kwargs):
+    return _OUTPUT_ATTR
+
+def rule(implementation = None, test = False, attrs = None, outputs = None, *args, **kwargs):
+    declared = [k for k, v in (attrs or {}).items() if v == _OUTPUT_ATTR]
+    implicit = list(outputs.values()) if type(outputs) == "dict" else []
+    return lint__rule("rule", outputs = declared, implicit = implicit)
 
 def macro(implementation = None, *args, **kwargs):
     return lint__rule("macro")
@@ -133,8 +163,11 @@ def read_config(section = None, key = None, default = None, *args, **kwargs):
 def print(*args, **kwargs):
     return None
 
+def exports_files(srcs = [], visibility = None, licenses = None):
+    if __lint_exports(str(srcs)):
+        __lint_stack(call_stack())
+
 Label = lint__identity
-exports_files = lint__noop
 oncall = lint__noop
 package = lint__noop
 licenses = lint__noop
@@ -142,7 +175,10 @@ repository_rule = lint__noop
 aspect = lint__noop
 module_extension = lint__noop
 tag_class = lint__noop
-attr = struct(**{t: lint__noop for t in _ATTR_TYPES})
+attr = struct(**{
+    t: lint__output_attr if t in ("output", "output_list") else lint__noop
+    for t in _ATTR_TYPES
+})
 """
 
 
@@ -171,7 +207,11 @@ def starlark_literal(value: Any) -> str:
 def _rule_expr(kind: str, spec: RuleSpec) -> str:
     unless = "None" if spec.unless is None else json.dumps(spec.unless)
     hidden = json.dumps(list(spec.hidden))
-    return f"lint__rule({json.dumps(kind)}, hidden = {hidden}, unless = {unless})"
+    outputs = ""
+    if spec.outputs is not None:
+        attributes, implicit = list(spec.outputs.attributes), list(spec.outputs.implicit)
+        outputs = f", outputs = {json.dumps(attributes)}, implicit = {json.dumps(implicit)}"
+    return f"lint__rule({json.dumps(kind)}, hidden = {hidden}, unless = {unless}{outputs})"
 
 
 def prelude_source(config: Config) -> str:
@@ -182,10 +222,12 @@ def prelude_source(config: Config) -> str:
         f"_SEP = {json.dumps(RECORD_SEPARATOR)}",
         f"_NONAME = {json.dumps(NO_NAME)}",
         f"_ATTR_TYPES = {json.dumps(_ATTR_TYPES)}",
+        f"_OUTPUT_ATTR = {json.dumps(OUTPUT_ATTRIBUTE)}",
         _CORE,
     ]
     for rule_name in config.native_rules:
-        lines.append(f"{rule_name} = lint__rule({json.dumps(rule_name)})")
+        spec = RuleSpec(outputs=config.native_outputs.get(rule_name))
+        lines.append(f"{rule_name} = {_rule_expr(rule_name, spec)}")
     members = [f"{r} = {r}" for r in config.native_rules] + [
         f"{f} = {f}" for f in _NATIVE_FUNCTIONS
     ]

@@ -12,8 +12,10 @@ def define_common_targets():
             "config.py",
             "evaluator.py",
             "findings.py",
+            "file_targets.py",
             "fixer.py",
             "formats.py",
+            "globbing.py",
             "linter.py",
             "prelude.py",
             "workspace.py",
@@ -25,7 +27,7 @@ def define_common_targets():
     # `./bazelw run //tools/lint -- PATHS...`
     runtime.python_binary(
         name = "lint",
-        main = "cli.py",
+        main = "__main__.py",
         deps = [":lint_lib"],
     )
 
@@ -43,7 +45,38 @@ def define_common_targets():
             "test/lint_test.py",
             "test/property_test.py",
         ],
-        data = ["pre_commit.sh"],
+        deps = [
+            ":fixture_tree",
+            ":lint_lib",
+        ],
+    )
+
+    # The file-target fixture against real Bazel (./bazelw's 4.2.3): one `bazel query` in batch
+    # mode over the fixture tree, with its own output root in the test's temporary directory.
+    runtime.python_test(
+        name = "bazel_agreement_test",
+        # ~10 s, mostly the JVM's start-up; medium leaves room on a loaded machine.
+        size = "medium",
+        srcs = ["test/bazel_agreement_test.py"],
+        deps = [
+            ":fixture_tree",
+            ":lint_lib",
+        ],
+    )
+
+    # The linter as a Python package: builds its wheel from pyproject.toml, installs it into a
+    # fresh virtualenv offline (its dependency from @et_wheels) and runs `target-lint`.
+    runtime.python_test(
+        name = "wheel_test",
+        size = "small",
+        srcs = ["test/wheel_test.py"],
+        data = [
+            "README.md",
+            "//:.pre-commit-hooks.yaml",
+            "//:pyproject.toml",
+            "//third_party/python:requirements.lock",
+            "@et_wheels//:wheels",
+        ],
         deps = [
             ":fixture_tree",
             ":lint_lib",

@@ -30,21 +30,34 @@ def _ignored_dirs(root: Path) -> set[Path]:
 
 
 def collect_files(path: Path, root: Path, names: tuple[str, ...], suffix: str) -> list[Path]:
-    """Build files (entry names or `suffix`) under `path`, sorted, skipping Bazel output trees."""
+    """Build files (entry names or `suffix`) under `path`, sorted, skipping Bazel output trees
+    and symbolic links to directories."""
     if path.is_file():
         return [path]
-    ignored = _ignored_dirs(root)
+    ignored = {str(d) for d in _ignored_dirs(root)}
+    wanted = frozenset(names)
     found: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(path):
-        here = Path(dirpath)
-        dirnames[:] = sorted(
-            d
-            for d in dirnames
-            if d not in _SKIPPED_DIRS
-            and not (d.startswith("bazel-") and (here / d).is_symlink())
-            and here / d not in ignored
-        )
-        found.extend(here / f for f in sorted(filenames) if f in names or f.endswith(suffix))
+    # Strings and os.scandir rather than os.walk and Path: a tree has many more directories
+    # than build files, and this runs once for each of them.
+    pending = [str(path)]
+    while pending:
+        here = pending.pop()
+        files, dirs = [], []
+        try:
+            with os.scandir(here) as entries:
+                for entry in entries:
+                    name = entry.name
+                    if entry.is_dir():
+                        # Links to directories (Bazel's bazel-* output trees among them) are
+                        # not followed: they lead out of the tree or round in a loop.
+                        if name not in _SKIPPED_DIRS and not entry.is_symlink():
+                            dirs.append(entry.path)
+                    elif name in wanted or name.endswith(suffix):
+                        files.append(name)
+        except OSError:
+            continue  # unreadable: Bazel and Buck cannot read it either
+        found.extend(Path(here, f) for f in sorted(files))
+        pending.extend(sorted((d for d in dirs if d not in ignored), reverse=True))
     return found
 
 

@@ -272,23 +272,6 @@ def test_python_dash_m_entry_point(tmp_path: Path) -> None:
     assert json.loads(proc.stdout)["findings"][0]["name"] == "fuse_batch_norm_with_linear"
 
 
-def test_pre_commit_entry_script(tmp_path: Path) -> None:
-    root = load_fixture("regression").write(tmp_path)
-    script = Path(__file__).absolute().parent.parent / "pre_commit.sh"
-    env = {**os.environ, "TARGET_LINT_PYTHON": sys.executable}
-    env.pop("BUILD_WORKING_DIRECTORY", None)
-    proc = subprocess.run(
-        [str(script), "--format=github", "."],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 1, proc.stderr
-    assert proc.stdout.startswith("::error file=backends/transforms/targets.bzl,line=20,")
-
-
 def test_undecodable_file_exit_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -300,11 +283,25 @@ def test_undecodable_file_exit_2(
     assert "Traceback" not in out + err
 
 
+@pytest.mark.parametrize(
+    ("toml", "message"),
+    [
+        ('[loaded.x]\nkind = "macro"\n', "loaded.x.kind: expected one of"),
+        (
+            '[loaded.gen]\nkind = "rule"\noutputs = ["out"]\n',
+            "loaded.gen.outputs: expected a table, got ['out']",
+        ),
+    ],
+)
 def test_broken_repo_config_exit_2(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    toml: str,
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     root = _tree("unreached", tmp_path, monkeypatch)
-    (root / ".target-lint.toml").write_text('[loaded.x]\nkind = "macro"\n')
+    (root / ".target-lint.toml").write_text(toml)
     code, _, err = _run(["."], capsys)
     assert code == 2
-    assert "loaded.x.kind: expected one of" in err
+    assert message in err
