@@ -81,7 +81,7 @@ std::optional<ChannelBinary> as_channel_binary(BinaryOp op, const Layout& full,
   channel.shared_vector = v[0] == 1 && dims[0] > 1;
   channel.images = dims[0];
   channel.channels = dims[1];
-  channel.pixels = static_cast<int64_t>(product(Dims(dims.begin(), dims.end()), 2));
+  channel.pixels = static_cast<int64_t>(product(dims, 2));
   return channel;
 }
 
@@ -248,13 +248,9 @@ BinaryPlan Provider::prepare_binary(BinaryOp op, const Layout& a, const Layout& 
     const Layout& second = impl->swapped ? a : b;
     impl->channel = as_channel_binary(op, first, second, output, impl->swapped);
     if (impl->channel) {
-      impl->channel_tasks = state.pieces_for(
-          product(Dims(output.dims().begin(), output.dims().end())) * kBinaryFlopsPerElement,
-          impl->channel->rows());
-      impl->implementation = "channel_binary:avx512";
-      if (impl->channel_tasks > 1) {
-        impl->implementation += ", " + std::to_string(impl->channel_tasks) + " pieces";
-      }
+      impl->channel_tasks =
+          state.pieces_for(product(output.dims()) * kBinaryFlopsPerElement, impl->channel->rows());
+      impl->implementation = "channel_binary:avx512" + pieces_note(impl->channel_tasks);
       return BinaryPlan(std::move(impl));
     }
     const memory::desc dst = output.impl().md;

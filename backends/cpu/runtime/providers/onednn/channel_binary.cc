@@ -1,9 +1,6 @@
 // ChannelBinary (see channel_binary.h).
 #include "backends/cpu/runtime/providers/onednn/channel_binary.h"
 
-#include <cstdlib>
-#include <cstring>
-
 #include "backends/cpu/runtime/providers/onednn/vector_math.h"
 
 namespace et_cpu_plugin {
@@ -74,8 +71,7 @@ void run_op(const ChannelBinary& p, const float* a, const float* v, float* out, 
 }  // namespace
 
 bool channel_binary_enabled() {
-  const char* env = std::getenv("ET_CPU_CHANNEL_BINARY");
-  return (env == nullptr || std::strcmp(env, "0") != 0) && cpu_has_avx512();
+  return kernel_switched_on("ET_CPU_CHANNEL_BINARY") && cpu_has_avx512();
 }
 
 void ChannelBinary::run(const float* a, const float* v, float* out, int64_t first_row,

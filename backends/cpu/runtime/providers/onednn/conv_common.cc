@@ -54,16 +54,14 @@ void ConvCore::prepare(const std::shared_ptr<ProviderState>& provider, dnnl::pri
 }
 
 void ConvCore::describe_split() {
-  if (!pieces.empty()) {
-    implementation += ", " + std::to_string(pieces.size()) + " pieces";
-  }
+  implementation += pieces_note(pieces.size());
   if (!input_bands.empty()) {
     implementation += ", input reordered in " + std::to_string(input_bands.size()) + " bands";
   }
 }
 
 size_t ConvCore::weights_bytes() const {
-  if (row_gemm) return row_gemm->weights_bytes();
+  if (row_gemm) return row_gemm->gemm->weights_bytes();
   size_t total = weights.md.get_size() + (has_bias ? bias.md.get_size() : 0);
   // Channel pieces own their weight blocks; other pieces' weights are empty (the plan's).
   for (const Piece& piece : pieces) {
@@ -122,7 +120,7 @@ void ConvCore::run(const char* what, const float* input, float* output,
     throw ProviderError(std::string(what) + ": post-op add needs a residual tensor, got null");
   }
   if (p.row_gemm) {
-    run_row_gemm(state, *p.row_gemm, p.row_gemm_tasks, input, output, residual);
+    run_row_gemm(state, *p.row_gemm, input, output, residual);
     return;
   }
   ThreadCountGuard threads(state.omp_threads);

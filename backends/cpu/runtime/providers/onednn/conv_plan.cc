@@ -112,7 +112,7 @@ std::string ConvPlan::implementation() const {
   return impl_->implementation;
 }
 size_t ConvPlan::pieces() const {
-  if (impl_->row_gemm) return impl_->row_gemm_tasks;
+  if (impl_->row_gemm) return impl_->row_gemm->tasks;
   return std::max<size_t>(1, impl_->pieces.size());
 }
 
@@ -263,10 +263,9 @@ ConvPlan prepare_row_product(const std::shared_ptr<ProviderState>& state, const 
                              const memory::desc& src_md, OutputLayout output) {
   auto impl = std::make_shared<ConvPlan::Impl>();
   impl->state = state;
-  impl->row_gemm = std::make_shared<RowGemm>(p.batch, p.in_channels, p.out_channels, weight,
-                                             /*weight_is_k_by_n=*/false, bias, post_ops);
-  impl->row_gemm_tasks =
-      row_gemm_tasks(*state, *impl->row_gemm, p.batch, p.in_channels, p.out_channels);
+  impl->row_gemm = prepare_row_gemm(*state, p.batch, p.in_channels, p.out_channels, weight,
+                                    /*weight_is_k_by_n=*/false, bias, post_ops,
+                                    &impl->implementation);
   impl->has_bias = bias != nullptr;
   impl->has_add = has_add(post_ops);
   Dims dst_dims{p.batch, p.out_channels};
@@ -274,11 +273,6 @@ ConvPlan prepare_row_product(const std::shared_ptr<ProviderState>& state, const 
   impl->input_layout = layout_of(src_md);
   impl->output_layout = layout_of(output == OutputLayout::kPlain ? plain_md(dst_dims)
                                                                  : channels_last_md(dst_dims));
-  impl->implementation = "row_gemm:avx512";
-  if (impl->row_gemm_tasks > 1) {
-    impl->implementation += ", " + std::to_string(impl->row_gemm_tasks) + " pieces";
-  }
-  state->weights_bytes += impl->row_gemm->weights_bytes();
   return ConvPlan(std::move(impl));
 }
 

@@ -228,7 +228,7 @@ EltwisePlan Provider::prepare_eltwise(const Activation& activation, const Layout
           piece.dst_md = plain_md(Dims{end - begin});
           impl->pieces.push_back(std::move(piece));
         }
-        impl->implementation += ", " + std::to_string(count) + " pieces";
+        impl->implementation += pieces_note(count);
       }
       return EltwisePlan(std::move(impl));
     }
@@ -258,9 +258,7 @@ EltwisePlan Provider::prepare_eltwise(const Activation& activation, const Layout
       piece.dst_offset = static_cast<size_t>(begin);
       return true;
     });
-    if (!impl->pieces.empty()) {
-      impl->implementation += ", " + std::to_string(impl->pieces.size()) + " pieces";
-    }
+    impl->implementation += pieces_note(impl->pieces.size());
     return EltwisePlan(std::move(impl));
   });
 }

@@ -33,8 +33,7 @@ struct LinearPlan::Impl {
   // Work sharing: column blocks of the output, each with its own weights; empty = one call.
   std::vector<Piece> pieces;
   // A few rows (batch-1 heads): our own kernel instead of the primitive (row_gemm.h).
-  std::shared_ptr<const RowGemm> row_gemm;
-  size_t row_gemm_tasks = 1;
+  std::optional<RowGemmRun> row_gemm;
   size_t weights_bytes = 0;
   mutable std::unordered_map<int, memory> args;  // the whole op's, made on the first run
 };
@@ -51,7 +50,7 @@ std::string LinearPlan::implementation() const {
   return impl_->implementation;
 }
 size_t LinearPlan::pieces() const {
-  if (impl_->row_gemm) return impl_->row_gemm_tasks;
+  if (impl_->row_gemm) return impl_->row_gemm->tasks;
   return std::max<size_t>(1, impl_->pieces.size());
 }
 
@@ -62,7 +61,7 @@ void LinearPlan::run(const float* input, float* output, const float* residual) c
     throw ProviderError("linear plan: post-op add needs a residual tensor, got null");
   }
   if (p.row_gemm) {
-    run_row_gemm(state, *p.row_gemm, p.row_gemm_tasks, input, output, residual);
+    run_row_gemm(state, *p.row_gemm, input, output, residual);
     return;
   }
   ThreadCountGuard threads(state.omp_threads);
@@ -157,16 +156,10 @@ LinearPlan Provider::prepare_linear(
   if (row_gemm_supports(m, post_ops)) {
     auto impl = std::make_shared<LinearPlan::Impl>();
     impl->state = state_;
-    impl->row_gemm = std::make_shared<RowGemm>(m, k, n, weight, params.weight_is_k_by_n, bias,
-                                               post_ops);
-    impl->row_gemm_tasks = row_gemm_tasks(state, *impl->row_gemm, m, k, n);
+    impl->row_gemm = prepare_row_gemm(state, m, k, n, weight, params.weight_is_k_by_n, bias,
+                                      post_ops, &impl->implementation);
     impl->has_add = has_add(post_ops);
-    impl->implementation = "row_gemm:avx512";
-    if (impl->row_gemm_tasks > 1) {
-      impl->implementation += ", " + std::to_string(impl->row_gemm_tasks) + " pieces";
-    }
-    impl->weights_bytes = impl->row_gemm->weights_bytes();
-    state.weights_bytes += impl->weights_bytes;
+    impl->weights_bytes = impl->row_gemm->gemm->weights_bytes();
     return LinearPlan(std::move(impl));
   }
   return wrap_dnnl("prepare_linear", [&] {
@@ -190,9 +183,8 @@ LinearPlan Provider::prepare_linear(
         state, params, impl->src_md, weight, bias, make_attr(split.primitive),
         impl->implementation);
     impl->implementation += split.note();
-    if (!impl->pieces.empty()) {
-      impl->implementation += ", " + std::to_string(impl->pieces.size()) + " pieces";
-    } else {
+    impl->implementation += pieces_note(impl->pieces.size());
+    if (impl->pieces.empty()) {
       impl->scratchpad_md = pd.scratchpad_desc();
       state.reserve_scratchpad(impl->scratchpad_md);
       impl->weights = reorder_constant(state, user_weight_md, weight, pd.weights_desc());

@@ -151,9 +151,7 @@ MatmulPlan Provider::prepare_matmul(const MatmulParams& params, const PostOps& p
     impl->pieces =
         split_matmul(state, params, make_attr(split.primitive), impl->implementation);
     impl->implementation += split.note();
-    if (!impl->pieces.empty()) {
-      impl->implementation += ", " + std::to_string(impl->pieces.size()) + " pieces";
-    }
+    impl->implementation += pieces_note(impl->pieces.size());
     return MatmulPlan(std::move(impl));
   });
 }

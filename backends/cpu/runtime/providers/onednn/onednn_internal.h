@@ -332,13 +332,23 @@ struct WholeOp {
 };
 // Runs one piece on `worker`'s stream and scratchpad.
 void execute_piece(ProviderState& state, const Piece& piece, int worker, const PieceData& data);
-// Runs `gemm` on x / y / residual (see RowGemm::run), its column groups shared out on the pool
-// in `tasks` contiguous ranges (1: on the calling thread).
-void run_row_gemm(ProviderState& state, const RowGemm& gemm, size_t tasks, const float* x,
-                  float* y, const float* residual);
-// How many tasks run_row_gemm shares `gemm` out in.
-size_t row_gemm_tasks(const ProviderState& state, const RowGemm& gemm, int64_t rows, int64_t k,
-                      int64_t n);
+// ", N pieces" for a plan's implementation() when it runs in N > 1 pieces, else "".
+std::string pieces_note(size_t count);
+
+// A plan's RowGemm (row_gemm.h) and the tasks it is shared out in on the pool (1: the calling
+// thread runs it).
+struct RowGemmRun {
+  std::shared_ptr<const RowGemm> gemm;
+  size_t tasks = 1;
+};
+// Packs the weights (counted in state.weights_bytes) and picks the split; `implementation`
+// becomes "row_gemm:avx512" plus its pieces_note. The caller checked row_gemm_supports.
+RowGemmRun prepare_row_gemm(ProviderState& state, int64_t rows, int64_t k, int64_t n,
+                            const float* weight, bool weight_is_k_by_n, const float* bias,
+                            const PostOps& post_ops, std::string* implementation);
+// Runs it on x / y / residual (see RowGemm::run), its column groups in contiguous ranges.
+void run_row_gemm(ProviderState& state, const RowGemmRun& run, const float* x, float* y,
+                  const float* residual);
 // Runs every piece on the pool; `data(piece)` gives what it reads and writes.
 void run_pieces(ProviderState& state, const std::vector<Piece>& pieces,
                 const std::function<PieceData(const Piece&)>& data);
@@ -435,8 +445,7 @@ struct ConvCore {
   std::optional<Activation> tail;
   // A product over one pixel (1x1 kernel, 1x1 input: squeeze-excite) runs on our own kernel
   // instead of the primitive (row_gemm.h); then only the layouts below are set.
-  std::shared_ptr<const RowGemm> row_gemm;
-  size_t row_gemm_tasks = 1;
+  std::optional<RowGemmRun> row_gemm;
   Layout input_layout{nullptr};
   Layout output_layout{nullptr};
   // What the primitive reads and writes (its own choice of layouts, or channels-last); where

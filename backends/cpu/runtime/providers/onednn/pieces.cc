@@ -142,19 +142,31 @@ void run_pieces(ProviderState& state, const std::vector<Piece>& pieces,
   });
 }
 
-size_t row_gemm_tasks(const ProviderState& state, const RowGemm& gemm, int64_t rows, int64_t k,
-                      int64_t n) {
-  return state.pieces_for(2.0 * static_cast<double>(rows * k * n), gemm.groups());
+std::string pieces_note(size_t count) {
+  return count > 1 ? ", " + std::to_string(count) + " pieces" : std::string();
 }
 
-void run_row_gemm(ProviderState& state, const RowGemm& gemm, size_t tasks, const float* x,
-                  float* y, const float* residual) {
-  if (tasks < 2) {
+RowGemmRun prepare_row_gemm(ProviderState& state, int64_t rows, int64_t k, int64_t n,
+                            const float* weight, bool weight_is_k_by_n, const float* bias,
+                            const PostOps& post_ops, std::string* implementation) {
+  RowGemmRun run;
+  auto gemm = std::make_shared<RowGemm>(rows, k, n, weight, weight_is_k_by_n, bias, post_ops);
+  run.tasks = state.pieces_for(2.0 * static_cast<double>(rows * k * n), gemm->groups());
+  state.weights_bytes += gemm->weights_bytes();
+  run.gemm = std::move(gemm);
+  *implementation = "row_gemm:avx512" + pieces_note(run.tasks);
+  return run;
+}
+
+void run_row_gemm(ProviderState& state, const RowGemmRun& run, const float* x, float* y,
+                  const float* residual) {
+  const RowGemm& gemm = *run.gemm;
+  if (run.tasks < 2) {
     gemm.run(x, y, residual, 0, gemm.groups());
     return;
   }
-  state.pool->run(tasks, [&](size_t index, int) {
-    const auto [first, last] = slice_of(gemm.groups(), tasks, index);
+  state.pool->run(run.tasks, [&](size_t index, int) {
+    const auto [first, last] = slice_of(gemm.groups(), run.tasks, index);
     gemm.run(x, y, residual, first, last);
   });
 }

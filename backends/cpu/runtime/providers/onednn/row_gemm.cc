@@ -2,8 +2,6 @@
 #include "backends/cpu/runtime/providers/onednn/row_gemm.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "backends/cpu/runtime/providers/onednn/onednn_internal.h"
@@ -19,11 +17,6 @@ constexpr int64_t kGroupColumns = kLanes * kGroupPanels;
 // Floats ahead of the current weight row that the kernel asks the cache for: far enough to
 // cover memory latency at the rate one core streams (~4 KB), near enough to stay in L1.
 constexpr int64_t kPrefetchFloats = 1024;
-
-bool enabled() {
-  const char* env = std::getenv("ET_CPU_ROW_GEMM");
-  return env == nullptr || std::strcmp(env, "0") != 0;
-}
 
 bool activation_in_registers(Activation::Kind kind) {
   switch (kind) {
@@ -172,7 +165,8 @@ int64_t panels_of(int64_t columns) {
 }  // namespace
 
 bool row_gemm_supports(int64_t rows, const PostOps& post_ops) {
-  if (rows < 1 || rows > kRowGemmMaxRows || !enabled() || !cpu_has_avx512()) return false;
+  if (rows < 1 || rows > kRowGemmMaxRows || !kernel_switched_on("ET_CPU_ROW_GEMM") ||
+      !cpu_has_avx512()) return false;
   for (const PostOp& op : post_ops) {
     if (op.kind == PostOp::Kind::kActivation && !activation_in_registers(op.activation.kind)) {
       return false;

@@ -3,9 +3,6 @@
 // still loads elsewhere.
 #include "backends/cpu/runtime/providers/onednn/vector_activations.h"
 
-#include <cstdlib>
-#include <cstring>
-
 #include "backends/cpu/runtime/providers/onednn/vector_math.h"
 
 namespace et_cpu_plugin {
@@ -25,19 +22,12 @@ ET_AVX512 void apply_avx512(const float* input, float* output, size_t count) {
   }
 }
 
-// Read at every call (plans ask at prepare, never per run), so a benchmark can compare both
-// settings side by side in one process.
-bool enabled() {
-  const char* env = std::getenv("ET_CPU_VECTOR_ACTIVATIONS");
-  return env == nullptr || std::strcmp(env, "0") != 0;
-}
-
 }  // namespace
 
 bool has_vector_activation(const Activation& activation) {
   const bool kind_ok = activation.kind == Activation::Kind::kSigmoid ||
                        activation.kind == Activation::Kind::kSilu;
-  return kind_ok && enabled() && cpu_has_avx512();
+  return kind_ok && kernel_switched_on("ET_CPU_VECTOR_ACTIVATIONS") && cpu_has_avx512();
 }
 
 void apply_vector_activation(const Activation& activation, const float* input, float* output,

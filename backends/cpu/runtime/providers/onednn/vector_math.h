@@ -10,6 +10,9 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 
+#include <cstdlib>
+#include <cstring>
+
 namespace et_cpu_plugin {
 namespace onednn {
 
@@ -46,6 +49,14 @@ ET_AVX512 inline __m512 sigmoid16(__m512 x) {
 
 ET_AVX512 inline __m512 silu16(__m512 x) {
   return _mm512_mul_ps(x, sigmoid16(x));
+}
+
+// Whether the environment leaves one of our kernels on: `variable` (ET_CPU_ROW_GEMM and the like)
+// unset or anything but "0" ("0" keeps oneDNN's kernel, for measuring). Read at each call, so a
+// benchmark can prepare plans both ways in one process.
+inline bool kernel_switched_on(const char* variable) {
+  const char* value = std::getenv(variable);
+  return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
 // Whether this CPU runs AVX-512F (checked once).
