@@ -1,4 +1,5 @@
-// Linear / addmm plans (LinearPlan) on oneDNN's matmul, split into output column blocks.
+// Linear / addmm plans (LinearPlan) on oneDNN's matmul, split into bands of rows (many rows:
+// transformer tokens) or output column blocks (few rows: MLP batches).
 #include "backends/cpu/runtime/providers/onednn/onednn_internal.h"
 
 #include <cstring>
@@ -30,8 +31,10 @@ struct LinearPlan::Impl {
   bool has_bias = false;
   bool has_add = false;
   std::optional<Activation> tail;  // run by the plan after each call (split_tail)
-  // Work sharing: column blocks of the output, each with its own weights; empty = one call.
+  // Work sharing: column blocks of the output, each with its own weights, or (`row_bands`) bands
+  // of rows of the input and output that share the plan's weights; empty = one call.
   std::vector<Piece> pieces;
+  bool row_bands = false;
   // A few rows (batch-1 heads): our own kernel instead of the primitive (row_gemm.h).
   std::optional<RowGemmRun> row_gemm;
   size_t weights_bytes = 0;
@@ -70,8 +73,12 @@ void LinearPlan::run(const float* input, float* output, const float* residual) c
   }
   if (!p.pieces.empty()) {
     run_pieces(state, p.pieces, [&](const Piece& piece) {
-      PieceData data = piece_data(input, output + piece.dst_offset, piece.weights,
-                                  p.has_bias ? &piece.bias : nullptr);
+      PieceData data =
+          p.row_bands
+              ? piece_data(input + piece.src_offset, output + piece.dst_offset, p.weights,
+                           p.has_bias ? &p.bias : nullptr)
+              : piece_data(input, output + piece.dst_offset, piece.weights,
+                           p.has_bias ? &piece.bias : nullptr);
       data.tail = tail_of(p.tail);
       return data;
     });
@@ -86,6 +93,41 @@ namespace {
 
 // Columns per linear piece at least: narrower blocks starve oneDNN's GEMM kernel.
 constexpr int64_t kLinearColumns = 64;
+
+// Rows per band at least: below this oneDNN's brgemm runs short of rows to block over, and a
+// column split (which keeps every row) is the better choice.
+constexpr int64_t kLinearRows = 32;
+
+// Splits a linear into bands of rows: each piece reads its rows of the input and writes the same
+// rows of the output with the whole weight matrix, which the pieces share (the plan's, in the
+// layout the whole op's primitive chose). Dense slices keep oneDNN's brgemm kernels, which a
+// column block's strided output loses. Empty result: no split this way (too few rows, or a
+// band's primitive would want another weight layout or kernel).
+std::vector<Piece> split_linear_rows(ProviderState& state, const LinearParams& params,
+                                     const dnnl::matmul::primitive_desc& whole,
+                                     const dnnl::primitive_attr& attr, bool has_bias) {
+  const int64_t m = params.rows;
+  const int64_t k = params.in_features;
+  const int64_t n = params.out_features;
+  const size_t count = state.pieces_for(2.0 * m * k * n, m / kLinearRows);
+  const std::string whole_implementation = whole.impl_info_str();
+  const memory::desc whole_weights = whole.weights_desc();
+  return make_pieces(state, count, [&](size_t i, Piece& piece) {
+    const auto [begin, end] = block_slice(m, kLinearRows, count, i);
+    piece.src_md = plain_md({end - begin, k});
+    piece.dst_md = plain_md({end - begin, n});
+    piece.src_offset = static_cast<size_t>(begin * k);
+    piece.dst_offset = static_cast<size_t>(begin * n);
+    const memory::desc bias_md = has_bias ? plain_md({1, n}) : memory::desc();
+    const dnnl::matmul::primitive_desc pd(state.engine, piece.src_md, any_md({k, n}), bias_md,
+                                          piece.dst_md, attr);
+    if (pd.weights_desc() != whole_weights || pd.impl_info_str() != whole_implementation) {
+      return false;
+    }
+    set_primitive<dnnl::matmul>(piece, pd);
+    return true;
+  });
+}
 
 // Splits a linear into column blocks of its output: each piece reads the whole input, owns its
 // block of the weights (reordered once here, so the weights are not duplicated) and writes its
@@ -179,14 +221,24 @@ LinearPlan Provider::prepare_linear(
     impl->has_bias = bias != nullptr;
     impl->has_add = has_add(post_ops);
     const size_t weights_before = state.weights_bytes;
-    impl->pieces = split_linear(
-        state, params, impl->src_md, weight, bias, make_attr(split.primitive),
-        impl->implementation);
+    const bool brgemm = impl->implementation.rfind("brg", 0) == 0;
+    if (brgemm) {
+      impl->pieces =
+          split_linear_rows(state, params, pd, make_attr(split.primitive), bias != nullptr);
+      impl->row_bands = !impl->pieces.empty();
+    }
+    if (!impl->row_bands) {
+      impl->pieces = split_linear(state, params, impl->src_md, weight, bias,
+                                  make_attr(split.primitive), impl->implementation);
+    }
     impl->implementation += split.note();
-    impl->implementation += pieces_note(impl->pieces.size());
+    impl->implementation += impl->row_bands ? pieces_note(impl->pieces.size()) + " (row bands)"
+                                            : pieces_note(impl->pieces.size());
     if (impl->pieces.empty()) {
       impl->scratchpad_md = pd.scratchpad_desc();
       state.reserve_scratchpad(impl->scratchpad_md);
+    }
+    if (impl->pieces.empty() || impl->row_bands) {  // the weights of the whole op
       impl->weights = reorder_constant(state, user_weight_md, weight, pd.weights_desc());
       if (bias) {
         impl->bias = reorder_constant(state, plain_md({1, n}), bias, pd.bias_desc());
