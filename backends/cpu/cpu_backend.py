@@ -19,6 +19,7 @@ from backends.transforms.fuse_batch_norm_with_conv import FuseBatchNormWithConvP
 from backends.transforms.fuse_batch_norm_with_linear import FuseBatchNormWithLinearPass
 from backends.transforms.pass_report import PassReport
 from backends.transforms.pipeline import run_passes
+from backends.transforms.remove_identity_copies import RemoveIdentityCopiesPass
 
 # The one extension point for graph rewrites inside the delegate: factories of passes, each applied
 # as `report = make_pass()(program)`, editing the program in place. Every lowering flow gets its
@@ -26,6 +27,7 @@ from backends.transforms.pipeline import run_passes
 CPU_PREPROCESS_PASSES: list[Callable[[], Callable[[ExportedProgram], PassReport]]] = [
     FuseBatchNormWithConvPass,
     FuseBatchNormWithLinearPass,
+    RemoveIdentityCopiesPass,
 ]
 
 

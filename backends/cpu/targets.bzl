@@ -27,6 +27,7 @@ def define_common_targets():
             "//backends/transforms:fuse_batch_norm_with_linear",
             "//backends/transforms:pass_report",
             "//backends/transforms:pipeline",
+            "//backends/transforms:remove_identity_copies",
         ],
         visibility = ["//visibility:public"],
     )

@@ -54,6 +54,13 @@ def define_common_targets():
     )
 
     runtime.python_library(
+        name = "remove_identity_copies",
+        srcs = ["remove_identity_copies.py"],
+        deps = [":pass_report"],
+        visibility = ["//visibility:public"],
+    )
+
+    runtime.python_library(
         name = "lift_constants",
         srcs = ["lift_constants.py"],
         deps = [

@@ -30,6 +30,16 @@ def define_common_targets():
     )
 
     runtime.python_test(
+        name = "remove_identity_copies_test",
+        srcs = ["remove_identity_copies_test.py"],
+        deps = [
+            "//backends/transforms:program_checks",
+            "//backends/transforms:remove_identity_copies",
+            ":bn_test_util",
+        ],
+    )
+
+    runtime.python_test(
         name = "fuse_batch_norm_with_linear_test",
         srcs = ["fuse_batch_norm_with_linear_test.py"],
         deps = [
