@@ -92,7 +92,6 @@ _OPTIONAL_LISTS = RouteFlag.OPTIONAL_TENSOR_LISTS
 _OPT = Provider.OPTIMIZED
 
 _ROUTE_LIST: tuple[Route, ...] = (
-    # Convolution and matrix products.
     # Convolution and matrix products: the optimized provider (oneDNN) takes them where its
     # constraints hold (float32, constant weights, ...), Reference otherwise.
     _r("aten.convolution.default", "aten::convolution.out", provider=_OPT),
@@ -100,24 +99,52 @@ _ROUTE_LIST: tuple[Route, ...] = (
     _r("aten.addmm.default", "aten::addmm.out", provider=_OPT),
     _r("aten.mm.default", "aten::mm.out", provider=_OPT),
     _r("aten.bmm.default", "aten::bmm.out", provider=_OPT),
-    # Elementwise arithmetic. Optimized: add/sub (alpha 1), mul, div on float32 with broadcasting;
-    # other dtypes fall back to Reference.
+    # Elementwise arithmetic. Optimized: add/sub (alpha 1), mul, div on float32 with broadcasting,
+    # and the float32 scalar forms as alpha * x + beta; other dtypes fall back to Reference.
     _r("aten.add.Tensor", "aten::add.out", provider=_OPT),
-    _r("aten.add.Scalar", "aten::add.Scalar_out"),
+    _r("aten.add.Scalar", "aten::add.Scalar_out", provider=_OPT),
     _r("aten.sub.Tensor", "aten::sub.out", provider=_OPT),
-    _r("aten.sub.Scalar", "aten::sub.Scalar_out"),
-    _r("aten.rsub.Scalar", "aten::rsub.Scalar_out"),
+    _r("aten.sub.Scalar", "aten::sub.Scalar_out", provider=_OPT),
+    _r("aten.rsub.Scalar", "aten::rsub.Scalar_out", provider=_OPT),
     _r("aten.mul.Tensor", "aten::mul.out", provider=_OPT),
-    _r("aten.mul.Scalar", "aten::mul.Scalar_out"),
+    _r("aten.mul.Scalar", "aten::mul.Scalar_out", provider=_OPT),
     _r("aten.div.Tensor", "aten::div.out", provider=_OPT),
     _r("aten.div.Tensor_mode", "aten::div.out_mode"),
-    _r("aten.div.Scalar", "aten::div.Scalar_out"),
+    _r("aten.div.Scalar", "aten::div.Scalar_out", provider=_OPT),
     _r("aten.remainder.Tensor", "aten::remainder.Tensor_out"),
     _r("aten.remainder.Scalar", "aten::remainder.Scalar_out"),
     _r("aten.floor_divide.default", "aten::floor_divide.out"),
-    _r("aten.neg.default", "aten::neg.out"),
-    _r("aten.abs.default", "aten::abs.out"),
-    # Activations.
+    _r("aten.neg.default", "aten::neg.out", provider=_OPT),
+    _r("aten.abs.default", "aten::abs.out", provider=_OPT),
+    _r("aten.minimum.default", "aten::minimum.out"),
+    _r("aten.maximum.default", "aten::maximum.out"),
+    # Powers and the elementwise math of normalizations, rotary embeddings and attention masks
+    # (RMSNorm exports as pow -> mean -> add -> rsqrt -> mul). Optimized on float32: pow by a
+    # scalar 2, 0.5, 1 or a non-integer exponent, rsqrt, sqrt, exp, log.
+    _r("aten.pow.Tensor_Scalar", "aten::pow.Tensor_Scalar_out", provider=_OPT),
+    _r("aten.pow.Tensor_Tensor", "aten::pow.Tensor_Tensor_out"),
+    _r("aten.pow.Scalar", "aten::pow.Scalar_out"),
+    *(
+        _r(f"aten.{name}.default", f"aten::{name}.out", provider=_OPT)
+        for name in ("rsqrt", "sqrt", "exp", "log")
+    ),
+    *(
+        _r(f"aten.{name}.default", f"aten::{name}.out")
+        for name in (
+            "reciprocal",
+            "expm1",
+            "log1p",
+            "log2",
+            "sin",
+            "cos",
+            "erf",
+            "floor",
+            "ceil",
+            "round",
+            "trunc",
+            "sign",
+        )
+    ),
     # Activations: the optimized provider runs float32 ones (standalone or fused after a
     # convolution/linear as a post-op), Reference the rest.
     _r("aten.relu.default", "aten::relu.out", provider=_OPT),
@@ -146,6 +173,10 @@ _ROUTE_LIST: tuple[Route, ...] = (
     # float32, Reference otherwise.
     _r("aten._softmax.default", "aten::_softmax.out", provider=_OPT),
     _r("aten._log_softmax.default", "aten::_log_softmax.out", provider=_OPT),
+    # Normalizations over the trailing dims (transformers; Optimized on float32) and over channel
+    # groups.
+    _r("aten.native_layer_norm.default", "aten::native_layer_norm.out", provider=_OPT),
+    _r("aten.native_group_norm.default", "aten::native_group_norm.out"),
     # Pooling and reductions.
     # Optimized when the indices are unused (inference).
     _r(
@@ -161,11 +192,20 @@ _ROUTE_LIST: tuple[Route, ...] = (
     _r("aten.mean.dim", "aten::mean.out", provider=_OPT),
     _r("aten.sum.dim_IntList", "aten::sum.IntList_out"),
     _r("aten.amax.default", "aten::amax.out"),
+    _r("aten.amin.default", "aten::amin.out"),
     _r("aten.argmax.default", "aten::argmax.out"),
+    _r("aten.argmin.default", "aten::argmin.out"),
+    _r("aten.max.dim", "aten::max.dim_max"),
+    _r("aten.min.dim", "aten::min.dim_min"),
+    _r("aten.var.correction", "aten::var.correction_out"),
+    # Boolean reductions (attention masks: SDPA guards fully masked rows with any).
+    _r("aten.any.dim", "aten::any.out"),
+    _r("aten.any.dims", "aten::any.dims_out"),
+    _r("aten.any.default", "aten::any.all_out"),
     _r("aten.cumsum.default", "aten::cumsum.out"),
     # Shape and layout (Edge uses the *_copy forms).
     _r("aten.view_copy.default", "aten::view_copy.out"),
-    _r("aten.permute_copy.default", "aten::permute_copy.out"),
+    _r("aten.permute_copy.default", "aten::permute_copy.out", provider=_OPT),  # float32
     _r("aten.cat.default", "aten::cat.out", provider=_OPT),  # float32: Optimized
     _r("aten.slice_copy.Tensor", "aten::slice_copy.Tensor_out"),
     _r("aten.select_copy.int", "aten::select_copy.int_out"),
@@ -174,6 +214,12 @@ _ROUTE_LIST: tuple[Route, ...] = (
     _r("aten.squeeze_copy.dims", "aten::squeeze_copy.dims_out"),
     _r("aten.unsqueeze_copy.default", "aten::unsqueeze_copy.out"),
     _r("aten.clone.default", "aten::clone.out"),
+    _r("aten.flip.default", "aten::flip.out"),
+    _r("aten.roll.default", "aten::roll.out"),
+    _r("aten.repeat.default", "aten::repeat.out"),
+    _r("aten.tril.default", "aten::tril.out"),
+    _r("aten.pixel_shuffle.default", "aten::pixel_shuffle.out"),
+    _r("aten.pixel_unshuffle.default", "aten::pixel_unshuffle.out"),
     _r("dim_order_ops._clone_dim_order.default", "dim_order_ops::_clone_dim_order.out"),
     _r("dim_order_ops._to_dim_order_copy.default", "dim_order_ops::_to_dim_order_copy.out"),
     _r("aten._to_copy.default", "aten::_to_copy.out"),
@@ -196,6 +242,10 @@ _ROUTE_LIST: tuple[Route, ...] = (
     _r("aten.index.Tensor", "aten::index.Tensor_out", flags=_OPTIONAL_LISTS),
     _r("aten.index_put.default", "aten::index_put.out", flags=_OPTIONAL_LISTS),
     _r("aten.gather.default", "aten::gather.out"),
+    # Token embeddings: rows of the table gathered by int64 ids (the kernel checks the ids).
+    _r("aten.embedding.default", "aten::embedding.out"),
+    _r("aten.index_select.default", "aten::index_select.out"),
+    _r("aten.masked_fill.Scalar", "aten::masked_fill.Scalar_out"),
     _r("aten.where.self", "aten::where.self_out"),
     _r("aten.logical_and.default", "aten::logical_and.out"),
     _r("aten.logical_or.default", "aten::logical_or.out"),

@@ -13,8 +13,10 @@ _EXAMPLES = [
     "resnet",
 ]
 
-# pytest -k expression selecting zoo_families_test.py's mobile families (the slowest to lower).
+# pytest -k expressions selecting zoo_families_test.py's mobile families (the slowest to lower)
+# and the transformer and sequence families (issue 19).
 _MOBILE_FAMILIES = "mobilenet_v3 or efficientnet"
+_SEQUENCE_FAMILIES = "vit or llama or text_cnn"
 
 def define_common_targets():
     """The shared helper, one test per example, the regressions and the command-line test."""
@@ -51,12 +53,13 @@ def define_common_targets():
             ],
         )
 
-    # Issue 17: each zoo family (tools/bench/zoo.py, small size) lowered by CpuPartitioner with
-    # nothing left out, run on the runtime, compared with eager. Two targets over the same file
-    # keep each well under a minute on a busy machine.
+    # Issues 17 and 19: each zoo family (tools/bench/zoo.py, small size) lowered by
+    # CpuPartitioner with nothing left out, run on the runtime, compared with eager. Three targets
+    # over the same file keep each well under a minute on a busy machine.
     for name, selection in [
         ("zoo_families_mobile_test", _MOBILE_FAMILIES),
-        ("zoo_families_other_test", "not (" + _MOBILE_FAMILIES + ")"),
+        ("zoo_families_sequence_test", _SEQUENCE_FAMILIES),
+        ("zoo_families_other_test", "not (" + _MOBILE_FAMILIES + " or " + _SEQUENCE_FAMILIES + ")"),
     ]:
         runtime.python_test(
             name = name,

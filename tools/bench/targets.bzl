@@ -109,7 +109,7 @@ def define_common_targets():
     # optional per-op profile (--profile).
     runtime.python_library(
         name = "zoo",
-        srcs = ["zoo.py"],
+        srcs = ["zoo.py", "zoo_sequence.py"],
         visibility = ["//visibility:public"],
         deps = ["//tools/lower:examples"],
     )

@@ -1,4 +1,4 @@
-"""The held-out model zoo of issue 17: model families beyond the ResNet/MobileNetV2 examples.
+"""The model zoo of issues 17 and 19: model families beyond the ResNet/MobileNetV2 examples.
 
 The project's own definitions, written with `torch.nn` only (architectures follow the published
 shapes of each family; no code is taken from torchvision or timm):
@@ -12,6 +12,9 @@ shapes of each family; no code is taken from torchvision or timm):
   upsampled side output, so resampling is covered.
 - ``speech_conv1d``: a Conv1d-BN-ReLU stack over log-mel features (one strided, one dilated
   layer), per-frame log_softmax over the classes.
+- ``vit``, ``llama``, ``text_cnn``: the transformer and sequence families (`zoo_sequence.py`):
+  a ViT-Tiny-style image transformer, a Llama-style decoder over int64 token ids, a text CNN over
+  int64 token ids returning logits and their argmax.
 
 Every family comes in two sizes: ``small`` (what tests use: lowers and runs on the reference
 kernels in well under a second) and ``full`` (what the zoo benchmark uses: each runs in about
@@ -32,11 +35,28 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from tools.bench.zoo_sequence import LlamaLike, TextCNN, ViTLike
 from tools.lower.examples import randomize_batch_norm_statistics
 
 SIZES = ("small", "full")
 
 Inputs = tuple[torch.Tensor, ...]
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One example input: float32 from a normal distribution, or int64 token ids below `vocab`."""
+
+    shape: tuple[int, ...]
+    vocab: int | None = None
+
+    def make(self, generator: torch.Generator) -> torch.Tensor:
+        if self.vocab is None:
+            return torch.randn(*self.shape, generator=generator)
+        return torch.randint(0, self.vocab, self.shape, generator=generator, dtype=torch.int64)
+
+    def __str__(self) -> str:
+        return str(list(self.shape)) + (f" ids<{self.vocab}" if self.vocab is not None else "")
 
 
 def _divisible(value: float, divisor: int = 8) -> int:
@@ -395,7 +415,7 @@ class ZooModel:
     name: str
     description: str
     build: Mapping[str, Callable[[], nn.Module]]  # size -> model (random init)
-    input_shapes: Mapping[str, Sequence[tuple[int, ...]]]  # size -> shape of each input
+    inputs: Mapping[str, Sequence[InputSpec]]  # size -> each example input
 
     def create(self, size: str = "small", seed: int = 0) -> tuple[nn.Module, Inputs]:
         """The model at `size` in eval mode (seeded weights, randomised BN statistics) and its
@@ -405,10 +425,7 @@ class ZooModel:
         torch.manual_seed(0)
         model = randomize_batch_norm_statistics(self.build[size]()).eval()
         generator = torch.Generator().manual_seed(seed)
-        inputs = tuple(
-            torch.randn(*shape, generator=generator) for shape in self.input_shapes[size]
-        )
-        return model, inputs
+        return model, tuple(spec.make(generator) for spec in self.inputs[size])
 
 
 ZOO: Mapping[str, ZooModel] = {
@@ -422,7 +439,7 @@ ZOO: Mapping[str, ZooModel] = {
                 "small": lambda: MobileNetV3Like(width=0.5, blocks=5, head=64, classes=10),
                 "full": lambda: MobileNetV3Like(width=1.0, blocks=11, head=1024, classes=1000),
             },
-            input_shapes={"small": [(1, 3, 32, 32)], "full": [(1, 3, 224, 224)]},
+            inputs={"small": [InputSpec((1, 3, 32, 32))], "full": [InputSpec((1, 3, 224, 224))]},
         ),
         ZooModel(
             name="efficientnet",
@@ -431,7 +448,7 @@ ZOO: Mapping[str, ZooModel] = {
                 "small": lambda: EfficientNetLike(width=0.25, depth=0.5, stages=4, classes=10),
                 "full": lambda: EfficientNetLike(width=0.75, depth=0.75, stages=7, classes=1000),
             },
-            input_shapes={"small": [(1, 3, 32, 32)], "full": [(1, 3, 224, 224)]},
+            inputs={"small": [InputSpec((1, 3, 32, 32))], "full": [InputSpec((1, 3, 224, 224))]},
         ),
         ZooModel(
             name="resnet50",
@@ -440,7 +457,7 @@ ZOO: Mapping[str, ZooModel] = {
                 "small": lambda: ResNet50Like(width=8, depth=(1, 1), classes=10),
                 "full": lambda: ResNet50Like(width=32, depth=(3, 4, 6, 3), classes=1000),
             },
-            input_shapes={"small": [(1, 3, 32, 32)], "full": [(1, 3, 224, 224)]},
+            inputs={"small": [InputSpec((1, 3, 32, 32))], "full": [InputSpec((1, 3, 224, 224))]},
         ),
         ZooModel(
             name="unet",
@@ -450,7 +467,7 @@ ZOO: Mapping[str, ZooModel] = {
                 "small": lambda: UNetLike(base=4, levels=3, classes=2),
                 "full": lambda: UNetLike(base=16, levels=4, classes=2),
             },
-            input_shapes={"small": [(1, 3, 32, 32)], "full": [(1, 3, 128, 128)]},
+            inputs={"small": [InputSpec((1, 3, 32, 32))], "full": [InputSpec((1, 3, 128, 128))]},
         ),
         ZooModel(
             name="speech_conv1d",
@@ -459,7 +476,51 @@ ZOO: Mapping[str, ZooModel] = {
                 "small": lambda: SpeechConv1d(features=16, channels=16, layers=4, classes=8),
                 "full": lambda: SpeechConv1d(features=80, channels=256, layers=6, classes=40),
             },
-            input_shapes={"small": [(1, 16, 24)], "full": [(1, 80, 200)]},
+            inputs={"small": [InputSpec((1, 16, 24))], "full": [InputSpec((1, 80, 200))]},
+        ),
+        ZooModel(
+            name="vit",
+            description="ViT-Tiny-style: patch conv, class token, layer norm, softmax attention, "
+            "GELU MLP",
+            build={
+                "small": lambda: ViTLike(image=32, patch=8, dim=32, depth=2, heads=2, classes=10),
+                "full": lambda: ViTLike(
+                    image=224, patch=16, dim=192, depth=12, heads=3, classes=1000
+                ),
+            },
+            inputs={"small": [InputSpec((1, 3, 32, 32))], "full": [InputSpec((1, 3, 224, 224))]},
+        ),
+        ZooModel(
+            name="llama",
+            description="Llama-style decoder: embedding, RMSNorm (pow/rsqrt), rotary embeddings, "
+            "causal SDPA, SwiGLU",
+            build={
+                "small": lambda: LlamaLike(
+                    vocab=64, dim=32, depth=2, heads=2, hidden=64, max_tokens=16
+                ),
+                "full": lambda: LlamaLike(
+                    vocab=8000, dim=288, depth=6, heads=6, hidden=768, max_tokens=128
+                ),
+            },
+            inputs={
+                "small": [InputSpec((1, 12), vocab=64)],
+                "full": [InputSpec((1, 128), vocab=8000)],
+            },
+        ),
+        ZooModel(
+            name="text_cnn",
+            description="text CNN on int64 tokens: embedding, conv1d branches, amax, cat, "
+            "linear, argmax",
+            build={
+                "small": lambda: TextCNN(vocab=50, dim=16, channels=8, widths=(3, 5), classes=4),
+                "full": lambda: TextCNN(
+                    vocab=20000, dim=128, channels=128, widths=(3, 4, 5), classes=10
+                ),
+            },
+            inputs={
+                "small": [InputSpec((1, 20), vocab=50)],
+                "full": [InputSpec((1, 256), vocab=20000)],
+            },
         ),
     )
 }

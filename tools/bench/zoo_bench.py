@@ -164,7 +164,7 @@ def benchmarks() -> list[harness.Benchmark]:
     out = []
     for model, entry in zoo.ZOO.items():
         kwargs = {"model": model, "size": size}
-        shapes = " x ".join(str(list(s)) for s in entry.input_shapes[size])
+        shapes = " x ".join(str(spec) for spec in entry.inputs[size])
         # --variant-env: the CPU delegate again with a runtime switch set, timed side by side.
         switched = [
             harness.Variant(

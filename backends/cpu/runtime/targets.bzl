@@ -208,6 +208,27 @@ def define_common_targets():
         deps = [":provider_compare"],
     )
 
+    # native_layer_norm on the Optimized provider.
+    runtime.python_test(
+        name = "layer_norm_provider_test",
+        srcs = ["test/layer_norm_provider_test.py"],
+        deps = [":provider_compare"],
+    )
+
+    # permute_copy on the Optimized provider's copy loops.
+    runtime.python_test(
+        name = "permute_provider_test",
+        srcs = ["test/permute_provider_test.py"],
+        deps = [":provider_compare"],
+    )
+
+    # Elementwise math (pow, rsqrt, exp, scalar arithmetic) on the Optimized provider.
+    runtime.python_test(
+        name = "elementwise_math_test",
+        srcs = ["test/elementwise_math_test.py"],
+        deps = [":provider_compare"],
+    )
+
     runtime.python_test(
         name = "deconv_provider_test",
         srcs = ["test/deconv_provider_test.py"],

@@ -33,6 +33,20 @@ const char* activation_name(Activation::Kind kind) {
       return "gelu(tanh)";
     case Activation::Kind::kElu:
       return "elu";
+    case Activation::Kind::kLinear:
+      return "linear";
+    case Activation::Kind::kSquare:
+      return "square";
+    case Activation::Kind::kPow:
+      return "pow";
+    case Activation::Kind::kSqrt:
+      return "sqrt";
+    case Activation::Kind::kExp:
+      return "exp";
+    case Activation::Kind::kLog:
+      return "log";
+    case Activation::Kind::kAbs:
+      return "abs";
   }
   return "?";
 }
@@ -51,6 +65,20 @@ Support supports_activation(const Activation& a) {
     case Activation::Kind::kElu:
       if (!std::isfinite(a.alpha)) {
         return Support::no(name + ": alpha must be finite, got " + std::to_string(a.alpha));
+      }
+      return Support::yes();
+    case Activation::Kind::kLinear:
+      if (!std::isfinite(a.alpha) || !std::isfinite(a.beta)) {
+        return Support::no(name + ": scale and shift must be finite, got " +
+                           std::to_string(a.alpha) + " and " + std::to_string(a.beta));
+      }
+      return Support::yes();
+    case Activation::Kind::kPow:
+      // oneDNN's pow goes through exp(alpha * log(x)): wrong for a negative x where torch gives
+      // a real result, i.e. for integer exponents; those stay on ExecuTorch's kernel.
+      if (!std::isfinite(a.alpha) || std::nearbyint(a.alpha) == a.alpha) {
+        return Support::no(name + ": only finite non-integer exponents, got " +
+                           std::to_string(a.alpha));
       }
       return Support::yes();
     default:
@@ -95,6 +123,24 @@ dnnl::algorithm eltwise_algorithm(const Activation& a, float* alpha, float* beta
     case Activation::Kind::kElu:  // x > 0 ? x : alpha * (exp(x) - 1)
       *alpha = a.alpha;
       return dnnl::algorithm::eltwise_elu;
+    case Activation::Kind::kLinear:
+      *alpha = a.alpha;
+      *beta = a.beta;
+      return dnnl::algorithm::eltwise_linear;
+    case Activation::Kind::kSquare:
+      return dnnl::algorithm::eltwise_square;
+    case Activation::Kind::kPow:  // oneDNN: alpha * x ** beta
+      *alpha = 1.0f;
+      *beta = a.alpha;
+      return dnnl::algorithm::eltwise_pow;
+    case Activation::Kind::kSqrt:
+      return dnnl::algorithm::eltwise_sqrt;
+    case Activation::Kind::kExp:
+      return dnnl::algorithm::eltwise_exp;
+    case Activation::Kind::kLog:
+      return dnnl::algorithm::eltwise_log;
+    case Activation::Kind::kAbs:
+      return dnnl::algorithm::eltwise_abs;
   }
   throw ProviderError("unknown activation");
 }
@@ -110,6 +156,9 @@ double cost_per_element(Activation::Kind kind) {
     case Activation::Kind::kClamp:
     case Activation::Kind::kHardswish:
     case Activation::Kind::kHardsigmoid:
+    case Activation::Kind::kLinear:
+    case Activation::Kind::kSquare:
+    case Activation::Kind::kAbs:
       return 8.0;
     default:
       return 24.0;

@@ -16,6 +16,8 @@
 //   binary_plan.cc      BinaryPlan: add/sub/mul/div with broadcasting
 //   resampling_plan.cc  ResamplePlan: nearest and linear resampling
 //   concat_plan.cc      ConcatPlan: concatenation
+//   permute_plan.cc     PermutePlan: permute_copy on our own copy loops
+//   layer_norm_plan.cc  LayerNormPlan: layer normalization
 //   work_pool.{h,cc}    the work-sharing pool
 #pragma once
 

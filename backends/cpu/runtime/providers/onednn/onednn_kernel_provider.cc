@@ -739,6 +739,71 @@ class EltwiseKernel final : public OnednnKernel {
   std::unique_ptr<onednn::EltwisePlan> plan_;
 };
 
+// native_layer_norm on oneDNN's layer normalization; reads everything plain.
+class LayerNormKernel final : public OnednnKernel {
+ public:
+  LayerNormKernel(onednn::LayerNormParams params, const Tensor* input, const Tensor* weight,
+                  const Tensor* bias, Tensor* output, Tensor* mean, Tensor* rstd)
+      : params_(params), input_(input), weight_(weight), bias_(bias), output_(output),
+        mean_(mean), rstd_(rstd) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast&) override {
+    plan_ = std::make_unique<onednn::LayerNormPlan>(provider.prepare_layer_norm(params_));
+  }
+  std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
+    return {impl_of(input_), impl_of(weight_), impl_of(bias_)};
+  }
+  std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded("layer_norm", [&] {
+      plan_->run(input_->const_data_ptr<float>(),
+                 weight_ ? weight_->const_data_ptr<float>() : nullptr,
+                 bias_ ? bias_->const_data_ptr<float>() : nullptr,
+                 output_->mutable_data_ptr<float>(), mean_->mutable_data_ptr<float>(),
+                 rstd_->mutable_data_ptr<float>());
+    });
+  }
+
+ private:
+  onednn::LayerNormParams params_;
+  const Tensor* input_;
+  const Tensor* weight_;
+  const Tensor* bias_;
+  Tensor* output_;
+  Tensor* mean_;
+  Tensor* rstd_;
+  std::unique_ptr<onednn::LayerNormPlan> plan_;
+};
+
+// permute_copy on our own copy loops (PermutePlan): reads its input in whatever layout the
+// session keeps it (a channels-last producer's NLC output permuted to torch's NLC is one
+// contiguous copy), writes plain.
+class PermuteKernel final : public OnednnKernel {
+ public:
+  PermuteKernel(std::vector<int64_t> perm, const Tensor* input, Tensor* output)
+      : perm_(std::move(perm)), input_(input), output_(output) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    plan_ = std::make_unique<onednn::PermutePlan>(provider.prepare_permute(
+        perm_, session_layout(channels_last, input_), onednn::Layout::plain(dims_of(*output_))));
+  }
+  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+  std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded("permute", [&] {
+      plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>());
+    });
+  }
+
+ private:
+  std::vector<int64_t> perm_;
+  const Tensor* input_;
+  Tensor* output_;
+  std::unique_ptr<onednn::PermutePlan> plan_;
+};
+
 // One per delegate instance. Binding prepares each kernel with plain activations (so a kernel
 // oneDNN cannot prepare is declined while the runtime can still fall back); finalize, knowing who
 // reads what, prepares them all again on a fresh Provider with activations that only its
@@ -764,7 +829,8 @@ class OnednnSession final : public ProviderSession {
                                                                       : std::string("OpenMP")) +
            "), isa " + provider_->isa() + "; our own kernels: " +
            std::to_string(count_implementation("row_gemm")) + " row_gemm, " +
-           std::to_string(count_implementation("channel_binary")) + " channel_binary";
+           std::to_string(count_implementation("channel_binary")) + " channel_binary, " +
+           std::to_string(count_implementation("permute")) + " permute";
   }
   onednn::Provider& provider() { return *provider_; }
   void add(OnednnKernel* kernel) { kernels_.push_back(kernel); }
@@ -1352,6 +1418,8 @@ bool parse_activation(const OpBinding& op, onednn::Activation* a, Decline* decli
       {"aten::relu.out", K::kRelu},           {"aten::sigmoid.out", K::kSigmoid},
       {"aten::tanh.out", K::kTanh},           {"aten::hardswish.out", K::kHardswish},
       {"aten::hardsigmoid.out", K::kHardsigmoid}, {"aten::silu.out", K::kSilu},
+      {"aten::sqrt.out", K::kSqrt},           {"aten::exp.out", K::kExp},
+      {"aten::log.out", K::kLog},             {"aten::abs.out", K::kAbs},
   };
   for (const auto& [name, kind] : kUnary) {
     if (kernel == name && n == 2) {
@@ -1391,6 +1459,30 @@ bool parse_activation(const OpBinding& op, onednn::Activation* a, Decline* decli
     }
     a->kind = K::kElu;
     a->alpha = static_cast<float>(lo);
+  } else if (kernel == "aten::neg.out" && n == 2) {
+    a->kind = K::kLinear;
+    a->alpha = -1.0f;
+  } else if (kernel == "aten::rsqrt.out" && n == 2) {
+    a->kind = K::kPow;
+    a->alpha = -0.5f;
+  } else if (kernel == "aten::pow.Tensor_Scalar_out" && n == 3 && scalar(1, 1.0, &lo)) {
+    // Exact forms for the exponents models use; x ** 2 is x * x in torch too.
+    a->kind = lo == 2.0 ? K::kSquare : lo == 0.5 ? K::kSqrt : lo == 1.0 ? K::kLinear : K::kPow;
+    a->alpha = lo == 1.0 ? 1.0f : static_cast<float>(lo);
+  } else if ((kernel == "aten::mul.Scalar_out" || kernel == "aten::div.Scalar_out") && n == 3 &&
+             scalar(1, 1.0, &lo)) {
+    a->kind = K::kLinear;
+    a->alpha = static_cast<float>(kernel == "aten::mul.Scalar_out" ? lo : 1.0 / lo);
+  } else if ((kernel == "aten::add.Scalar_out" || kernel == "aten::sub.Scalar_out") && n == 4 &&
+             scalar(1, 0.0, &lo) && scalar(2, 1.0, &hi)) {
+    a->kind = K::kLinear;
+    a->alpha = 1.0f;
+    a->beta = static_cast<float>((kernel == "aten::add.Scalar_out" ? lo : -lo) * hi);
+  } else if (kernel == "aten::rsub.Scalar_out" && n == 4 && scalar(1, 0.0, &lo) &&
+             scalar(2, 1.0, &hi)) {  // other - alpha * self
+    a->kind = K::kLinear;
+    a->alpha = static_cast<float>(-hi);
+    a->beta = static_cast<float>(lo);
   } else {
     decline->reason = "no oneDNN activation for " + kernel + " with these arguments";
     return false;
@@ -1408,7 +1500,11 @@ bool is_activation_kernel(const std::string& kernel) {
       "aten::relu.out",     "aten::clamp.out",       "aten::hardtanh.out",
       "aten::sigmoid.out",  "aten::tanh.out",        "aten::hardswish.out",
       "aten::hardsigmoid.out", "aten::silu.out",     "aten::gelu.out",
-      "aten::leaky_relu.out",  "aten::elu.out",
+      "aten::leaky_relu.out",  "aten::elu.out",          "aten::neg.out",
+      "aten::abs.out",         "aten::sqrt.out",         "aten::rsqrt.out",
+      "aten::exp.out",         "aten::log.out",          "aten::pow.Tensor_Scalar_out",
+      "aten::mul.Scalar_out",  "aten::div.Scalar_out",   "aten::add.Scalar_out",
+      "aten::sub.Scalar_out",  "aten::rsub.Scalar_out",
   };
   return std::any_of(std::begin(kKernels), std::end(kKernels),
                      [&](const char* name) { return kernel == name; });
@@ -1435,6 +1531,93 @@ Error bind_eltwise(const OpBinding& op, OnednnSession& session,
   auto kernel = std::make_unique<EltwiseKernel>(activation, input,
                                                 &op.args[op.args.size() - 2]->toTensor());
   return bind_prepared(std::move(kernel), session, out);
+}
+
+// aten::native_layer_norm.out(input, normalized_shape, weight?, bias?, eps, *, out0, out1, out2):
+// float32, normalized_shape the input's trailing dims, weight and bias (when given) of that many
+// elements, the statistics outputs one value per row.
+Error bind_layer_norm(const OpBinding& op, OnednnSession& session,
+                      std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  Span<EValue*> args = op.args;
+  const Tensor* input = tensor_arg(args, 0);
+  const Tensor* weight = tensor_arg(args, 2);
+  const Tensor* bias = tensor_arg(args, 3);
+  Tensor* outputs[3] = {nullptr, nullptr, nullptr};
+  for (size_t i = 0; i < 3; ++i) {
+    if (args.size() > 5 + i && args[5 + i]->isTensor()) outputs[i] = &args[5 + i]->toTensor();
+  }
+  if (!is_f32(input) || !is_f32(outputs[0]) || !is_f32(outputs[1]) || !is_f32(outputs[2]) ||
+      (weight != nullptr && !is_f32(weight)) || (bias != nullptr && !is_f32(bias))) {
+    decline->reason = "layer_norm: only float32 input, weight, bias and outputs";
+    return Error::NotSupported;
+  }
+  double eps = 0.0;
+  if (!args[1]->isIntList() || !scalar_of(args[4], &eps)) {
+    decline->reason = "layer_norm: needs an int list normalized_shape and a number eps";
+    return Error::NotSupported;
+  }
+  const auto shape = args[1]->toIntList();
+  const int64_t rank = input->dim();
+  const auto normalized = static_cast<int64_t>(shape.size());
+  int64_t features = 1;
+  bool trailing = normalized >= 1 && normalized <= rank;
+  for (int64_t i = 0; trailing && i < normalized; ++i) {
+    trailing = shape[static_cast<size_t>(i)] == input->size(rank - normalized + i);
+    features *= shape[static_cast<size_t>(i)];
+  }
+  if (!trailing || input->numel() == 0) {
+    decline->reason = "layer_norm: normalized_shape must be the non-empty input's trailing dims";
+    return Error::NotSupported;
+  }
+  onednn::LayerNormParams params;
+  params.rows = input->numel() / features;
+  params.features = features;
+  params.eps = static_cast<float>(eps);
+  params.has_weight = weight != nullptr;
+  params.has_bias = bias != nullptr;
+  if (dims_of(*outputs[0]) != dims_of(*input) || outputs[1]->numel() != params.rows ||
+      outputs[2]->numel() != params.rows || (weight && weight->numel() != features) ||
+      (bias && bias->numel() != features)) {
+    decline->reason = "layer_norm: output, statistics, weight or bias sizes do not match";
+    return Error::NotSupported;
+  }
+  const onednn::Support support = onednn::supports_layer_norm(params);
+  if (!support.ok) {
+    decline->reason = support.reason;
+    return Error::NotSupported;
+  }
+  return bind_prepared(std::make_unique<LayerNormKernel>(params, input, weight, bias, outputs[0],
+                                                         outputs[1], outputs[2]),
+                       session, out);
+}
+
+// aten::permute_copy.out(self, dims, *, out): float32, dims a permutation (negative dims count
+// from the end).
+Error bind_permute(const OpBinding& op, OnednnSession& session, std::unique_ptr<BoundKernel>* out,
+                   Decline* decline) {
+  const Tensor* input = tensor_arg(op, 0);
+  Tensor* output = op.args.size() > 2 && op.args[2]->isTensor() ? &op.args[2]->toTensor() : nullptr;
+  if (!is_f32(input) || !is_f32(output)) {
+    decline->reason = "permute: only float32 input and output";
+    return Error::NotSupported;
+  }
+  const size_t rank = static_cast<size_t>(input->dim());
+  std::vector<int64_t> perm;
+  if (!op.args[1]->isIntList() || !int_list(op.args[1], rank, &perm) || perm.size() != rank) {
+    decline->reason = "permute: dims must be a list of " + std::to_string(rank) + " ints";
+    return Error::NotSupported;
+  }
+  for (int64_t& d : perm) {
+    if (d < 0) d += static_cast<int64_t>(rank);
+  }
+  const onednn::Support support =
+      onednn::supports_permute(perm, dims_of(*input), dims_of(*output));
+  if (!support.ok) {
+    decline->reason = support.reason;
+    return Error::NotSupported;
+  }
+  return bind_prepared(std::make_unique<PermuteKernel>(std::move(perm), input, output), session,
+                       out);
 }
 
 // aten::add.out / sub.out (self, other, *, alpha, out), aten::mul.out / div.out (self, other,
@@ -1713,6 +1896,10 @@ class OnednnKernelProvider final : public KernelProvider {
           error = bind_cat(op, provider, out, &decline);
         } else if (kernel == "aten::_softmax.out" || kernel == "aten::_log_softmax.out") {
           error = bind_softmax(op, kernel == "aten::_log_softmax.out", provider, out, &decline);
+        } else if (kernel == "aten::native_layer_norm.out") {
+          error = bind_layer_norm(op, provider, out, &decline);
+        } else if (kernel == "aten::permute_copy.out") {
+          error = bind_permute(op, provider, out, &decline);
         } else if (kernel == "aten::add.out") {
           error = bind_binary(op, onednn::BinaryOp::kAdd, "add", provider, out, &decline);
         } else if (kernel == "aten::sub.out") {

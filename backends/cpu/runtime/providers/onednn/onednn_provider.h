@@ -68,6 +68,14 @@ struct Activation {
     kGeluErf,      // x * Phi(x) (gelu, approximate='none')
     kGeluTanh,     // gelu, approximate='tanh'
     kElu,          // x > 0 ? x : alpha * (exp(x) - 1)
+    // Elementwise math of normalizations, attention and scalar arithmetic (standalone only).
+    kLinear,  // alpha * x + beta: neg, and add/sub/mul/div by a scalar
+    kSquare,  // x * x: pow(x, 2), RMSNorm's mean of squares
+    kPow,     // x ** alpha for a non-integer alpha: rsqrt = x ** -0.5
+    kSqrt,    // sqrt(x)
+    kExp,     // exp(x)
+    kLog,     // log(x)
+    kAbs,     // |x|
   };
   Kind kind = Kind::kRelu;
   float alpha = 0.0f;
@@ -268,6 +276,20 @@ Support supports_resampling(bool linear, const std::vector<int64_t>& input,
                             const std::vector<int64_t>& output);
 // torch's _softmax / _log_softmax of a non-empty tensor of `dims` over `axis` (0 <= axis < rank).
 Support supports_softmax(const std::vector<int64_t>& dims, int64_t axis);
+// Layer normalization over the `features` trailing elements of each of `rows` rows (torch's
+// native_layer_norm with its normalized_shape flattened), optional weight and bias [features].
+struct LayerNormParams {
+  int64_t rows = 0;
+  int64_t features = 0;
+  float eps = 1e-5f;
+  bool has_weight = false;
+  bool has_bias = false;
+};
+Support supports_layer_norm(const LayerNormParams& params);
+
+// Whether `perm` permutes `input` into `output` (see prepare_permute); if not, why.
+Support supports_permute(const std::vector<int64_t>& perm, const std::vector<int64_t>& input,
+                         const std::vector<int64_t>& output);
 // torch.cat of `inputs` along `axis`: every input of the output's rank, equal outside `axis`.
 Support supports_concat(const std::vector<std::vector<int64_t>>& inputs, int64_t axis,
                         const std::vector<int64_t>& output);
@@ -289,6 +311,8 @@ struct ProviderOptions {
 class BinaryPlan;
 class BlockPlan;
 class ConcatPlan;
+class PermutePlan;
+class LayerNormPlan;
 class ConvPlan;
 class DeconvPlan;
 class LinearPlan;
@@ -364,6 +388,14 @@ class Provider {
   // Concatenation (see supports_concat), each input and the output plain or channels-last; large
   // ones split along the output's outermost dim in memory (when it is not `axis`) on the pool.
   ConcatPlan prepare_concat(const std::vector<Layout>& inputs, int64_t axis, const Layout& output);
+  // native_layer_norm on plain data, whole on the calling thread; its run() writes torch's three
+  // outputs (normalized, per-row mean, per-row 1 / sqrt(var + eps)).
+  LayerNormPlan prepare_layer_norm(const LayerNormParams& params);
+  // permute_copy: output dim k is input dim perm[k]; the input plain or channels-last, the
+  // output plain. Our own copy loops (contiguous runs, or 16 x 16 transpose tiles), split on
+  // the pool when large.
+  PermutePlan prepare_permute(const std::vector<int64_t>& perm, const Layout& input,
+                              const Layout& output);
 
   int num_threads() const;
   bool work_sharing() const;
@@ -514,6 +546,33 @@ class SoftmaxPlan {
 
   struct Impl;
   explicit SoftmaxPlan(std::shared_ptr<const Impl> impl);
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+class LayerNormPlan {
+ public:
+  std::string implementation() const;
+  // weight / bias: [features] when planned (null otherwise); mean / rstd: [rows].
+  void run(const float* input, const float* weight, const float* bias, float* output, float* mean,
+           float* rstd) const;
+
+  struct Impl;
+  explicit LayerNormPlan(std::shared_ptr<const Impl> impl);
+
+ private:
+  std::shared_ptr<const Impl> impl_;
+};
+
+class PermutePlan {
+ public:
+  std::string implementation() const;
+  size_t pieces() const;
+  void run(const float* input, float* output) const;
+
+  struct Impl;
+  explicit PermutePlan(std::shared_ptr<const Impl> impl);
 
  private:
   std::shared_ptr<const Impl> impl_;
