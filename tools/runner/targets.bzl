@@ -34,9 +34,9 @@ def define_common_targets():
     runtime.python_test(
         name = "runner_test",
         srcs = ["test/runner_test.py"],
-        data = [
-            ":runner",
-            "//tools/lower",
+        data = [":runner"],
+        deps = [
+            "//backends/cpu/runtime:loader",
+            "//tools/lower:lower_lib",
         ],
-        deps = ["//backends/cpu/runtime:loader"],
     )
