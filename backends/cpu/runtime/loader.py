@@ -23,7 +23,8 @@ class CpuBackendNotFoundError(FileNotFoundError):
 
 
 def default_library_path() -> str:
-    """The library's path: $ET_CPU_BACKEND_LIBRARY, else the Bazel runfiles copy.
+    """The library's path: $ET_CPU_BACKEND_LIBRARY, else the Bazel runfiles copy, else the one
+    beside this file (where the installed et_cpu_plugin wheel has it).
 
     Raises CpuBackendNotFoundError listing every candidate that was tried.
     """
@@ -65,7 +66,7 @@ def load_cpu_backend(path: str | None = None) -> str:
         if resolved not in _loaded:
             if not os.path.isfile(resolved):
                 raise CpuBackendNotFoundError(f"CPU delegate runtime library not found: {resolved}")
-            library = ctypes.CDLL(resolved, mode=ctypes.RTLD_GLOBAL)
+            library = _open(resolved)
             library.et_cpu_runtime_last_arena_bytes.restype = ctypes.c_uint64
             library.et_cpu_runtime_live_arena_bytes.restype = ctypes.c_uint64
             library.et_cpu_runtime_last_error.restype = ctypes.c_size_t
@@ -78,6 +79,39 @@ def load_cpu_backend(path: str | None = None) -> str:
             library.et_cpu_runtime_max_fused_steps.restype = ctypes.c_uint64
             _loaded[resolved] = library
     return resolved
+
+
+# Shared libraries the runtime library needs that come from pinned wheels, by distribution. In
+# the Bazel tree its rpath finds them; installed from the wheel it has no usable rpath, so they
+# are loaded first from where pip put them (a loaded soname satisfies the library's NEEDED entry).
+# libexecutorch.so needs nothing here: importing portable_lib has loaded it.
+_WHEEL_DEPENDENCIES = {"onednn-cpu-gomp": "libdnnl.so.3"}
+
+
+def _wheel_dependency(distribution: str, filename: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        files = metadata.distribution(distribution).files or []
+    except metadata.PackageNotFoundError:
+        return None
+    for file in files:
+        if file.name == filename:
+            return str(file.locate())
+    return None
+
+
+def _open(path: str) -> ctypes.CDLL:
+    try:
+        return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    except OSError as first_error:
+        found = {d: _wheel_dependency(d, f) for d, f in _WHEEL_DEPENDENCIES.items()}
+        missing = [f"{_WHEEL_DEPENDENCIES[d]} (from {d})" for d, p in found.items() if p is None]
+        if missing:
+            raise OSError(f"{first_error}; not installed: {', '.join(missing)}") from first_error
+        for dependency in found.values():
+            ctypes.CDLL(dependency, mode=ctypes.RTLD_GLOBAL)
+        return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
 
 
 def _library() -> ctypes.CDLL:

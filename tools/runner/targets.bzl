@@ -1,0 +1,42 @@
+"""Bazel targets of the C++ program runner (see tools/build_defs/runtime.bzl for the runtime.* shim).
+
+`./bazelw run //tools/runner -- MODEL.pte [--inputs ...] [--iterations N] [--etdump OUT.etdp]`
+"""
+
+load("//tools/build_defs:runtime.bzl", "runtime")
+
+def define_common_targets():
+    """The runner binary and its test against the Python runtime."""
+    runtime.cxx_binary(
+        name = "runner",
+        srcs = [
+            "options.cc",
+            "options.h",
+            "runner_main.cc",
+            "tensor_io.cc",
+            "tensor_io.h",
+        ],
+        copts = ["-std=c++17", "-O2", "-Wall"],
+        visibility = ["//visibility:public"],
+        deps = [
+            # The delegate, statically: its static initializers register CpuBackend and the
+            # providers (alwayslink) with the wheel's libexecutorch.so.
+            "//backends/cpu/runtime:runtime_lib",
+            "//backends/cpu/runtime/providers/onednn:onednn_kernel_provider",
+            "@et_py//:executorch",
+            "@et_runtime_libs//:etdump",
+            "@et_runtime_libs//:kernels",
+        ],
+    )
+
+    # .pte files written by //tools/lower (a float and an integer example), run by the runner and
+    # by the Python runtime on the same inputs; the runner's bad-input errors.
+    runtime.python_test(
+        name = "runner_test",
+        srcs = ["test/runner_test.py"],
+        data = [":runner"],
+        deps = [
+            "//backends/cpu/runtime:loader",
+            "//tools/lower:lower_lib",
+        ],
+    )
