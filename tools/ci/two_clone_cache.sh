@@ -6,15 +6,19 @@
 # output that nothing cacheable ran again and that the shared venv was reused. The second clone
 # and its Bazel output base are deleted at the end.
 #
-#   tools/ci/two_clone_cache.sh URL WORKDIR FIRST_LOG FIRST_EXEC_LOG
+#   tools/ci/two_clone_cache.sh URL WORKDIR FIRST_LOG FIRST_EXEC_LOG [TARGET...]
 #
+# TARGET... defaults to //... (what the first run tested; a smaller set for a quick try).
 # Exit codes: those of cache_hits.py (0 no miss, 1 misses or a failed second run, 2 bad input).
 set -uo pipefail
-[[ $# -eq 4 ]] || { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+[[ $# -ge 4 ]] || { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 url=$1
 work=$2
 first_log=$3
 first_exec=$4
+shift 4
+targets=("$@")
+[[ $# -gt 0 ]] || targets=(//...)
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 second="$work/second-clone"
 
@@ -26,7 +30,7 @@ git clone -q --shared "$repo" "$second" && git -C "$second" checkout -q --detach
 echo "== ci: remote cache, second clone at $second"
 start=$(date +%s)
 (cd "$second" && ./bazelw test --config=remote-cache --remote_cache="$url" --disk_cache= \
-  --execution_log_json_file="$work/second.exec.json" //...) >"$work/second.log" 2>&1
+  --execution_log_json_file="$work/second.exec.json" "${targets[@]}") >"$work/second.log" 2>&1
 echo "two_clone_cache: second clone's ./bazelw test //... exited $? after $(($(date +%s) - start)) s"
 grep -aE '^(INFO: [0-9]+ process|INFO: Elapsed|Executed |DEBUG: .*python_venv)' "$work/second.log"
 
