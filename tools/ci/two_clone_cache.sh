@@ -31,7 +31,7 @@ echo "== ci: remote cache, second clone at $second"
 start=$(date +%s)
 (cd "$second" && ./bazelw test --config=remote-cache --remote_cache="$url" --disk_cache= \
   --execution_log_json_file="$work/second.exec.json" "${targets[@]}") >"$work/second.log" 2>&1
-echo "two_clone_cache: second clone's ./bazelw test //... exited $? after $(($(date +%s) - start)) s"
+echo "two_clone_cache: second clone's ./bazelw test ${targets[*]} exited $? after $(($(date +%s) - start)) s"
 grep -aE '^(INFO: [0-9]+ process|INFO: Elapsed|Executed |DEBUG: .*python_venv)' "$work/second.log"
 
 python3 "$repo/tools/ci/cache_hits.py" --first-log "$first_log" --first-exec "$first_exec" \
