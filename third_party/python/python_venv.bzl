@@ -170,12 +170,14 @@ def _python_venv_impl(rctx):
     venv_info = json.decode(shared.stdout)
     digest = venv_info["digest"]
 
-    # One line in the build's output: whether this output base installed the lock or reused it.
-    print("python_venv: {} {} ({} s)".format(
+    # One line in the build's output: whether this output base installed the lock or reused it
+    # (.ci/run's remote-cache proof reads it; Bazel shows it once per fetch of this repository).
+    message = "python_venv: {} {} ({} s)".format(
         "installed requirements.lock into" if venv_info["action"] == "built" else "reusing",
         venv_info["venv"],
         venv_info["seconds"],
-    ))
+    )
+    print(message)  # buildifier: disable=print
     rctx.symlink(venv_info["venv"], "venv")
     venv_python = str(rctx.path("venv/bin/python3"))
 

@@ -30,8 +30,9 @@ import time
 from pathlib import Path
 
 STAMP = ".et_cpu_plugin-venv"
-# Files every verified venv has, whatever the lock pins (pip checks the rest through the lock).
-KEY_FILES = ("pyvenv.cfg", "bin/python3", "bin/ruff", "lib/libdnnl.so.3")
+# Files every venv has; what the lock pins is checked through the installed distributions (and
+# python_venv.bzl checks the native files it links).
+KEY_FILES = ("pyvenv.cfg", "bin/python3")
 _DISTRIBUTIONS = (
     "import importlib.metadata as m, json; "
     "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
