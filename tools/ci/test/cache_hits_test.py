@@ -83,6 +83,17 @@ def test_uncacheable_spawns_are_listed_not_failed() -> None:
     assert (report.uncacheable, report.misses) == (["Testing //a:ext_test"], [])
 
 
+def test_test_xml_generation_is_listed_not_failed() -> None:
+    xml = _spawn(
+        "t/test.xml",
+        mnemonic="TestRunner",
+        progressMessage="Testing //a:t",
+        commandArgs=["external/bazel_tools/tools/test/generate-xml.sh", "t/test.log", "0", "0"],
+    )
+    report = cache_hits.check(FIRST, [], SECOND_OK, [xml])
+    assert (report.regenerated_xml, report.misses) == (["Testing //a:t"], [])
+
+
 def test_a_reinstalled_venv_and_a_failed_run_are_problems() -> None:
     log = SECOND_OK.replace("python_venv: reusing", "python_venv: installed requirements.lock into")
     log = log.replace("INFO: Build completed successfully", "FAILED: Build did NOT complete")
