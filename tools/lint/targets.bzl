@@ -84,8 +84,10 @@ def define_common_targets():
     )
 
     # Lints this repository's own build files and checks that //:all_starlark_sources covers
-    # every package. It reads the checkout (the root filegroup is private to the root package),
-    # so it must never be served from the cache: tag "external".
+    # every package. It reads the checkout, and cannot declare it as inputs: a glob stops at
+    # package boundaries, so "every package" could only be listed through the filegroup under
+    # test, and a package missing there would be missing from the inputs too (a cached pass
+    # would hide exactly what the test looks for). So it is never cached: tag "external".
     runtime.python_test(
         name = "repo_lint_test",
         size = "small",
