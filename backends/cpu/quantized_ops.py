@@ -69,8 +69,10 @@ def _finish(
     output_min: float,
     output_max: float,
 ) -> torch.Tensor:
-    y = y.clamp(min=output_min if math.isfinite(output_min) else None)
-    y = y.clamp(max=output_max if math.isfinite(output_max) else None)
+    if math.isfinite(output_min):
+        y = y.clamp(min=output_min)
+    if math.isfinite(output_max):
+        y = y.clamp(max=output_max)
     q = torch.round(y * (1.0 / output_scale)) + output_zero_point
     return q.clamp(quant_min, quant_max).to(dtype)
 

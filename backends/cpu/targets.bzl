@@ -20,6 +20,12 @@ def define_common_targets():
     )
 
     runtime.python_library(
+        name = "quantization",
+        srcs = ["quantization.py"],
+        visibility = ["//visibility:public"],
+    )
+
+    runtime.python_library(
         name = "quantized_fusion",
         srcs = ["quantized_fusion.py"],
         deps = [

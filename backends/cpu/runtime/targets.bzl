@@ -176,6 +176,29 @@ def define_common_targets():
         ],
     )
 
+    # PT2E-quantized models on the int8 ops, and the int8 ops' payload checks.
+    runtime.python_test(
+        name = "quantized_model_test",
+        size = "medium",
+        srcs = ["test/quantized_model_test.py"],
+        deps = [
+            ":loader",
+            "//backends/cpu:quantization",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:graph_reader",
+        ],
+    )
+
+    runtime.python_test(
+        name = "quantized_payload_test",
+        srcs = ["test/quantized_payload_test.py"],
+        deps = [
+            ":handmade_payload",
+            ":loader",
+            "//backends/cpu:quantized_ops",
+        ],
+    )
+
     runtime.python_test(
         name = "lowered_integer_test",
         srcs = ["test/lowered_integer_test.py"],
