@@ -89,6 +89,28 @@ def _quant_dtype_ok(node: torch.fx.Node, dtype_index: int) -> bool:
     return node.args[dtype_index - 2] == low and node.args[dtype_index - 1] == high
 
 
+def _requantized_activation(
+    quantize: torch.fx.Node,
+) -> tuple[tuple[float, float], torch.fx.Node] | None:
+    """(clamp bounds, final quantize) when `quantize` feeds only `dequantize -> activation ->
+    quantize`, all with `quantize`'s parameters; else None."""
+    if len(quantize.users) != 1:
+        return None
+    dequantize = next(iter(quantize.users))
+    if _key(dequantize) != _DQ or tuple(dequantize.args[1:6]) != tuple(quantize.args[1:6]):
+        return None
+    if len(dequantize.users) != 1:
+        return None
+    activation = next(iter(dequantize.users))
+    bounds = _clamp_bounds(activation)
+    if bounds is None or len(activation.users) != 1:
+        return None
+    requantize = next(iter(activation.users))
+    if _key(requantize) != _Q or tuple(requantize.args[1:6]) != tuple(quantize.args[1:6]):
+        return None
+    return bounds, requantize
+
+
 class FuseQuantizedGroups:
     """Rewrites quantized conv/linear groups into the delegate's int8 ops; see the module doc."""
 
@@ -144,6 +166,7 @@ class FuseQuantizedGroups:
             if not isinstance(x_val, torch.Tensor) or x_val.dim() != 2:
                 return "linear input is not 2D"
         tail = op
+        extra_dead: list[torch.fx.Node] = []
         bounds = (-math.inf, math.inf)
         user = next(iter(tail.users)) if len(tail.users) == 1 else None
         activation = _clamp_bounds(user) if user is not None else None
@@ -154,6 +177,16 @@ class FuseQuantizedGroups:
         if user is None or _key(user) != _Q or not _quant_dtype_ok(user, 5):
             return "result is not quantized per tensor to int8/uint8 by its only reader"
         quantize = user
+        # MobileNet-style `... -> quantize -> dequantize -> relu6 -> quantize` with one set of
+        # parameters: the activation clamps on the same grid, so it fuses exactly.
+        later = _requantized_activation(quantize)
+        while later is not None:
+            activation_bounds, requantize = later
+            bounds = (max(bounds[0], activation_bounds[0]), min(bounds[1], activation_bounds[1]))
+            stale = [quantize, next(iter(quantize.users))]
+            quantize = requantize
+            extra_dead.extend(stale)
+            later = _requantized_activation(quantize)
         if x_dq.args[5] != quantize.args[5]:
             return "input and output quantized dtypes differ"
         qmin, qmax = quantized_ops.QUANTIZED_RANGES[quantize.args[5]]  # type: ignore[index]
@@ -179,7 +212,8 @@ class FuseQuantizedGroups:
         fused.meta = dict(op.meta)
         fused.meta["val"] = quantize.meta["val"]
         quantize.replace_all_uses_with(fused)
-        for dead in dict.fromkeys((quantize, tail, op, x_dq, w_dq)):  # consumers first
+        chain = (quantize, *reversed(extra_dead), tail, op, x_dq, w_dq)
+        for dead in dict.fromkeys(chain):  # consumers first
             if not dead.users:
                 program.graph.erase_node(dead)
         return None
