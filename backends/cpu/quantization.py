@@ -17,14 +17,18 @@ from executorch.backends.xnnpack.quantizer.xnnpack_quantizer import (
 from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
 
-def quantize_ptq(model: torch.nn.Module, samples: Sequence[tuple[Any, ...]]) -> torch.fx.GraphModule:
+def quantize_ptq(
+    model: torch.nn.Module, samples: Sequence[tuple[Any, ...]]
+) -> torch.fx.GraphModule:
     """`model` quantized to int8 (PT2E, XNNPACK's symmetric per-channel config), calibrated by
     running every sample once. Raises ValueError when there are no samples."""
     if not samples:
         raise ValueError("quantize_ptq: calibration needs at least one sample input")
     captured = torch.export.export(model.eval(), tuple(samples[0])).module()
-    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
-    prepared = prepare_pt2e(captured, quantizer)  # type: ignore[arg-type]
+    quantizer = XNNPACKQuantizer().set_global(
+        get_symmetric_quantization_config(is_per_channel=True)
+    )
+    prepared = prepare_pt2e(captured, quantizer)
     with torch.no_grad():
         for sample in samples:
             prepared(*sample)

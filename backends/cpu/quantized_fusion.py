@@ -86,7 +86,7 @@ def _quant_dtype_ok(node: torch.fx.Node, dtype_index: int) -> bool:
     if dtype not in quantized_ops.QUANTIZED_RANGES:
         return False
     low, high = quantized_ops.QUANTIZED_RANGES[dtype]  # type: ignore[index]
-    return node.args[dtype_index - 2] == low and node.args[dtype_index - 1] == high
+    return bool(node.args[dtype_index - 2] == low and node.args[dtype_index - 1] == high)
 
 
 def _requantized_activation(
@@ -192,9 +192,9 @@ class FuseQuantizedGroups:
         qmin, qmax = quantized_ops.QUANTIZED_RANGES[quantize.args[5]]  # type: ignore[index]
         common = (
             float(x_dq.args[1]),  # type: ignore[arg-type]
-            int(x_dq.args[2]),  # type: ignore[call-overload]
+            int(x_dq.args[2]),  # type: ignore[arg-type]
             float(quantize.args[1]),  # type: ignore[arg-type]
-            int(quantize.args[2]),  # type: ignore[call-overload]
+            int(quantize.args[2]),  # type: ignore[arg-type]
             qmin,
             qmax,
             bounds[0],
@@ -205,7 +205,7 @@ class FuseQuantizedGroups:
             if is_conv:
                 fused = program.graph.call_function(
                     quantized_ops.CONV2D,
-                    (*operands, list(stride), list(padding), list(dilation), groups, *common),
+                    (*operands, list(stride), list(padding), list(dilation), groups, *common),  # type: ignore[arg-type]
                 )
             else:
                 fused = program.graph.call_function(quantized_ops.LINEAR, (*operands, *common))

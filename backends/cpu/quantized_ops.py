@@ -15,6 +15,7 @@ and by the tests.
 """
 
 import math
+from typing import Any
 
 import torch
 
@@ -77,7 +78,20 @@ def _finish(
     return q.clamp(quant_min, quant_max).to(dtype)
 
 
-def conv2d(  # noqa: PLR0913 - the op's schema
+# The trailing arguments both ops share, in schema order: input_scale, input_zero_point,
+# output_scale, output_zero_point, quant_min, quant_max, output_min, output_max.
+Quantization = tuple[float, int, float, int, int, int, float, float]
+
+
+def _quantized(input: torch.Tensor, float_op: Any, quantization: tuple[Any, ...]) -> torch.Tensor:
+    """float_op(dequantized input), clamped and quantized as `quantization` says."""
+    input_scale, input_zero_point, *output = quantization
+    return _finish(
+        float_op(_dequantize(input, input_scale, input_zero_point)), input.dtype, *output
+    )
+
+
+def conv2d(
     input: torch.Tensor,
     weight: torch.Tensor,
     weight_scales: torch.Tensor,
@@ -86,51 +100,26 @@ def conv2d(  # noqa: PLR0913 - the op's schema
     padding: list[int],
     dilation: list[int],
     groups: int,
-    input_scale: float,
-    input_zero_point: int,
-    output_scale: float,
-    output_zero_point: int,
-    quant_min: int,
-    quant_max: int,
-    output_min: float,
-    output_max: float,
+    *quantization: Any,
 ) -> torch.Tensor:
-    """Reference semantics of `et_cpu_quant::conv2d`."""
-    y = torch.nn.functional.conv2d(
-        _dequantize(input, input_scale, input_zero_point),
-        _weights(weight, weight_scales),
-        bias,
-        stride,
-        padding,
-        dilation,
-        groups,
-    )
-    return _finish(
-        y, input.dtype, output_scale, output_zero_point, quant_min, quant_max, output_min, output_max
+    """Reference semantics of `et_cpu_quant::conv2d` (`quantization`: see Quantization)."""
+    w = _weights(weight, weight_scales)
+    conv = torch.nn.functional.conv2d
+    return _quantized(
+        input, lambda x: conv(x, w, bias, stride, padding, dilation, groups), quantization
     )
 
 
-def linear(  # noqa: PLR0913 - the op's schema
+def linear(
     input: torch.Tensor,
     weight: torch.Tensor,
     weight_scales: torch.Tensor,
     bias: torch.Tensor | None,
-    input_scale: float,
-    input_zero_point: int,
-    output_scale: float,
-    output_zero_point: int,
-    quant_min: int,
-    quant_max: int,
-    output_min: float,
-    output_max: float,
+    *quantization: Any,
 ) -> torch.Tensor:
-    """Reference semantics of `et_cpu_quant::linear`."""
-    y = torch.nn.functional.linear(
-        _dequantize(input, input_scale, input_zero_point), _weights(weight, weight_scales), bias
-    )
-    return _finish(
-        y, input.dtype, output_scale, output_zero_point, quant_min, quant_max, output_min, output_max
-    )
+    """Reference semantics of `et_cpu_quant::linear` (`quantization`: see Quantization)."""
+    w = _weights(weight, weight_scales)
+    return _quantized(input, lambda x: torch.nn.functional.linear(x, w, bias), quantization)
 
 
 _library.impl("conv2d", conv2d, "CompositeExplicitAutograd")

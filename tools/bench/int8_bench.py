@@ -1,5 +1,5 @@
-"""Issue 18's benchmark: PT2E int8 programs on the CPU delegate (oneDNN int8 kernels) vs XNNPACK int8,
-with XNNPACK fp32 and our fp32 beside them, on the ResNet-18-, MobileNetV2-shaped and MLP-BN
+"""Issue 18's benchmark: PT2E int8 programs on the CPU delegate (oneDNN int8 kernels) vs XNNPACK
+int8, with XNNPACK fp32 and our fp32 beside them, on the ResNet-18-, MobileNetV2-shaped and MLP-BN
 examples (`tools/lower/examples.py`, full size by default). One run, interleaved; ratios are against
 XNNPACK int8 (so "cpu int8" at or below 1.0x is the issue's target); peak memory per variant in a
 fresh process. Quantization: `backends.cpu.quantization.quantize_ptq` (XNNPACK's symmetric
@@ -16,6 +16,7 @@ import collections
 import os
 import sys
 from collections.abc import Sequence
+
 import torch
 
 from tools.bench import harness
@@ -46,7 +47,7 @@ def lower(model: str, size: str, variant: str) -> tuple[bytes, tuple[torch.Tenso
     inputs = example.sample_inputs(size)
     if variant.endswith("int8"):
         samples = [example.sample_inputs(size, seed=s) for s in range(CALIBRATION_SAMPLES)]
-        net = quantize_ptq(net, samples)  # type: ignore[assignment]
+        net = quantize_ptq(net, samples)
     with torch.no_grad():
         exported = torch.export.export(net, inputs)
     if variant.startswith("cpu"):

@@ -56,7 +56,11 @@ def sqnr_db(actual: Sequence[object], expected: Sequence[object]) -> float | Non
     """10 log10(|expected|^2 / |actual - expected|^2) over every float output, in dB."""
     signal = noise = 0.0
     for got, want in zip(actual, expected, strict=False):
-        if isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor) and want.is_floating_point():
+        if (
+            isinstance(got, torch.Tensor)
+            and isinstance(want, torch.Tensor)
+            and want.is_floating_point()
+        ):
             want = want.detach().float()
             signal += float((want**2).sum())
             noise += float(((got.float() - want) ** 2).sum())

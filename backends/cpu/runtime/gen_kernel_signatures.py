@@ -89,7 +89,7 @@ def signature_of(schema: str) -> tuple[str, str]:
 
 
 def _kernel_yamls() -> list[str]:
-    """The wheel's portable and quantized kernel yamls (quantize/dequantize, `quantized_decomposed::`)."""
+    """The wheel's portable and quantized (`quantized_decomposed::`) kernel yamls."""
     spec = importlib.util.find_spec("executorch")  # locate the wheel without importing it
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit("executorch is not installed in this interpreter")
@@ -123,8 +123,8 @@ def collect_signatures(yaml_paths: list[str]) -> dict[str, str]:
             if "func" in entry:
                 name, code = signature_of(entry["func"])
                 signatures[name] = code
-    for schema in quantized_ops.SCHEMAS.values():
-        name, code = signature_of(f"{quantized_ops.NAMESPACE}::{schema}")
+    for ours in quantized_ops.SCHEMAS.values():
+        name, code = signature_of(f"{quantized_ops.NAMESPACE}::{ours}")
         signatures[name] = code
     return signatures
 

@@ -54,17 +54,21 @@ def lowered() -> dict[str, Any]:
     torch.manual_seed(0)
     model = SmallCnn().eval()
     with torch.no_grad():  # a non-trivial batch norm to fold
-        model.bn.running_mean.uniform_(-0.5, 0.5)
-        model.bn.running_var.uniform_(0.5, 2.0)
+        model.bn.running_mean.uniform_(-0.5, 0.5)  # type: ignore[union-attr]
+        model.bn.running_var.uniform_(0.5, 2.0)  # type: ignore[union-attr]
     samples = [(torch.randn(1, 3, 32, 32),) for _ in range(8)]
     quantized = quantize_ptq(model, samples)
     partitioner = CpuPartitioner()
     exported = torch.export.export(quantized, samples[0])
     edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
     delegated = _load(bytes(edge.to_executorch().buffer))
-    delegated.forward(list(samples[0]))  # the method, and so the delegate's init, loads on first use
+    delegated.forward(
+        list(samples[0])
+    )  # the method, and so the delegate's init, loads on first use
     placement = loader.last_placement()
-    reference = _load(bytes(to_edge(torch.export.export(quantized, samples[0])).to_executorch().buffer))
+    reference = _load(
+        bytes(to_edge(torch.export.export(quantized, samples[0])).to_executorch().buffer)
+    )
     return {
         "model": model,
         "report": partitioner.report,
@@ -134,7 +138,9 @@ def test_sqnr_against_eager_float(lowered: dict[str, Any]) -> None:
 
 class _Int16(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        q = torch.ops.quantized_decomposed.quantize_per_tensor(x, 0.01, 0, -32768, 32767, torch.int16)
+        q = torch.ops.quantized_decomposed.quantize_per_tensor(
+            x, 0.01, 0, -32768, 32767, torch.int16
+        )
         y = torch.ops.quantized_decomposed.dequantize_per_tensor(
             q, 0.01, 0, -32768, 32767, torch.int16
         )
@@ -144,7 +150,9 @@ class _Int16(nn.Module):
 class _PerChannelActivation(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         scales, zeros = torch.full((4,), 0.02), torch.zeros(4, dtype=torch.int64)
-        q = torch.ops.quantized_decomposed.quantize_per_channel(x, scales, zeros, 1, -128, 127, torch.int8)
+        q = torch.ops.quantized_decomposed.quantize_per_channel(
+            x, scales, zeros, 1, -128, 127, torch.int8
+        )
         return torch.ops.quantized_decomposed.dequantize_per_channel(
             q, scales, zeros, 1, -128, 127, torch.int8
         )

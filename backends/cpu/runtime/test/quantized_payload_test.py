@@ -27,8 +27,9 @@ from backends.cpu.runtime.test.handmade_payload import (
 )
 
 _SHAPE = [1, 4, 5, 5]
-_WEIGHT = torch.tensor([[[[3]], [[-7]], [[12]], [[0]]], [[[-127]], [[5]], [[9]], [[127]]]] * 2,
-                       dtype=torch.int8)  # [4, 4, 1, 1]
+_WEIGHT = torch.tensor(
+    [[[[3]], [[-7]], [[12]], [[0]]], [[[-127]], [[5]], [[9]], [[127]]]] * 2, dtype=torch.int8
+)  # [4, 4, 1, 1]
 _SCALES = torch.tensor([0.01, 0.02, 0.005, 0.03])
 _BIAS = torch.tensor([0.1, -0.2, 0.0, 0.3])
 _IN = (0.05, 3)  # input scale, zero point
@@ -101,7 +102,9 @@ def _runtime() -> None:
 
 
 def _input() -> torch.Tensor:
-    return torch.randint(-128, 128, _SHAPE, dtype=torch.int8, generator=torch.Generator().manual_seed(3))
+    return torch.randint(
+        -128, 128, _SHAPE, dtype=torch.int8, generator=torch.Generator().manual_seed(3)
+    )
 
 
 def _run(graph: Graph) -> torch.Tensor:
@@ -113,7 +116,19 @@ def _run(graph: Graph) -> torch.Tensor:
 def test_handmade_int8_convolution_matches_its_reference_semantics() -> None:
     got = _run(_conv_graph())
     want = quantized_ops.conv2d(
-        _input(), _WEIGHT, _SCALES, _BIAS, [1, 1], [0, 0], [1, 1], 1, *_IN, *_OUT, -128, 127, 0.0,
+        _input(),
+        _WEIGHT,
+        _SCALES,
+        _BIAS,
+        [1, 1],
+        [0, 0],
+        [1, 1],
+        1,
+        *_IN,
+        *_OUT,
+        -128,
+        127,
+        0.0,
         math.inf,
     )
     assert got.dtype == torch.int8
@@ -130,8 +145,13 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph], str]] = {
     "infinite scale": (lambda: _conv_graph(input_scale=math.inf), "scale is not a positive"),
     "zero point outside int8": (lambda: _conv_graph(output_zero_point=300), "zero point"),
     "uint8 zero point below 0": (
-        lambda: _conv_graph(input_dtype=torch.uint8, output_dtype=torch.uint8, input_zero_point=-1,
-                            quant_min=0, quant_max=255),
+        lambda: _conv_graph(
+            input_dtype=torch.uint8,
+            output_dtype=torch.uint8,
+            input_zero_point=-1,
+            quant_min=0,
+            quant_max=255,
+        ),
         "zero point",
     ),
     "too few channel scales": (lambda: _conv_graph(scales_shape=[3]), "one scale per output"),
