@@ -24,7 +24,9 @@ def quantize_ptq(
     running every sample once. Raises ValueError when there are no samples."""
     if not samples:
         raise ValueError("quantize_ptq: calibration needs at least one sample input")
-    captured = torch.export.export(model.eval(), tuple(samples[0])).module()
+    if not isinstance(model, torch.fx.GraphModule):  # an exported program's module has no eval()
+        model.eval()
+    captured = torch.export.export(model, tuple(samples[0])).module()
     quantizer = XNNPACKQuantizer().set_global(
         get_symmetric_quantization_config(is_per_channel=True)
     )

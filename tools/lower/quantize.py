@@ -26,7 +26,7 @@ def quantize_source(source: SourceProgram) -> tuple[SourceProgram, torch.nn.Modu
     from backends.cpu.quantization import quantize_ptq
 
     try:
-        quantized = quantize_ptq(source.program.module(), [source.inputs])
+        quantized = quantize_ptq(source.eager, [source.inputs])
         program = torch.export.export(quantized, source.inputs)
     except Exception as exc:  # the quantizer's errors name the op; keep the message
         raise LowerError(ExitCode.LOWERING_FAILED, f"PT2E quantization failed: {exc}") from None
