@@ -14,6 +14,7 @@ from executorch.exir.backend.compile_spec_schema import CompileSpec
 from torch.export import ExportedProgram
 
 from backends.cpu import profiling_events
+from backends.cpu.quantized_fusion import FuseQuantizedGroups
 from backends.cpu.serialization.graph_writer import serialize_program
 from backends.transforms.fuse_batch_norm_with_conv import FuseBatchNormWithConvPass
 from backends.transforms.fuse_batch_norm_with_linear import FuseBatchNormWithLinearPass
@@ -27,6 +28,7 @@ from backends.transforms.remove_identity_copies import RemoveIdentityCopiesPass
 CPU_PREPROCESS_PASSES: list[Callable[[], Callable[[ExportedProgram], PassReport]]] = [
     FuseBatchNormWithConvPass,
     FuseBatchNormWithLinearPass,
+    FuseQuantizedGroups,
     RemoveIdentityCopiesPass,
 ]
 

@@ -15,6 +15,8 @@ from types import MappingProxyType
 
 import torch
 
+from backends.cpu import quantized_ops
+
 
 class Provider(enum.IntEnum):
     """Which implementation executes a route; values mirror `Provider` in schema.fbs."""
@@ -56,6 +58,9 @@ class Route:
     def out_variant(self) -> torch._ops.OpOverload:
         """The out-variant OpOverload named by `kernel`; its schema orders the payload's args."""
         namespace, rest = self.kernel.split("::")
+        if namespace == "quantized_decomposed":
+            # The out variants come with ExecuTorch's quantized kernel library (torch loads it).
+            import executorch.kernels.quantized  # noqa: F401
         name, overload = rest.split(".")
         return getattr(getattr(getattr(torch.ops, namespace), name), overload)
 
@@ -81,11 +86,41 @@ def _float32_only(node: torch.fx.Node) -> str | None:
     return None
 
 
+def _quantization_scheme(node: torch.fx.Node) -> str | None:
+    # quantize/dequantize with static per-tensor (or, for constant weights, per-channel) qparams
+    # into int8/uint8 over its full range: what ExecuTorch's quantized kernels and our int8
+    # kernels run. int16 or narrowed ranges are other schemes, left out.
+    dtype = node.args[-1] if len(node.args) >= 6 else None
+    if dtype not in quantized_ops.QUANTIZED_RANGES:
+        return f"quantized dtype {dtype} (the delegate runs int8 and uint8)"
+    low, high = node.args[-3], node.args[-2]
+    full_low, full_high = quantized_ops.QUANTIZED_RANGES[dtype]  # type: ignore[index]
+    if not (isinstance(low, int) and isinstance(high, int) and full_low <= low < high <= full_high):
+        return f"quantized range [{low}, {high}] outside {dtype}"
+    name = (op_key(node.target) or "..").split(".")[1]  # e.g. "quantize_per_tensor"
+    float_side = node.args[0] if name.startswith("quantize") else node
+    value = float_side.meta.get("val") if isinstance(float_side, torch.fx.Node) else None
+    if getattr(value, "dtype", None) != torch.float32:
+        return f"float side of dtype {getattr(value, 'dtype', None)} (float32 only)"
+    if "per_channel" in name:
+        weight = node.args[0]
+        if not (isinstance(weight, torch.fx.Node) and weight.op == "placeholder"):
+            return "per-channel dequantize of a computed tensor (only constant weights)"
+    return None
+
+
 # Out-variant kernels ExecuTorch's registry lacks that the runtime implements itself
 # (runtime/builtin_kernels.cc, float32 only): the Reference provider binds these when the registry
 # has no kernel of the name.
 BUILTIN_KERNELS: frozenset[str] = frozenset(
     {"aten::hardswish.out", "aten::hardsigmoid.out", "aten::silu.out"}
+)
+
+# The delegate's int8 ops (quantized_ops.py): neither ExecuTorch's registry nor BUILTIN_KERNELS has
+# them; only the Optimized provider (oneDNN, runtime/providers/onednn/quantized_kernels.cc) runs
+# them, so there is no Reference fallback (init fails naming the op if oneDNN declines).
+PROVIDER_KERNELS: frozenset[str] = frozenset(
+    {"et_cpu_quant::conv2d.out", "et_cpu_quant::linear.out"}
 )
 
 _OPTIONAL_LISTS = RouteFlag.OPTIONAL_TENSOR_LISTS
@@ -262,6 +297,27 @@ _ROUTE_LIST: tuple[Route, ...] = (
         for cmp in ("eq", "ne", "lt", "le", "gt", "ge")
         for kind in ("Tensor", "Scalar")
     ),
+    # Quantization (PT2E): ExecuTorch's quantized kernels (executorch.kernels.quantized, loaded by
+    # loader.load_cpu_backend) with static qparams; preprocess fuses dequantize -> conv/linear ->
+    # quantize groups into the int8 ops below, the rest run here (pools, add, mean in float).
+    _r(
+        "quantized_decomposed.quantize_per_tensor.default",
+        "quantized_decomposed::quantize_per_tensor.out",
+        check_args=_quantization_scheme,
+    ),
+    _r(
+        "quantized_decomposed.dequantize_per_tensor.default",
+        "quantized_decomposed::dequantize_per_tensor.out",
+        check_args=_quantization_scheme,
+    ),
+    _r(
+        "quantized_decomposed.dequantize_per_channel.default",
+        "quantized_decomposed::dequantize_per_channel.out",
+        check_args=_quantization_scheme,
+    ),
+    # The delegate's int8 ops (quantized_ops.py), written only by preprocess: oneDNN int8.
+    _r("et_cpu_quant.conv2d.default", "et_cpu_quant::conv2d.out", provider=_OPT),
+    _r("et_cpu_quant.linear.default", "et_cpu_quant::linear.out", provider=_OPT),
     # Factories.
     _r("aten.arange.default", "aten::arange.out"),
     _r("aten.arange.start_step", "aten::arange.start_out"),

@@ -7,6 +7,32 @@ def define_common_targets():
     runtime.python_library(
         name = "routes",
         srcs = ["routes.py"],
+        deps = [":quantized_ops"],
+        visibility = ["//visibility:public"],
+    )
+
+    # The delegate's int8 ops (schemas, reference semantics) and the preprocess pass that
+    # rewrites PT2E quantized groups into them.
+    runtime.python_library(
+        name = "quantized_ops",
+        srcs = ["quantized_ops.py"],
+        visibility = ["//visibility:public"],
+    )
+
+    runtime.python_library(
+        name = "quantization",
+        srcs = ["quantization.py"],
+        visibility = ["//visibility:public"],
+    )
+
+    runtime.python_library(
+        name = "quantized_fusion",
+        srcs = ["quantized_fusion.py"],
+        deps = [
+            ":quantized_ops",
+            ":routes",
+            "//backends/transforms:pass_report",
+        ],
         visibility = ["//visibility:public"],
     )
 
@@ -22,6 +48,7 @@ def define_common_targets():
         srcs = ["cpu_backend.py"],
         deps = [
             ":profiling_events",
+            ":quantized_fusion",
             "//backends/cpu/serialization:graph_writer",
             "//backends/transforms:fuse_batch_norm_with_conv",
             "//backends/transforms:fuse_batch_norm_with_linear",

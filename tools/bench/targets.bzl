@@ -114,6 +114,32 @@ def define_common_targets():
         deps = ["//tools/lower:examples"],
     )
 
+    # Issue #18: int8 (PT2E) on the CPU delegate vs XNNPACK int8, XNNPACK fp32 and our fp32.
+    runtime.python_library(
+        name = "int8_bench_lib",
+        srcs = ["int8_bench.py"],
+        deps = [
+            ":harness",
+            "//backends/cpu:quantization",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/runtime:loader",
+            "//tools/lower:examples",
+        ],
+    )
+
+    runtime.python_binary(
+        name = "int8_bench",
+        main = "int8_bench.py",
+        deps = [":int8_bench_lib"],
+    )
+
+    runtime.python_test(
+        name = "int8_bench_test",
+        size = "medium",
+        srcs = ["int8_bench_test.py"],
+        deps = [":int8_bench_lib"],
+    )
+
     runtime.python_library(
         name = "zoo_bench_lib",
         srcs = ["zoo_bench.py"],

@@ -343,3 +343,19 @@ def test_profile_without_a_delegate_counts_each_portable_kernel_once(
     assert ops and all(op["node"].startswith("aten_") for op in ops), ops
     assert all(op["provider"] == "portable" and op["op"] != "-" for op in ops)
     assert 0.5 < sum(op["share"] for op in ops) <= 1.0
+
+
+def test_quantize_ptq_lowers_an_int8_program_fully_delegated_with_its_sqnr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, report = tmp_path / "resnet_int8.pte", tmp_path / "report.json"
+    args = ["--example", "resnet", "--quantize", "ptq", "--runs", "0", "-q"]
+    code = cli.main([*args, "-o", str(out), "--json", str(report)])
+    text = capsys.readouterr().out
+    assert code == ExitCode.OK, text
+    document = json.loads(report.read_text())
+    assert document["delegation"]["not_delegated"] == {}, document["delegation"]
+    assert any("quantize_per_tensor" in op for op in document["delegation"]["delegated"])
+    # Against the quantized model within one output step; the quantization error is the SQNR.
+    assert document["check"]["sqnr_db"] > 20.0, document["check"]
+    assert "SQNR against the float model" in text

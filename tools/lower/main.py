@@ -33,6 +33,13 @@ profile (--profile):
   (ETRecord) for executorch.devtools.Inspector, and NAME.profile.svg, a bar chart per op and per
   op kind. On the CPU delegate an op that fused the ops after it is one row.
 
+quantization (--quantize ptq):
+  The model is quantized to int8 (per-channel symmetric weights, per-tensor activations) with
+  PT2E and XNNPACK's quantizer, calibrated on the sample inputs, then lowered; on the CPU delegate
+  its convolutions and linears run as oneDNN int8 kernels. The check compares against the
+  quantized model in eager PyTorch with atol widened to one step of the output's quantization
+  grid; the report adds the SQNR against the float model.
+
 inputs:
   A .pt2 is run on the example inputs saved with it (torch.export.save keeps them); without them,
   on seeded random tensors of the static shapes its graph declares (integers in [0, 2)).
@@ -138,6 +145,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="runs with ETDump for --profile, after one warm-up run; default 10",
     )
+    parser.add_argument(
+        "--quantize",
+        choices=("none", "ptq"),
+        default="none",
+        help="ptq: quantize to int8 first (PT2E static quantization with XNNPACK's quantizer, "
+        "calibrated on the sample inputs) and lower that; default none",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument(
         "-v",
@@ -209,6 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rtol=args.rtol,
             profile=args.profile,
             profile_runs=args.profile_runs,
+            quantize=args.quantize,
         )
         report, code = run(request, say)
         document = json.dumps(report.to_dict(), indent=2)

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from tools.bench import harness
-from tools.lower import lowering, profile_chart, program_facts
+from tools.lower import lowering, profile_chart, program_facts, quantize
 from tools.lower.errors import ExitCode, LowerError
 from tools.lower.profiling import ProfilePaths, profile_program
 from tools.lower.program_io import SourceProgram, export_example, load_pt2
@@ -48,6 +48,8 @@ class Request:
     # Run with ETDump too; the ETDump, ETRecord and chart go beside the .pte.
     profile: bool = False
     profile_runs: int = 10
+    # "ptq": lower the PT2E int8 version of the model (tools/lower/quantize.py).
+    quantize: str = "none"
 
 
 def check_output_path(path: str) -> None:
@@ -112,6 +114,13 @@ def run(request: Request, say: Progress) -> tuple[Report, ExitCode]:
         for path in (profile_paths.etdump, profile_paths.etrecord, profile_paths.chart):
             check_output_path(path)
     source, export_s = get_source(request, say)
+    float_model = None
+    atol = request.atol
+    if request.quantize == "ptq":
+        say("quantizing (PT2E static int8, calibrated on the sample inputs)")
+        source, float_model = quantize.quantize_source(source)
+        # The int8 kernels and the quantized reference may round an output one step apart.
+        atol = max(atol, 1.001 * (quantize.output_step(source.program) or 0.0))
     expected = run_eager(source.eager, source.inputs)
 
     title = lowering.TARGET_TITLES[request.target]
@@ -125,7 +134,7 @@ def run(request: Request, say: Progress) -> tuple[Report, ExitCode]:
     actual = run_program(module, source.inputs, request.output)
     # After the first run: the runtime may initialise delegates lazily.
     lowered.delegate_details.update(setup.runtime_details())
-    checks = compare_outputs(actual, expected, request.atol, request.rtol)
+    checks = compare_outputs(actual, expected, atol, request.rtol)
 
     report = Report(
         source=source.label,
@@ -139,11 +148,13 @@ def run(request: Request, say: Progress) -> tuple[Report, ExitCode]:
         batch_norms_left=lowered.batch_norms_left,
         constant_bytes=program_facts.constant_bytes(source.program),
         pte_bytes=len(lowered.pte),
-        atol=request.atol,
+        atol=atol,
         rtol=request.rtol,
         checks=checks,
         delegate_details=lowered.delegate_details,
     )
+    if float_model is not None:
+        report.sqnr_db = quantize.sqnr_db(actual, run_eager(float_model, source.inputs))
 
     if request.runs > 0:
         _time_paths(request, source, module, lowered, report, say)

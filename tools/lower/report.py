@@ -49,6 +49,8 @@ class Report:
     load_average: tuple[float, float, float] | None = None
     threads: int = 0
     profile: Profile | None = None
+    # --quantize: SQNR of the .pte's float outputs against the float model, in dB.
+    sqnr_db: float | None = None
 
     @property
     def matches_eager(self) -> bool:
@@ -88,6 +90,7 @@ class Report:
             "delegate": dict(self.delegate_details),
             "check": {
                 "matches_eager": self.matches_eager,
+                "sqnr_db": self.sqnr_db,
                 "atol": self.atol,
                 "rtol": self.rtol,
                 "outputs": [c.to_dict() for c in self.checks],
@@ -151,6 +154,8 @@ def render_text(report: Report) -> str:
         f"Check: {verdict} eager on {len(r.checks)} output(s) "
         f"(float: atol {r.atol:g} + rtol {r.rtol:g}; integer/bool: exact)"
     )
+    if r.sqnr_db is not None:
+        lines.append(f"  quantization: SQNR against the float model {r.sqnr_db:.1f} dB")
     for c in r.checks:
         err = "-" if c.max_abs_error is None else f"{c.max_abs_error:.3g}"
         status = "ok" if c.ok else "FAIL"

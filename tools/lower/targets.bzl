@@ -25,6 +25,7 @@ def define_common_targets():
             "profiling.py",
             "program_facts.py",
             "program_io.py",
+            "quantize.py",
             "quiet.py",
             "report.py",
             "runtime_check.py",
@@ -33,6 +34,7 @@ def define_common_targets():
         visibility = ["//visibility:public"],
         deps = [
             ":examples",
+            "//backends/cpu:quantization",
             "//backends/cpu/partition:cpu_partitioner",
             "//backends/cpu/runtime:loader",
             "//tools/bench:harness",

@@ -78,7 +78,14 @@ def check_node(node: torch.fx.Node) -> LeftOutNode | None:
     values = [*inputs, ("output", node.meta.get("val"))]
 
     if _namespace(node.target) in _QUANTIZED_NAMESPACES:
-        return leave_out(LeaveOutReason.QUANTIZED, f"quantization op {op_name}")
+        # Static per-tensor quantize/dequantize (and per-channel dequantize of a constant weight)
+        # into int8/uint8 have routes; every other quantization op or scheme stays out.
+        quant_route = route_for(node.target)
+        if quant_route is None:
+            return leave_out(LeaveOutReason.QUANTIZED, f"quantization op {op_name}")
+        why = quant_route.check_args(node) if quant_route.check_args is not None else None
+        if why is not None:
+            return leave_out(LeaveOutReason.QUANTIZED, why)
     for where, value in values:
         if any(t.dtype in _QUANTIZED_DTYPES for t in _tensors(value)):
             return leave_out(LeaveOutReason.QUANTIZED, f"quantized tensor {where}")

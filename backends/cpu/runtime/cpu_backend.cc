@@ -24,6 +24,7 @@
 #include <executorch/runtime/platform/log.h>
 
 #include "backends/cpu/runtime/builtin_kernels.h"
+#include "backends/cpu/runtime/quantized_op_check.h"
 #include "backends/cpu/runtime/compiled_graph.h"
 #include "backends/cpu/runtime/error_report.h"
 #include "backends/cpu/runtime/kernel_signature.h"
@@ -162,6 +163,8 @@ extern "C" {
 __attribute__((visibility("default"))) int et_cpu_runtime_kernel_status(const char* kernel) {
   if (et_cpu_plugin::cpu::find_kernel_signature(kernel) == nullptr) return 1;
   if (et_cpu_plugin::cpu::is_builtin_kernel(kernel)) return 0;  // the runtime's own kernel
+  // The int8 ops: bound by the Optimized provider only (routes.PROVIDER_KERNELS).
+  if (et_cpu_plugin::cpu::is_quantized_kernel(kernel)) return 0;
   return executorch::runtime::get_op_function_from_registry(kernel).ok() ? 0 : 2;
 }
 

@@ -59,6 +59,9 @@ def load_cpu_backend(path: str | None = None) -> str:
     `path` defaults to `default_library_path()`. portable_lib is imported first: the library links
     against the same libexecutorch.so and must register into the registry portable_lib uses.
     """
+    # ExecuTorch's quantized kernels (quantize/dequantize): the delegate's Reference provider binds
+    # them for PT2E-quantized programs; loading the library registers them with the same runtime.
+    import executorch.kernels.quantized  # noqa: F401
     from executorch.extension.pybindings import portable_lib  # noqa: F401
 
     resolved = os.path.abspath(path) if path else default_library_path()

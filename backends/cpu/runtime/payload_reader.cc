@@ -7,6 +7,7 @@
 
 #include "backends/cpu/runtime/error_report.h"
 #include "backends/cpu/runtime/kernel_signature.h"
+#include "backends/cpu/runtime/quantized_op_check.h"
 #include "backends/cpu/serialization/schema_generated.h"
 
 namespace et_cpu_plugin {
@@ -58,11 +59,12 @@ class Reader {
   explicit Reader(GraphSpec* out) : graph_(*out) {}
 
   Error read(const fb::Graph& graph) {
-    if (graph.version() != kFormatVersion) {
+    if (graph.version() < kMinFormatVersion || graph.version() > kFormatVersion) {
       return report_error(Error::NotSupported,
-                          "payload format version %u, this runtime reads version %u",
-                          graph.version(), kFormatVersion);
+                          "payload format version %u, this runtime reads versions %u to %u",
+                          graph.version(), kMinFormatVersion, kFormatVersion);
     }
+    version_ = graph.version();
     Error error = read_values(graph);
     if (error == Error::Ok) error = read_io(graph);
     if (error == Error::Ok) error = read_ops(graph);
@@ -244,6 +246,15 @@ class Reader {
       }
       value.producer = static_cast<int64_t>(index);
       value.last_use = static_cast<int64_t>(index);
+    }
+    if (is_quantized_kernel(spec.kernel)) {
+      if (version_ < kQuantizedOpsVersion) {
+        return report_error(Error::InvalidProgram,
+                            "op %zu (%s): kernel %s needs payload format version %u, payload has %u",
+                            index, spec.name.c_str(), spec.kernel.c_str(), kQuantizedOpsVersion,
+                            version_);
+      }
+      return check_quantized_op(graph_, index);
     }
     return Error::Ok;
   }
@@ -464,6 +475,7 @@ class Reader {
   }
 
   GraphSpec& graph_;
+  uint32_t version_ = 0;
 };
 
 }  // namespace

@@ -16,8 +16,11 @@
 namespace et_cpu_plugin {
 namespace cpu {
 
-// The payload format version this reader understands (Graph.version).
-constexpr uint32_t kFormatVersion = 1;
+// The payload format versions this reader understands (Graph.version): 2 adds the int8 ops
+// (et_cpu_quant::*, see quantized_op_check.h); version 1 payloads read as before.
+constexpr uint32_t kFormatVersion = 2;
+constexpr uint32_t kMinFormatVersion = 1;
+constexpr uint32_t kQuantizedOpsVersion = 2;
 // Tensors of higher rank are rejected (kernel keys and TensorImpl dim orders are sized for 16).
 constexpr size_t kMaxRank = 16;
 // Largest tensor / arena the runtime accepts; a hostile shape must not become a huge allocation.

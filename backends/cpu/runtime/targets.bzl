@@ -19,6 +19,7 @@ _RUNTIME_SRCS = [
     "kernel_signature.cc",
     "memory_planner.cc",
     "payload_reader.cc",
+    "quantized_op_check.cc",
     "reference_provider.cc",
 ]
 
@@ -30,6 +31,7 @@ _RUNTIME_HDRS = [
     "kernel_signature.h",
     "memory_planner.h",
     "payload_reader.h",
+    "quantized_op_check.h",
     "reference_provider.h",
 ]
 
@@ -53,6 +55,7 @@ def define_common_targets():
     runtime.python_binary(
         name = "gen_kernel_signatures",
         main = "gen_kernel_signatures.py",
+        deps = ["//backends/cpu:quantized_ops"],
     )
 
     runtime.genrule(
@@ -170,6 +173,29 @@ def define_common_targets():
         deps = [
             ":lowered_program",
             "//backends/cpu/serialization:graph_reader",
+        ],
+    )
+
+    # PT2E-quantized models on the int8 ops, and the int8 ops' payload checks.
+    runtime.python_test(
+        name = "quantized_model_test",
+        size = "medium",
+        srcs = ["test/quantized_model_test.py"],
+        deps = [
+            ":loader",
+            "//backends/cpu:quantization",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:graph_reader",
+        ],
+    )
+
+    runtime.python_test(
+        name = "quantized_payload_test",
+        srcs = ["test/quantized_payload_test.py"],
+        deps = [
+            ":handmade_payload",
+            ":loader",
+            "//backends/cpu:quantized_ops",
         ],
     )
 

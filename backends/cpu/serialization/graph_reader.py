@@ -139,9 +139,9 @@ def read_payload(payload: bytes) -> PayloadGraph:
         graph = fb.GraphT.InitFromObj(fb.Graph.GetRootAs(payload, 0))
     except Exception as error:  # flatbuffers raises assorted errors on corrupt offsets
         raise PayloadError(f"corrupt CPU delegate payload: {error}") from error
-    if graph.version != FORMAT_VERSION:
+    if not 1 <= graph.version <= FORMAT_VERSION:
         raise PayloadError(
-            f"CPU delegate payload format version {graph.version}, this reader reads "
+            f"CPU delegate payload format version {graph.version}, this reader reads 1 to "
             f"{FORMAT_VERSION}"
         )
     values = tuple(_value(i, v) for i, v in enumerate(graph.values or []))

@@ -82,23 +82,34 @@ def test_dynamic_dim_leaves_out_exactly_the_dynamic_nodes() -> None:
 
 
 class _QuantizeRoundTrip(torch.nn.Module):
+    def __init__(self, dtype: torch.dtype, low: int, high: int) -> None:
+        super().__init__()
+        self.scheme = (dtype, low, high)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype, low, high = self.scheme
         q = torch.ops.quantized_decomposed.quantize_per_tensor(
-            torch.relu(x), 0.05, 0, -128, 127, torch.int8
+            torch.relu(x), 0.05, 0, low, high, dtype
         )
-        dq = torch.ops.quantized_decomposed.dequantize_per_tensor(q, 0.05, 0, -128, 127, torch.int8)
+        dq = torch.ops.quantized_decomposed.dequantize_per_tensor(q, 0.05, 0, low, high, dtype)
         return dq + 1.0
 
 
-def test_quantize_ops_are_left_out_as_quantized() -> None:
+def test_int8_quantize_ops_are_claimed_int16_left_out_as_quantized() -> None:
     import executorch.exir.passes.quant_fusion_pass  # noqa: F401  registers quantized_decomposed
 
-    _, partitioner = _lower(_QuantizeRoundTrip(), (torch.randn(2, 8),))
-    left_out = {node.op: node.reason for node in partitioner.report.left_out}
-    assert left_out == {
-        "quantized_decomposed.quantize_per_tensor.default": LeaveOutReason.QUANTIZED,
-        "quantized_decomposed.dequantize_per_tensor.default": LeaveOutReason.QUANTIZED,
+    _, partitioner = _lower(_QuantizeRoundTrip(torch.int8, -128, 127), (torch.randn(2, 8),))
+    assert not partitioner.report.left_out, partitioner.report
+    assert len(partitioner.report.claimed) == 4 and partitioner.report.partitions == 1
+
+    _, partitioner = _lower(_QuantizeRoundTrip(torch.int16, -32768, 32767), (torch.randn(2, 8),))
+    left_out = {node.op: node for node in partitioner.report.left_out}
+    assert set(left_out) == {
+        "quantized_decomposed.quantize_per_tensor.default",
+        "quantized_decomposed.dequantize_per_tensor.default",
     }
+    for node in left_out.values():
+        assert node.reason == LeaveOutReason.QUANTIZED and "torch.int16" in node.detail, node
     assert len(partitioner.report.claimed) == 2  # relu and add
     assert partitioner.report.partitions == 2
 

@@ -14,6 +14,7 @@ from backends.cpu.serialization.graph_reader import (
     cpu_payloads,
     read_payload,
 )
+from backends.cpu.serialization.schema import FORMAT_VERSION
 from backends.cpu.test.models import (
     IndexHeavy,
     SmallCNN,
@@ -58,7 +59,7 @@ def test_payload_round_trips_through_the_reader() -> None:
     edge = _lower(IndexHeavy(), index_heavy_inputs())
     program = edge.exported_program()
     graph = read_payload(cpu_payloads(program)[0])
-    assert graph.version == 1
+    assert graph.version == FORMAT_VERSION
     scores, table = index_heavy_inputs()
     assert [(graph.values[i].dtype, graph.values[i].shape) for i in graph.inputs] == [
         (torch.float32, tuple(scores.shape)),

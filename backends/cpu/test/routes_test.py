@@ -1,5 +1,6 @@
 """The route table: every route resolves, its kernel is registered, and enums mirror schema.fbs."""
 
+import executorch.kernels.quantized  # noqa: F401  (quantized kernels, as loader.load_cpu_backend)
 import pytest
 import torch
 from executorch.exir.dialects._ops import ops as exir_ops
@@ -7,6 +8,7 @@ from executorch.extension.pybindings import portable_lib
 
 from backends.cpu.routes import (
     BUILTIN_KERNELS,
+    PROVIDER_KERNELS,
     ROUTES,
     Provider,
     Route,
@@ -27,9 +29,10 @@ def test_route_resolves_and_its_kernel_is_registered(route: Route) -> None:
     assert op_key(edge_op) == route.op
     assert route_for(edge_op) is route
     # The runtime binds kernels through ExecuTorch's operator registry, as this process has it,
-    # or its own built-in kernels for the few the registry lacks.
+    # or its own built-in kernels for the few the registry lacks, or (the int8 ops) through the
+    # Optimized provider only.
     registered = route.kernel in portable_lib._get_operator_names()
-    assert registered != (route.kernel in BUILTIN_KERNELS), route.kernel
+    assert registered != (route.kernel in BUILTIN_KERNELS | PROVIDER_KERNELS), route.kernel
     assert [a for a in route.out_variant()._schema.arguments if a.is_out], route.kernel
 
 

@@ -54,8 +54,8 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
     "wrong identifier": (lambda: _VALID[:4] + b"XXXX" + _VALID[8:], ("identifier 'ECP1'",)),
     "empty": (lambda: b"", ("too short",)),
     "future version": (
-        lambda: Graph(**{**add_graph(torch.float32, [3]).__dict__, "version": 2}),
-        ("format version 2",),
+        lambda: Graph(**{**add_graph(torch.float32, [3]).__dict__, "version": 3}),
+        ("format version 3",),
     ),
     "value id out of range": (
         lambda: Graph(

@@ -30,6 +30,7 @@
 #include <executorch/runtime/platform/log.h>
 
 #include "backends/cpu/runtime/kernel_provider.h"
+#include "backends/cpu/runtime/providers/onednn/quantized_kernels.h"
 #include "backends/cpu/runtime/providers/onednn/onednn_provider.h"
 
 namespace et_cpu_plugin {
@@ -1872,7 +1873,9 @@ class OnednnKernelProvider final : public KernelProvider {
     } else {
       try {
         OnednnSession& provider = *session;
-        if (kernel == "aten::convolution.out") {
+        if (is_onednn_quantized_kernel(kernel)) {
+          error = bind_quantized(op, out, &decline.reason);
+        } else if (kernel == "aten::convolution.out") {
           error = bind_conv(op, provider, out, &decline, &fused);
         } else if (kernel == "aten::linear.out" || kernel == "aten::addmm.out") {
           error = bind_linear(op, kernel == "aten::addmm.out", provider, out, &decline, &fused);

@@ -63,7 +63,11 @@ def define_common_targets():
     # into libcpu_backend.so, registered by a static initializer.
     runtime.cxx_library(
         name = "onednn_kernel_provider",
-        srcs = ["onednn_kernel_provider.cc"],
+        srcs = [
+            "onednn_kernel_provider.cc",
+            "quantized_kernels.cc",
+            "quantized_kernels.h",
+        ],
         copts = [
             "-std=c++17",
             "-O2",

@@ -1,0 +1,141 @@
+"""The delegate's int8 ops: a convolution or linear that reads and writes quantized tensors.
+
+Preprocess (`quantized_fusion.py`) rewrites each PT2E group `dequantize -> conv/linear ->
+[relu/hardtanh/clamp] -> quantize` into one of these, so the runtime runs it as one int8 kernel
+(oneDNN) and the activation stays int8 between quantized ops. Their arguments carry the
+quantization: the input's and the output's per-tensor scale and zero point as scalars, the
+per-output-channel weight scales as a float32 tensor (symmetric int8 weights, zero point 0), and
+the float32 bias. `output_min` / `output_max` clamp the float result before it is quantized (a
+fused ReLU is 0 / +inf); `quant_min` / `quant_max` are the output dtype's quantized range.
+
+The schemas are defined here once; `gen_kernel_signatures.py` reads `SCHEMAS` so the runtime
+checks payload arguments against the same text. The eager implementations are the reference
+semantics (dequantize, float op, clamp, quantize with round-half-even), used for shape inference
+and by the tests.
+"""
+
+import math
+from typing import Any
+
+import torch
+
+NAMESPACE = "et_cpu_quant"
+
+_COMMON = (
+    "float input_scale, int input_zero_point, float output_scale, int output_zero_point, "
+    "int quant_min, int quant_max, float output_min, float output_max"
+)
+_CONV = (
+    "conv2d(Tensor input, Tensor weight, Tensor weight_scales, Tensor? bias, int[] stride, "
+    f"int[] padding, int[] dilation, int groups, {_COMMON}"
+)
+_LINEAR = f"linear(Tensor input, Tensor weight, Tensor weight_scales, Tensor? bias, {_COMMON}"
+
+# name -> schema without namespace; the out variants end in `*, Tensor(a!) out`.
+SCHEMAS: dict[str, str] = {
+    "conv2d": f"{_CONV}) -> Tensor",
+    "conv2d.out": _CONV.replace("conv2d(", "conv2d.out(", 1) + ", *, Tensor(a!) out) -> Tensor(a!)",
+    "linear": f"{_LINEAR}) -> Tensor",
+    "linear.out": _LINEAR.replace("linear(", "linear.out(", 1)
+    + ", *, Tensor(a!) out) -> Tensor(a!)",
+}
+
+# Quantized dtype -> its full range (the output range before a fused clamp narrows it).
+QUANTIZED_RANGES: dict[torch.dtype, tuple[int, int]] = {
+    torch.int8: (-128, 127),
+    torch.uint8: (0, 255),
+}
+
+_library = torch.library.Library(NAMESPACE, "DEF")
+for _schema in SCHEMAS.values():
+    _library.define(_schema)
+
+
+def _dequantize(x: torch.Tensor, scale: float, zero_point: int) -> torch.Tensor:
+    return (x.to(torch.float32) - zero_point) * scale
+
+
+def _weights(weight: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    shape = [-1] + [1] * (weight.dim() - 1)
+    return weight.to(torch.float32) * scales.to(torch.float32).reshape(shape)
+
+
+def _finish(
+    y: torch.Tensor,
+    dtype: torch.dtype,
+    output_scale: float,
+    output_zero_point: int,
+    quant_min: int,
+    quant_max: int,
+    output_min: float,
+    output_max: float,
+) -> torch.Tensor:
+    if math.isfinite(output_min):
+        y = y.clamp(min=output_min)
+    if math.isfinite(output_max):
+        y = y.clamp(max=output_max)
+    q = torch.round(y * (1.0 / output_scale)) + output_zero_point
+    return q.clamp(quant_min, quant_max).to(dtype)
+
+
+# The trailing arguments both ops share, in schema order: input_scale, input_zero_point,
+# output_scale, output_zero_point, quant_min, quant_max, output_min, output_max.
+Quantization = tuple[float, int, float, int, int, int, float, float]
+
+
+def _quantized(input: torch.Tensor, float_op: Any, quantization: tuple[Any, ...]) -> torch.Tensor:
+    """float_op(dequantized input), clamped and quantized as `quantization` says."""
+    input_scale, input_zero_point, *output = quantization
+    return _finish(
+        float_op(_dequantize(input, input_scale, input_zero_point)), input.dtype, *output
+    )
+
+
+def conv2d(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scales: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    *quantization: Any,
+) -> torch.Tensor:
+    """Reference semantics of `et_cpu_quant::conv2d` (`quantization`: see Quantization)."""
+    w = _weights(weight, weight_scales)
+    conv = torch.nn.functional.conv2d
+    return _quantized(
+        input, lambda x: conv(x, w, bias, stride, padding, dilation, groups), quantization
+    )
+
+
+def linear(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scales: torch.Tensor,
+    bias: torch.Tensor | None,
+    *quantization: Any,
+) -> torch.Tensor:
+    """Reference semantics of `et_cpu_quant::linear` (`quantization`: see Quantization)."""
+    w = _weights(weight, weight_scales)
+    return _quantized(input, lambda x: torch.nn.functional.linear(x, w, bias), quantization)
+
+
+_library.impl("conv2d", conv2d, "CompositeExplicitAutograd")
+_library.impl("linear", linear, "CompositeExplicitAutograd")
+
+
+def _conv_out(*args: object, out: torch.Tensor) -> torch.Tensor:
+    return out.copy_(conv2d(*args))  # type: ignore[arg-type]
+
+
+def _linear_out(*args: object, out: torch.Tensor) -> torch.Tensor:
+    return out.copy_(linear(*args))  # type: ignore[arg-type]
+
+
+_library.impl("conv2d.out", _conv_out, "CompositeExplicitAutograd")
+_library.impl("linear.out", _linear_out, "CompositeExplicitAutograd")
+
+CONV2D: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).conv2d.default
+LINEAR: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).linear.default

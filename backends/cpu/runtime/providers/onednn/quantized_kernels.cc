@@ -1,0 +1,319 @@
+#include "backends/cpu/runtime/providers/onednn/quantized_kernels.h"
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <unordered_map>
+#include <vector>
+
+#include <omp.h>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+namespace et_cpu_plugin {
+namespace cpu {
+
+namespace {
+
+using executorch::aten::ScalarType;
+using executorch::aten::Tensor;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+using executorch::runtime::KernelRuntimeContext;
+using dnnl::memory;
+
+constexpr char kConv[] = "et_cpu_quant::conv2d.out";
+constexpr char kLinear[] = "et_cpu_quant::linear.out";
+
+// oneDNN's OpenMP team size for the int8 kernels: ET_CPU_ONEDNN_INT8_THREADS, default 1. The
+// float plans split work over the provider's own pool and run oneDNN single-threaded; an OpenMP
+// team beside that pool spins in its barriers on a shared machine (MobileNetV2 int8: 850 ms with
+// 2 OpenMP threads at load 12 on 2 cores, 123 ms with 1). Splitting the int8 kernels over the
+// pool is a follow-up.
+int int8_threads() {
+  const char* env = std::getenv("ET_CPU_ONEDNN_INT8_THREADS");
+  const int value = env == nullptr ? 1 : std::atoi(env);
+  return value > 0 ? value : 1;
+}
+
+// Sets the calling thread's OpenMP team size for one scope.
+class OmpThreads {
+ public:
+  explicit OmpThreads(int threads) : saved_(omp_get_max_threads()) {
+    if (threads != saved_) omp_set_num_threads(threads);
+    threads_ = threads;
+  }
+  ~OmpThreads() {
+    if (threads_ != saved_) omp_set_num_threads(saved_);
+  }
+  OmpThreads(const OmpThreads&) = delete;
+  OmpThreads& operator=(const OmpThreads&) = delete;
+
+ private:
+  int saved_;
+  int threads_;
+};
+
+// The scalars after the four tensor arguments (quantized_ops.py's schemas).
+struct Quantization {
+  float input_scale;
+  int32_t input_zero_point;
+  float output_scale;
+  int32_t output_zero_point;
+  int64_t quant_min;
+  int64_t quant_max;
+  double output_min;
+  double output_max;
+};
+
+Quantization read_quantization(const OpBinding& op, size_t first) {
+  auto arg = [&](size_t i) -> const EValue& { return *op.args[first + i]; };
+  return Quantization{static_cast<float>(arg(0).toDouble()), static_cast<int32_t>(arg(1).toInt()),
+                      static_cast<float>(arg(2).toDouble()), static_cast<int32_t>(arg(3).toInt()),
+                      arg(4).toInt(),                        arg(5).toInt(),
+                      arg(6).toDouble(),                     arg(7).toDouble()};
+}
+
+memory::dims dims_of(const Tensor& tensor) {
+  memory::dims dims;
+  for (ssize_t d = 0; d < tensor.dim(); ++d) dims.push_back(tensor.size(d));
+  return dims;
+}
+
+memory::data_type data_type_of(ScalarType dtype) {
+  return dtype == ScalarType::Byte ? memory::data_type::u8 : memory::data_type::s8;
+}
+
+// Everything the int8 kernels share: the engine and stream, the attributes, the scale / zero
+// point memories, and the run (reorders between the plain tensors and the primitive's layouts).
+class QuantizedKernel final : public BoundKernel {
+ public:
+  Error run(KernelRuntimeContext& context) override {
+    OmpThreads threads(threads_);
+    try {
+      void* input = input_->mutable_data();
+      void* output = output_->mutable_data();
+      if (src_reorder_) {
+        memory user(user_src_md_, engine_, input);
+        src_reorder_.execute(stream_, user, src_);
+      } else {
+        src_.set_data_handle(input);
+      }
+      if (!dst_reorder_) dst_.set_data_handle(output);
+      primitive_.execute(stream_, args_);
+      if (dst_reorder_) {
+        memory user(user_dst_md_, engine_, output);
+        dst_reorder_.execute(stream_, dst_, user);
+      }
+      stream_.wait();
+    } catch (const dnnl::error&) {
+      context.fail(Error::Internal);
+      return Error::Internal;
+    }
+    return Error::Ok;
+  }
+
+  // Builds the kernel around a primitive descriptor chosen by `make_pd` from the attributes.
+  template <typename MakePd>
+  static std::unique_ptr<QuantizedKernel> make(const OpBinding& op, const Quantization& q,
+                                               int weight_scale_mask, const memory::desc& user_src,
+                                               const memory::desc& user_weights,
+                                               const memory::desc& user_dst, MakePd make_pd) {
+    std::unique_ptr<QuantizedKernel> kernel(new QuantizedKernel());
+    QuantizedKernel& k = *kernel;
+    dnnl::primitive_attr attr;
+    attr.set_scales_mask(DNNL_ARG_SRC, 0);
+    attr.set_scales_mask(DNNL_ARG_WEIGHTS, weight_scale_mask);
+    attr.set_scales_mask(DNNL_ARG_DST, 0);
+    if (q.input_zero_point != 0) attr.set_zero_points_mask(DNNL_ARG_SRC, 0);
+    if (q.output_zero_point != 0) attr.set_zero_points_mask(DNNL_ARG_DST, 0);
+    // The clamp applies to the float result, before the output scale (oneDNN's post-op order).
+    const bool low = std::isfinite(q.output_min), high = std::isfinite(q.output_max);
+    if (low || high) {
+      dnnl::post_ops post_ops;
+      if (low && q.output_min == 0.0 && !high) {
+        post_ops.append_eltwise(dnnl::algorithm::eltwise_relu, 0.f, 0.f);
+      } else {
+        post_ops.append_eltwise(dnnl::algorithm::eltwise_clip_v2,
+                                low ? static_cast<float>(q.output_min) : -FLT_MAX,
+                                high ? static_cast<float>(q.output_max) : FLT_MAX);
+      }
+      attr.set_post_ops(post_ops);
+    }
+    auto pd = make_pd(k.engine_, attr);
+    k.primitive_ = dnnl::primitive(pd);
+    k.input_ = op.args[0]->toTensor().unsafeGetTensorImpl();
+    k.output_ = op.args[op.args.size() - 2]->toTensor().unsafeGetTensorImpl();
+    k.user_src_md_ = user_src;
+    k.user_dst_md_ = user_dst;
+    k.src_ = memory(pd.src_desc(), k.engine_, DNNL_MEMORY_NONE);
+    if (pd.src_desc() != user_src) {
+      k.src_ = memory(pd.src_desc(), k.engine_);
+      k.src_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(k.engine_, user_src, k.engine_,
+                                                                   pd.src_desc()));
+    }
+    k.dst_ = memory(pd.dst_desc(), k.engine_, DNNL_MEMORY_NONE);
+    if (pd.dst_desc() != user_dst) {
+      k.dst_ = memory(pd.dst_desc(), k.engine_);
+      k.dst_reorder_ = dnnl::reorder(dnnl::reorder::primitive_desc(k.engine_, pd.dst_desc(),
+                                                                   k.engine_, user_dst));
+    }
+    // Weights (a constant) once into the primitive's layout; the reorder also computes the
+    // compensation oneDNN's s8 kernels keep beside them.
+    const Tensor& weight = op.args[1]->toTensor();
+    memory user_weights_mem(user_weights, k.engine_, const_cast<void*>(weight.const_data_ptr()));
+    k.weights_ = memory(pd.weights_desc(), k.engine_);
+    dnnl::reorder(user_weights_mem, k.weights_).execute(k.stream_, user_weights_mem, k.weights_);
+    k.stream_.wait();
+
+    k.args_[DNNL_ARG_SRC] = k.src_;
+    k.args_[DNNL_ARG_WEIGHTS] = k.weights_;
+    k.args_[DNNL_ARG_DST] = k.dst_;
+    if (op.args[3]->isTensor()) {
+      const Tensor& bias = op.args[3]->toTensor();
+      memory::desc bias_md({bias.size(0)}, memory::data_type::f32, memory::format_tag::a);
+      k.args_[DNNL_ARG_BIAS] =
+          memory(bias_md, k.engine_, const_cast<void*>(bias.const_data_ptr()));
+    }
+    const Tensor& scales = op.args[2]->toTensor();
+    memory::desc scales_md({scales.size(0)}, memory::data_type::f32, memory::format_tag::a);
+    k.args_[DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS] =
+        memory(scales_md, k.engine_, const_cast<void*>(scales.const_data_ptr()));
+    k.scalars_f_[0] = q.input_scale;
+    k.scalars_f_[1] = q.output_scale;
+    k.scalars_i_[0] = q.input_zero_point;
+    k.scalars_i_[1] = q.output_zero_point;
+    memory::desc one_f({1}, memory::data_type::f32, memory::format_tag::a);
+    memory::desc one_i({1}, memory::data_type::s32, memory::format_tag::a);
+    k.args_[DNNL_ARG_ATTR_SCALES | DNNL_ARG_SRC] = memory(one_f, k.engine_, &k.scalars_f_[0]);
+    k.args_[DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST] = memory(one_f, k.engine_, &k.scalars_f_[1]);
+    if (q.input_zero_point != 0) {
+      k.args_[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] =
+          memory(one_i, k.engine_, &k.scalars_i_[0]);
+    }
+    if (q.output_zero_point != 0) {
+      k.args_[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_DST] =
+          memory(one_i, k.engine_, &k.scalars_i_[1]);
+    }
+    return kernel;
+  }
+
+ private:
+  QuantizedKernel() = default;
+
+  const int threads_ = int8_threads();
+
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream_{engine_};
+  dnnl::primitive primitive_;
+  std::unordered_map<int, memory> args_;
+  memory src_, dst_, weights_;
+  memory::desc user_src_md_, user_dst_md_;
+  dnnl::reorder src_reorder_, dst_reorder_;
+  executorch::aten::TensorImpl* input_ = nullptr;
+  executorch::aten::TensorImpl* output_ = nullptr;
+  // Scales (input, output) and zero points (input, output) the attribute memories point at.
+  float scalars_f_[2] = {1.f, 1.f};
+  int32_t scalars_i_[2] = {0, 0};
+};
+
+Error bind_conv(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason) {
+  const Tensor& input = op.args[0]->toTensor();
+  const Tensor& weight = op.args[1]->toTensor();
+  const Tensor& output = op.args[op.args.size() - 2]->toTensor();
+  const auto stride = op.args[4]->toIntList();
+  const auto padding = op.args[5]->toIntList();
+  const auto dilation = op.args[6]->toIntList();
+  const int64_t groups = op.args[7]->toInt();
+  const Quantization q = read_quantization(op, 8);
+  const memory::data_type act = data_type_of(input.scalar_type());
+  memory::dims src_dims = dims_of(input), dst_dims = dims_of(output), w_dims = dims_of(weight);
+  memory::dims user_w_dims = w_dims;
+  memory::format_tag w_tag = memory::format_tag::oihw;
+  int mask = 1 << 0;
+  if (groups > 1) {  // {G, O/G, I/G, KH, KW}; a scale per (group, output channel)
+    user_w_dims = {groups, w_dims[0] / groups, w_dims[1], w_dims[2], w_dims[3]};
+    w_tag = memory::format_tag::goihw;
+    mask = (1 << 0) | (1 << 1);
+  }
+  // oneDNN counts dilation from 0 (torch from 1).
+  memory::dims strides{stride[0], stride[1]}, pads{padding[0], padding[1]},
+      dilations{dilation[0] - 1, dilation[1] - 1};
+  memory::desc user_src(src_dims, act, memory::format_tag::nchw);
+  memory::desc user_dst(dst_dims, act, memory::format_tag::nchw);
+  memory::desc user_w(user_w_dims, memory::data_type::s8, w_tag);
+  const bool has_bias = op.args[3]->isTensor();
+  auto make_pd = [&](const dnnl::engine& engine, const dnnl::primitive_attr& attr) {
+    memory::desc any_src(src_dims, act, memory::format_tag::any);
+    memory::desc any_dst(dst_dims, act, memory::format_tag::any);
+    memory::desc any_w(user_w_dims, memory::data_type::s8, memory::format_tag::any);
+    memory::desc bias_md = has_bias
+                               ? memory::desc({w_dims[0]}, memory::data_type::f32,
+                                              memory::format_tag::a)
+                               : memory::desc();
+    return dnnl::convolution_forward::primitive_desc(
+        engine, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, any_src,
+        any_w, bias_md, any_dst, strides, dilations, pads, pads, attr);
+  };
+  try {
+    *out = QuantizedKernel::make(op, q, mask, user_src, user_w, user_dst, make_pd);
+  } catch (const dnnl::error& e) {
+    *reason = std::string("oneDNN int8 convolution: ") + e.what();
+    return Error::NotSupported;
+  }
+  return Error::Ok;
+}
+
+Error bind_linear(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason) {
+  const Tensor& input = op.args[0]->toTensor();
+  const Tensor& weight = op.args[1]->toTensor();  // [O, K]
+  const Quantization q = read_quantization(op, 4);
+  const memory::data_type act = data_type_of(input.scalar_type());
+  const int64_t rows = input.size(0), depth = input.size(1), cols = weight.size(0);
+  memory::desc user_src({rows, depth}, act, memory::format_tag::ab);
+  memory::desc user_dst({rows, cols}, act, memory::format_tag::ab);
+  // The matmul's weights are {K, O}: torch's [O, K] row-major is that matrix column-major.
+  memory::desc user_w({depth, cols}, memory::data_type::s8, memory::format_tag::ba);
+  const bool has_bias = op.args[3]->isTensor();
+  auto make_pd = [&](const dnnl::engine& engine, const dnnl::primitive_attr& attr) {
+    memory::desc any_w({depth, cols}, memory::data_type::s8, memory::format_tag::any);
+    memory::desc bias_md = has_bias ? memory::desc({1, cols}, memory::data_type::f32,
+                                                   memory::format_tag::ab)
+                                    : memory::desc();
+    return dnnl::matmul::primitive_desc(engine, user_src, any_w, bias_md, user_dst, attr);
+  };
+  try {
+    // A scale per output column (dim 1 of the {K, O} weights).
+    *out = QuantizedKernel::make(op, q, 1 << 1, user_src, user_w, user_dst, make_pd);
+  } catch (const dnnl::error& e) {
+    *reason = std::string("oneDNN int8 matmul: ") + e.what();
+    return Error::NotSupported;
+  }
+  return Error::Ok;
+}
+
+}  // namespace
+
+bool is_onednn_quantized_kernel(const std::string& kernel) {
+  return kernel == kConv || kernel == kLinear;
+}
+
+Error bind_quantized(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason) {
+  const std::string kernel = op.kernel;
+  const size_t first = kernel == kConv ? 8 : 4;
+  const Quantization q = read_quantization(op, first);
+  const ScalarType dtype = op.args[0]->toTensor().scalar_type();
+  const int64_t low = dtype == ScalarType::Char ? -128 : 0, high = low + 255;
+  if (q.quant_min != low || q.quant_max != high) {
+    *reason = "quantized output range narrower than its dtype";
+    return Error::NotSupported;
+  }
+  // oneDNN sizes a primitive's parallel split when it is created: create it with the team it runs on.
+  OmpThreads threads(int8_threads());
+  return kernel == kConv ? bind_conv(op, out, reason) : bind_linear(op, out, reason);
+}
+
+}  // namespace cpu
+}  // namespace et_cpu_plugin

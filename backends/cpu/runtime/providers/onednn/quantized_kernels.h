@@ -1,0 +1,26 @@
+// The Optimized provider's int8 kernels: et_cpu_quant::conv2d.out and et_cpu_quant::linear.out
+// (backends/cpu/quantized_ops.py) as oneDNN int8 convolution / matmul, with the input's and the
+// output's scale and zero point and the per-channel weight scales as oneDNN runtime attributes and
+// the fused clamp as an eltwise post-op.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <executorch/runtime/core/error.h>
+
+#include "backends/cpu/runtime/kernel_provider.h"
+
+namespace et_cpu_plugin {
+namespace cpu {
+
+// Whether `kernel` names one of the int8 ops this file binds.
+bool is_onednn_quantized_kernel(const std::string& kernel);
+
+// Binds `op` (its arguments already checked by quantized_op_check.cc). Error::NotSupported with
+// *reason when oneDNN cannot take it; oneDNN errors are returned as NotSupported too.
+executorch::runtime::Error bind_quantized(const OpBinding& op, std::unique_ptr<BoundKernel>* out,
+                                          std::string* reason);
+
+}  // namespace cpu
+}  // namespace et_cpu_plugin

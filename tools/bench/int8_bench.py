@@ -1,0 +1,122 @@
+"""Issue 18's benchmark: PT2E int8 programs on the CPU delegate (oneDNN int8 kernels) vs XNNPACK
+int8, with XNNPACK fp32 and our fp32 beside them, on the ResNet-18-, MobileNetV2-shaped and MLP-BN
+examples (`tools/lower/examples.py`, full size by default). One run, interleaved; ratios are against
+XNNPACK int8 (so "cpu int8" at or below 1.0x is the issue's target); peak memory per variant in a
+fresh process. Quantization: `backends.cpu.quantization.quantize_ptq` (XNNPACK's symmetric
+per-channel config) calibrated on 4 seeded sample inputs; every int8 variant lowers the same
+quantized model. Under each table: the ops the CPU partitioner left out (none expected).
+
+    ./bazelw run //tools/bench:int8_bench -- [--size small] [--only resnet/full] [--repeats 10]
+                                              [--no-memory] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+from collections.abc import Sequence
+
+import torch
+
+from tools.bench import harness
+
+BASELINE = "xnnpack int8"
+CPU_INT8 = "cpu int8"
+XNNPACK_FP32 = "xnnpack fp32"
+CPU_FP32 = "cpu fp32"
+MODELS = ("resnet", "mobilenet", "mlp_bn")
+CALIBRATION_SAMPLES = 4
+_SIZE = ["full"]  # --size rewrites it before the benchmarks are built
+_LEFT_OUT: dict[str, dict[str, int]] = {}  # benchmark name -> "op (reason)" -> count
+_KEEP: list[bytes] = []  # the runtime does not own a loaded program's bytes
+
+
+def lower(model: str, size: str, variant: str) -> tuple[bytes, tuple[torch.Tensor, ...]]:
+    """The example `model` lowered for `variant` (one of the four names above): .pte bytes and
+    the inputs it runs on."""
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+
+    from backends.cpu.partition.cpu_partitioner import CpuPartitioner
+    from backends.cpu.quantization import quantize_ptq
+    from tools.lower.examples import get_example
+
+    example = get_example(model)
+    net = example.model(size).eval()
+    inputs = example.sample_inputs(size)
+    if variant.endswith("int8"):
+        samples = [example.sample_inputs(size, seed=s) for s in range(CALIBRATION_SAMPLES)]
+        net = quantize_ptq(net, samples)
+    with torch.no_grad():
+        exported = torch.export.export(net, inputs)
+    if variant.startswith("cpu"):
+        partitioner = CpuPartitioner()
+        edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
+        _LEFT_OUT[f"{model}/{size}"] = dict(
+            collections.Counter(f"{n.op} ({n.reason.value})" for n in partitioner.report.left_out)
+        )
+    else:
+        edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+    return bytes(edge.to_executorch().buffer), inputs
+
+
+def make_program(model: str, size: str, variant: str) -> harness.Runner:
+    """Lowers, loads on ExecuTorch's runtime (the CPU delegate registered), runs forward once
+    (the delegate's init); the runner is one forward."""
+    from executorch.extension.pybindings import portable_lib
+
+    from backends.cpu.runtime import loader
+
+    pte, inputs = lower(model, size, variant)
+    _KEEP.append(pte)
+    os.environ.setdefault(loader.ENV_LIBRARY, loader.load_cpu_backend())
+    module = portable_lib._load_for_executorch_from_buffer(pte)
+    args = list(inputs)
+    module.forward(args)
+    return lambda: module.forward(args)
+
+
+def benchmarks() -> list[harness.Benchmark]:
+    size = _SIZE[0]
+    out = []
+    for model in MODELS:
+        kwargs = {"model": model, "size": size}
+        out.append(
+            harness.Benchmark(
+                name=f"{model}/{size}",
+                baseline=BASELINE,
+                variants=[
+                    harness.Variant(name, make_program, {**kwargs, "variant": name})
+                    for name in (CPU_INT8, BASELINE, XNNPACK_FP32, CPU_FP32)
+                ],
+                notes=f"PT2E int8 (XNNPACK quantizer, per-channel), {CALIBRATION_SAMPLES} "
+                f"calibration samples; torch threads {torch.get_num_threads()}",
+            )
+        )
+    return out
+
+
+def summary(result: harness.BenchmarkResult) -> str:
+    """Our int8 / our fp32 and what the partitioner left out, printed under each table."""
+    medians = {v.name: v.median_ms for v in result.variants}
+    lines = []
+    ours, ours_fp32 = medians.get(CPU_INT8), medians.get(CPU_FP32)
+    if ours and ours_fp32:
+        lines.append(f"  cpu int8 / cpu fp32: {ours / ours_fp32:.2f}x")
+    left_out = _LEFT_OUT.get(result.name, {})
+    lines.append(f"  left out by the CPU partitioner (last lowering): {left_out or 'nothing'}")
+    result.details = {"left_out": left_out}
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = harness.build_parser(__doc__ or "")
+    parser.add_argument("--size", choices=("small", "full"), default="full")
+    args = parser.parse_args(argv)
+    _SIZE[0] = args.size
+    return harness.run_main(args, benchmarks, summary)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
