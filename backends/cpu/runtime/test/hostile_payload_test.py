@@ -47,6 +47,20 @@ def _expect_init_error(graph: Graph | bytes, *fragments: str) -> None:
         assert fragment in message, message
 
 
+def _adds_constant(key: str) -> Graph:
+    """input + constant `key` (absent from the program's named data) -> output."""
+    return Graph(
+        [
+            Value(torch.float32, [3], INPUT),
+            Value(torch.float32, [3], CONSTANT, constant_key=key),
+            Value(torch.float32, [3], OUTPUT),
+        ],
+        [0],
+        [2],
+        [Op("aten::add.out", [tensor(0), tensor(1), int_(1), tensor(2)])],
+    )
+
+
 _VALID = payload_bytes(add_graph(torch.float32, [3]))
 
 _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
@@ -184,19 +198,7 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
         ),
         ("unsupported dtype 7",),
     ),
-    "missing constant": (
-        lambda: Graph(
-            [
-                Value(torch.float32, [3], INPUT),
-                Value(torch.float32, [3], CONSTANT, constant_key="absent"),
-                Value(torch.float32, [3], OUTPUT),
-            ],
-            [0],
-            [2],
-            [Op("aten::add.out", [tensor(0), tensor(1), int_(1), tensor(2)])],
-        ),
-        ("key 'absent'", "named data map"),
-    ),
+    "missing constant": (lambda: _adds_constant("absent"), ("key 'absent'", "named data map")),
     "flag without Tensor?[]": (
         lambda: Graph(
             add_graph(torch.float32, [3]).values,
@@ -211,6 +213,12 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
             ],
         ),
         ("optional_tensor_lists",),
+    ),
+    # Issue 22 (pte_fuzz case cnn:0:74): a key that is not UTF-8 reached ET_LOG, whose Python
+    # sink threw through C++ and aborted the process. Every byte outside ASCII is escaped now.
+    "key not UTF-8": (
+        lambda: payload_bytes(_adds_constant("absentZZ")).replace(b"absentZZ", b"absent\xff\xfe"),
+        ("key 'absent\\xff\\xfe'",),
     ),
 }
 

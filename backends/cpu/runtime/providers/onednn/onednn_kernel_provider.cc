@@ -29,6 +29,7 @@
 #include <executorch/runtime/core/evalue.h>
 #include <executorch/runtime/platform/log.h>
 
+#include "backends/cpu/runtime/error_report.h"
 #include "backends/cpu/runtime/kernel_provider.h"
 #include "backends/cpu/runtime/providers/onednn/onednn_provider.h"
 
@@ -939,7 +940,8 @@ bool bind_block(const OpBinding& op, const ConvRecipe& head, const Tensor* input
   try {
     kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
   } catch (const std::exception& e) {
-    ET_LOG(Info, "CpuBackend: oneDNN block at %s not fused: %s", op.op_name, e.what());
+    ET_LOG(Info, "CpuBackend: oneDNN block at %s not fused: %s",
+           printable_text(op.op_name).c_str(), e.what());
     return false;
   }
   session.add(kernel.get());

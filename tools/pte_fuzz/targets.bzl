@@ -1,0 +1,49 @@
+"""Bazel targets of this package (see tools/build_defs/runtime.bzl for the runtime.* shim).
+
+`bazel run //tools/pte_fuzz -- --help`: whole-file mutation fuzzing of delegated .pte programs.
+"""
+
+load("//tools/build_defs:runtime.bzl", "runtime")
+
+def define_common_targets():
+    """The fuzzer, its parts and its smoke test."""
+
+    # Native backtraces of crashing cases (see crash_backtrace.cc), loaded by fork_server.py.
+    runtime.cxx_binary(
+        name = "libcrash_backtrace.so",
+        srcs = ["crash_backtrace.cc"],
+        copts = [
+            "-std=c++17",
+            "-O1",
+        ],
+        linkshared = True,
+    )
+    runtime.python_library(
+        name = "pte_fuzz_lib",
+        srcs = [
+            "attribution.py",
+            "fork_server.py",
+            "main.py",
+            "mutations.py",
+            "programs.py",
+            "pte_layout.py",
+        ],
+        data = [":libcrash_backtrace.so"],
+        deps = [
+            "//backends/cpu/runtime:loader",
+            "//tools/lower:lower_lib",
+        ],
+    )
+
+    runtime.python_binary(
+        name = "pte_fuzz",
+        main = "main.py",
+        deps = [":pte_fuzz_lib"],
+    )
+
+    # A few hundred seeded mutations of the three programs (the long run is the binary above).
+    runtime.python_test(
+        name = "pte_fuzz_smoke_test",
+        srcs = ["pte_fuzz_smoke_test.py"],
+        deps = [":pte_fuzz_lib"],
+    )
