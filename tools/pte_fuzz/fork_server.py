@@ -41,9 +41,9 @@ class Outcome:
         return dataclasses.asdict(self)
 
 
-def prepare_parent(threads: int = 1) -> None:
+def prepare_parent(threads: int = 1) -> str:
     """Imports the runtime and registers the CPU delegate, single-threaded (call before torch is
-    imported for the first time, so the thread settings hold)."""
+    imported for the first time, so the thread settings hold); returns the library's path."""
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     os.environ.setdefault("ET_CPU_ONEDNN_THREADS", str(threads))
     import torch
@@ -52,9 +52,10 @@ def prepare_parent(threads: int = 1) -> None:
     from backends.cpu.runtime import loader
 
     torch.set_num_threads(threads)
-    loader.load_cpu_backend()
-    if "LD_PRELOAD" not in os.environ or "asan" not in os.environ["LD_PRELOAD"]:
+    library = loader.load_cpu_backend()
+    if "asan" not in os.environ.get("LD_PRELOAD", ""):
         _install_crash_backtrace()  # a sanitizer prints its own report
+    return library
 
 
 def _install_crash_backtrace() -> None:

@@ -21,7 +21,7 @@ import random
 import struct
 from typing import Any
 
-from tools.pte_fuzz.pte_layout import PteLayout, Region
+from tools.lower.pte_layout import PteLayout, Region
 
 KINDS = ("flip1", "flip4", "flip16", "int", "truncate", "insert", "delete")
 AREAS = ("file", "delegate", "named_data")

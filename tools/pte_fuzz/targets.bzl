@@ -26,7 +26,6 @@ def define_common_targets():
             "main.py",
             "mutations.py",
             "programs.py",
-            "pte_layout.py",
         ],
         data = [":libcrash_backtrace.so"],
         deps = [
@@ -45,5 +44,22 @@ def define_common_targets():
     runtime.python_test(
         name = "pte_fuzz_smoke_test",
         srcs = ["pte_fuzz_smoke_test.py"],
+        data = native.glob(["upstream/*"]),
         deps = [":pte_fuzz_lib"],
+    )
+
+    # The same on the sanitized runtime (ASan + UBSan; Reference provider only).
+    runtime.sh_test(
+        name = "sanitized_smoke_test",
+        srcs = ["sanitized_smoke_test.sh"],
+        args = [
+            "$(rootpath :pte_fuzz)",
+            "$(rootpath //backends/cpu/runtime:libcpu_backend_sanitized.so)",
+        ],
+        data = [
+            ":pte_fuzz",
+            "//backends/cpu/runtime:libcpu_backend_sanitized.so",
+        ],
+        # Imports under ASan are slow: ~1 min alone, ~3 min on a loaded 2-core machine.
+        timeout = "long",
     )

@@ -8,8 +8,11 @@ little-endian) says where the appended segments start. `Program.segments` lists 
 of each segment relative to that base; a delegate whose `processed` data location is SEGMENT
 names its segment by index, and `Program.named_data` maps each key to a segment index.
 
-Reads the original, well-formed file only (the fuzzer's targets); raises LayoutError otherwise.
-Imports neither torch nor executorch.
+Used by the fuzzer (tools/pte_fuzz) to aim its mutations, and by the lowering tool to refuse a
+damaged file before ExecuTorch's runtime reads it: ExecuTorch 1.5.1 trusts some of these offsets
+(issue 22 found crashes in Program::load, PteDataMap::get_data, BackendDelegate::Init on files
+that fail these checks). Not a full validation: a file that passes can still crash the runtime.
+Raises LayoutError naming what does not fit. Imports neither torch nor executorch.
 """
 
 from __future__ import annotations
@@ -85,10 +88,10 @@ def _tables(table: Table, slot: int) -> list[Table]:
     offset = _field(table, slot)
     if offset == 0:
         return []
-    start = table.Vector(offset)
-    return [
-        Table(table.Bytes, table.Indirect(start + 4 * i)) for i in range(table.VectorLen(offset))
-    ]
+    start, count = table.Vector(offset), table.VectorLen(offset)
+    if start + 4 * count > len(table.Bytes):
+        raise LayoutError(f"a vector of {count} tables at byte {start} runs past the program")
+    return [Table(table.Bytes, table.Indirect(start + 4 * i)) for i in range(count)]
 
 
 def _scalar(table: Table, slot: int, fmt: str, default: int = 0) -> int:
@@ -105,6 +108,13 @@ def _string(table: Table, slot: int) -> str:
 
 def read_layout(data: bytes) -> PteLayout:
     """The regions of a well-formed .pte; LayoutError names what does not fit."""
+    try:
+        return _read_layout(data)
+    except (IndexError, TypeError, struct.error, UnicodeError, OverflowError) as exc:
+        raise LayoutError(f"the program flatbuffer points outside the file ({exc})") from None
+
+
+def _read_layout(data: bytes) -> PteLayout:
     if len(data) < 16 or data[4:6] != b"ET":
         raise LayoutError("not a .pte: no 'ET' file identifier at byte 4")
     program_size, segment_base = len(data), 0
@@ -113,7 +123,19 @@ def read_layout(data: bytes) -> PteLayout:
         if header_length < 24:
             raise LayoutError(f"extended header of {header_length} bytes, expected >= 24")
         program_size, segment_base = struct.unpack_from("<QQ", data, _EXTENDED_HEADER_OFFSET + 8)
-    root = Table(bytearray(data), struct.unpack_from("<I", data, 0)[0])
+        if program_size > len(data):
+            raise LayoutError(f"header: program of {program_size} bytes, file of {len(data)}")
+        if header_length >= 32:
+            segment_data = struct.unpack_from("<Q", data, _EXTENDED_HEADER_OFFSET + 24)[0]
+            if segment_base + segment_data > len(data):
+                raise LayoutError(
+                    f"header: segments end at byte {segment_base + segment_data}, file has "
+                    f"{len(data)} (truncated?)"
+                )
+    root_offset = struct.unpack_from("<I", data, 0)[0]
+    if root_offset >= program_size:
+        raise LayoutError(f"flatbuffer root at byte {root_offset}, program has {program_size}")
+    root = Table(bytearray(data[:program_size]), root_offset)
 
     segments = [
         (_scalar(s, _SEGMENT_OFFSET, "Q"), _scalar(s, _SEGMENT_SIZE, "Q"))
@@ -125,7 +147,7 @@ def read_layout(data: bytes) -> PteLayout:
             raise LayoutError(f"{kind} {name!r} names segment {index} of {len(segments)}")
         offset, size = segments[index]
         region = Region(kind, name, segment_base + offset, size)
-        if region.end > len(data):
+        if segment_base < program_size or region.end > len(data):
             raise LayoutError(f"{kind} {name!r} ends at byte {region.end}, past {len(data)}")
         return region
 
