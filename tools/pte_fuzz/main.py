@@ -24,6 +24,7 @@ examples:
   nice -n 19 bazel run //tools/pte_fuzz -- --cases 10000 --json long.json
   bazel run //tools/pte_fuzz -- --replay cnn:0:4711            one case again, in this process
   bazel run //tools/pte_fuzz -- --attribute --work-dir W       crashes kept in W/crashes: whose?
+  bazel run //tools/pte_fuzz -- --recheck --work-dir W         W's kept cases on this build
 
 cases:
   Case PROGRAM:SEED:INDEX is one mutation (mutations.py: byte flips of 1/4/16 bytes, boundary
@@ -102,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-attributions", type=int, default=20, help="crashes to replay under gdb (20)"
+    )
+    parser.add_argument(
+        "--recheck",
+        action="store_true",
+        help="instead of new cases, run every case kept in WORK/crashes again with this build "
+        "(after a fix) and print how each ends now",
     )
     parser.add_argument(
         "--allow-upstream",
@@ -356,6 +363,35 @@ def _attribute(work: str, limit: int, timeout_s: float) -> list[dict[str, Any]]:
     return results
 
 
+def recheck(work: str, timeout_s: float) -> list[dict[str, Any]]:
+    """Every kept case of WORK/crashes run again (forked; a timeout also in a fresh process)."""
+    from tools.pte_fuzz.attribution import frames_of, judge
+    from tools.pte_fuzz.fork_server import run_case
+
+    crash_dir = os.path.join(work, "crashes")
+    names = sorted(n for n in os.listdir(crash_dir) if n.endswith(".json"))
+    samples_of: dict[str, tuple[Any, ...]] = {}
+    rows = []
+    for name in names:
+        with open(os.path.join(crash_dir, name)) as handle:
+            record = json.load(handle)
+        program = record["program"]
+        if program not in samples_of:
+            samples_of[program] = load_program(program, work)[1]
+        pte = os.path.join(crash_dir, name[: -len(".json")] + ".pte")
+        with open(pte, "rb") as handle:
+            outcome = run_case(handle.read(), samples_of[program], timeout_s, pte + ".stderr")
+        row = {"case": record["case"], "before": record["outcome"]["status"], "now": outcome.status}
+        if outcome.status == "crash":
+            row["verdict"] = judge(frames_of(outcome.stderr_tail)).verdict
+        if outcome.status == "timeout":
+            row["fresh_process"] = _in_fresh_process(program, pte, work, timeout_s)
+        if outcome.status == "error":
+            row["error"] = outcome.cpu_error or outcome.message
+        rows.append(row)
+    return rows
+
+
 # --- report --------------------------------------------------------------------------------------
 
 
@@ -444,6 +480,30 @@ def main(argv: list[str] | None = None) -> int:
             return _run_in_process(handle.read(), samples)
     if args.cases < 0:
         parser.error("--cases must be >= 0")
+    if args.recheck:
+        prepare_parent()
+        rows = recheck(work, args.timeout)
+        if args.json:
+            with open(_resolve(args.json), "w") as handle:
+                json.dump(rows, handle, indent=2)
+        tally = collections.Counter(
+            (r["before"], r["now"], r.get("verdict", r.get("fresh_process", ""))) for r in rows
+        )
+        for (before, now, detail), count in sorted(tally.items()):
+            print(f"{count:6d} x {before} -> {now} {detail}".rstrip())
+        for row in rows:
+            if row["now"] == "error" and row["before"] == "crash":
+                print(f"  {row['case']}: now an error: {row['error'][:150]}")
+        still_bad = [
+            r
+            for r in rows
+            if (
+                r["now"] == "crash"
+                and r.get("verdict") not in ("executorch", "executorch-via-ours")
+            )
+            or r.get("fresh_process") in ("timeout", "crash")
+        ]
+        return EXIT_CRASHES if still_bad else EXIT_OK
     library = prepare_parent()
     progress = Progress(args.quiet)
     progress.say(f"pte_fuzz: CPU delegate runtime {library}", force=True)
