@@ -39,6 +39,29 @@ constexpr KernelRule kRules[] = {
      -1},
 };
 
+// A non-transposed convolution's weight [C_out, C_in / groups, ...] must fit its input
+// [N, C_in, ...]: the kernels size their loops from both.
+Error check_convolution_channels(const OpBinding& op) {
+  if (std::strcmp(op.kernel, "aten::convolution.out") != 0 || op.args.size() < 9) return Error::Ok;
+  if (!op.args[0]->isTensor() || !op.args[1]->isTensor() || !op.args[6]->isBool() ||
+      op.args[6]->toBool() || !op.args[8]->isInt()) {
+    return Error::Ok;
+  }
+  const auto& input = op.args[0]->toTensor();
+  const auto& weight = op.args[1]->toTensor();
+  const int64_t groups = op.args[8]->toInt();
+  if (input.dim() < 2 || weight.dim() < 2 || weight.size(1) * groups != input.size(1)) {
+    return report_error(Error::InvalidProgram,
+                        "op %s (%s): weight channels %lld x groups %lld do not match input "
+                        "channels %lld",
+                        printable_text(op.op_name).c_str(), op.kernel,
+                        static_cast<long long>(weight.dim() < 2 ? -1 : weight.size(1)),
+                        static_cast<long long>(groups),
+                        static_cast<long long>(input.dim() < 2 ? -1 : input.size(1)));
+  }
+  return Error::Ok;
+}
+
 }  // namespace
 
 Error check_kernel_arguments(const OpBinding& op) {
@@ -66,7 +89,7 @@ Error check_kernel_arguments(const OpBinding& op) {
                           static_cast<long long>(op.args[rule.groups_index]->toInt()));
     }
   }
-  return Error::Ok;
+  return check_convolution_channels(op);
 }
 
 }  // namespace cpu

@@ -230,10 +230,12 @@ def test_bad_payload_is_an_init_error_naming_the_problem(case: str) -> None:
     _expect_init_error(build(), *fragments)
 
 
-def _conv_graph(stride: int, padding: int, dilation: int, groups: int) -> Graph:
+def _conv_graph(
+    stride: int, padding: int, dilation: int, groups: int, weight_channels: int = 1
+) -> Graph:
     """x [1, 1, 4, 4] conv w [1, 1, 1, 1] -> [1, 1, 4, 4] on the Reference provider (ExecuTorch's
     kernel), with the given window arguments."""
-    x, w, out = [1, 1, 4, 4], [1, 1, 1, 1], [1, 1, 4, 4]
+    x, w, out = [1, 1, 4, 4], [1, weight_channels, 1, 1], [1, 1, 4, 4]
     return Graph(
         [
             Value(torch.float32, x, INPUT),
@@ -283,6 +285,18 @@ def test_convolution_window_arguments_are_checked_before_the_kernel_runs(
     with pytest.raises(RuntimeError):
         load_program(pte).forward([x, w])
     assert "op conv (aten::convolution.out): " + fragment in loader.last_error()
+
+
+# Issue 22 (pte_fuzz case cnn:0:1643): a damaged intermediate shape gave a convolution 8388360
+# input channels for a weight of 8; oneDNN's weight reorder read far past the weights (SIGSEGV).
+# The Optimized provider declines such a conv; the Reference provider refuses it at init.
+def test_convolution_weight_must_fit_the_input_channels() -> None:
+    x, w = torch.ones(1, 1, 4, 4), torch.ones(1, 1, 1, 1)
+    graph = _conv_graph(1, 0, 1, 1, weight_channels=2)
+    pte = program(lambda a, b: torch.nn.functional.conv2d(a, b), (x, w), graph)
+    with pytest.raises(RuntimeError):
+        load_program(pte).forward([x, torch.ones(1, 2, 1, 1)])
+    assert "weight channels 2 x groups 1 do not match input channels 1" in loader.last_error()
 
 
 def test_valid_convolution_arguments_still_run() -> None:

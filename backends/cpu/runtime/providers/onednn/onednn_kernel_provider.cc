@@ -987,6 +987,18 @@ bool parse_conv(Span<EValue*> args, const bool* constant, ConvRecipe* recipe,
     return false;
   }
   params.groups = args[8]->toInt();
+  // oneDNN lays the weights out from these numbers: they must be the weight tensor's own
+  // (issue 22: a damaged input shape made the weight reorder read far past the weights).
+  if (params.groups < 1 || params.in_channels % params.groups != 0 ||
+      params.out_channels % params.groups != 0 ||
+      weight->size(1) * params.groups != params.in_channels) {
+    decline->reason = "convolution: weight channels do not match the input's and groups";
+    return false;
+  }
+  if (bias != nullptr && (bias->dim() != 1 || bias->size(0) != params.out_channels)) {
+    decline->reason = "convolution: bias is not [out_channels]";
+    return false;
+  }
   for (size_t d = 0; d < spatial; ++d) {
     params.input_size.push_back(input->size(static_cast<ssize_t>(d + 2)));
     params.kernel_size.push_back(weight->size(static_cast<ssize_t>(d + 2)));
