@@ -1010,6 +1010,14 @@ bool parse_conv(Span<EValue*> args, const bool* constant, ConvRecipe* recipe,
                       std::to_string(spatial) + " entries";
     return false;
   }
+  // conv_output_size divides by the strides (issue 22, pte_fuzz cnn:0:9440: a stride of 0);
+  // Reference's argument checks then refuse the op with a message naming the argument.
+  for (size_t d = 0; d < spatial; ++d) {
+    if (params.stride[d] < 1 || params.dilation[d] < 1 || params.padding[d] < 0) {
+      decline->reason = "convolution: stride and dilation must be >= 1, padding >= 0";
+      return false;
+    }
+  }
   // The output shape the graph planned must be the one oneDNN computes.
   const Tensor* planned = tensor_arg(args, 9);
   std::vector<int64_t> expected{params.batch, params.out_channels};
