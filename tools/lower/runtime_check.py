@@ -14,6 +14,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from tools.lower.errors import ExitCode, LowerError
+from tools.lower.pte_layout import LayoutError, read_layout
 
 DEFAULT_ATOL = 1e-4
 DEFAULT_RTOL = 1e-4
@@ -44,9 +45,19 @@ class OutputCheck:
 
 
 def load_program(path: str) -> Any:
-    """Loads a `.pte` from a file (the runtime then owns the bytes: FACTS.md's buffer pitfall)."""
+    """Loads a `.pte` from a file (the runtime then owns the bytes: FACTS.md's buffer pitfall).
+
+    The file's headers, segments and named data are checked first (pte_layout): ExecuTorch's
+    runtime crashes the process on some damaged files instead of returning an error."""
     from executorch.extension.pybindings import portable_lib
 
+    try:
+        with open(path, "rb") as handle:
+            read_layout(handle.read())
+    except (OSError, LayoutError) as exc:
+        raise LowerError(
+            ExitCode.LOWERING_FAILED, f"{path}: not a loadable .pte, not loaded ({exc})"
+        ) from None
     try:
         return portable_lib._load_for_executorch(path)
     except Exception as exc:

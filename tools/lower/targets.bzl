@@ -25,6 +25,7 @@ def define_common_targets():
             "profiling.py",
             "program_facts.py",
             "program_io.py",
+            "pte_layout.py",
             "quantize.py",
             "quiet.py",
             "report.py",

@@ -22,15 +22,33 @@ std::string& last_error_storage() {
 
 }  // namespace
 
+std::string printable_text(const char* text) {
+  std::string out;
+  for (const char* c = text; *c != '\0'; ++c) {
+    const auto byte = static_cast<unsigned char>(*c);
+    if (byte >= 0x20 && byte < 0x7f) {
+      out += *c;
+    } else {
+      char escape[5];
+      std::snprintf(escape, sizeof(escape), "\\x%02x", byte);
+      out += escape;
+    }
+  }
+  return out;
+}
+
 executorch::runtime::Error report_error(executorch::runtime::Error code, const char* format, ...) {
   char buffer[1024];
   va_list args;
   va_start(args, format);
   std::vsnprintf(buffer, sizeof(buffer), format, args);
   va_end(args);
-  ET_LOG(Error, "CpuBackend: %s", buffer);
+  // Names and keys come from the (possibly corrupted) file: only printable ASCII reaches the log,
+  // whose Python sink (portable_lib) aborts the process on text that is not UTF-8.
+  const std::string message = printable_text(buffer);
+  ET_LOG(Error, "CpuBackend: %s", message.c_str());
   std::lock_guard<std::mutex> lock(last_error_mutex());
-  last_error_storage() = buffer;
+  last_error_storage() = message;
   return code;
 }
 

@@ -10,6 +10,9 @@
 namespace et_cpu_plugin {
 namespace cpu {
 
+// `text` with every byte outside printable ASCII written as \xNN: safe for any log sink.
+std::string printable_text(const char* text);
+
 // Formats the message printf-style, logs it, records it and returns `code`.
 executorch::runtime::Error report_error(executorch::runtime::Error code, const char* format, ...)
     __attribute__((format(printf, 2, 3)));

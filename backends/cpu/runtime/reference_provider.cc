@@ -4,6 +4,7 @@
 
 #include <executorch/runtime/kernel/operator_registry.h>
 
+#include "backends/cpu/runtime/argument_checks.h"
 #include "backends/cpu/runtime/builtin_kernels.h"
 
 namespace et_cpu_plugin {
@@ -38,6 +39,8 @@ DimOrderType kContiguousDimOrder[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
 }  // namespace
 
 Error ReferenceProvider::bind(const OpBinding& op, std::unique_ptr<BoundKernel>* out) const {
+  Error checked = check_kernel_arguments(op);
+  if (checked != Error::Ok) return checked;
   // The kernel key lists the dtype and dim order of each tensor argument, the way the ExecuTorch
   // method builds it; the registry falls back to the op's unspecialized kernel when no specialized
   // one matches.

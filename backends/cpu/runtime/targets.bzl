@@ -12,6 +12,7 @@ _COPTS = [
 ]
 
 _RUNTIME_SRCS = [
+    "argument_checks.cc",
     "builtin_kernels.cc",
     "compiled_graph.cc",
     "error_report.cc",
@@ -24,6 +25,7 @@ _RUNTIME_SRCS = [
 ]
 
 _RUNTIME_HDRS = [
+    "argument_checks.h",
     "builtin_kernels.h",
     "compiled_graph.h",
     "error_report.h",
@@ -109,6 +111,25 @@ def define_common_targets():
         ],
         copts = _FUZZ_COPTS,
         linkopts = ["-fsanitize=address,undefined"],
+        deps = [
+            "//backends/cpu/serialization:schema_cc",
+            "@et_py//:executorch",
+        ],
+    )
+
+    # The runtime sanitized, as a library for a Python process that preloads libasan
+    # (tools/pte_fuzz's sanitized smoke): whole .pte files through init and execute. Only the
+    # Reference provider: the oneDNN provider is not in it.
+    runtime.cxx_binary(
+        name = "libcpu_backend_sanitized.so",
+        srcs = _RUNTIME_SRCS + _RUNTIME_HDRS + [
+            "cpu_backend.cc",
+            ":kernel_signatures",
+        ],
+        copts = _FUZZ_COPTS,
+        linkopts = ["-fsanitize=address,undefined"],
+        linkshared = True,
+        visibility = ["//visibility:public"],
         deps = [
             "//backends/cpu/serialization:schema_cc",
             "@et_py//:executorch",

@@ -20,6 +20,7 @@ from backends.cpu.runtime.test.handmade_payload import (
     Op,
     Value,
     add_graph,
+    bool_,
     float_,
     int_,
     int_list,
@@ -45,6 +46,20 @@ def _expect_init_error(graph: Graph | bytes, *fragments: str) -> None:
     message = loader.last_error()
     for fragment in fragments:
         assert fragment in message, message
+
+
+def _adds_constant(key: str) -> Graph:
+    """input + constant `key` (absent from the program's named data) -> output."""
+    return Graph(
+        [
+            Value(torch.float32, [3], INPUT),
+            Value(torch.float32, [3], CONSTANT, constant_key=key),
+            Value(torch.float32, [3], OUTPUT),
+        ],
+        [0],
+        [2],
+        [Op("aten::add.out", [tensor(0), tensor(1), int_(1), tensor(2)])],
+    )
 
 
 _VALID = payload_bytes(add_graph(torch.float32, [3]))
@@ -184,19 +199,7 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
         ),
         ("unsupported dtype 7",),
     ),
-    "missing constant": (
-        lambda: Graph(
-            [
-                Value(torch.float32, [3], INPUT),
-                Value(torch.float32, [3], CONSTANT, constant_key="absent"),
-                Value(torch.float32, [3], OUTPUT),
-            ],
-            [0],
-            [2],
-            [Op("aten::add.out", [tensor(0), tensor(1), int_(1), tensor(2)])],
-        ),
-        ("key 'absent'", "named data map"),
-    ),
+    "missing constant": (lambda: _adds_constant("absent"), ("key 'absent'", "named data map")),
     "flag without Tensor?[]": (
         lambda: Graph(
             add_graph(torch.float32, [3]).values,
@@ -212,6 +215,12 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
         ),
         ("optional_tensor_lists",),
     ),
+    # Issue 22 (pte_fuzz case cnn:0:74): a key that is not UTF-8 reached ET_LOG, whose Python
+    # sink threw through C++ and aborted the process. Every byte outside ASCII is escaped now.
+    "key not UTF-8": (
+        lambda: payload_bytes(_adds_constant("absentZZ")).replace(b"absentZZ", b"absent\xff\xfe"),
+        ("key 'absent\\xff\\xfe'",),
+    ),
 }
 
 
@@ -219,3 +228,79 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
 def test_bad_payload_is_an_init_error_naming_the_problem(case: str) -> None:
     build, fragments = _HOSTILE[case]
     _expect_init_error(build(), *fragments)
+
+
+def _conv_graph(
+    stride: int, padding: int, dilation: int, groups: int, weight_channels: int = 1
+) -> Graph:
+    """x [1, 1, 4, 4] conv w [1, 1, 1, 1] -> [1, 1, 4, 4] on the Reference provider (ExecuTorch's
+    kernel), with the given window arguments."""
+    x, w, out = [1, 1, 4, 4], [1, weight_channels, 1, 1], [1, 1, 4, 4]
+    return Graph(
+        [
+            Value(torch.float32, x, INPUT),
+            Value(torch.float32, w, INPUT),
+            Value(torch.float32, out, OUTPUT),
+        ],
+        [0, 1],
+        [2],
+        [
+            Op(
+                "aten::convolution.out",
+                [
+                    tensor(0),
+                    tensor(1),
+                    none(),
+                    int_list([stride, stride]),
+                    int_list([padding, padding]),
+                    int_list([dilation, dilation]),
+                    bool_(False),
+                    int_list([0, 0]),
+                    int_(groups),
+                    tensor(2),
+                ],
+                name="conv",
+            )
+        ],
+    )
+
+
+# Issue 22 (pte_fuzz case two_delegates:0:558): zeros written over a convolution's groups reached
+# ExecuTorch's convolution kernel, whose argument check divides by groups (SIGFPE). The
+# Reference provider checks window arguments before binding (argument_checks.cc).
+@pytest.mark.parametrize(
+    ("arguments", "fragment"),
+    [
+        ((1, 0, 1, 0), "groups is 0, must be at least 1"),
+        ((0, 0, 1, 1), "stride[0] is 0, must be at least 1"),
+        ((1, -1, 1, 1), "padding[0] is -1, must be at least 0"),
+        ((1, 0, 0, 1), "dilation[0] is 0, must be at least 1"),
+    ],
+)
+def test_convolution_window_arguments_are_checked_before_the_kernel_runs(
+    arguments: tuple[int, int, int, int], fragment: str
+) -> None:
+    x, w = torch.ones(1, 1, 4, 4), torch.ones(1, 1, 1, 1)
+    pte = program(lambda a, b: torch.nn.functional.conv2d(a, b), (x, w), _conv_graph(*arguments))
+    with pytest.raises(RuntimeError):
+        load_program(pte).forward([x, w])
+    assert "op conv (aten::convolution.out): " + fragment in loader.last_error()
+
+
+# Issue 22 (pte_fuzz case cnn:0:1643): a damaged intermediate shape gave a convolution 8388360
+# input channels for a weight of 8; oneDNN's weight reorder read far past the weights (SIGSEGV).
+# The Optimized provider declines such a conv; the Reference provider refuses it at init.
+def test_convolution_weight_must_fit_the_input_channels() -> None:
+    x, w = torch.ones(1, 1, 4, 4), torch.ones(1, 1, 1, 1)
+    graph = _conv_graph(1, 0, 1, 1, weight_channels=2)
+    pte = program(lambda a, b: torch.nn.functional.conv2d(a, b), (x, w), graph)
+    with pytest.raises(RuntimeError):
+        load_program(pte).forward([x, torch.ones(1, 2, 1, 1)])
+    assert "weight channels 2 x groups 1 do not match input channels 1" in loader.last_error()
+
+
+def test_valid_convolution_arguments_still_run() -> None:
+    x, w = torch.arange(16.0).reshape(1, 1, 4, 4), torch.full((1, 1, 1, 1), 2.0)
+    pte = program(lambda a, b: torch.nn.functional.conv2d(a, b), (x, w), _conv_graph(1, 0, 1, 1))
+    (result,) = load_program(pte).forward([x, w])
+    assert torch.equal(result, x * 2)

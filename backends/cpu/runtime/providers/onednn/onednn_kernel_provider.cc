@@ -29,6 +29,7 @@
 #include <executorch/runtime/core/evalue.h>
 #include <executorch/runtime/platform/log.h>
 
+#include "backends/cpu/runtime/error_report.h"
 #include "backends/cpu/runtime/kernel_provider.h"
 #include "backends/cpu/runtime/providers/onednn/quantized_kernels.h"
 #include "backends/cpu/runtime/providers/onednn/onednn_provider.h"
@@ -1006,7 +1007,8 @@ bool bind_block(const OpBinding& op, const ConvRecipe& head, const Tensor* input
   try {
     kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
   } catch (const std::exception& e) {
-    ET_LOG(Info, "CpuBackend: oneDNN block at %s not fused: %s", op.op_name, e.what());
+    ET_LOG(Info, "CpuBackend: oneDNN block at %s not fused: %s",
+           printable_text(op.op_name).c_str(), e.what());
     return false;
   }
   session.add(kernel.get());
@@ -1052,6 +1054,18 @@ bool parse_conv(Span<EValue*> args, const bool* constant, ConvRecipe* recipe,
     return false;
   }
   params.groups = args[8]->toInt();
+  // oneDNN lays the weights out from these numbers: they must be the weight tensor's own
+  // (issue 22: a damaged input shape made the weight reorder read far past the weights).
+  if (params.groups < 1 || params.in_channels % params.groups != 0 ||
+      params.out_channels % params.groups != 0 ||
+      weight->size(1) * params.groups != params.in_channels) {
+    decline->reason = "convolution: weight channels do not match the input's and groups";
+    return false;
+  }
+  if (bias != nullptr && (bias->dim() != 1 || bias->size(0) != params.out_channels)) {
+    decline->reason = "convolution: bias is not [out_channels]";
+    return false;
+  }
   for (size_t d = 0; d < spatial; ++d) {
     params.input_size.push_back(input->size(static_cast<ssize_t>(d + 2)));
     params.kernel_size.push_back(weight->size(static_cast<ssize_t>(d + 2)));
@@ -1062,6 +1076,14 @@ bool parse_conv(Span<EValue*> args, const bool* constant, ConvRecipe* recipe,
     decline->reason = "convolution: stride, padding and dilation must have 1 or " +
                       std::to_string(spatial) + " entries";
     return false;
+  }
+  // conv_output_size divides by the strides (issue 22, pte_fuzz cnn:0:9440: a stride of 0);
+  // Reference's argument checks then refuse the op with a message naming the argument.
+  for (size_t d = 0; d < spatial; ++d) {
+    if (params.stride[d] < 1 || params.dilation[d] < 1 || params.padding[d] < 0) {
+      decline->reason = "convolution: stride and dilation must be >= 1, padding >= 0";
+      return false;
+    }
   }
   // The output shape the graph planned must be the one oneDNN computes.
   const Tensor* planned = tensor_arg(args, 9);

@@ -1,0 +1,96 @@
+#include "backends/cpu/runtime/argument_checks.h"
+
+#include <cstdint>
+#include <cstring>
+
+#include <executorch/runtime/core/evalue.h>
+
+#include "backends/cpu/runtime/error_report.h"
+
+namespace et_cpu_plugin {
+namespace cpu {
+namespace {
+
+using executorch::runtime::Error;
+
+// Every entry of the int list at argument `index` must be >= `min`.
+struct ListRule {
+  size_t index;
+  int64_t min;
+  const char* what;
+};
+
+struct KernelRule {
+  const char* kernel;
+  ListRule lists[4];
+  int groups_index;  // an int argument that must be >= 1, or -1
+};
+
+// Positions from the kernels' out-variant schemas (kernel_signatures.inc).
+constexpr KernelRule kRules[] = {
+    {"aten::convolution.out",
+     {{3, 1, "stride"}, {4, 0, "padding"}, {5, 1, "dilation"}, {7, 0, "output_padding"}},
+     8},
+    {"aten::max_pool2d_with_indices.out",
+     {{1, 1, "kernel_size"}, {2, 1, "stride"}, {3, 0, "padding"}, {4, 1, "dilation"}},
+     -1},
+    {"aten::avg_pool2d.out",
+     {{1, 1, "kernel_size"}, {2, 1, "stride"}, {3, 0, "padding"}, {0, 0, nullptr}},
+     -1},
+};
+
+// A non-transposed convolution's weight [C_out, C_in / groups, ...] must fit its input
+// [N, C_in, ...]: the kernels size their loops from both.
+Error check_convolution_channels(const OpBinding& op) {
+  if (std::strcmp(op.kernel, "aten::convolution.out") != 0 || op.args.size() < 9) return Error::Ok;
+  if (!op.args[0]->isTensor() || !op.args[1]->isTensor() || !op.args[6]->isBool() ||
+      op.args[6]->toBool() || !op.args[8]->isInt()) {
+    return Error::Ok;
+  }
+  const auto& input = op.args[0]->toTensor();
+  const auto& weight = op.args[1]->toTensor();
+  const int64_t groups = op.args[8]->toInt();
+  if (input.dim() < 2 || weight.dim() < 2 || weight.size(1) * groups != input.size(1)) {
+    return report_error(Error::InvalidProgram,
+                        "op %s (%s): weight channels %lld x groups %lld do not match input "
+                        "channels %lld",
+                        printable_text(op.op_name).c_str(), op.kernel,
+                        static_cast<long long>(weight.dim() < 2 ? -1 : weight.size(1)),
+                        static_cast<long long>(groups),
+                        static_cast<long long>(input.dim() < 2 ? -1 : input.size(1)));
+  }
+  return Error::Ok;
+}
+
+}  // namespace
+
+Error check_kernel_arguments(const OpBinding& op) {
+  for (const KernelRule& rule : kRules) {
+    if (std::strcmp(op.kernel, rule.kernel) != 0) continue;
+    for (const ListRule& list : rule.lists) {
+      if (list.what == nullptr || list.index >= op.args.size() || !op.args[list.index]->isIntList()) {
+        continue;
+      }
+      auto values = op.args[list.index]->toIntList();
+      for (size_t i = 0; i < values.size(); ++i) {
+        if (values[i] < list.min) {
+          return report_error(Error::InvalidProgram,
+                              "op %s (%s): %s[%zu] is %lld, must be at least %lld",
+                              printable_text(op.op_name).c_str(), op.kernel, list.what, i,
+                              static_cast<long long>(values[i]),
+                              static_cast<long long>(list.min));
+        }
+      }
+    }
+    if (rule.groups_index >= 0 && static_cast<size_t>(rule.groups_index) < op.args.size() &&
+        op.args[rule.groups_index]->isInt() && op.args[rule.groups_index]->toInt() < 1) {
+      return report_error(Error::InvalidProgram, "op %s (%s): groups is %lld, must be at least 1",
+                          printable_text(op.op_name).c_str(), op.kernel,
+                          static_cast<long long>(op.args[rule.groups_index]->toInt()));
+    }
+  }
+  return check_convolution_channels(op);
+}
+
+}  // namespace cpu
+}  // namespace et_cpu_plugin

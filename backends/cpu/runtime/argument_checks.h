@@ -1,0 +1,17 @@
+// Argument values that ExecuTorch's kernels divide by or size their loops with, checked before
+// the Reference provider binds the kernel: a damaged payload (a stride or groups of 0) must be an
+// init error naming the argument, not a SIGFPE inside the kernel (issue 22).
+#pragma once
+
+#include <executorch/runtime/core/error.h>
+
+#include "backends/cpu/runtime/kernel_provider.h"
+
+namespace et_cpu_plugin {
+namespace cpu {
+
+// Error::Ok, or Error::InvalidProgram (reported) naming the op, the argument and its value.
+executorch::runtime::Error check_kernel_arguments(const OpBinding& op);
+
+}  // namespace cpu
+}  // namespace et_cpu_plugin
