@@ -57,7 +57,8 @@ class _ViTBlock(nn.Module):
 
 
 class ViTLike(nn.Module):
-    """ViT: patch embedding, class token, `depth` pre-norm blocks, linear head on the class token."""
+    """ViT: patch embedding, class token, `depth` pre-norm blocks, a linear head on the class
+    token."""
 
     def __init__(
         self, image: int, patch: int, dim: int, depth: int, heads: int, classes: int
