@@ -140,11 +140,30 @@ def define_common_targets():
         deps = [":int8_bench_lib"],
     )
 
+    # What each payload op computes (FLOPs, kernel class): the zoo profile's distance to the GEMM
+    # peak.
+    runtime.python_library(
+        name = "op_cost",
+        srcs = ["op_cost.py"],
+        deps = ["//backends/cpu/serialization:graph_reader"],
+    )
+
+    runtime.python_test(
+        name = "op_cost_test",
+        size = "medium",
+        srcs = ["op_cost_test.py"],
+        deps = [
+            ":op_cost",
+            "//backends/cpu/partition:cpu_partitioner",
+        ],
+    )
+
     runtime.python_library(
         name = "zoo_bench_lib",
         srcs = ["zoo_bench.py"],
         deps = [
             ":harness",
+            ":op_cost",
             ":zoo",
             "//backends/cpu:routes",
             "//backends/cpu/partition:cpu_partitioner",

@@ -27,7 +27,10 @@ Other options: ``--size small`` (the test size), ``--no-memory`` (skip the memor
 with ``ET_CPU_PROFILE=1`` (the runtime times every kernel call and prints its table when the
 delegate is destroyed): which provider ran each op and its share of the kernel time, summed per
 kernel and provider, plus the top ops. The profiled run is not one of the timed ones (profiling
-adds two clock reads per op).
+adds two clock reads per op). The profile also says how far each op, each kernel class (dense,
+1x1, depthwise, transposed convolution, GEMM, memory-bound) and the whole call are from the GEMM
+peak: FLOPs from the payload's shapes (`op_cost.py`) over the measured time, against float32
+`torch.mm` at 1024^3 measured in the same run.
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ from typing import Any
 
 import torch
 
-from tools.bench import harness, zoo
+from tools.bench import harness, op_cost, zoo
 
 BASELINE = "cpu delegate"
 XNNPACK = "xnnpack"
@@ -56,6 +59,8 @@ _VARIANT_ENV: list[tuple[str, str]] = []  # --variant-env NAME=VALUE, in order
 # What the CPU delegate's factory learned while lowering, per benchmark name ("model/size").
 _DELEGATION: dict[str, dict[str, Any]] = {}
 _XNNPACK_OUTSIDE: dict[str, dict[str, int]] = {}
+_COSTS: dict[str, dict[str, op_cost.OpCost]] = {}  # node name -> its FLOPs and kernel class
+_GEMM_PEAK: list[float] = []  # measured once, at the first profile
 # The runtime does not own a loaded program's bytes: keep them alive with the module.
 _KEEP: list[bytes] = []
 _PROFILE_CHILD_FLAG = "--profile-child"
@@ -101,6 +106,7 @@ def lower(model: str, size: str, path: str) -> tuple[bytes, tuple[torch.Tensor, 
             "partitions": report.partitions,
             "left_out": dict(left_out),
         }
+        _COSTS[name] = op_cost.program_costs(edge.exported_program())
     elif path == XNNPACK:
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
@@ -285,8 +291,13 @@ def profile(model: str, size: str, runs: int, timeout_s: float = 600.0) -> dict[
     per_provider: dict[str, float] = collections.defaultdict(float)
     for op in ops:
         per_provider[_provider_group(op.provider)] += op.share
+    costs = _COSTS.get(f"{model}/{size}", {})
+    if not _GEMM_PEAK:
+        _GEMM_PEAK.append(op_cost.gemm_peak_gflops())
+    op_rows = [asdict(op) for op in ops]
     return {
         "runs": runs,
+        "roofline": roofline(op_rows, placement, costs, _GEMM_PEAK[0]),
         "total_us": sum(op.mean_us for op in ops),
         "per_provider_share": dict(per_provider),
         "per_kernel": [
@@ -294,7 +305,74 @@ def profile(model: str, size: str, runs: int, timeout_s: float = 600.0) -> dict[
             for (k, p), (n, us, share) in sorted(by_kernel.items(), key=lambda kv: -kv[1][2])
         ],
         "fused_ops": sum(1 for line in placement if ": fused into " in line),
-        "ops": [asdict(op) for op in ops],
+        "ops": op_rows,
+    }
+
+
+# "<node> <kernel>: fused into <owner> (<provider>)" (compiled_graph.cc, the placement report).
+_FUSED_LINE = re.compile(r"^(?P<node>\S+) \S+: fused into (?P<owner>\S+) \(")
+
+
+def roofline(
+    ops: Sequence[dict[str, Any]],
+    placement: Sequence[str],
+    costs: Mapping[str, op_cost.OpCost],
+    peak_gflops: float,
+) -> dict[str, Any]:
+    """How far the profiled ops are from the GEMM peak: each timed op's FLOPs (its own plus those
+    of the ops fused into it, which it ran) and GFLOP/s, summed per kernel class. An op with
+    FLOPs fused into one of another class (an inverted residual block) counts as a fused chain."""
+    owner = {m["node"]: m["owner"] for m in map(_FUSED_LINE.match, placement) if m}
+    flops: dict[str, int] = collections.defaultdict(int)
+    kinds: dict[str, set[str]] = collections.defaultdict(set)
+    for name, cost in costs.items():
+        timed = owner.get(name, name)
+        flops[timed] += cost.flops
+        if cost.flops:
+            kinds[timed].add(cost.kind)
+    rows = []
+    classes: dict[str, list[float]] = {}
+    for op in ops:
+        node = op["node"]
+        own = costs.get(node)
+        kind = own.kind if own is not None else op_cost.MEMORY_BOUND
+        if len(kinds[node]) > 1:
+            kind = op_cost.FUSED_CHAIN
+        rate = op_cost.gflops(flops[node], op["mean_us"])
+        rows.append(
+            {
+                "node": node,
+                "kind": kind,
+                "shape": own.shape if own is not None else "",
+                "flops": flops[node],
+                "gflops": rate,
+                "of_peak": rate / peak_gflops if peak_gflops else 0.0,
+            }
+        )
+        entry = classes.setdefault(kind, [0, 0.0, 0.0, 0.0])
+        entry[0] += 1
+        entry[1] += op["mean_us"]
+        entry[2] += op["share"]
+        entry[3] += flops[node]
+    total_flops = sum(flops[op["node"]] for op in ops)
+    total_us = sum(op["mean_us"] for op in ops)
+    order = {kind: i for i, kind in enumerate(op_cost.CLASSES)}
+    return {
+        "peak_gflops": peak_gflops,
+        "flops": total_flops,
+        "gflops": op_cost.gflops(total_flops, total_us),
+        "per_class": [
+            {
+                "kind": kind,
+                "ops": int(n),
+                "us": us,
+                "share": share,
+                "flops": int(f),
+                "gflops": op_cost.gflops(f, us),
+            }
+            for kind, (n, us, share, f) in sorted(classes.items(), key=lambda kv: order[kv[0]])
+        ],
+        "ops": rows,
     }
 
 
@@ -315,12 +393,36 @@ def render_profile(figures: dict[str, Any], top: int = 5) -> str:
             f"    {row['kernel']:<40} {row['provider']:<22} {row['ops']:>4} "
             f"{row['us']:>9.1f} {row['share']:>5.1f}%"
         )
-    lines.append(f"    top {top} ops:")
-    for op in sorted(figures["ops"], key=lambda o: -o["share"])[:top]:
+    roof = figures["roofline"]
+    peak = roof["peak_gflops"]
+    lines.append(
+        f"    against the GEMM peak ({peak:.0f} GFLOP/s: float32 torch.mm 1024^3, measured in this "
+        f"run): {roof['flops'] / 1e9:.3g} GFLOP per call, {roof['gflops']:.1f} GFLOP/s over the "
+        f"kernel time ({_percent(roof['gflops'], peak)} of peak)"
+    )
+    lines.append(
+        f"    {'kernel class':<22} {'ops':>4} {'us/run':>9} {'share':>6} {'GFLOP/s':>8} peak"
+    )
+    for row in roof["per_class"]:
+        rate = f"{row['gflops']:8.1f} {_percent(row['gflops'], peak):>4}" if row["flops"] else ""
         lines.append(
-            f"    {op['share']:5.1f}% {op['mean_us']:9.1f} us  {op['node']}: {op['provider']}"
+            f"    {row['kind']:<22} {row['ops']:>4} {row['us']:>9.1f} {row['share']:>5.1f}% {rate}"
+        )
+    lines.append(f"    top {top} ops:")
+    rates = {row["node"]: row for row in roof["ops"]}
+    for op in sorted(figures["ops"], key=lambda o: -o["share"])[:top]:
+        row = rates[op["node"]]
+        rate = (
+            f"  {row['gflops']:.1f} GFLOP/s, {row['kind']} {row['shape']}" if row["flops"] else ""
+        )
+        lines.append(
+            f"    {op['share']:5.1f}% {op['mean_us']:9.1f} us  {op['node']}: {op['provider']}{rate}"
         )
     return "\n".join(lines)
+
+
+def _percent(rate: float, peak: float) -> str:
+    return f"{100 * rate / peak:.0f}%" if peak else "-"
 
 
 # --- summary under each table ---------------------------------------------------------------------
@@ -354,7 +456,23 @@ def summary(result: harness.BenchmarkResult) -> str:
         else:
             result.details["profile"] = figures
             lines.append(render_profile(figures))
+            lines.append(_achieved(result, figures["roofline"]))
     return "\n".join(lines)
+
+
+def _achieved(result: harness.BenchmarkResult, roof: dict[str, Any]) -> str:
+    """The model's FLOPs over the timed medians of the delegates: what the whole call reaches."""
+    rates = {
+        v.name: op_cost.gflops(roof["flops"], v.median_ms * 1e3)
+        for v in result.variants
+        if v.median_ms and v.name in (BASELINE, XNNPACK)
+    }
+    result.details["achieved_gflops"] = rates
+    text = ", ".join(
+        f"{name} {rate:.1f} GFLOP/s ({_percent(rate, roof['peak_gflops'])})"
+        for name, rate in rates.items()
+    )
+    return "    whole call at the timed median: " + (text or "not timed")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

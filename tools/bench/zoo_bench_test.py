@@ -55,6 +55,15 @@ def test_the_bench_runs_and_reports_delegation_and_the_per_op_profile(tmp_path: 
     kernels = {(row["kernel"], row["provider"]) for row in figures["per_kernel"]}
     assert ("aten::_log_softmax.out", "Optimized(oneDNN)") in kernels
     assert ("aten::permute_copy.out", "Optimized(oneDNN)") in kernels  # our copy loops
+    # The distance to the GEMM peak: conv1d k=5/3 stack (dense) with a 1x1 head; log_softmax and
+    # the permute carry no FLOPs.
+    roof = figures["roofline"]
+    assert roof["peak_gflops"] > 0 and roof["flops"] > 0 and roof["gflops"] > 0
+    classes = {row["kind"]: row for row in roof["per_class"]}
+    assert set(classes) == {"dense conv (k>1)", "1x1 conv", "memory-bound"}
+    assert classes["memory-bound"]["flops"] == 0
+    assert sum(row["flops"] for row in roof["per_class"]) == roof["flops"]
+    assert bench["details"]["achieved_gflops"]["cpu delegate"] > 0
 
 
 def test_profile_lines_parse() -> None:
