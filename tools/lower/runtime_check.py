@@ -14,7 +14,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from tools.lower.errors import ExitCode, LowerError
-from tools.lower.pte_layout import LayoutError, read_layout
+from tools.lower.pte_layout import read_layout
 
 DEFAULT_ATOL = 1e-4
 DEFAULT_RTOL = 1e-4
@@ -44,17 +44,37 @@ class OutputCheck:
         }
 
 
+def verify_program(data: bytes) -> None:
+    """The checks a `.pte` passes before anything loads it; raises ValueError (LayoutError for
+    the first) naming what is off.
+
+    1. Its headers, segments and named data (pte_layout): offsets outside the file, and a bad
+       file identifier, which ExecuTorch would log as raw bytes (not UTF-8: the Python log
+       sink throws and the process aborts).
+    2. ExecuTorch's flatbuffer verifier over the whole program (InternalConsistency). The
+       pybindings loaders accept `program_verification` but do not apply it (executorch
+       1.5.1: a damaged file they load then crashes the process in Program::load, Method::init
+       or PteDataMap::get_data); `executorch.runtime` applies it."""
+    from executorch.runtime import Runtime, Verification
+
+    read_layout(data)
+    try:
+        Runtime.get().load_program(data, verification=Verification.InternalConsistency)
+    except Exception as exc:
+        raise ValueError(f"ExecuTorch's program verifier refused it ({exc})") from None
+
+
 def load_program(path: str) -> Any:
     """Loads a `.pte` from a file (the runtime then owns the bytes: FACTS.md's buffer pitfall).
 
-    The file's headers, segments and named data are checked first (pte_layout): ExecuTorch's
-    runtime crashes the process on some damaged files instead of returning an error."""
+    The file passes `verify_program` first: ExecuTorch's runtime crashes the process on damaged
+    files it has not verified instead of returning an error."""
     from executorch.extension.pybindings import portable_lib
 
     try:
         with open(path, "rb") as handle:
-            read_layout(handle.read())
-    except (OSError, LayoutError) as exc:
+            verify_program(handle.read())
+    except (OSError, ValueError) as exc:
         raise LowerError(
             ExitCode.LOWERING_FAILED, f"{path}: not a loadable .pte, not loaded ({exc})"
         ) from None

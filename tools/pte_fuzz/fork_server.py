@@ -102,14 +102,18 @@ def _fill_dtypes() -> None:
     _TORCH_DTYPES.update(numbers)
 
 
-def _child(data: bytes, samples: tuple[Any, ...], write_fd: int) -> int:
+def _child(data: bytes, samples: tuple[Any, ...], write_fd: int, verify: bool) -> int:
     from executorch.extension.pybindings import portable_lib
 
     from backends.cpu.runtime import loader
+    from tools.lower.runtime_check import verify_program
 
-    stage = "load"
+    stage = "verify" if verify else "load"
     report: dict[str, str] = {}
     try:
+        if verify:
+            verify_program(data)
+            stage = "load"
         module = portable_lib._load_for_executorch_from_buffer(data)
         stage = "meta"
         meta = module.method_meta("forward")
@@ -135,8 +139,15 @@ def _child(data: bytes, samples: tuple[Any, ...], write_fd: int) -> int:
     return code
 
 
-def run_case(data: bytes, samples: tuple[Any, ...], timeout_s: float, stderr_path: str) -> Outcome:
-    """Runs one file in a forked child; the child's stderr goes to `stderr_path`."""
+def run_case(
+    data: bytes,
+    samples: tuple[Any, ...],
+    timeout_s: float,
+    stderr_path: str,
+    verify: bool = False,
+) -> Outcome:
+    """Runs one file in a forked child; the child's stderr goes to `stderr_path`. With `verify`,
+    the child runs ExecuTorch's program verifier first, as tools/lower and tools/runner do."""
     read_fd, write_fd = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -151,7 +162,7 @@ def run_case(data: bytes, samples: tuple[Any, ...], timeout_s: float, stderr_pat
             os.dup2(log, 2)
             signal.signal(signal.SIGALRM, signal.SIG_DFL)
             signal.setitimer(signal.ITIMER_REAL, timeout_s)
-            code = _child(data, samples, write_fd)
+            code = _child(data, samples, write_fd, verify)
         finally:
             os._exit(code)
     os.close(write_fd)

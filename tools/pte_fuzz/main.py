@@ -116,6 +116,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="exit 0 when every crash is attributed to ExecuTorch itself (verdict executorch or "
         "executorch-via-ours, see attribution.py)",
     )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="check each file as tools/lower does before loading it (its layout check, then "
+        "ExecuTorch's program verifier, InternalConsistency); without it, the pybindings path "
+        "a user's script takes, which does not apply its program_verification argument",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     return parser
 
@@ -187,6 +194,7 @@ class FuzzPlan:
     seed: int = 0
     start: int = 0
     timeout: float = 20.0
+    verify: bool = False  # ExecuTorch's program verifier before the load (--verify)
 
 
 def fuzz_program(name: str, plan: FuzzPlan, work: str, progress: Progress) -> dict[str, Any]:
@@ -204,7 +212,7 @@ def fuzz_program(name: str, plan: FuzzPlan, work: str, progress: Progress) -> di
     crash_dir = os.path.join(work, "crashes")
     os.makedirs(crash_dir, exist_ok=True)
     stderr_path = os.path.join(work, f".{name}.child_stderr")
-    baseline = run_case(data, samples, plan.timeout, stderr_path)
+    baseline = run_case(data, samples, plan.timeout, stderr_path, plan.verify)
     if baseline.status != "ran":
         raise SetupError(
             f"pte_fuzz: the unmutated {name} program does not run ({baseline.status}: "
@@ -217,7 +225,9 @@ def fuzz_program(name: str, plan: FuzzPlan, work: str, progress: Progress) -> di
     started = time.monotonic()
     for index in range(plan.start, plan.start + plan.cases):
         recipe = mutations.draw(plan.seed, name, index, layout)
-        outcome = run_case(mutations.apply(data, recipe), samples, plan.timeout, stderr_path)
+        outcome = run_case(
+            mutations.apply(data, recipe), samples, plan.timeout, stderr_path, plan.verify
+        )
         counts[outcome.status] += 1
         by_area[recipe["area"]][outcome.status] += 1
         if outcome.status == "error":
@@ -230,6 +240,7 @@ def fuzz_program(name: str, plan: FuzzPlan, work: str, progress: Progress) -> di
                 "program_sha256": digest,
                 "recipe": recipe,
                 "mutation": mutations.describe(recipe),
+                "verify": plan.verify,
                 "outcome": outcome.to_dict(),
             }
             if outcome.status == "crash":
@@ -238,7 +249,9 @@ def fuzz_program(name: str, plan: FuzzPlan, work: str, progress: Progress) -> di
             with open(stem + ".pte", "wb") as handle:
                 handle.write(mutations.apply(data, recipe))
             if outcome.status == "timeout":
-                record["fresh_process"] = _in_fresh_process(name, stem + ".pte", work, plan.timeout)
+                record["fresh_process"] = _in_fresh_process(
+                    name, stem + ".pte", work, plan.timeout, plan.verify
+                )
                 if record["fresh_process"] != "timeout":
                     counts["timeout_fork_only"] += 1
             with open(stem + ".json", "w") as handle:
@@ -274,15 +287,18 @@ def fuzz_program(name: str, plan: FuzzPlan, work: str, progress: Progress) -> di
 # --- replay and attribution -----------------------------------------------------------------------
 
 
-def _run_in_process(data: bytes, samples: tuple[Any, ...]) -> int:
+def _run_in_process(data: bytes, samples: tuple[Any, ...], verify: bool) -> int:
     """Loads and runs `data` here (no fork): for gdb and for a person reproducing a case."""
     from executorch.extension.pybindings import portable_lib
 
     from backends.cpu.runtime import loader
+    from tools.lower.runtime_check import verify_program
     from tools.pte_fuzz import fork_server
 
     fork_server._fill_dtypes()
     try:
+        if verify:
+            verify_program(data)
         module = portable_lib._load_for_executorch_from_buffer(data)
         meta = module.method_meta("forward")
         inputs = [
@@ -299,7 +315,9 @@ def _run_in_process(data: bytes, samples: tuple[Any, ...]) -> int:
     return EXIT_OK
 
 
-def _in_fresh_process(program: str, pte_path: str, work: str, timeout_s: float) -> str:
+def _in_fresh_process(
+    program: str, pte_path: str, work: str, timeout_s: float, verify: bool
+) -> str:
     """How the case ends in a new interpreter (no fork): ran, error, crash or timeout. A case
     that hangs only in a forked child met a lock or thread pool the fork left behind."""
     import subprocess
@@ -307,7 +325,7 @@ def _in_fresh_process(program: str, pte_path: str, work: str, timeout_s: float) 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     try:
         result = subprocess.run(
-            _replay_command(program, pte_path, work),
+            _replay_command(program, pte_path, work, verify),
             env=env,
             capture_output=True,
             text=True,
@@ -321,9 +339,10 @@ def _in_fresh_process(program: str, pte_path: str, work: str, timeout_s: float) 
     return "ran" if result.stdout.strip().endswith("ran") else "error"
 
 
-def _replay_command(program: str, pte_path: str, work: str) -> list[str]:
+def _replay_command(program: str, pte_path: str, work: str, verify: bool) -> list[str]:
     main = os.path.abspath(__file__)
-    return [sys.executable, main, "--program", program, "--work-dir", work, "--run-file", pte_path]
+    command = [sys.executable, main, "--program", program, "--work-dir", work]
+    return command + ["--run-file", pte_path] + (["--verify"] if verify else [])
 
 
 def _attribute(work: str, limit: int, timeout_s: float) -> list[dict[str, Any]]:
@@ -349,7 +368,9 @@ def _attribute(work: str, limit: int, timeout_s: float) -> list[dict[str, Any]]:
             pte = path[: -len(".json")] + ".pte"
             frames = frames_of(
                 backtrace(
-                    _replay_command(record["program"], pte, work), env, max(120.0, timeout_s * 4)
+                    _replay_command(record["program"], pte, work, record.get("verify", False)),
+                    env,
+                    max(120.0, timeout_s * 4),
                 )
             )
         verdict = judge(frames)
@@ -363,8 +384,9 @@ def _attribute(work: str, limit: int, timeout_s: float) -> list[dict[str, Any]]:
     return results
 
 
-def recheck(work: str, timeout_s: float) -> list[dict[str, Any]]:
-    """Every kept case of WORK/crashes run again (forked; a timeout also in a fresh process)."""
+def recheck(work: str, timeout_s: float, verify: bool = False) -> list[dict[str, Any]]:
+    """Every kept case of WORK/crashes run again (forked; a timeout also in a fresh process);
+    with `verify`, behind ExecuTorch's program verifier (--verify)."""
     from tools.pte_fuzz.attribution import frames_of, judge
     from tools.pte_fuzz.fork_server import run_case
 
@@ -380,12 +402,14 @@ def recheck(work: str, timeout_s: float) -> list[dict[str, Any]]:
             samples_of[program] = load_program(program, work)[1]
         pte = os.path.join(crash_dir, name[: -len(".json")] + ".pte")
         with open(pte, "rb") as handle:
-            outcome = run_case(handle.read(), samples_of[program], timeout_s, pte + ".stderr")
+            outcome = run_case(
+                handle.read(), samples_of[program], timeout_s, pte + ".stderr", verify
+            )
         row = {"case": record["case"], "before": record["outcome"]["status"], "now": outcome.status}
         if outcome.status == "crash":
             row["verdict"] = judge(frames_of(outcome.stderr_tail)).verdict
         if outcome.status == "timeout":
-            row["fresh_process"] = _in_fresh_process(program, pte, work, timeout_s)
+            row["fresh_process"] = _in_fresh_process(program, pte, work, timeout_s, verify)
         if outcome.status == "error":
             row["error"] = outcome.cpu_error or outcome.message
         rows.append(row)
@@ -471,18 +495,18 @@ def main(argv: list[str] | None = None) -> int:
             data, samples = load_program(program, work)
             recipe = mutations.draw(seed, program, index, read_layout(data))
             print(f"{args.replay}: {mutations.describe(recipe)}")
-            return _run_in_process(mutations.apply(data, recipe), samples)
+            return _run_in_process(mutations.apply(data, recipe), samples, args.verify)
         path = _resolve(args.run_file)
         if not os.path.isfile(path):
             parser.error(f"--run-file {path}: no such file")
         _, samples = load_program(programs[0], work)
         with open(path, "rb") as handle:
-            return _run_in_process(handle.read(), samples)
+            return _run_in_process(handle.read(), samples, args.verify)
     if args.cases < 0:
         parser.error("--cases must be >= 0")
     if args.recheck:
         prepare_parent()
-        rows = recheck(work, args.timeout)
+        rows = recheck(work, args.timeout, args.verify)
         if args.json:
             with open(_resolve(args.json), "w") as handle:
                 json.dump(rows, handle, indent=2)
@@ -507,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
     library = prepare_parent()
     progress = Progress(args.quiet)
     progress.say(f"pte_fuzz: CPU delegate runtime {library}", force=True)
-    plan = FuzzPlan(args.cases, args.seed, args.start, args.timeout)
+    plan = FuzzPlan(args.cases, args.seed, args.start, args.timeout, args.verify)
     results = []
     try:
         for name in programs:
@@ -521,6 +545,7 @@ def main(argv: list[str] | None = None) -> int:
         "start": args.start,
         "library": library,
         "ld_preload": os.environ.get("LD_PRELOAD", ""),
+        "verify": args.verify,
         "results": results,
         "attributions": attributions,
     }

@@ -40,6 +40,13 @@ def define_common_targets():
         deps = [":pte_fuzz_lib"],
     )
 
+    # Files that crashed inside ExecuTorch itself; the runner's test loads them too.
+    native.filegroup(
+        name = "upstream_reproducers",
+        srcs = native.glob(["upstream/*.pte"]),
+        visibility = ["//tools/runner:__pkg__"],
+    )
+
     # A few hundred seeded mutations of the three programs (the long run is the binary above).
     runtime.python_test(
         name = "pte_fuzz_smoke_test",

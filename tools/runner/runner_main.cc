@@ -250,7 +250,10 @@ int run(const Options& options) {
     etdump = tracer.get();
   }
   Module module(options.program, Module::LoadMode::Mmap, std::move(tracer));
-  const Error loaded = module.load();
+  // Module's default checks only the file's identifier; a damaged file (issue 22) must be
+  // refused with an error, so the flatbuffer verifier runs over the whole program first.
+  const Error loaded =
+      module.load(executorch::runtime::Program::Verification::InternalConsistency);
   if (loaded != Error::Ok) {
     return fail(
         kNotRunnable,

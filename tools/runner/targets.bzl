@@ -34,7 +34,10 @@ def define_common_targets():
     runtime.python_test(
         name = "runner_test",
         srcs = ["test/runner_test.py"],
-        data = [":runner"],
+        data = [
+            ":runner",
+            "//tools/pte_fuzz:upstream_reproducers",
+        ],
         deps = [
             "//backends/cpu/runtime:loader",
             "//tools/lower:lower_lib",

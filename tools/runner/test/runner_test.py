@@ -199,6 +199,15 @@ def test_bad_invocations_get_one_line_and_the_documented_exit_code(
     _one_error_line(_runner(pte, "--method", "backward"), 2, "no method 'backward'", "forward")
 
 
+def test_damaged_files_that_crash_executorch_unverified_are_refused() -> None:
+    """tools/pte_fuzz/upstream/ holds files that crash the process inside ExecuTorch when it
+    loads them without its program verifier (Module's default); the runner verifies first."""
+    reproducers = sorted((REPO / "tools" / "pte_fuzz" / "upstream").glob("*.pte"))
+    assert len(reproducers) >= 10
+    for pte in reproducers:
+        _one_error_line(_runner(pte, "--iterations", "1"), 3, str(pte))
+
+
 def test_help_is_complete() -> None:
     proc = _runner("--help")
     assert proc.returncode == 0
