@@ -11,7 +11,11 @@ names its segment by index, and `Program.named_data` maps each key to a segment 
 Used by the fuzzer (tools/pte_fuzz) to aim its mutations, and by the lowering tool to refuse a
 damaged file before ExecuTorch's runtime reads it: ExecuTorch 1.5.1 trusts some of these offsets
 (issue 22 found crashes in Program::load, PteDataMap::get_data, BackendDelegate::Init on files
-that fail these checks). Not a full validation: a file that passes can still crash the runtime.
+that fail these checks). The names ExecuTorch may log (method names, operator names, backend
+ids, named-data keys) must be UTF-8: the Python bindings' log sink aborts the process on other
+bytes, and ExecuTorch's own verifier does not look at them. Not a full validation: a file that
+passes can still crash the runtime (tools/lower/runtime_check.verify_program adds ExecuTorch's
+verifier).
 Raises LayoutError naming what does not fit. Imports neither torch nor executorch.
 """
 
@@ -27,7 +31,11 @@ _PROGRAM_EXECUTION_PLAN = 1
 _PROGRAM_BACKEND_DELEGATE_DATA = 3
 _PROGRAM_SEGMENTS = 4
 _PROGRAM_NAMED_DATA = 7
+_PLAN_NAME = 0
+_PLAN_OPERATORS = 6
 _PLAN_DELEGATES = 7
+_OPERATOR_NAME = 0
+_OPERATOR_OVERLOAD = 1
 _DELEGATE_ID = 0
 _DELEGATE_PROCESSED = 1
 _REFERENCE_LOCATION = 0
@@ -101,9 +109,15 @@ def _scalar(table: Table, slot: int, fmt: str, default: int = 0) -> int:
     return int(struct.unpack_from("<" + fmt, table.Bytes, table.Pos + offset)[0])
 
 
-def _string(table: Table, slot: int) -> str:
+def _text(table: Table, slot: int, what: str) -> str:
+    """A string ExecuTorch may print in a log line (a backend id, an operator or key it cannot
+    find): it must be UTF-8, or the Python bindings' log sink throws and aborts the process."""
     offset = _field(table, slot)
-    return table.String(table.Pos + offset).decode("utf-8", "replace") if offset else ""
+    raw = bytes(table.String(table.Pos + offset)) if offset else b""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise LayoutError(f"{what} is not UTF-8 text ({raw[:40]!r})") from None
 
 
 def read_layout(data: bytes) -> PteLayout:
@@ -153,9 +167,13 @@ def _read_layout(data: bytes) -> PteLayout:
 
     inline = _tables(root, _PROGRAM_BACKEND_DELEGATE_DATA)
     regions: list[Region] = []
-    for plan in _tables(root, _PROGRAM_EXECUTION_PLAN):
-        for delegate in _tables(plan, _PLAN_DELEGATES):
-            backend = _string(delegate, _DELEGATE_ID)
+    for p, plan in enumerate(_tables(root, _PROGRAM_EXECUTION_PLAN)):
+        method = _text(plan, _PLAN_NAME, f"the name of method {p}")
+        for o, operator in enumerate(_tables(plan, _PLAN_OPERATORS)):
+            for slot, part in ((_OPERATOR_NAME, "name"), (_OPERATOR_OVERLOAD, "overload")):
+                _text(operator, slot, f"method {method!r}: the {part} of operator {o}")
+        for d, delegate in enumerate(_tables(plan, _PLAN_DELEGATES)):
+            backend = _text(delegate, _DELEGATE_ID, f"method {method!r}: the id of delegate {d}")
             processed = _sub_table(delegate, _DELEGATE_PROCESSED)
             if processed is None:
                 raise LayoutError(f"delegate {backend!r} has no processed data")
@@ -169,7 +187,7 @@ def _read_layout(data: bytes) -> PteLayout:
             vector = _field(inline[index], _INLINE_DATA)
             start = inline[index].Vector(vector)
             regions.append(Region("delegate", backend, start, inline[index].VectorLen(vector)))
-    for named in _tables(root, _PROGRAM_NAMED_DATA):
-        key = _string(named, _NAMED_DATA_KEY)
+    for n, named in enumerate(_tables(root, _PROGRAM_NAMED_DATA)):
+        key = _text(named, _NAMED_DATA_KEY, f"the key of named data entry {n}")
         regions.append(segment_region("named_data", key, _scalar(named, _NAMED_DATA_SEGMENT, "I")))
     return PteLayout(len(data), program_size, segment_base, tuple(regions))

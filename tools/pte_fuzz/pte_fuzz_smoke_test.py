@@ -134,6 +134,22 @@ def test_behind_the_verifier_upstream_reproducers_are_clean_errors(
     assert (outcome.status, outcome.stage) == ("error", "verify"), outcome
 
 
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [(b"CpuBackend", "the id of delegate"), (b"aten::atan", "the name of operator")],
+)
+def test_the_layout_check_refuses_names_that_are_not_utf8(
+    work: str, text: bytes, what: str
+) -> None:
+    """ExecuTorch logs a backend id or operator it cannot find; the Python bindings' log sink
+    aborts the process on bytes that are not UTF-8, and its verifier does not look at them."""
+    data, _ = main.load_program("two_delegates", work)
+    at = data.index(text)
+    damaged = data[:at] + b"\xa6" + data[at + 1 :]
+    with pytest.raises(LayoutError, match=f"{what}.* is not UTF-8 text"):
+        read_layout(damaged)
+
+
 def test_the_lowering_tool_refuses_every_reproducer() -> None:
     """Its layout check catches offsets outside the file; the verifier catches the rest."""
     caught_by_layout = 0

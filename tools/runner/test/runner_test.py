@@ -206,6 +206,9 @@ def test_damaged_files_that_crash_executorch_unverified_are_refused() -> None:
     assert len(reproducers) >= 10
     for pte in reproducers:
         _one_error_line(_runner(pte, "--iterations", "1"), 3, str(pte))
+    # It passes the verifier; the damaged backend id is printed escaped, not as raw bytes.
+    damaged_id = REPO / "tools" / "pte_fuzz" / "upstream" / "backend_id_not_utf8.pte"
+    _one_error_line(_runner(damaged_id), 3, "has no CpuBackend delegate", "\\x")
 
 
 def test_help_is_complete() -> None:
