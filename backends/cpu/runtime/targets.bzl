@@ -209,6 +209,9 @@ def define_common_targets():
     # Linears the partitioner leaves out are decomposed and run outside; claimed ones stay whole.
     runtime.python_test(
         name = "left_out_linear_test",
+        # 20 generated stacks, each lowered: ~200 s alone on the shared 2-core machine, over the
+        # medium timeout when the suite runs beside it.
+        size = "large",
         srcs = ["test/left_out_linear_test.py"],
         deps = [
             ":lowered_program",
