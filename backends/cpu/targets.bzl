@@ -19,6 +19,14 @@ def define_common_targets():
         visibility = ["//visibility:public"],
     )
 
+    # Symbolic sizes the delegate runs (affine in bounded symbols), for partitioner and writer.
+    runtime.python_library(
+        name = "symbolic_dims",
+        srcs = ["symbolic_dims.py"],
+        deps = [":routes"],
+        visibility = ["//visibility:public"],
+    )
+
     runtime.python_library(
         name = "quantization",
         srcs = ["quantization.py"],

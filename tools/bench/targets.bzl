@@ -158,6 +158,33 @@ def define_common_targets():
         ],
     )
 
+    # Issue 20: bounded dynamic dimensions (Llama sequence length, CNN batch), one .pte per path,
+    # CPU delegate vs XNNPACK vs eager per size, plus the first call at a new size.
+    runtime.python_library(
+        name = "dynamic_shape_bench_lib",
+        srcs = ["dynamic_shape_bench.py"],
+        deps = [
+            ":harness",
+            ":zoo",
+            "//backends/cpu:symbolic_dims",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/runtime:loader",
+        ],
+    )
+
+    runtime.python_binary(
+        name = "dynamic_shape_bench",
+        main = "dynamic_shape_bench.py",
+        deps = [":dynamic_shape_bench_lib"],
+    )
+
+    runtime.python_test(
+        name = "dynamic_shape_bench_test",
+        size = "medium",
+        srcs = ["dynamic_shape_bench_test.py"],
+        deps = [":dynamic_shape_bench_lib"],
+    )
+
     runtime.python_library(
         name = "zoo_bench_lib",
         srcs = ["zoo_bench.py"],

@@ -359,3 +359,38 @@ def test_quantize_ptq_lowers_an_int8_program_fully_delegated_with_its_sqnr(
     # Against the quantized model within one output step; the quantization error is the SQNR.
     assert document["check"]["sqnr_db"] > 20.0, document["check"]
     assert "SQNR against the float model" in text
+
+
+class _BatchCnn(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.fc = torch.nn.Linear(4 * 8 * 8, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+
+def test_check_sizes_runs_a_bounded_dynamic_pt2_at_sizes_within_its_bounds(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    torch.manual_seed(0)
+    batch = torch.export.Dim("batch", min=1, max=9)
+    program = torch.export.export(
+        _BatchCnn().eval(), (torch.randn(2, 3, 8, 8),), dynamic_shapes=({0: batch},)
+    )
+    program.example_inputs = None  # sampled at the upper bound
+    path = tmp_path / "cnn.pt2"
+    torch.export.save(program, str(path))
+    out_json = tmp_path / "r.json"
+    args = [str(path), "-o", str(tmp_path / "cnn.pte"), "--runs", "0", "-q", "--check-sizes"]
+    code = cli.main([*args, "--json", str(out_json)])
+    text = capsys.readouterr().out
+    assert code == ExitCode.OK, text
+    report = json.loads(out_json.read_text())
+    assert report["delegation"]["not_delegated_count"] == 0
+    sizes = report["check"]["sizes"]
+    assert [next(iter(s["sizes"].values())) for s in sizes] == [1, 9, 4, 6]
+    assert [s["input_shapes"][0][0] for s in sizes] == [1, 9, 4, 6]
+    assert all(s["ok"] for s in sizes)
+    assert "sizes within the dynamic bounds (4 checked, one .pte)" in text

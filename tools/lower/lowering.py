@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch.export import ExportedProgram
 
+from backends.cpu import symbolic_dims
 from tools.lower.errors import ExitCode, LowerError
 from tools.lower.program_facts import is_batch_norm, op_name
 from tools.lower.target_setup import TargetSetup
@@ -117,7 +118,8 @@ def lower(
             generate_etrecord=etrecord,
         )
         analysis = analyse(edge.exported_program().graph_module, setup)
-        executorch_program = edge.to_executorch()
+        # Keeps bounded dynamic dimensions at their exported bounds (see symbolic_dims).
+        executorch_program = symbolic_dims.to_executorch(edge)
         pte = executorch_program.buffer
         record = executorch_program.get_etrecord() if etrecord else None
     except LowerError:

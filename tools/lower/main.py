@@ -152,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="ptq: quantize to int8 first (PT2E static quantization with XNNPACK's quantizer, "
         "calibrated on the sample inputs) and lower that; default none",
     )
+    parser.add_argument(
+        "--check-sizes",
+        action="store_true",
+        help="for a program with bounded dynamic dimensions (torch.export.Dim(..., max=N)): also "
+        "run the .pte at several sizes within the bounds (each symbol at its min, its max and "
+        "two sizes between) against eager",
+    )
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     parser.add_argument(
         "-v",
@@ -224,6 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             profile=args.profile,
             profile_runs=args.profile_runs,
             quantize=args.quantize,
+            check_sizes=args.check_sizes,
         )
         report, code = run(request, say)
         document = json.dumps(report.to_dict(), indent=2)

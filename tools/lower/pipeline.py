@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from tools.bench import harness
-from tools.lower import lowering, profile_chart, program_facts, quantize
+from tools.lower import lowering, profile_chart, program_facts, quantize, size_check
 from tools.lower.errors import ExitCode, LowerError
 from tools.lower.profiling import ProfilePaths, profile_program
 from tools.lower.program_io import SourceProgram, export_example, load_pt2
@@ -50,6 +50,8 @@ class Request:
     profile_runs: int = 10
     # "ptq": lower the PT2E int8 version of the model (tools/lower/quantize.py).
     quantize: str = "none"
+    # Run the .pte at sizes within its dynamic dimensions' bounds (tools/lower/size_check.py).
+    check_sizes: bool = False
 
 
 def check_output_path(path: str) -> None:
@@ -153,6 +155,11 @@ def run(request: Request, say: Progress) -> tuple[Report, ExitCode]:
         checks=checks,
         delegate_details=lowered.delegate_details,
     )
+    if request.check_sizes:
+        say("checking the .pte at several sizes within its dynamic dimensions' bounds")
+        report.size_checks = size_check.check_sizes(
+            source.program, module, source.eager, source.inputs, atol, request.rtol, request.output
+        )
     if float_model is not None:
         report.sqnr_db = quantize.sqnr_db(actual, run_eager(float_model, source.inputs))
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch.export import ExportedProgram
 
+from backends.cpu import symbolic_dims
 from tools.lower.errors import ExitCode, LowerError
 from tools.lower.examples import get_example
 
@@ -109,11 +110,18 @@ def _sample_one(name: str, value: object, generator: torch.Generator, where: str
         )
     shape: list[int] = []
     for dim in value.shape:
+        if isinstance(dim, torch.SymInt):
+            try:  # a bounded dynamic dimension is sampled at its upper bound
+                affine, bounds = symbolic_dims.affine_size(dim)
+                dim = symbolic_dims.evaluate(affine, {b.name: b for b in bounds}, upper=True)
+            except symbolic_dims.UnsupportedSize:
+                pass
         if not isinstance(dim, int):
             raise LowerError(
                 ExitCode.BAD_INPUT,
-                f"{where}: cannot sample input '{name}': dimension {dim} is dynamic; "
-                "save the program with example inputs or export with static shapes",
+                f"{where}: cannot sample input '{name}': dimension {dim} is dynamic without an "
+                "upper bound; save the program with example inputs or export with "
+                "torch.export.Dim(..., max=N)",
             )
         shape.append(dim)
     dtype = value.dtype

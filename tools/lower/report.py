@@ -10,6 +10,7 @@ from tools.lower.lowering import TARGET_TITLES, Delegation
 from tools.lower.profiling import Profile
 from tools.lower.program_facts import short_op_name
 from tools.lower.runtime_check import OutputCheck
+from tools.lower.size_check import SizeCheck
 
 
 @dataclass
@@ -51,10 +52,12 @@ class Report:
     profile: Profile | None = None
     # --quantize: SQNR of the .pte's float outputs against the float model, in dB.
     sqnr_db: float | None = None
+    # --check-sizes: runs at sizes within the dynamic dimensions' bounds.
+    size_checks: list[SizeCheck] = field(default_factory=list)
 
     @property
     def matches_eager(self) -> bool:
-        return all(c.ok for c in self.checks)
+        return all(c.ok for c in self.checks) and all(c.ok for c in self.size_checks)
 
     @property
     def batch_norms_folded(self) -> int:
@@ -94,6 +97,7 @@ class Report:
                 "atol": self.atol,
                 "rtol": self.rtol,
                 "outputs": [c.to_dict() for c in self.checks],
+                "sizes": [c.to_dict() for c in self.size_checks],
             },
             "timings": [t.__dict__ for t in self.timings],
             "load_average": list(self.load_average) if self.load_average else None,
@@ -162,6 +166,15 @@ def render_text(report: Report) -> str:
         kind = "exact" if c.exact_required else f"max abs err {err}"
         problem = f" ({c.problem})" if c.problem else ""
         lines.append(f"  output {c.index}: {c.dtype}{list(c.shape)} {kind}: {status}{problem}")
+    if r.size_checks:
+        lines.append(f"  sizes within the dynamic bounds ({len(r.size_checks)} checked, one .pte):")
+    for s in r.size_checks:
+        sizes = ", ".join(f"{name}={value}" for name, value in s.sizes.items())
+        err = "-" if s.max_abs_error is None else f"{s.max_abs_error:.3g}"
+        status = "ok" if s.ok else "FAIL"
+        problem = f" ({s.problem})" if s.problem else ""
+        shapes = " ".join(str(list(shape)) for shape in s.input_shapes)
+        lines.append(f"    {sizes}: inputs {shapes}, max abs err {err}: {status}{problem}")
     if r.timings:
         lines.append("")
         primary = r.timings[0].name

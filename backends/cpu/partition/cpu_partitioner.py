@@ -18,8 +18,13 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
 from backends.cpu.cpu_backend import CpuBackend
-from backends.cpu.partition.node_support import LeaveOutReason, LeftOutNode, check_node
-from backends.cpu.routes import ops_to_keep_undecomposed
+from backends.cpu.partition.node_support import (
+    LeaveOutReason,
+    LeftOutNode,
+    check_node,
+)
+from backends.cpu.routes import op_key, ops_to_keep_undecomposed
+from backends.cpu.symbolic_dims import is_size_node
 
 
 @dataclass(frozen=True)
@@ -60,13 +65,46 @@ class _CpuSupport(OperatorSupportBase):
         return node in self._decisions and self._decisions[node] is None
 
 
+def _keep_sizes_with_their_users(
+    decisions: dict[torch.fx.Node, LeftOutNode | None],
+) -> dict[torch.fx.Node, LeftOutNode | None]:
+    """Leaves out size nodes read outside the delegate, and the nodes reading such a size.
+
+    A size node (`sym_size.int`, ...) inside the delegate is an expression of the payload, not a
+    value the delegate can output; one outside it would be a symbolic delegate input.
+    """
+
+    def claimed(node: torch.fx.Node) -> bool:
+        return node in decisions and decisions[node] is None
+
+    changed = True
+    while changed:
+        changed = False
+        for node, decision in decisions.items():
+            if decision is not None:
+                continue
+            if is_size_node(node):
+                outside = [user.name for user in node.users if not claimed(user)]
+                detail = f"size read outside the delegate by {', '.join(outside)}"
+            else:
+                outside = [
+                    a.name for a in node.all_input_nodes if is_size_node(a) and not claimed(a)
+                ]
+                detail = f"reads size {', '.join(outside)}, which stays outside the delegate"
+            if outside:
+                key = op_key(node.target) or str(node.target)
+                decisions[node] = LeftOutNode(node.name, key, LeaveOutReason.DYNAMIC_SHAPE, detail)
+                changed = True
+    return decisions
+
+
 def _claims_whole(node: torch.fx.Node) -> bool:
     """Whether `partition` will claim `node` (an ATen node of a kept-undecomposed op)."""
     return check_node(node) is None
 
 
 class CpuPartitioner(Partitioner):
-    """Claims every node with a route whose tensors are static-shape and of a supported dtype."""
+    """Claims every node with a route whose tensors have bounded sizes and a supported dtype."""
 
     TAG_PREFIX = "cpu_backend_"
 
@@ -94,11 +132,13 @@ class CpuPartitioner(Partitioner):
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         graph_module = exported_program.graph_module
-        decisions = {
-            node: check_node(node)
-            for node in graph_module.graph.nodes
-            if node.op == "call_function" and not _is_getitem(node)
-        }
+        decisions = _keep_sizes_with_their_users(
+            {
+                node: check_node(node)
+                for node in graph_module.graph.nodes
+                if node.op == "call_function" and not _is_getitem(node)
+            }
+        )
         partitioner = CapabilityBasedPartitioner(
             graph_module, _CpuSupport(decisions), allows_single_node_partition=True
         )

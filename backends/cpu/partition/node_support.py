@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 import torch
 
+from backends.cpu import symbolic_dims
 from backends.cpu.routes import op_key, route_for
+from backends.cpu.symbolic_dims import is_size_node
 
 # Tensor dtypes the delegate keeps inside: floats for CNNs/MLPs, and every integer and bool dtype so
 # indices, masks and integer results never leave the delegate.
@@ -26,7 +28,7 @@ class LeaveOutReason(enum.Enum):
 
     NO_ROUTE = "no route"  # the CPU runtime has no route for the op (see routes.py)
     DTYPE = "dtype"  # a tensor's dtype is outside SUPPORTED_DTYPES
-    DYNAMIC_SHAPE = "dynamic shape"  # a symbolic dimension or a symbolic scalar
+    DYNAMIC_SHAPE = "dynamic shape"  # an unbounded or non-affine symbolic size (symbolic_dims)
     QUANTIZED = "quantized"  # quantize/dequantize or quantized execution
     LAYOUT = "layout"  # a tensor that is not in contiguous dim order
     ARGUMENTS = "arguments"  # arguments outside what the route's kernel takes (Route.check_args)
@@ -51,10 +53,6 @@ def _tensors(value: object) -> Iterator[torch.Tensor]:
     elif isinstance(value, (tuple, list)):
         for item in value:
             yield from _tensors(item)
-
-
-def _is_symbolic(value: object) -> bool:
-    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
 def _namespace(target: object) -> str | None:
@@ -91,16 +89,15 @@ def check_node(node: torch.fx.Node) -> LeftOutNode | None:
             return leave_out(LeaveOutReason.QUANTIZED, f"quantized tensor {where}")
 
     for where, value in values:
-        if _is_symbolic(value):
-            return leave_out(LeaveOutReason.DYNAMIC_SHAPE, f"symbolic scalar {where}")
-        for tensor in _tensors(value):
-            if not all(isinstance(dim, int) for dim in tensor.shape):
-                shape = tuple(tensor.shape)
-                return leave_out(LeaveOutReason.DYNAMIC_SHAPE, f"shape {shape} of {where}")
+        why = symbolic_dims.check_value(value)
+        if why is not None:
+            return leave_out(LeaveOutReason.DYNAMIC_SHAPE, f"{why} ({where})")
+    if is_size_node(node):
+        return None  # a size computed from bounded symbols: the payload holds its expression
     for where, value in inputs:
-        if value is not None and not isinstance(value, torch.Tensor):
+        # A SymInt input is a size argument (e.g. view_copy's), written as its expression.
+        if value is not None and not isinstance(value, (torch.Tensor, torch.SymInt)):
             return leave_out(LeaveOutReason.DYNAMIC_SHAPE, f"non-tensor input {where}")
-
     route = route_for(node.target)
     if route is None:
         return leave_out(LeaveOutReason.NO_ROUTE, f"no CPU route for {op_name}")

@@ -7,7 +7,10 @@ def define_common_targets():
     runtime.python_library(
         name = "node_support",
         srcs = ["node_support.py"],
-        deps = ["//backends/cpu:routes"],
+        deps = [
+            "//backends/cpu:routes",
+            "//backends/cpu:symbolic_dims",
+        ],
         visibility = ["//visibility:public"],
     )
 
@@ -18,6 +21,7 @@ def define_common_targets():
             ":node_support",
             "//backends/cpu:cpu_backend",
             "//backends/cpu:routes",
+            "//backends/cpu:symbolic_dims",
         ],
         visibility = ["//visibility:public"],
     )

@@ -1,6 +1,7 @@
 #include "backends/cpu/runtime/compiled_graph.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -10,11 +11,13 @@
 #include <unordered_set>
 
 #include <executorch/runtime/core/event_tracer_hooks_delegate.h>
+#include <executorch/runtime/core/exec_aten/util/tensor_util.h>
 #include <executorch/runtime/kernel/kernel_runtime_context.h>
 #include <executorch/runtime/platform/clock.h>
 #include <executorch/runtime/platform/log.h>
 #include <executorch/runtime/platform/platform.h>
 
+#include "backends/cpu/runtime/dynamic_shapes.h"
 #include "backends/cpu/runtime/error_report.h"
 #include "backends/cpu/runtime/memory_planner.h"
 #include "backends/cpu/runtime/reference_provider.h"
@@ -51,6 +54,10 @@ constexpr size_t kAlignment = 64;
 // id, not both.
 constexpr auto kNamedEvent =
     static_cast<executorch::runtime::DebugHandle>(executorch::runtime::kUnsetDelegateDebugIntId);
+
+// Shape plans (specializations of graphs with symbolic dimensions) found and compiled.
+std::atomic<uint64_t> total_hits{0};
+std::atomic<uint64_t> total_misses{0};
 
 // Storage for empty tensors, which must still have a non-null data pointer.
 alignas(kAlignment) uint8_t kEmptyStorage[kAlignment];
@@ -100,12 +107,15 @@ const char* dtype_name(ScalarType dtype) {
 
 }  // namespace
 
+uint64_t CompiledGraph::total_shape_plan_hits() { return total_hits.load(); }
+uint64_t CompiledGraph::total_shape_plan_misses() { return total_misses.load(); }
+
 CompiledGraph::~CompiledGraph() {
-  if (profile_) {
+  if (profile_ && base_ == nullptr) {
     // stderr, not ET_LOG: the table is for a person tuning a model, even in a release build.
     std::fputs(profile_report().c_str(), stderr);
   }
-  std::free(arena_);
+  if (owns_arena_) std::free(arena_);
 }
 
 std::string CompiledGraph::profile_report() const {
@@ -130,7 +140,14 @@ std::string CompiledGraph::profile_report() const {
   }
   std::snprintf(line, sizeof(line), "%10.1f us total\n",
                 static_cast<double>(total) / 1e3 / static_cast<double>(runs));
-  return text + line;
+  text += line;
+  if (spec_.is_dynamic()) {
+    text += "shape plans: " + std::to_string(shape_plan_hits_) + " hits, " +
+            std::to_string(shape_plan_misses_) + " misses (compiled for a new size), " +
+            std::to_string(variants_.size()) + " cached of at most " +
+            std::to_string(max_variants_) + "\n";
+  }
+  return text;
 }
 
 size_t CompiledGraph::max_fused_steps() { return kMaxFusedSteps; }
@@ -153,9 +170,23 @@ void CompiledGraph::name_profiling_events() {
 
 Error CompiledGraph::compile(const void* data, size_t size, const NamedDataMap* constants,
                              std::unique_ptr<CompiledGraph>* out) {
+  GraphSpec spec;
+  Error error = read_payload(data, size, &spec);
+  if (error != Error::Ok) return error;
+  return compile_spec(std::move(spec), constants, nullptr, out);
+}
+
+Error CompiledGraph::compile_spec(GraphSpec spec, const NamedDataMap* constants,
+                                  CompiledGraph* base, std::unique_ptr<CompiledGraph>* out) {
   std::unique_ptr<CompiledGraph> graph(new CompiledGraph());
-  Error error = read_payload(data, size, &graph->spec_);
-  if (error == Error::Ok) graph->find_fusion_candidates();
+  graph->spec_ = std::move(spec);
+  graph->base_ = base;
+  if (const char* plans = std::getenv("ET_CPU_SHAPE_PLANS")) {
+    const long parsed = std::strtol(plans, nullptr, 10);
+    if (parsed >= 1 && parsed <= 1024) graph->max_variants_ = static_cast<size_t>(parsed);
+  }
+  Error error = Error::Ok;
+  graph->find_fusion_candidates();
   if (error == Error::Ok) error = graph->build_tensors(constants);
   if (error == Error::Ok) error = graph->bind_ops();
   if (error == Error::Ok) error = graph->plan_arena();
@@ -163,7 +194,10 @@ Error CompiledGraph::compile(const void* data, size_t size, const NamedDataMap* 
   if (error != Error::Ok) return error;
   graph->name_profiling_events();
   const char* profile = std::getenv("ET_CPU_PROFILE");
-  graph->profile_ = profile != nullptr && std::string(profile) != "0" && *profile != '\0';
+  // A specialization's kernel times add up in its base's ops (the base prints the table).
+  graph->profile_ = base != nullptr ? base->profile_
+                                    : profile != nullptr && std::string(profile) != "0" &&
+                                          *profile != '\0';
   *out = std::move(graph);
   return Error::Ok;
 }
@@ -211,7 +245,12 @@ Error CompiledGraph::plan_arena() {
                         plan.arena_bytes, kMaxArenaBytes);
   }
   arena_bytes_ = plan.arena_bytes;
-  if (arena_bytes_ > 0) {
+  if (base_ != nullptr && arena_bytes_ <= base_->arena_bytes_) {
+    // A specialization runs only inside its base's execute: the base's arena, planned for the
+    // upper bounds, is free then.
+    arena_ = base_->arena_;
+    owns_arena_ = false;
+  } else if (arena_bytes_ > 0) {
     arena_ = static_cast<uint8_t*>(std::aligned_alloc(kAlignment, arena_bytes_));
     if (arena_ == nullptr) {
       return report_error(Error::MemoryAllocationFailed,
@@ -249,7 +288,9 @@ Error CompiledGraph::build_tensors(const NamedDataMap* constants) {
 
     // Intermediates get their arena slot after binding (plan_arena).
     void* data = kEmptyStorage;
-    if (value.kind == ValueKind::Constant) {
+    if (value.kind == ValueKind::Constant && base_ != nullptr) {
+      data = base_->tensors_[i].impl->mutable_data();  // same payload: same values
+    } else if (value.kind == ValueKind::Constant) {
       if (constants == nullptr) {
         return report_error(Error::InvalidState,
                             "constant %s (key '%s') but the program has no named data map",
@@ -698,6 +739,15 @@ size_t CompiledGraph::provider_bytes() const {
 
 std::string CompiledGraph::placement() const {
   std::string text;
+  if (spec_.is_dynamic()) {
+    text += "symbolic dimensions:";
+    for (const SymbolSpec& symbol : spec_.symbols) {
+      text += " " + symbol.name + " in [" + std::to_string(symbol.min) + ", " +
+              std::to_string(symbol.max) + "]";
+    }
+    text += "; arena planned for the upper bounds; up to " + std::to_string(max_variants_) +
+            " shape plans cached (ET_CPU_SHAPE_PLANS)\n";
+  }
   for (const Op& op : ops_) text += op.placement + "\n";
   for (const auto& session : sessions_) {
     if (session && !session->summary().empty()) text += session->summary() + "\n";
@@ -742,6 +792,59 @@ Error CompiledGraph::check_io(const EValue* given, int32_t id, const char* role,
 
 Error CompiledGraph::execute(Span<EValue*> args, MemoryAllocator* temp_allocator,
                              executorch::runtime::EventTracer* tracer) {
+  if (spec_.is_dynamic()) return execute_dynamic(args, temp_allocator, tracer);
+  return run(args, temp_allocator, tracer);
+}
+
+Error CompiledGraph::execute_dynamic(Span<EValue*> args, MemoryAllocator* temp_allocator,
+                                     executorch::runtime::EventTracer* tracer) {
+  const size_t num_inputs = spec_.inputs.size();
+  if (args.size() != num_inputs + spec_.outputs.size()) return run(args, temp_allocator, tracer);
+  std::vector<int64_t> symbols;
+  Error error = solve_symbols(spec_, Span<EValue*>(args.data(), num_inputs), &symbols);
+  if (error != Error::Ok) return error;
+  // Outputs take the concrete sizes (the program planned their buffers for the upper bounds).
+  for (size_t o = 0; o < spec_.outputs.size(); ++o) {
+    EValue* given = args[num_inputs + o];
+    if (given == nullptr || !given->isTensor()) continue;  // check_io reports it
+    const ValueSpec& value = spec_.values[spec_.outputs[o]];
+    const std::vector<int64_t> shape = concrete_shape(value, symbols);
+    std::vector<executorch::aten::SizesType> sizes(shape.begin(), shape.end());
+    Error resized = executorch::runtime::resize_tensor(
+        given->toTensor(), ArrayRef<executorch::aten::SizesType>(sizes.data(), sizes.size()));
+    if (resized != Error::Ok) {
+      return report_error(Error::InvalidArgument,
+                          "output %zu (%s): cannot resize the caller's tensor from %s to %s "
+                          "(error 0x%x)",
+                          o, value.name.c_str(), shape_string(given->toTensor().sizes()).c_str(),
+                          shape_string(shape).c_str(), static_cast<unsigned>(resized));
+    }
+  }
+  if (symbols == upper_bounds(spec_)) {
+    ++shape_plan_hits_;  // this graph is compiled for the upper bounds
+    ++total_hits;
+    return run(args, temp_allocator, tracer);
+  }
+  auto found = std::find_if(variants_.begin(), variants_.end(),
+                            [&symbols](const auto& entry) { return entry.first == symbols; });
+  if (found != variants_.end()) {
+    ++shape_plan_hits_;
+    ++total_hits;
+    std::rotate(variants_.begin(), found, found + 1);  // most recently used first
+  } else {
+    ++shape_plan_misses_;
+    ++total_misses;
+    std::unique_ptr<CompiledGraph> variant;
+    error = compile_spec(specialize(spec_, symbols), nullptr, this, &variant);
+    if (error != Error::Ok) return error;
+    if (variants_.size() >= max_variants_) variants_.pop_back();
+    variants_.emplace(variants_.begin(), symbols, std::move(variant));
+  }
+  return variants_.front().second->run(args, temp_allocator, tracer);
+}
+
+Error CompiledGraph::run(Span<EValue*> args, MemoryAllocator* temp_allocator,
+                         executorch::runtime::EventTracer* tracer) {
   const size_t num_inputs = spec_.inputs.size();
   const size_t num_outputs = spec_.outputs.size();
   if (args.size() != num_inputs + num_outputs) {
@@ -778,8 +881,9 @@ Error CompiledGraph::execute(Span<EValue*> args, MemoryAllocator* temp_allocator
     if (timed) {
       const et_timestamp_t end = executorch::runtime::pal_current_ticks();
       if (profile_) {
-        op.ticks += end - start;
-        ++op.runs;
+        Op& timed_op = base_ != nullptr ? base_->ops_[i] : op;  // same ops, same order
+        timed_op.ticks += end - start;
+        ++timed_op.runs;
       }
       op.last_start = start;
       op.last_end = end;

@@ -40,6 +40,17 @@ class CompiledGraph {
                                      executorch::runtime::MemoryAllocator* temp_allocator,
                                      executorch::runtime::EventTracer* tracer = nullptr);
 
+  // A graph with symbolic dimensions runs each concrete size on a graph compiled for it (its
+  // providers' plans prepared for those shapes; constants and, when it fits, the arena shared
+  // with this one, which is planned for the upper bounds). At most this many are kept, least
+  // recently used dropped first (ET_CPU_SHAPE_PLANS, default 8).
+  size_t shape_plan_hits() const { return shape_plan_hits_; }
+  size_t shape_plan_misses() const { return shape_plan_misses_; }
+  size_t shape_plans_cached() const { return variants_.size(); }
+  // Over every graph of the process, for the loader's report.
+  static uint64_t total_shape_plan_hits();
+  static uint64_t total_shape_plan_misses();
+
   // The validated description the graph was compiled from.
   const GraphSpec& spec() const { return spec_; }
   // Bytes of the intermediate-tensor arena (after lifetime-based reuse).
@@ -64,6 +75,22 @@ class CompiledGraph {
 
  private:
   CompiledGraph() = default;
+
+  // Compiles `spec` (validated); with `base`, constants come from `base` (same values) and the
+  // arena is `base`'s when it is large enough.
+  static executorch::runtime::Error compile_spec(GraphSpec spec,
+                                                 const executorch::runtime::NamedDataMap* constants,
+                                                 CompiledGraph* base,
+                                                 std::unique_ptr<CompiledGraph>* out);
+  // execute() of a graph with symbolic dimensions: picks (or compiles) the graph for the inputs'
+  // sizes and resizes the outputs to them.
+  executorch::runtime::Error execute_dynamic(
+      executorch::runtime::Span<executorch::runtime::EValue*> args,
+      executorch::runtime::MemoryAllocator* temp_allocator,
+      executorch::runtime::EventTracer* tracer);
+  executorch::runtime::Error run(executorch::runtime::Span<executorch::runtime::EValue*> args,
+                                 executorch::runtime::MemoryAllocator* temp_allocator,
+                                 executorch::runtime::EventTracer* tracer);
 
   struct Tensor {
     std::vector<executorch::aten::SizesType> sizes;
@@ -154,6 +181,13 @@ class CompiledGraph {
   uint8_t* arena_ = nullptr;
   size_t arena_bytes_ = 0;
   size_t unplanned_bytes_ = 0;
+  bool owns_arena_ = true;
+  CompiledGraph* base_ = nullptr;  // a specialization of `base_` (shares its constants)
+  // Specializations by symbol values, most recently used first (execute_dynamic).
+  std::vector<std::pair<std::vector<int64_t>, std::unique_ptr<CompiledGraph>>> variants_;
+  size_t max_variants_ = 8;
+  size_t shape_plan_hits_ = 0;
+  size_t shape_plan_misses_ = 0;
   // Outputs served by copying (a value listed twice, or an output that is not an Output value).
   std::vector<bool> output_is_copy_;
 };

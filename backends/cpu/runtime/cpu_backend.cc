@@ -10,6 +10,8 @@
 //   et_cpu_runtime_last_provider_bytes() bytes providers hold beside the arena (most recent init)
 //   et_cpu_runtime_last_placement()    one line per op of the most recent init: provider, fusion,
 //                                      or why the optimized provider declined it
+//   et_cpu_runtime_shape_plan_hits() / _misses()  calls of graphs with symbolic dimensions that
+//                                      found / compiled the graph for their sizes
 //   et_cpu_runtime_max_fused_steps()   ops after an op a provider may fuse at most (the AOT
 //                                      debug-handle map names groups up to that length)
 #include <atomic>
@@ -118,6 +120,16 @@ __attribute__((visibility("default"))) uint64_t et_cpu_runtime_live_arena_bytes(
 
 __attribute__((visibility("default"))) uint64_t et_cpu_runtime_last_provider_bytes() {
   return et_cpu_plugin::cpu::last_provider_bytes.load();
+}
+
+// Shape plans of graphs with symbolic dimensions over the process: calls that found the graph for
+// their sizes compiled, and calls that compiled it (the first call at a new size).
+__attribute__((visibility("default"))) uint64_t et_cpu_runtime_shape_plan_hits() {
+  return et_cpu_plugin::cpu::CompiledGraph::total_shape_plan_hits();
+}
+
+__attribute__((visibility("default"))) uint64_t et_cpu_runtime_shape_plan_misses() {
+  return et_cpu_plugin::cpu::CompiledGraph::total_shape_plan_misses();
 }
 
 __attribute__((visibility("default"))) uint64_t et_cpu_runtime_max_fused_steps() {

@@ -80,6 +80,8 @@ def load_cpu_backend(path: str | None = None) -> str:
             library.et_cpu_runtime_last_placement.restype = ctypes.c_size_t
             library.et_cpu_runtime_last_placement.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
             library.et_cpu_runtime_max_fused_steps.restype = ctypes.c_uint64
+            library.et_cpu_runtime_shape_plan_hits.restype = ctypes.c_uint64
+            library.et_cpu_runtime_shape_plan_misses.restype = ctypes.c_uint64
             _loaded[resolved] = library
     return resolved
 
@@ -127,6 +129,17 @@ def _library() -> ctypes.CDLL:
 def last_arena_bytes() -> int:
     """Intermediate-arena bytes of the most recently initialized CpuBackend delegate."""
     return int(_library().et_cpu_runtime_last_arena_bytes())
+
+
+def shape_plan_stats() -> tuple[int, int]:
+    """(hits, misses) of the shape plans of delegates with symbolic dimensions, process-wide.
+
+    A miss is a call at a size with no compiled graph yet (it compiles one: the re-planning cost).
+    """
+    library = _library()
+    return int(library.et_cpu_runtime_shape_plan_hits()), int(
+        library.et_cpu_runtime_shape_plan_misses()
+    )
 
 
 def live_arena_bytes() -> int:

@@ -65,14 +65,224 @@ class Reader {
                           graph.version(), kMinFormatVersion, kFormatVersion);
     }
     version_ = graph.version();
-    Error error = read_values(graph);
+    Error error = read_symbols(graph);
+    if (error == Error::Ok) error = read_values(graph);
     if (error == Error::Ok) error = read_io(graph);
     if (error == Error::Ok) error = read_ops(graph);
     if (error == Error::Ok) error = check_outputs_written();
+    if (error == Error::Ok) error = check_symbols_from_inputs();
     return error;
   }
 
  private:
+  Error read_symbols(const fb::Graph& graph) {
+    const auto* symbols = graph.symbols();
+    if (symbols == nullptr || symbols->size() == 0) return Error::Ok;
+    if (version_ < kDynamicShapesVersion) {
+      return report_error(Error::InvalidProgram,
+                          "payload format version %u has symbols, which need version %u", version_,
+                          kDynamicShapesVersion);
+    }
+    if (symbols->size() > kMaxValues) {
+      return report_error(Error::InvalidProgram, "payload has %u symbols", symbols->size());
+    }
+    for (flatbuffers::uoffset_t i = 0; i < symbols->size(); ++i) {
+      const fb::Symbol* symbol = symbols->Get(i);
+      SymbolSpec spec{string_or(symbol->name(), ""), symbol->min(), symbol->max()};
+      if (spec.name.empty()) spec.name = "symbol#" + std::to_string(i);
+      if (spec.min < 0 || spec.min > spec.max || spec.max > kMaxSymbolBound) {
+        return report_error(Error::InvalidProgram,
+                            "symbol %u (%s): bounds [%lld, %lld] are not 0 <= min <= max <= %lld",
+                            i, spec.name.c_str(), static_cast<long long>(spec.min),
+                            static_cast<long long>(spec.max),
+                            static_cast<long long>(kMaxSymbolBound));
+      }
+      graph_.symbols.push_back(std::move(spec));
+    }
+    return Error::Ok;
+  }
+
+  // Reads and checks one size expression; `where` names it in errors.
+  Error read_expr(const fb::SymExpr* expr, const std::string& where, SymExprSpec* out) {
+    if (expr == nullptr) {
+      return report_error(Error::InvalidProgram, "%s: missing size expression", where.c_str());
+    }
+    out->offset = expr->offset();
+    out->symbols = copy_vector(expr->symbols());
+    out->coeffs = copy_vector(expr->coeffs());
+    if (out->symbols.size() != out->coeffs.size() || out->symbols.size() > kMaxExprTerms) {
+      return report_error(Error::InvalidProgram,
+                          "%s: size expression has %zu symbols and %zu coefficients (at most %zu)",
+                          where.c_str(), out->symbols.size(), out->coeffs.size(), kMaxExprTerms);
+    }
+    if (out->offset < -kMaxSymbolBound || out->offset > kMaxSymbolBound) {
+      return report_error(Error::InvalidProgram, "%s: size offset %lld out of range",
+                          where.c_str(), static_cast<long long>(out->offset));
+    }
+    for (size_t t = 0; t < out->symbols.size(); ++t) {
+      if (out->symbols[t] < 0 || static_cast<size_t>(out->symbols[t]) >= graph_.symbols.size()) {
+        return report_error(Error::InvalidProgram, "%s: size refers to symbol %d of %zu",
+                            where.c_str(), out->symbols[t], graph_.symbols.size());
+      }
+      if (out->coeffs[t] < 1 || out->coeffs[t] > kMaxSymbolBound) {
+        return report_error(Error::InvalidProgram, "%s: size coefficient %lld is not in [1, %lld]",
+                            where.c_str(), static_cast<long long>(out->coeffs[t]),
+                            static_cast<long long>(kMaxSymbolBound));
+      }
+    }
+    // Every size the runtime evaluates then fits int64 without overflow.
+    __int128 low = 0;
+    __int128 high = 0;
+    expr_range(*out, &low, &high);
+    if (low < -kMaxSymbolBound || high > kMaxSymbolBound) {
+      return report_error(Error::InvalidProgram, "%s: size ranges over [%lld, %lld], beyond %lld",
+                          where.c_str(), static_cast<long long>(low), static_cast<long long>(high),
+                          static_cast<long long>(kMaxSymbolBound));
+    }
+    return Error::Ok;
+  }
+
+  // The smallest and largest value of a checked expression (coefficients are positive).
+  void expr_range(const SymExprSpec& expr, __int128* low, __int128* high) const {
+    *low = *high = expr.offset;
+    for (size_t t = 0; t < expr.symbols.size(); ++t) {
+      const SymbolSpec& symbol = graph_.symbols[expr.symbols[t]];
+      *low += static_cast<__int128>(expr.coeffs[t]) * symbol.min;
+      *high += static_cast<__int128>(expr.coeffs[t]) * symbol.max;
+    }
+  }
+
+  // Value.dim_*: present for every dimension or none; a symbolic dimension's expression stays
+  // inside [dim_min, dim_max] for every symbol value in bounds and dim_max is the recorded size,
+  // so the arena planned for `shape` holds the tensor at any size.
+  Error read_dims(const fb::Value& value, uint32_t i, ValueSpec* spec) {
+    const auto* mins = value.dim_min();
+    const auto* maxs = value.dim_max();
+    const auto* exprs = value.dim_exprs();
+    if (mins == nullptr && maxs == nullptr && exprs == nullptr) return Error::Ok;
+    const size_t rank = spec->shape.size();
+    if (version_ < kDynamicShapesVersion) {
+      return report_error(Error::InvalidProgram,
+                          "value %u (%s): symbolic dimensions need payload format version %u", i,
+                          spec->name.c_str(), kDynamicShapesVersion);
+    }
+    if (mins == nullptr || maxs == nullptr || exprs == nullptr || mins->size() != rank ||
+        maxs->size() != rank || exprs->size() != rank) {
+      return report_error(Error::InvalidProgram,
+                          "value %u (%s): dimension bounds and sizes must each have one entry per "
+                          "dimension (rank %zu)",
+                          i, spec->name.c_str(), rank);
+    }
+    if (spec->kind == ValueKind::Constant) {
+      return report_error(Error::InvalidProgram, "constant value %u (%s) has symbolic dimensions",
+                          i, spec->name.c_str());
+    }
+    spec->dim_min = copy_vector(mins);
+    spec->dim_max = copy_vector(maxs);
+    spec->dim_exprs.resize(rank);
+    bool any_symbolic = false;
+    for (size_t d = 0; d < rank; ++d) {
+      const std::string where =
+          "value " + std::to_string(i) + " (" + spec->name + ") dimension " + std::to_string(d);
+      Error error = read_expr(exprs->Get(static_cast<flatbuffers::uoffset_t>(d)), where,
+                              &spec->dim_exprs[d]);
+      if (error != Error::Ok) return error;
+      const SymExprSpec& expr = spec->dim_exprs[d];
+      const int64_t low = spec->dim_min[d];
+      const int64_t high = spec->dim_max[d];
+      const long long size = static_cast<long long>(spec->shape[d]);
+      if (expr.is_static()) {
+        if (low != spec->shape[d] || high != spec->shape[d] || expr.offset != spec->shape[d]) {
+          return report_error(Error::InvalidProgram,
+                              "%s: static size %lld but bounds [%lld, %lld], expression %lld",
+                              where.c_str(), size, static_cast<long long>(low),
+                              static_cast<long long>(high), static_cast<long long>(expr.offset));
+        }
+        continue;
+      }
+      any_symbolic = true;
+      __int128 expr_low = 0;
+      __int128 expr_high = 0;
+      expr_range(expr, &expr_low, &expr_high);
+      if (low < 0 || low > high || high > kMaxSymbolBound || high != spec->shape[d] ||
+          expr_low < low || expr_high > high) {
+        return report_error(Error::InvalidProgram,
+                            "%s: bounds [%lld, %lld] of a symbolic size are not 0 <= min <= max "
+                            "<= %lld with max the recorded size %lld and the size's range "
+                            "[%lld, %lld] inside them",
+                            where.c_str(), static_cast<long long>(low),
+                            static_cast<long long>(high), static_cast<long long>(kMaxSymbolBound),
+                            size, static_cast<long long>(expr_low),
+                            static_cast<long long>(expr_high));
+      }
+    }
+    if (!any_symbolic) {
+      spec->dim_min.clear();
+      spec->dim_max.clear();
+      spec->dim_exprs.clear();
+    }
+    return Error::Ok;
+  }
+
+  // Every symbol must be readable off an input: some input dimension is `offset + coeff * s`.
+  Error check_symbols_from_inputs() {
+    std::vector<bool> found(graph_.symbols.size(), false);
+    for (int32_t id : graph_.inputs) {
+      for (const SymExprSpec& expr : graph_.values[id].dim_exprs) {
+        if (expr.symbols.size() == 1) found[expr.symbols[0]] = true;
+      }
+    }
+    for (size_t s = 0; s < found.size(); ++s) {
+      if (!found[s]) {
+        return report_error(Error::InvalidProgram,
+                            "symbol %zu (%s) is no input dimension's size: the runtime could not "
+                            "know its value",
+                            s, graph_.symbols[s].name.c_str());
+      }
+    }
+    return Error::Ok;
+  }
+
+  // An IntArg, with its size expression when it is symbolic (IntArg.expr).
+  Error read_int(const fb::IntArg& value, size_t op, size_t index, ArgValue* out) {
+    out->type = ArgValue::Type::Int;
+    out->int_value = value.value();
+    if (value.expr() == nullptr) return Error::Ok;
+    const std::string where = "op " + std::to_string(op) + " (" + graph_.ops[op].name +
+                              ") argument " + std::to_string(index);
+    if (version_ < kDynamicShapesVersion) {
+      return report_error(Error::InvalidProgram, "%s: a symbolic int needs version %u",
+                          where.c_str(), kDynamicShapesVersion);
+    }
+    return read_expr(value.expr(), where, &out->int_expr);
+  }
+
+  // A symbolic int argument (IntArg.expr / IntListArg.exprs): its recorded value is the upper
+  // bound's, a static entry's expression is the value itself.
+  Error read_int_exprs(const flatbuffers::Vector<flatbuffers::Offset<fb::SymExpr>>* exprs,
+                       size_t op, size_t index, ArgValue* out) {
+    if (exprs == nullptr || exprs->size() == 0) return Error::Ok;
+    const std::string where = "op " + std::to_string(op) + " (" + graph_.ops[op].name +
+                              ") argument " + std::to_string(index);
+    if (version_ < kDynamicShapesVersion || exprs->size() != out->ints.size()) {
+      return report_error(Error::InvalidProgram,
+                          "%s: %u size expressions for %zu ints (version %u)", where.c_str(),
+                          exprs->size(), out->ints.size(), version_);
+    }
+    out->int_exprs.resize(out->ints.size());
+    for (size_t e = 0; e < out->ints.size(); ++e) {
+      Error error = read_expr(exprs->Get(static_cast<flatbuffers::uoffset_t>(e)), where,
+                              &out->int_exprs[e]);
+      if (error != Error::Ok) return error;
+      if (out->int_exprs[e].is_static() && out->int_exprs[e].offset != out->ints[e]) {
+        return report_error(Error::InvalidProgram, "%s: entry %zu is %lld, its expression %lld",
+                            where.c_str(), e, static_cast<long long>(out->ints[e]),
+                            static_cast<long long>(out->int_exprs[e].offset));
+      }
+    }
+    return Error::Ok;
+  }
+
   Error read_values(const fb::Graph& graph) {
     const auto* values = graph.values();
     if (values == nullptr || values->size() > kMaxValues) {
@@ -130,6 +340,8 @@ class Reader {
                             i, spec.name.c_str(), bytes, kMaxTensorBytes);
       }
       spec.nbytes = bytes;
+      Error dims_error = read_dims(*value, i, &spec);
+      if (dims_error != Error::Ok) return dims_error;
       if (spec.kind == ValueKind::Constant) {
         spec.constant_key = string_or(value->constant_key(), "");
         if (spec.constant_key.empty()) {
@@ -365,9 +577,7 @@ class Reader {
       case 'e': {
         const auto* value = argument->value_as_IntArg();
         if (value == nullptr) return mismatch(op, index, expected, "a non-int");
-        out->type = Type::Int;
-        out->int_value = value->value();
-        return Error::Ok;
+        return read_int(*value, op, index, out);
       }
       case 'y': {
         const auto* value = argument->value_as_ScalarTypeArg();
@@ -402,8 +612,8 @@ class Reader {
       }
       case 's': {
         if (const auto* value = argument->value_as_IntArg()) {
-          out->type = Type::Int;
-          out->int_value = value->value();
+          Error error = read_int(*value, op, index, out);
+          if (error != Error::Ok) return error;
         } else if (const auto* real = argument->value_as_DoubleArg()) {
           out->type = Type::Double;
           out->double_value = real->value();
@@ -420,7 +630,7 @@ class Reader {
         if (list == nullptr) return mismatch(op, index, expected, "a non-int-list");
         out->type = Type::IntList;
         out->ints = copy_vector(list->values());
-        return Error::Ok;
+        return read_int_exprs(list->exprs(), op, index, out);
       }
       case 'F': {
         const auto* list = argument->value_as_DoubleListArg();
@@ -479,6 +689,12 @@ class Reader {
 };
 
 }  // namespace
+
+int64_t evaluate_size(const SymExprSpec& expr, const std::vector<int64_t>& symbols) {
+  int64_t size = expr.offset;
+  for (size_t t = 0; t < expr.symbols.size(); ++t) size += expr.coeffs[t] * symbols[expr.symbols[t]];
+  return size;
+}
 
 Error read_payload(const void* data, size_t size, GraphSpec* out) {
   *out = GraphSpec();

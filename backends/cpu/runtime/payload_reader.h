@@ -17,10 +17,16 @@ namespace et_cpu_plugin {
 namespace cpu {
 
 // The payload format versions this reader understands (Graph.version): 2 adds the int8 ops
-// (et_cpu_quant::*, see quantized_op_check.h); version 1 payloads read as before.
-constexpr uint32_t kFormatVersion = 2;
+// (et_cpu_quant::*, see quantized_op_check.h), 3 symbolic dimensions with bounds (Graph.symbols,
+// Value.dim_*, SymExpr sizes of int arguments); older payloads read as before.
+constexpr uint32_t kFormatVersion = 3;
 constexpr uint32_t kMinFormatVersion = 1;
 constexpr uint32_t kQuantizedOpsVersion = 2;
+constexpr uint32_t kDynamicShapesVersion = 3;
+// Largest upper bound of a symbol (and of a symbolic dimension); sizes are 32-bit in ExecuTorch.
+constexpr int64_t kMaxSymbolBound = INT32_MAX;
+// Terms of one size expression at most (a size rarely mixes more than two symbols).
+constexpr size_t kMaxExprTerms = 8;
 // Tensors of higher rank are rejected (kernel keys and TensorImpl dim orders are sized for 16).
 constexpr size_t kMaxRank = 16;
 // Largest tensor / arena the runtime accepts; a hostile shape must not become a huge allocation.
@@ -28,6 +34,22 @@ constexpr size_t kMaxRank = 16;
 #define ET_CPU_MAX_TENSOR_BYTES (size_t{1} << 34)
 #endif
 constexpr size_t kMaxTensorBytes = ET_CPU_MAX_TENSOR_BYTES;
+
+// A size: offset + sum(coeffs[i] * symbol[symbols[i]]), coefficients >= 0 (so its largest value
+// is at the symbols' upper bounds). No symbols: the constant `offset`.
+struct SymExprSpec {
+  int64_t offset = 0;
+  std::vector<int32_t> symbols;
+  std::vector<int64_t> coeffs;
+  bool is_static() const { return symbols.empty(); }
+};
+
+// A symbolic dimension of the program (torch.export.Dim) with its bounds, min <= max.
+struct SymbolSpec {
+  std::string name;
+  int64_t min = 0;
+  int64_t max = 0;
+};
 
 enum class ValueKind : int8_t { Intermediate = 0, Input = 1, Output = 2, Constant = 3 };
 
@@ -37,7 +59,12 @@ struct ValueSpec {
   ValueKind kind;
   std::string constant_key;
   std::string name;
-  size_t nbytes = 0;
+  size_t nbytes = 0;  // of `shape`: the upper bound for a tensor with symbolic dimensions
+  // Empty for a static tensor, else one entry per dimension (see schema.fbs Value.dim_*).
+  std::vector<int64_t> dim_min;
+  std::vector<int64_t> dim_max;
+  std::vector<SymExprSpec> dim_exprs;
+  bool is_dynamic() const { return !dim_exprs.empty(); }
   int64_t producer = -1;  // index of the op writing it (Intermediate/Output), else -1
   int64_t last_use = -1;  // index of the last op referencing it, else -1
 };
@@ -64,6 +91,10 @@ struct ArgValue {
   double double_value = 0;
   bool bool_value = false;
   std::vector<int64_t> ints;
+  // A symbolic Int (int_expr) or IntList entries (int_exprs, empty or one per entry); the ints
+  // hold their values at the upper bounds.
+  SymExprSpec int_expr;
+  std::vector<SymExprSpec> int_exprs;
   std::vector<double> doubles;
   std::vector<bool> bools;
   std::string string_value;
@@ -83,7 +114,12 @@ struct GraphSpec {
   std::vector<int32_t> inputs;
   std::vector<int32_t> outputs;
   std::vector<OpSpec> ops;
+  std::vector<SymbolSpec> symbols;  // empty: every shape is static
+  bool is_dynamic() const { return !symbols.empty(); }
 };
+
+// `expr` at the given symbol values (the payload reader bounded every term: no overflow).
+int64_t evaluate_size(const SymExprSpec& expr, const std::vector<int64_t>& symbols);
 
 // Element size of the dtypes the format allows, 0 for any other.
 size_t element_size(executorch::aten::ScalarType dtype);

@@ -15,8 +15,10 @@ import torch
 from executorch.exir._serialize._named_data_store import NamedDataStore, NamedDataStoreOutput
 from torch.export import ExportedProgram
 
+from backends.cpu import symbolic_dims
 from backends.cpu.routes import Route, aten_overload, op_key, route_for
 from backends.cpu.serialization.schema import FILE_IDENTIFIER, FORMAT_VERSION, fb
+from backends.cpu.symbolic_dims import is_size_node
 
 # Constant bytes are aligned for vector loads.
 CONSTANT_ALIGNMENT = 16
@@ -98,6 +100,8 @@ class _Writer:
         self.ops: list[Any] = []  # fb.OpT
         self.store = NamedDataStore()
         self.constant_keys: dict[str, str] = {}
+        self.symbols: list[Any] = []  # fb.SymbolT, in order of first use
+        self.symbol_ids: dict[str, int] = {}
 
     def write(self) -> SerializedGraph:
         for node in self.program.graph.nodes:
@@ -118,6 +122,7 @@ class _Writer:
         graph.inputs = self.inputs
         graph.outputs = self.outputs
         graph.ops = self.ops
+        graph.symbols = self.symbols
         builder = flatbuffers.Builder(1024)
         builder.Finish(graph.Pack(builder), FILE_IDENTIFIER)
         return SerializedGraph(
@@ -140,21 +145,49 @@ class _Writer:
                 f"{_describe(node)}: unsupported dtype {tensor.dtype} "
                 f"(supported: {', '.join(str(d) for d in SUPPORTED_DTYPES)})"
             )
-        shape = []
+        shape, dim_min, exprs = [], [], []
         for dim in tensor.shape:
-            if not isinstance(dim, int):
-                raise SerializationError(
-                    f"{_describe(node)}: dynamic shape {tuple(tensor.shape)}; only static shapes "
-                    "are supported"
-                )
-            shape.append(dim)
+            expr, bounds = self._size(node, dim)
+            exprs.append(expr)
+            shape.append(symbolic_dims.evaluate(*bounds, upper=True))
+            dim_min.append(symbolic_dims.evaluate(*bounds, upper=False))
         value = fb.ValueT()
         value.dtype = SUPPORTED_DTYPES[tensor.dtype]
         value.shape = shape
+        if any(expr.symbols for expr in exprs):  # bounds only for a tensor with a symbolic size
+            value.dimMin = dim_min
+            value.dimMax = shape
+            value.dimExprs = exprs
         value.kind = kind
         value.name = name
         self.values.append(value)
         return len(self.values) - 1
+
+    def _size(
+        self, node: torch.fx.Node, size: object
+    ) -> tuple[Any, tuple[symbolic_dims.Affine, dict[str, symbolic_dims.SymbolBounds]]]:
+        """A size (an int, a SymInt or a size node) as an fb.SymExprT, with its symbols' bounds."""
+        if isinstance(size, torch.fx.Node):
+            size = size.meta.get("val")
+        if isinstance(size, bool) or not isinstance(size, (int, torch.SymInt)):
+            raise SerializationError(f"{_describe(node)}: expected a size, got {size!r}")
+        try:
+            affine, bounds = symbolic_dims.affine_size(size)
+        except symbolic_dims.UnsupportedSize as error:
+            raise SerializationError(f"{_describe(node)}: {error}") from error
+        expr = fb.SymExprT()
+        expr.offset = affine.offset
+        expr.symbols = []
+        expr.coeffs = []
+        for (name, coeff), bound in zip(affine.terms, bounds, strict=True):
+            if name not in self.symbol_ids:
+                symbol = fb.SymbolT()
+                symbol.name, symbol.min, symbol.max = name, bound.min, bound.max
+                self.symbol_ids[name] = len(self.symbols)
+                self.symbols.append(symbol)
+            expr.symbols.append(self.symbol_ids[name])
+            expr.coeffs.append(coeff)
+        return expr, (affine, {bound.name: bound for bound in bounds})
 
     def _placeholder(self, node: torch.fx.Node) -> None:
         signature = self.program.graph_signature
@@ -232,13 +265,15 @@ class _Writer:
             assert isinstance(source, torch.fx.Node) and isinstance(index, int)
             self.value_ids[node] = [self.value_ids[source][index]]
             return
+        if is_size_node(node):
+            return  # not an op: its readers write the size as an expression (_size)
         route = route_for(node.target)
         if route is None:
             raise SerializationError(
                 f"{_describe(node)}: no CPU route for op {node.target} (see backends/cpu/routes.py)"
             )
         for arg in node.all_input_nodes:
-            if not isinstance(arg.meta.get("val"), torch.Tensor):
+            if not isinstance(arg.meta.get("val"), torch.Tensor) and not is_size_node(arg):
                 raise SerializationError(
                     f"{_describe(node)}: input '{arg.name}' is not a tensor (symbolic scalars are "
                     "not supported)"
@@ -306,8 +341,18 @@ class _Writer:
         if base == "List[Optional[Tensor]]":
             ids = [-1 if v is None else self._value_id(node, v, name) for v in _seq(node, value)]
             return _argument("OptionalTensorListArg", values=ids)
+        if base in ("int", "SymInt", "number") and _is_symbolic_size(value):
+            expr, bounds = self._size(node, value)
+            upper = symbolic_dims.evaluate(*bounds, upper=True)
+            return _argument("IntArg", value=upper, expr=expr)
         if base in ("int", "SymInt"):
             return _argument("IntArg", value=_int(node, name, value))
+        if base in ("List[int]", "List[SymInt]") and not isinstance(value, int):
+            items = _seq(node, value)
+            if any(_is_symbolic_size(v) for v in items):
+                sizes = [self._size(node, v) for v in items]
+                uppers = [symbolic_dims.evaluate(*bounds, upper=True) for _, bounds in sizes]
+                return _argument("IntListArg", values=uppers, exprs=[e for e, _ in sizes])
         if base in ("List[int]", "List[SymInt]"):
             if isinstance(value, int):  # `int[2] padding=0` style defaults broadcast
                 value = [value] * (schema_arg.N or 1)
@@ -350,6 +395,12 @@ class _Writer:
             f"{_describe(node)}: argument '{name}' has type {schema_arg.real_type}, which the "
             "payload format cannot express"
         )
+
+
+def _is_symbolic_size(value: object) -> bool:
+    if isinstance(value, torch.fx.Node):
+        value = value.meta.get("val")
+    return isinstance(value, torch.SymInt)
 
 
 def _seq(node: torch.fx.Node, value: object) -> Sequence[object]:

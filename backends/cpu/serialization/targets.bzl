@@ -63,6 +63,7 @@ def define_common_targets():
         deps = [
             ":schema",
             "//backends/cpu:routes",
+            "//backends/cpu:symbolic_dims",
         ],
         visibility = ["//visibility:public"],
     )

@@ -6,6 +6,7 @@ ExecuTorch's runtime with the C++ CPU runtime registered.
 
 from collections.abc import Callable
 
+import flatbuffers
 import pytest
 import torch
 
@@ -30,6 +31,7 @@ from backends.cpu.runtime.test.handmade_payload import (
     program,
     tensor,
 )
+from backends.cpu.serialization.schema import fb
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -69,8 +71,8 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
     "wrong identifier": (lambda: _VALID[:4] + b"XXXX" + _VALID[8:], ("identifier 'ECP1'",)),
     "empty": (lambda: b"", ("too short",)),
     "future version": (
-        lambda: Graph(**{**add_graph(torch.float32, [3]).__dict__, "version": 3}),
-        ("format version 3",),
+        lambda: Graph(**{**add_graph(torch.float32, [3]).__dict__, "version": 4}),
+        ("format version 4",),
     ),
     "value id out of range": (
         lambda: Graph(
@@ -304,3 +306,53 @@ def test_valid_convolution_arguments_still_run() -> None:
     pte = program(lambda a, b: torch.nn.functional.conv2d(a, b), (x, w), _conv_graph(1, 0, 1, 1))
     (result,) = load_program(pte).forward([x, w])
     assert torch.equal(result, x * 2)
+
+
+def _dynamic_add(
+    version: int = 3, low: int = 1, high: int = 3, dim_max: int = 3, static_rank: bool = False
+) -> Callable[[], bytes]:
+    """The add graph with dimension 0 of every value symbolic (`s` in [low, high])."""
+
+    def build() -> bytes:
+        graph = fb.GraphT.InitFromPackedBuf(payload_bytes(add_graph(torch.float32, [3])), 0)
+        graph.version = version
+        symbol = fb.SymbolT()
+        symbol.name, symbol.min, symbol.max = "s", low, high
+        graph.symbols = [symbol]
+        for value in graph.values:
+            expr = fb.SymExprT()
+            expr.offset, expr.symbols, expr.coeffs = (3, [], []) if static_rank else (0, [0], [1])
+            value.dimMin, value.dimMax, value.dimExprs = [low], [dim_max], [expr]
+        builder = flatbuffers.Builder(1024)
+        builder.Finish(graph.Pack(builder), b"ECP1")
+        return bytes(builder.Output())
+
+    return build
+
+
+_HOSTILE_DYNAMIC: dict[str, tuple[Callable[[], bytes], tuple[str, ...]]] = {
+    "symbol min > max": (_dynamic_add(low=3, high=2, dim_max=2), ("bounds [3, 2]",)),
+    "symbol bound too large": (
+        _dynamic_add(high=2**40, dim_max=3),
+        ("symbol 0 (s)", "<= 2147483647"),
+    ),
+    "dim max not the size": (_dynamic_add(dim_max=2), ("dimension 0", "recorded size 3")),
+    "static dim with bounds": (
+        _dynamic_add(static_rank=True),
+        ("static size 3 but bounds [1, 3]",),
+    ),
+    "symbols in version 2": (_dynamic_add(version=2), ("need version 3",)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_HOSTILE_DYNAMIC))
+def test_bad_dynamic_bounds_are_an_init_error_naming_the_problem(case: str) -> None:
+    build, fragments = _HOSTILE_DYNAMIC[case]
+    _expect_init_error(build(), *fragments)
+
+
+def test_valid_dynamic_payload_runs() -> None:
+    x, y = torch.ones(3), torch.full((3,), 2.0)
+    module = load_program(program(lambda a, b: a + b, (x, y), _dynamic_add()()))
+    (out,) = module.forward([x, y])
+    assert torch.equal(out, torch.full((3,), 3.0))

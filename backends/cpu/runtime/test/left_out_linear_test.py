@@ -65,18 +65,19 @@ class _DynamicAndStatic(torch.nn.Module):
         return torch.relu(self.dynamic(x)).sum(0) + torch.relu(self.static(y)).sum(0)
 
 
-def test_dynamic_batch_linear_lowers_and_runs_at_every_size() -> None:
+def test_unbounded_batch_linear_lowers_and_runs_at_every_size() -> None:
     torch.manual_seed(0)
     model = _DynamicAndStatic()
     inputs = (torch.randn(3, 8), torch.randn(2, 8))
+    # No upper bound: left out (a bounded batch is delegated, see dynamic_shape_test).
     module, partitioner, routes = _lower_and_load(
-        model, inputs, dynamic_shapes=({0: Dim("b", min=1, max=16)}, None)
+        model, inputs, dynamic_shapes=({0: Dim("b", min=1)}, None)
     )
     assert LeaveOutReason.DYNAMIC_SHAPE in _reasons(partitioner)
     # The static linear reached the delegate whole; the dynamic one was decomposed (addmm, outside).
     assert sum(r.count("aten.linear.default") for r in routes) == 1
     assert "aten.addmm.default" in {node.op for node in partitioner.report.left_out}
-    for batch in (1, 3, 16):
+    for batch in (1, 2, 3):  # unbounded: ExecuTorch plans the program's buffers for the example
         _assert_matches_eager(module, model, (torch.randn(batch, 8), inputs[1]))
 
 

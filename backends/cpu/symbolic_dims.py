@@ -1,0 +1,158 @@
+"""Symbolic sizes the CPU delegate can run: affine, non-negative functions of bounded symbols.
+
+A program exported with `torch.export.Dim(..., max=N)` carries sizes such as `s0` or `4*s0 + 1`
+(sympy expressions of the shape environment). The runtime evaluates each size from the symbols
+it reads off the delegate's inputs, so a size must be `offset + sum(coeff * symbol)` with
+non-negative integer coefficients (monotone: the upper bounds give the largest tensor, which is
+what the arena is planned for) over symbols with a finite upper bound.
+"""
+
+import contextlib
+import operator
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import sympy  # type: ignore[import-untyped]
+import torch
+
+from backends.cpu.routes import op_key
+
+# Ops that compute a size from sizes: inside the delegate they are expressions, not kernels.
+_SIZE_OPS = frozenset({operator.mul, operator.add, operator.floordiv})
+
+# Largest upper bound a symbol may have; the runtime rejects larger ones too (payload_reader.cc).
+MAX_SYMBOL_BOUND = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Affine:
+    """offset + sum(coeff * symbol) over symbol names (sorted by name)."""
+
+    offset: int
+    terms: tuple[tuple[str, int], ...]
+
+    @property
+    def is_static(self) -> bool:
+        return not self.terms
+
+
+@dataclass(frozen=True)
+class SymbolBounds:
+    name: str
+    min: int
+    max: int
+
+
+class UnsupportedSize(ValueError):
+    """A size the delegate cannot run; the message names the symbol or the expression."""
+
+
+def symbol_bounds(value: torch.SymInt, symbol: sympy.Symbol) -> SymbolBounds:
+    """The range of `symbol` in `value`'s shape environment; raises UnsupportedSize if unbounded."""
+    shape_env = value.node.shape_env
+    ranges = shape_env.var_to_range.get(symbol) if shape_env is not None else None
+    if ranges is None:
+        raise UnsupportedSize(f"symbol {symbol} has no known range")
+    upper, lower = ranges.upper, ranges.lower
+    if not (upper.is_Integer and upper.is_finite):
+        raise UnsupportedSize(f"symbol {symbol} has no upper bound")
+    if int(upper) > MAX_SYMBOL_BOUND:
+        raise UnsupportedSize(f"symbol {symbol}: upper bound {int(upper)} above {MAX_SYMBOL_BOUND}")
+    # torch.export keeps a backed size >= 2 while tracing (its 0/1 specialization) even for a
+    # Dim(min=1); the traced graph is valid from 1 on, which is what a user exporting min=1 runs.
+    low = int(lower) if lower.is_Integer and lower.is_finite else 1
+    return SymbolBounds(str(symbol), low if low > 2 else 1, int(upper))
+
+
+def affine_size(value: int | torch.SymInt) -> tuple[Affine, list[SymbolBounds]]:
+    """`value` as an Affine and the bounds of the symbols it uses; raises UnsupportedSize."""
+    if isinstance(value, int):
+        return Affine(value, ()), []
+    expr = sympy.expand(value.node.expr)
+    if expr.is_Integer:
+        return Affine(int(expr), ()), []
+    symbols = sorted(expr.free_symbols, key=str)
+    try:
+        poly = sympy.Poly(expr, *symbols)
+    except sympy.PolynomialError as error:
+        raise UnsupportedSize(f"size {expr} is not affine in its symbols") from error
+    if poly.total_degree() > 1:
+        raise UnsupportedSize(f"size {expr} is not affine in its symbols")
+    terms = []
+    for symbol in symbols:
+        coeff = poly.coeff_monomial(symbol)
+        if not coeff.is_Integer or int(coeff) < 0:
+            raise UnsupportedSize(f"size {expr}: coefficient {coeff} of {symbol}")
+        terms.append((str(symbol), int(coeff)))
+    offset = poly.coeff_monomial(1)
+    if not offset.is_Integer:
+        raise UnsupportedSize(f"size {expr} has a non-integer offset")
+    bounds = [symbol_bounds(value, symbol) for symbol in symbols]
+    return Affine(int(offset), tuple(terms)), bounds
+
+
+def value_at(size: Affine, values: dict[str, int]) -> int:
+    """`size` with each symbol at `values[name]`."""
+    return size.offset + sum(coeff * values[name] for name, coeff in size.terms)
+
+
+def evaluate(size: Affine, bounds: dict[str, SymbolBounds], *, upper: bool) -> int:
+    """`size` with every symbol at its upper (or lower) bound: its largest (smallest) value."""
+    return value_at(size, {name: b.max if upper else b.min for name, b in bounds.items()})
+
+
+def check_value(value: object) -> str | None:
+    """None when every size in `value` (a tensor, a SymInt, nested lists) can run, else why not."""
+    try:
+        _walk(value)
+    except UnsupportedSize as error:
+        return str(error)
+    return None
+
+
+def _walk(value: object) -> None:
+    if isinstance(value, torch.Tensor):
+        for dim in value.shape:
+            _walk(dim)
+    elif isinstance(value, torch.SymInt):
+        affine_size(value)
+    elif isinstance(value, (torch.SymFloat, torch.SymBool)):
+        raise UnsupportedSize(f"symbolic {type(value).__name__} {value}")
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            _walk(item)
+
+
+def is_size_node(node: torch.fx.Node) -> bool:
+    """Whether `node` computes a symbolic size (`sym_size.int`, arithmetic on sizes)."""
+    if node.op != "call_function" or not isinstance(node.meta.get("val"), torch.SymInt):
+        return False
+    return node.target in _SIZE_OPS or op_key(node.target) == "aten.sym_size.int"
+
+
+def to_executorch(edge: Any, config: Any = None) -> Any:
+    """`edge.to_executorch(config)` keeping the symbols' ranges as exported.
+
+    to_executorch re-runs each delegate's graph on fake tensors; torch's fake convolution picks a
+    backend with `guard_or_false(batch >= 16)`, which on a backed symbol installs the guard
+    `batch < 16` and narrows the range to [.., 15]: the program's buffers are then planned one
+    short of the exported bound. With the guards suppressed, they are planned for the bound.
+    """
+    shape_envs = {
+        id(env): env
+        for node in edge.exported_program().graph.nodes
+        if node.op == "placeholder"
+        for env in _shape_envs(node.meta.get("val"))
+    }
+    with contextlib.ExitStack() as stack:
+        for env in shape_envs.values():
+            stack.enter_context(env.suppress_guards())
+        return edge.to_executorch(config) if config is not None else edge.to_executorch()
+
+
+def _shape_envs(value: object) -> Iterator[Any]:
+    if isinstance(value, torch.Tensor):
+        for dim in value.shape:
+            if isinstance(dim, torch.SymInt) and dim.node.shape_env is not None:
+                yield dim.node.shape_env

@@ -1,0 +1,197 @@
+"""Issue 20's benchmark: programs exported with bounded dynamic dimensions, one `.pte` per path
+serving every size, on the CPU delegate vs XNNPACK (which lowers the same dynamic program) vs
+eager. A Llama-style decoder (tools/bench/zoo_sequence.py) with a dynamic sequence length at
+1, 16, 128 and 512 tokens, and a small CNN with a dynamic batch at 1 and 8: one table per size,
+ratios against XNNPACK, measured interleaved in one run (the shared harness).
+
+Under each table, the first call at a new size, reported separately (our delegate compiles a
+graph for it, its re-planning cost; XNNPACK reshapes its runtime): a fresh module called at
+another size first (so its own initialization is not counted), then timed on its first and second
+call at the table's size.
+
+    ./bazelw run //tools/bench:dynamic_shape_bench -- [--only llama/seq128] [--repeats 10]
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from tools.bench import harness
+from tools.bench.zoo_sequence import LlamaLike
+
+OURS = "cpu delegate"
+XNNPACK = "xnnpack"
+EAGER = "eager"
+SEQUENCE_LENGTHS = (1, 16, 128, 512)
+BATCHES = (1, 8)
+MAX_TOKENS = 512
+MAX_BATCH = 16
+VOCAB = 256
+
+_KEEP: list[bytes] = []  # the runtime does not own a program's buffer
+_PTE: dict[tuple[str, str], bytes] = {}  # (model, path) -> the one .pte of every size
+_FIRST_CALL: dict[str, dict[str, dict[str, float]]] = {}  # bench -> path -> figures
+
+
+class SmallCnn(torch.nn.Module):
+    """Two convolutions (one strided), ReLU, max pooling, flatten, a linear, on 3x32x32 images."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 32, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(32, 64, 3, stride=2, padding=1)
+        self.fc = torch.nn.Linear(64 * 8 * 8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv1(x))
+        y = torch.max_pool2d(torch.relu(self.conv2(y)), 2)
+        return self.fc(y.flatten(1))
+
+
+def _model(model: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], dict[int, Any]]:
+    """The eval model, an export example and its dynamic dimension."""
+    torch.manual_seed(0)
+    if model == "llama":
+        net = LlamaLike(vocab=VOCAB, dim=128, depth=2, heads=4, hidden=256, max_tokens=MAX_TOKENS)
+        example = (torch.randint(0, VOCAB, (1, 8)),)
+        return net.eval(), example, {1: torch.export.Dim("tokens", min=1, max=MAX_TOKENS)}
+    if model == "cnn":
+        example = (torch.randn(2, 3, 32, 32),)
+        return SmallCnn().eval(), example, {0: torch.export.Dim("batch", min=1, max=MAX_BATCH)}
+    raise ValueError(f"unknown model {model!r}")
+
+
+def inputs_at(model: str, size: int) -> tuple[torch.Tensor, ...]:
+    generator = torch.Generator().manual_seed(size)
+    if model == "llama":
+        return (torch.randint(0, VOCAB, (1, size), generator=generator),)
+    return (torch.randn(size, 3, 32, 32, generator=generator),)
+
+
+def lower(model: str, path: str) -> bytes:
+    """The model's one `.pte` for `path`, lowered once per process; fully delegated for ours."""
+    key = (model, path)
+    if key in _PTE:
+        return _PTE[key]
+    from executorch.exir import to_edge_transform_and_lower
+
+    from backends.cpu import symbolic_dims
+
+    net, example, shapes = _model(model)
+    exported = torch.export.export(net, example, dynamic_shapes=(shapes,))
+    if path == OURS:
+        from backends.cpu.partition.cpu_partitioner import CpuPartitioner
+
+        partitioner = CpuPartitioner()
+        edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
+        if partitioner.report.left_out:
+            raise RuntimeError(f"{model}: left out of the CPU delegate: {partitioner.report}")
+    elif path == XNNPACK:
+        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+
+        edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
+    else:
+        raise ValueError(f"unknown path {path!r}")
+    _PTE[key] = bytes(symbolic_dims.to_executorch(edge).buffer)
+    _KEEP.append(_PTE[key])
+    return _PTE[key]
+
+
+def _load(model: str, path: str) -> Any:
+    from executorch.extension.pybindings import portable_lib
+
+    from backends.cpu.runtime import loader
+
+    pte = lower(model, path)
+    loader.load_cpu_backend()
+    return portable_lib._load_for_executorch_from_buffer(pte)
+
+
+def first_call_ms(model: str, path: str, size: int, other: int) -> dict[str, float]:
+    """A fresh module called at `other` first, then its first and second call at `size`."""
+    module = _load(model, path)
+    module.forward(list(inputs_at(model, other)))
+    args = list(inputs_at(model, size))
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        module.forward(args)
+        times.append((time.perf_counter() - start) * 1e3)
+    return {"first_ms": times[0], "second_ms": times[1]}
+
+
+def make_program(model: str, path: str, size: int) -> harness.Runner:
+    module = _load(model, path)
+    args = list(inputs_at(model, size))
+    module.forward(args)
+    return lambda: module.forward(args)
+
+
+def make_eager(model: str, size: int) -> harness.Runner:
+    net, _, _ = _model(model)
+    args = inputs_at(model, size)
+
+    def run() -> object:
+        with torch.no_grad():
+            return net(*args)
+
+    return run
+
+
+def _sizes() -> list[tuple[str, str, int]]:
+    return [("llama", "seq", n) for n in SEQUENCE_LENGTHS] + [("cnn", "batch", b) for b in BATCHES]
+
+
+def _name(model: str, unit: str, size: int) -> str:
+    return f"{model}/{unit}{size}"
+
+
+def benchmarks() -> list[harness.Benchmark]:
+    out = []
+    for model, unit, size in _sizes():
+        kwargs = {"model": model, "size": size}
+        bound = MAX_TOKENS if model == "llama" else MAX_BATCH
+        out.append(
+            harness.Benchmark(
+                name=_name(model, unit, size),
+                baseline=XNNPACK,
+                variants=[
+                    harness.Variant(OURS, make_program, {**kwargs, "path": OURS}),
+                    harness.Variant(XNNPACK, make_program, {**kwargs, "path": XNNPACK}),
+                    harness.Variant(EAGER, make_eager, kwargs),
+                ],
+                notes=f"one .pte for {unit} 1..{bound}, run at {size}; "
+                f"torch threads {torch.get_num_threads()}",
+            )
+        )
+    return out
+
+
+def summary(result: harness.BenchmarkResult) -> str:
+    """The first call at the table's size, per path (not one of the timed calls)."""
+    model, unit, size = next(entry for entry in _sizes() if _name(*entry) == result.name)
+    rest = f"{unit} {size}"
+    other = 2 if size != 2 else 3
+    figures = {path: first_call_ms(model, path, size, other) for path in (OURS, XNNPACK)}
+    result.details["first_call_at_new_size"] = figures
+    lines = [f"  first call at {rest} after a call at {other} (fresh module):"]
+    for path, f in figures.items():
+        lines.append(
+            f"    {path:<14} first {f['first_ms']:9.2f} ms, second {f['second_ms']:9.2f} ms"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = harness.build_parser(__doc__ or "")
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    return harness.run_main(args, benchmarks, after_each=summary)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
