@@ -359,3 +359,19 @@ def test_quantize_ptq_lowers_an_int8_program_fully_delegated_with_its_sqnr(
     # Against the quantized model within one output step; the quantization error is the SQNR.
     assert document["check"]["sqnr_db"] > 20.0, document["check"]
     assert "SQNR against the float model" in text
+
+
+def test_quantize_qat_lowers_the_folded_qat_program_fully_delegated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, report = tmp_path / "resnet_qat.pte", tmp_path / "report.json"
+    args = ["--example", "resnet", "--size", "small", "--quantize", "qat", "--runs", "0", "-q"]
+    code = cli.main([*args, "-o", str(out), "--json", str(report)])
+    text = capsys.readouterr().out
+    assert code == ExitCode.OK, text
+    document = json.loads(report.read_text())
+    assert document["delegation"]["not_delegated"] == {}, document["delegation"]
+    # FuseQATConvBN left each conv a per-channel output quantize, fused into the int8 conv.
+    assert any("quantize_per_channel" in op for op in document["delegation"]["delegated"])
+    assert document["check"]["sqnr_db"] > 10.0, document["check"]
+    assert "QAT" in document["source"], document["source"]

@@ -38,6 +38,7 @@ def define_common_targets():
             "//backends/cpu:quantization",
             "//backends/cpu/partition:cpu_partitioner",
             "//backends/cpu/runtime:loader",
+            "//backends/transforms:program_constants",
             "//tools/bench:harness",
         ],
     )
