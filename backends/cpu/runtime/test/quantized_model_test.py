@@ -132,6 +132,19 @@ class _Int16(nn.Module):
         return torch.relu(y)
 
 
+class _Int32Activation(nn.Module):
+    """int32 is taken only as a constant conv bias (QAT); an int32 activation is another scheme."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = torch.ops.quantized_decomposed.quantize_per_tensor(
+            x, 0.001, 0, -(2**31), 2**31 - 1, torch.int32
+        )
+        y = torch.ops.quantized_decomposed.dequantize_per_tensor(
+            q, 0.001, 0, -(2**31), 2**31 - 1, torch.int32
+        )
+        return torch.relu(y)
+
+
 class _PerChannelActivation(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         scales, zeros = torch.full((4,), 0.02), torch.zeros(4, dtype=torch.int64)
@@ -145,7 +158,11 @@ class _PerChannelActivation(nn.Module):
 
 @pytest.mark.parametrize(
     ("module", "detail"),
-    [(_Int16(), "torch.int16"), (_PerChannelActivation(), "quantize_per_channel")],
+    [
+        (_Int16(), "torch.int16"),
+        (_Int32Activation(), "int32 dequantize of a computed tensor"),
+        (_PerChannelActivation(), "per-channel quantize of an activation"),
+    ],
 )
 def test_unsupported_schemes_are_left_out_with_the_reason(module: nn.Module, detail: str) -> None:
     import torchao.quantization.pt2e  # noqa: F401  (registers quantized_decomposed ops)
