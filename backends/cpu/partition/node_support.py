@@ -87,10 +87,13 @@ def check_node(node: torch.fx.Node) -> LeftOutNode | None:
         why = quant_route.check_args(node) if quant_route.check_args is not None else None
         if why is not None:
             return leave_out(LeaveOutReason.QUANTIZED, why)
-        if "per_channel" in op_name and isinstance(node.args[1], torch.fx.Node):
-            # Per-channel scales may be float64 (ExecuTorch's quantize_per_channel requires
-            # double); preprocess fuses the quantize and hands the dequantize float32 scales.
-            float64_ok = node.args[1].name
+        # A QAT conv output's per-channel scales may be float64 (ExecuTorch's quantize_per_channel
+        # requires double); preprocess fuses the quantize and hands its dequantize float32
+        # scales. A constant weight's float64 scales stay out (DTYPE).
+        source, scales = node.args[0], node.args[1]
+        computed = isinstance(source, torch.fx.Node) and source.op != "placeholder"
+        if "per_channel" in op_name and computed and isinstance(scales, torch.fx.Node):
+            float64_ok = scales.name
     for where, value in values:
         if any(t.dtype in _QUANTIZED_DTYPES for t in _tensors(value)):
             return leave_out(LeaveOutReason.QUANTIZED, f"quantized tensor {where}")
