@@ -13,13 +13,23 @@ as it is, with the reason in the report, and runs op by op inside the delegate):
 - the input dequantize is per-tensor int8/uint8 with static parameters;
 - the weight is a constant int8 tensor dequantized per output channel (axis 0) or per tensor, with
   zero points 0 (symmetric) and float32 scales;
-- the bias is absent or a float32 constant;
+- the bias is absent, a float32 constant, or a constant int32 tensor dequantized per tensor or per
+  output channel (the QAT flow's bias, `FuseQATConvBN`'s folded batch norm): the op gets the
+  float32 values that dequantize computes, b x scale, which is how oneDNN 3 applies a bias (after
+  the scales, in the output's float domain);
 - a 2D, non-transposed convolution (or a linear with a 2D input);
-- the result (and the activation's) has one reader; the quantize is per-tensor int8/uint8.
+- the result (and the activation's) has one reader; the quantize is per-tensor int8/uint8, or (a
+  convolution without activation, as `FuseQATConvBN` leaves it) per output channel (axis 1).
+
+A per-channel output grid (S_c, z_c) fits the op's per-tensor one exactly: the op computes
+round(y / S_c) + z_c as round(y') with output scale 1 and zero point 0 when its weight scales are
+divided by S_c and its bias is b_c / S_c + z_c. The dequantize that reads it gets float32 scales
+(ExecuTorch's quantize needed float64; the payload has no float64 and its dequantize takes both).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -28,10 +38,12 @@ from torch.export import ExportedProgram
 from backends.cpu import quantized_ops
 from backends.cpu.routes import op_key
 from backends.transforms.pass_report import PassReport
+from backends.transforms.program_constants import ProgramConstants
 
 _DQ = "quantized_decomposed.dequantize_per_tensor.default"
 _DQ_CHANNEL = "quantized_decomposed.dequantize_per_channel.default"
 _Q = "quantized_decomposed.quantize_per_tensor.default"
+_Q_CHANNEL = "quantized_decomposed.quantize_per_channel.default"
 _CONV = "aten.convolution.default"
 _LINEAR = "aten.linear.default"
 
@@ -111,12 +123,24 @@ def _requantized_activation(
     return bounds, requantize
 
 
+@dataclasses.dataclass(frozen=True)
+class _GroupInputs:
+    """A quantized conv/linear's dequantized operands and what the int8 op gets for them."""
+
+    x_dq: torch.fx.Node
+    w_dq: torch.fx.Node
+    bias: object  # the op's bias argument: None, a constant, or a dequantize
+    weight_scales: torch.Tensor  # float32, one per output channel
+    bias_values: torch.Tensor | None  # float32
+
+
 class FuseQuantizedGroups:
     """Rewrites quantized conv/linear groups into the delegate's int8 ops; see the module doc."""
 
     def __call__(self, program: ExportedProgram) -> PassReport:
         report = PassReport(pass_name=type(self).__name__)
         graph = program.graph
+        self._constants = ProgramConstants(program)
         for node in list(graph.nodes):
             if _key(node) in (_CONV, _LINEAR):
                 why = self._try_fuse(program, node)
@@ -126,9 +150,58 @@ class FuseQuantizedGroups:
                 elif why:
                     report.skip(node.name, why)
         if report.changed:
-            graph.eliminate_dead_code()
+            graph.eliminate_dead_code()  # constants left unused are pruned after the passes
+            self._constants.commit()
             program.graph_module.recompile()
         return report
+
+    def _new_constant(self, hint: str, tensor: torch.Tensor) -> torch.fx.Node:
+        return self._constants.add_lifted_constant(hint, tensor)
+
+    def _weight_scales(
+        self, program: ExportedProgram, w_dq: torch.fx.Node, channels: int
+    ) -> tuple[torch.Tensor | None, str | None]:
+        """(float32 scale per output channel, None) or (None, why the weight does not fit)."""
+        if _key(w_dq) == _DQ_CHANNEL:
+            scales = _constant(program, w_dq.args[1])
+            zeros = _constant(program, w_dq.args[2])
+            if w_dq.args[3] != 0 or scales is None or scales.dtype != torch.float32:
+                return None, "weight scales are not constant float32 per output channel (axis 0)"
+            if zeros is not None and bool(torch.any(zeros != 0)):
+                return None, "weight zero points are not 0 (asymmetric weights)"
+            return scales, None
+        scale, zero_point = w_dq.args[1], w_dq.args[2]
+        if not isinstance(scale, float) or zero_point != 0:
+            return None, "per-tensor weight scale is not a constant with zero point 0"
+        return torch.full((channels,), scale, dtype=torch.float32), None
+
+    def _float_bias(
+        self, program: ExportedProgram, bias: object
+    ) -> tuple[torch.Tensor | None, str | None]:
+        """(the bias as float32 values or None without one, None) or (None, why not)."""
+        if bias is None:
+            return None, None
+        tensor = _constant(program, bias)
+        if tensor is not None:
+            if tensor.dtype != torch.float32:
+                return None, "bias is not a float32 constant"
+            return tensor, None
+        assert isinstance(bias, torch.fx.Node)
+        values = _constant(program, bias.args[0]) if _key(bias) in (_DQ, _DQ_CHANNEL) else None
+        if values is None or values.dtype != torch.int32:
+            return None, "bias is neither a float32 constant nor a dequantized int32 constant"
+        if _key(bias) == _DQ_CHANNEL:
+            scales, zeros = _constant(program, bias.args[1]), _constant(program, bias.args[2])
+            if bias.args[3] != 0 or scales is None or zeros is None:
+                return None, "int32 bias is not dequantized per output channel (axis 0)"
+        elif isinstance(bias.args[1], float) and isinstance(bias.args[2], int):
+            scales = torch.tensor(bias.args[1], dtype=torch.float64)
+            zeros = torch.tensor(bias.args[2])
+        else:
+            return None, "int32 bias scale is not a constant"
+        # What the dequantize computes: (b - z) x scale in double, rounded to float32 once.
+        exact = (values.to(torch.float64) - zeros.to(torch.float64)) * scales.to(torch.float64)
+        return exact.to(torch.float32), None
 
     def _try_fuse(self, program: ExportedProgram, op: torch.fx.Node) -> str | None:
         """None when fused; '' when `op` is not a quantized group at all; else why not."""
@@ -143,23 +216,15 @@ class FuseQuantizedGroups:
         weight = _constant(program, w_dq.args[0])
         if weight is None or weight.dtype != torch.int8:
             return "weight is not a constant int8 tensor"
-        if _key(w_dq) == _DQ_CHANNEL:
-            scales_node = w_dq.args[1]
-            scales = _constant(program, scales_node)
-            zeros = _constant(program, w_dq.args[2])
-            if w_dq.args[3] != 0 or scales is None or scales.dtype != torch.float32:
-                return "weight scales are not constant float32 per output channel (axis 0)"
-            if zeros is not None and bool(torch.any(zeros != 0)):
-                return "weight zero points are not 0 (asymmetric weights)"
-        else:
-            return "per-tensor weight scale (not implemented; per-channel only)"
-        if bias is not None:
-            bias_tensor = _constant(program, bias)
-            if bias_tensor is None or bias_tensor.dtype != torch.float32:
-                return "bias is not a float32 constant (e.g. a dequantized int32 bias)"
+        weight_scales, why = self._weight_scales(program, w_dq, weight.shape[0])
+        if why is not None:
+            return why
+        assert weight_scales is not None
+        bias_values, why = self._float_bias(program, bias)
+        if why is not None:
+            return why
         if is_conv:
-            stride, padding, dilation, transposed, _, groups = op.args[3:9]
-            if transposed or weight.dim() != 4:
+            if op.args[6] or weight.dim() != 4:  # transposed
                 return "not a 2D non-transposed convolution"
         else:
             x_val = x_dq.meta.get("val")
@@ -169,6 +234,9 @@ class FuseQuantizedGroups:
         extra_dead: list[torch.fx.Node] = []
         bounds = (-math.inf, math.inf)
         user = next(iter(tail.users)) if len(tail.users) == 1 else None
+        inputs = _GroupInputs(x_dq, w_dq, bias, weight_scales, bias_values)
+        if is_conv and user is not None and _key(user) == _Q_CHANNEL:
+            return self._fuse_channel_output(program, op, user, inputs)
         activation = _clamp_bounds(user) if user is not None else None
         if user is not None and activation is not None:
             bounds = activation
@@ -190,19 +258,87 @@ class FuseQuantizedGroups:
         if x_dq.args[5] != quantize.args[5]:
             return "input and output quantized dtypes differ"
         qmin, qmax = quantized_ops.QUANTIZED_RANGES[quantize.args[5]]  # type: ignore[index]
+        output = (float(quantize.args[1]), int(quantize.args[2]))  # type: ignore[arg-type]
+        self._replace(
+            program,
+            op,
+            quantize,
+            inputs,
+            output,
+            (qmin, qmax, bounds[0], bounds[1]),
+            (quantize, *reversed(extra_dead), tail),
+        )
+        return None
+
+    def _fuse_channel_output(
+        self,
+        program: ExportedProgram,
+        op: torch.fx.Node,
+        quantize: torch.fx.Node,
+        inputs: _GroupInputs,
+    ) -> str | None:
+        """conv -> quantize_per_channel(axis 1): the grid (S_c, z_c) folded into the weight
+        scales and bias, output scale 1 and zero point 0 (see the module doc)."""
+        scales = _constant(program, quantize.args[1])
+        zeros = _constant(program, quantize.args[2])
+        channels = inputs.weight_scales.numel()
+        if quantize.args[3] != 1 or scales is None or zeros is None:
+            return "per-channel output quantize is not over the channels with constant qparams"
+        if scales.numel() != channels or zeros.numel() != channels:
+            return "per-channel output qparams do not have one value per output channel"
+        if not _quant_dtype_ok(quantize, 6) or inputs.x_dq.args[5] != quantize.args[6]:
+            return "per-channel output quantize is not to the input's dtype over its full range"
+        qmin, qmax = quantized_ops.QUANTIZED_RANGES[quantize.args[6]]  # type: ignore[index]
+        step = scales.to(torch.float64)
+        folded_scales = (inputs.weight_scales.to(torch.float64) / step).to(torch.float32)
+        bias = inputs.bias_values
+        base = bias.to(torch.float64) if bias is not None else 0.0
+        folded_bias = (base / step + zeros.to(torch.float64)).to(torch.float32)
+        for reader in list(quantize.users):  # the matching dequantizes (partitioner-checked)
+            reader_scales = _constant(program, reader.args[1])
+            if reader_scales is not None and reader_scales.dtype == torch.float64:
+                name = f"{reader.name}_scales"
+                reader.update_arg(1, self._new_constant(name, reader_scales.to(torch.float32)))
+        self._replace(
+            program,
+            op,
+            quantize,
+            dataclasses.replace(inputs, weight_scales=folded_scales, bias_values=folded_bias),
+            (1.0, 0),
+            (qmin, qmax, -math.inf, math.inf),
+            (quantize,),
+        )
+        return None
+
+    def _replace(
+        self,
+        program: ExportedProgram,
+        op: torch.fx.Node,
+        quantize: torch.fx.Node,
+        inputs: _GroupInputs,
+        output: tuple[float, int],
+        ranges: tuple[int, int, float, float],
+        dead_tail: tuple[torch.fx.Node, ...],
+    ) -> None:
+        """Puts the int8 op in place of `op` ... `quantize` and erases the group."""
+        x_dq, w_dq, bias = inputs.x_dq, inputs.w_dq, inputs.bias
+        qmin, qmax, output_min, output_max = ranges
         common = (
             float(x_dq.args[1]),  # type: ignore[arg-type]
             int(x_dq.args[2]),  # type: ignore[arg-type]
-            float(quantize.args[1]),  # type: ignore[arg-type]
-            int(quantize.args[2]),  # type: ignore[arg-type]
+            output[0],
+            output[1],
             qmin,
             qmax,
-            bounds[0],
-            bounds[1],
+            output_min,
+            output_max,
         )
-        operands = (x_dq.args[0], w_dq.args[0], w_dq.args[1], bias)
+        scales_node = self._scales_node(program, w_dq, inputs.weight_scales, op.name)
+        bias_node = self._bias_node(program, bias, inputs.bias_values, op.name)
+        operands = (x_dq.args[0], w_dq.args[0], scales_node, bias_node)
         with program.graph.inserting_before(quantize):
-            if is_conv:
+            if _key(op) == _CONV:
+                stride, padding, dilation, _, _, groups = op.args[3:9]
                 fused = program.graph.call_function(
                     quantized_ops.CONV2D,
                     (*operands, list(stride), list(padding), list(dilation), groups, *common),  # type: ignore[arg-type]
@@ -212,8 +348,30 @@ class FuseQuantizedGroups:
         fused.meta = dict(op.meta)
         fused.meta["val"] = quantize.meta["val"]
         quantize.replace_all_uses_with(fused)
-        chain = (quantize, *reversed(extra_dead), tail, op, x_dq, w_dq)
+        chain = (*dead_tail, op, x_dq, w_dq)
+        if isinstance(bias, torch.fx.Node) and bias is not bias_node:
+            chain = (*chain, bias)
         for dead in dict.fromkeys(chain):  # consumers first
             if not dead.users:
                 program.graph.erase_node(dead)
-        return None
+
+    def _scales_node(
+        self, program: ExportedProgram, w_dq: torch.fx.Node, scales: torch.Tensor, name: str
+    ) -> torch.fx.Node:
+        """The weight dequantize's own scales when `scales` are those, else a new constant."""
+        existing = w_dq.args[1]
+        current = _constant(program, existing)
+        if current is not None and current is scales:
+            assert isinstance(existing, torch.fx.Node)
+            return existing
+        return self._new_constant(f"{name}_weight_scales", scales.contiguous())
+
+    def _bias_node(
+        self, program: ExportedProgram, bias: object, values: torch.Tensor | None, name: str
+    ) -> torch.fx.Node | None:
+        """The float32 bias constant itself, or a new one holding `values`."""
+        if values is None:
+            return None
+        if isinstance(bias, torch.fx.Node) and _constant(program, bias) is values:
+            return bias
+        return self._new_constant(f"{name}_bias", values.contiguous())

@@ -86,26 +86,75 @@ def _float32_only(node: torch.fx.Node) -> str | None:
     return None
 
 
+_INT32_RANGE = (-(2**31), 2**31 - 1)
+_CONVOLUTION = "aten.convolution.default"
+
+
+def _is_constant_input(node: object) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "placeholder"
+
+
 def _quantization_scheme(node: torch.fx.Node) -> str | None:
     # quantize/dequantize with static per-tensor (or, for constant weights, per-channel) qparams
     # into int8/uint8 over its full range: what ExecuTorch's quantized kernels and our int8
-    # kernels run. int16 or narrowed ranges are other schemes, left out.
+    # kernels run. int16 or narrowed ranges are other schemes, left out. Two QAT forms are taken
+    # too (FuseQATConvBN's output): a constant int32 conv bias, and a convolution's output
+    # quantized per channel.
     dtype = node.args[-1] if len(node.args) >= 6 else None
+    low, high = node.args[-3], node.args[-2]
+    name = (op_key(node.target) or "..").split(".")[1]  # e.g. "quantize_per_tensor"
+    if dtype == torch.int32 and name.startswith("dequantize"):
+        if not _is_constant_input(node.args[0]):
+            return "int32 dequantize of a computed tensor (only a constant conv bias)"
+        if (low, high) != _INT32_RANGE:
+            return f"int32 range [{low}, {high}] narrower than int32"
+        return None
     if dtype not in quantized_ops.QUANTIZED_RANGES:
         return f"quantized dtype {dtype} (the delegate runs int8 and uint8)"
-    low, high = node.args[-3], node.args[-2]
     full_low, full_high = quantized_ops.QUANTIZED_RANGES[dtype]  # type: ignore[index]
     if not (isinstance(low, int) and isinstance(high, int) and full_low <= low < high <= full_high):
         return f"quantized range [{low}, {high}] outside {dtype}"
-    name = (op_key(node.target) or "..").split(".")[1]  # e.g. "quantize_per_tensor"
     float_side = node.args[0] if name.startswith("quantize") else node
     value = float_side.meta.get("val") if isinstance(float_side, torch.fx.Node) else None
     if getattr(value, "dtype", None) != torch.float32:
         return f"float side of dtype {getattr(value, 'dtype', None)} (float32 only)"
-    if "per_channel" in name:
-        weight = node.args[0]
-        if not (isinstance(weight, torch.fx.Node) and weight.op == "placeholder"):
-            return "per-channel dequantize of a computed tensor (only constant weights)"
+    if name == "quantize_per_channel":
+        return _conv_output_quantize(node)
+    if name == "dequantize_per_channel" and not _is_constant_input(node.args[0]):
+        source = node.args[0]
+        if not (
+            isinstance(source, torch.fx.Node)
+            and op_key(source.target) == "quantized_decomposed.quantize_per_channel.default"
+            and tuple(source.args[1:]) == tuple(node.args[1:])
+            and _conv_output_quantize(source) is None
+        ):
+            return (
+                "per-channel dequantize of a computed tensor (only constant weights and a "
+                "convolution's per-channel output)"
+            )
+    return None
+
+
+def _conv_output_quantize(quantize: torch.fx.Node) -> str | None:
+    # A per-channel quantize of an activation is taken only as FuseQATConvBN leaves it: a
+    # quantized convolution's output over its channels (axis 1), constant qparams, read only by
+    # the matching dequantize. Preprocess fuses it into the int8 convolution.
+    conv, scales, zero_points, axis = quantize.args[:4]
+    is_conv = isinstance(conv, torch.fx.Node) and op_key(conv.target) == _CONVOLUTION
+    dequantized = is_conv and all(
+        isinstance(a, torch.fx.Node) and "dequantize" in str(op_key(a.target))
+        for a in conv.args[:2]  # type: ignore[union-attr]
+    )
+    if axis != 1 or not dequantized:
+        return "per-channel quantize of an activation (only a quantized convolution's output)"
+    if not (_is_constant_input(scales) and _is_constant_input(zero_points)):
+        return "per-channel quantize with computed scales or zero points"
+    dequantize = "quantized_decomposed.dequantize_per_channel.default"
+    if not quantize.users or any(
+        op_key(u.target) != dequantize or tuple(u.args[1:]) != tuple(quantize.args[1:])
+        for u in quantize.users
+    ):
+        return "per-channel quantize not read only by its matching dequantize"
     return None
 
 
@@ -313,6 +362,11 @@ _ROUTE_LIST: tuple[Route, ...] = (
     _r(
         "quantized_decomposed.dequantize_per_channel.default",
         "quantized_decomposed::dequantize_per_channel.out",
+        check_args=_quantization_scheme,
+    ),
+    _r(
+        "quantized_decomposed.quantize_per_channel.default",
+        "quantized_decomposed::quantize_per_channel.out",
         check_args=_quantization_scheme,
     ),
     # The delegate's int8 ops (quantized_ops.py), written only by preprocess: oneDNN int8.

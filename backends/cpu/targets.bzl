@@ -31,6 +31,10 @@ def define_common_targets():
         name = "quantization",
         srcs = ["quantization.py"],
         visibility = ["//visibility:public"],
+        deps = [
+            "//backends/transforms:fuse_qat_conv_bn",
+            "//backends/transforms:qat_conv_output_quantizer",
+        ],
     )
 
     runtime.python_library(
@@ -40,6 +44,7 @@ def define_common_targets():
             ":quantized_ops",
             ":routes",
             "//backends/transforms:pass_report",
+            "//backends/transforms:program_constants",
         ],
         visibility = ["//visibility:public"],
     )

@@ -1,5 +1,6 @@
 """Issue 18's benchmark: PT2E int8 programs on the CPU delegate (oneDNN int8 kernels) vs XNNPACK
-int8, with XNNPACK fp32 and our fp32 beside them, on the ResNet-18-, MobileNetV2-shaped and MLP-BN
+int8, with our int8 on a 2-thread OpenMP team ("cpu int8 omp2"), XNNPACK fp32 and our fp32 beside
+them, on the ResNet-18-, MobileNetV2-shaped and MLP-BN
 examples (`tools/lower/examples.py`, full size by default). One run, interleaved; ratios are against
 XNNPACK int8 (so "cpu int8" at or below 1.0x is the issue's target); peak memory per variant in a
 fresh process. Quantization: `backends.cpu.quantization.quantize_ptq` (XNNPACK's symmetric
@@ -23,6 +24,9 @@ from tools.bench import harness
 
 BASELINE = "xnnpack int8"
 CPU_INT8 = "cpu int8"
+# The same program with its int8 kernels on an OpenMP team of 2 (ET_CPU_ONEDNN_INT8_THREADS, read
+# when the delegate binds them): whether a team beats one thread on this machine, side by side.
+CPU_INT8_OMP2 = "cpu int8 omp2"
 XNNPACK_FP32 = "xnnpack fp32"
 CPU_FP32 = "cpu fp32"
 MODELS = ("resnet", "mobilenet", "mlp_bn")
@@ -30,6 +34,7 @@ CALIBRATION_SAMPLES = 4
 _SIZE = ["full"]  # --size rewrites it before the benchmarks are built
 _LEFT_OUT: dict[str, dict[str, int]] = {}  # benchmark name -> "op (reason)" -> count
 _KEEP: list[bytes] = []  # the runtime does not own a loaded program's bytes
+_INT8_THREADS = "ET_CPU_ONEDNN_INT8_THREADS"
 
 
 def lower(model: str, size: str, variant: str) -> tuple[bytes, tuple[torch.Tensor, ...]]:
@@ -68,12 +73,21 @@ def make_program(model: str, size: str, variant: str) -> harness.Runner:
 
     from backends.cpu.runtime import loader
 
-    pte, inputs = lower(model, size, variant)
+    omp2 = variant == CPU_INT8_OMP2
+    pte, inputs = lower(model, size, CPU_INT8 if omp2 else variant)
     _KEEP.append(pte)
     os.environ.setdefault(loader.ENV_LIBRARY, loader.load_cpu_backend())
     module = portable_lib._load_for_executorch_from_buffer(pte)
     args = list(inputs)
-    module.forward(args)
+    saved = os.environ.get(_INT8_THREADS)
+    os.environ[_INT8_THREADS] = "2" if omp2 else (saved or "1")
+    try:
+        module.forward(args)  # the delegate's init binds the int8 kernels here
+    finally:
+        if saved is None:
+            del os.environ[_INT8_THREADS]
+        else:
+            os.environ[_INT8_THREADS] = saved
     return lambda: module.forward(args)
 
 
@@ -88,7 +102,7 @@ def benchmarks() -> list[harness.Benchmark]:
                 baseline=BASELINE,
                 variants=[
                     harness.Variant(name, make_program, {**kwargs, "variant": name})
-                    for name in (CPU_INT8, BASELINE, XNNPACK_FP32, CPU_FP32)
+                    for name in (CPU_INT8, CPU_INT8_OMP2, BASELINE, XNNPACK_FP32, CPU_FP32)
                 ],
                 notes=f"PT2E int8 (XNNPACK quantizer, per-channel), {CALIBRATION_SAMPLES} "
                 f"calibration samples; torch threads {torch.get_num_threads()}",

@@ -394,3 +394,19 @@ def test_check_sizes_runs_a_bounded_dynamic_pt2_at_sizes_within_its_bounds(
     assert [s["input_shapes"][0][0] for s in sizes] == [1, 9, 4, 6]
     assert all(s["ok"] for s in sizes)
     assert "sizes within the dynamic bounds (4 checked, one .pte)" in text
+
+
+def test_quantize_qat_lowers_the_folded_qat_program_fully_delegated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, report = tmp_path / "resnet_qat.pte", tmp_path / "report.json"
+    args = ["--example", "resnet", "--size", "small", "--quantize", "qat", "--runs", "0", "-q"]
+    code = cli.main([*args, "-o", str(out), "--json", str(report)])
+    text = capsys.readouterr().out
+    assert code == ExitCode.OK, text
+    document = json.loads(report.read_text())
+    assert document["delegation"]["not_delegated"] == {}, document["delegation"]
+    # FuseQATConvBN left each conv a per-channel output quantize, fused into the int8 conv.
+    assert any("quantize_per_channel" in op for op in document["delegation"]["delegated"])
+    assert document["check"]["sqnr_db"] > 10.0, document["check"]
+    assert "QAT" in document["source"], document["source"]

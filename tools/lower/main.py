@@ -33,12 +33,15 @@ profile (--profile):
   (ETRecord) for executorch.devtools.Inspector, and NAME.profile.svg, a bar chart per op and per
   op kind. On the CPU delegate an op that fused the ops after it is one row.
 
-quantization (--quantize ptq):
-  The model is quantized to int8 (per-channel symmetric weights, per-tensor activations) with
-  PT2E and XNNPACK's quantizer, calibrated on the sample inputs, then lowered; on the CPU delegate
-  its convolutions and linears run as oneDNN int8 kernels. The check compares against the
-  quantized model in eager PyTorch with atol widened to one step of the output's quantization
-  grid; the report adds the SQNR against the float model.
+quantization (--quantize ptq | qat):
+  ptq: the model is quantized to int8 (per-channel symmetric weights, per-tensor activations)
+  with PT2E and XNNPACK's quantizer, calibrated on the sample inputs, then lowered; on the CPU
+  delegate its convolutions and linears run as oneDNN int8 kernels. qat: every convolution is
+  quantized by the project's QATConvOutputQuantizer (int8 input, weight and output, int32 bias),
+  trained a few steps on the sample inputs to match the float model, converted, and its batch
+  norm folded into the int32 bias by FuseQATConvBN; the rest of the model stays float. The
+  check compares against the quantized model in eager PyTorch with atol widened to one step of
+  the output's quantization grid; the report adds the SQNR against the float model.
 
 inputs:
   A .pt2 is run on the example inputs saved with it (torch.export.save keeps them); without them,
@@ -147,10 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--quantize",
-        choices=("none", "ptq"),
+        choices=("none", "ptq", "qat"),
         default="none",
         help="ptq: quantize to int8 first (PT2E static quantization with XNNPACK's quantizer, "
-        "calibrated on the sample inputs) and lower that; default none",
+        "calibrated on the sample inputs) and lower that; qat: the project's QAT flow "
+        "(QATConvOutputQuantizer, a few training steps on the sample inputs, convert, "
+        "FuseQATConvBN); default none",
     )
     parser.add_argument(
         "--check-sizes",

@@ -48,7 +48,7 @@ class Request:
     # Run with ETDump too; the ETDump, ETRecord and chart go beside the .pte.
     profile: bool = False
     profile_runs: int = 10
-    # "ptq": lower the PT2E int8 version of the model (tools/lower/quantize.py).
+    # "ptq" / "qat": lower the PT2E int8 version of the model (tools/lower/quantize.py).
     quantize: str = "none"
     # Run the .pte at sizes within its dynamic dimensions' bounds (tools/lower/size_check.py).
     check_sizes: bool = False
@@ -118,9 +118,10 @@ def run(request: Request, say: Progress) -> tuple[Report, ExitCode]:
     source, export_s = get_source(request, say)
     float_model = None
     atol = request.atol
-    if request.quantize == "ptq":
-        say("quantizing (PT2E static int8, calibrated on the sample inputs)")
-        source, float_model = quantize.quantize_source(source)
+    if request.quantize in ("ptq", "qat"):
+        how = "calibrated on" if request.quantize == "ptq" else "QAT steps on"
+        say(f"quantizing (PT2E int8, {how} the sample inputs)")
+        source, float_model = quantize.quantize_source(source, request.quantize)
         # The int8 kernels and the quantized reference may round an output one step apart.
         atol = max(atol, 1.001 * (quantize.output_step(source.program) or 0.0))
     expected = run_eager(source.eager, source.inputs)

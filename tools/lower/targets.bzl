@@ -40,6 +40,7 @@ def define_common_targets():
             "//backends/cpu:symbolic_dims",
             "//backends/cpu/partition:cpu_partitioner",
             "//backends/cpu/runtime:loader",
+            "//backends/transforms:program_constants",
             "//tools/bench:harness",
         ],
     )

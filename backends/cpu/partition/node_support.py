@@ -74,6 +74,7 @@ def check_node(node: torch.fx.Node) -> LeftOutNode | None:
 
     inputs = [(arg.name, arg.meta.get("val")) for arg in node.all_input_nodes]
     values = [*inputs, ("output", node.meta.get("val"))]
+    float64_ok = None  # the name of an input allowed to be float64
 
     if _namespace(node.target) in _QUANTIZED_NAMESPACES:
         # Static per-tensor quantize/dequantize (and per-channel dequantize of a constant weight)
@@ -84,6 +85,13 @@ def check_node(node: torch.fx.Node) -> LeftOutNode | None:
         why = quant_route.check_args(node) if quant_route.check_args is not None else None
         if why is not None:
             return leave_out(LeaveOutReason.QUANTIZED, why)
+        # A QAT conv output's per-channel scales may be float64 (ExecuTorch's quantize_per_channel
+        # requires double); preprocess fuses the quantize and hands its dequantize float32
+        # scales. A constant weight's float64 scales stay out (DTYPE).
+        source, scales = node.args[0], node.args[1]
+        computed = isinstance(source, torch.fx.Node) and source.op != "placeholder"
+        if "per_channel" in op_name and computed and isinstance(scales, torch.fx.Node):
+            float64_ok = scales.name
     for where, value in values:
         if any(t.dtype in _QUANTIZED_DTYPES for t in _tensors(value)):
             return leave_out(LeaveOutReason.QUANTIZED, f"quantized tensor {where}")
@@ -104,7 +112,9 @@ def check_node(node: torch.fx.Node) -> LeftOutNode | None:
 
     for where, value in values:
         for tensor in _tensors(value):
-            if tensor.dtype not in SUPPORTED_DTYPES:
+            if tensor.dtype not in SUPPORTED_DTYPES and not (
+                where == float64_ok and tensor.dtype == torch.float64
+            ):
                 return leave_out(LeaveOutReason.DTYPE, f"dtype {tensor.dtype} of {where}")
             if tensor.dim() > 0 and not tensor.is_contiguous():
                 return leave_out(LeaveOutReason.LAYOUT, f"non-contiguous {where}")

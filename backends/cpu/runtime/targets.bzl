@@ -219,12 +219,32 @@ def define_common_targets():
         ],
     )
 
+    runtime.python_library(
+        name = "int8_compare",
+        srcs = ["test/int8_compare.py"],
+    )
+
     # PT2E-quantized models on the int8 ops, and the int8 ops' payload checks.
     runtime.python_test(
         name = "quantized_model_test",
         size = "medium",
         srcs = ["test/quantized_model_test.py"],
         deps = [
+            ":int8_compare",
+            ":loader",
+            "//backends/cpu:quantization",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:graph_reader",
+        ],
+    )
+
+    # The QAT flow (QATConvOutputQuantizer, FuseQATConvBN) fully delegated on the int8 ops.
+    runtime.python_test(
+        name = "qat_model_test",
+        size = "medium",
+        srcs = ["test/qat_model_test.py"],
+        deps = [
+            ":int8_compare",
             ":loader",
             "//backends/cpu:quantization",
             "//backends/cpu/partition:cpu_partitioner",

@@ -9,16 +9,14 @@ from typing import Any
 import pytest
 import torch
 from executorch.exir import to_edge, to_edge_transform_and_lower
-from executorch.extension.pybindings import portable_lib
 from torch import nn
 
 from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.partition.node_support import LeaveOutReason
 from backends.cpu.quantization import quantize_ptq
 from backends.cpu.runtime import loader
+from backends.cpu.runtime.test.int8_compare import assert_within_one_step, load
 from backends.cpu.serialization.graph_reader import cpu_payloads, read_payload
-
-_BUFFERS: list[bytes] = []  # the runtime does not own a program's buffer
 
 
 class SmallCnn(nn.Module):
@@ -43,11 +41,6 @@ class SmallCnn(nn.Module):
         return self.fc(y.mean(dim=(2, 3)))
 
 
-def _load(pte: bytes) -> Any:
-    _BUFFERS.append(pte)
-    return portable_lib._load_for_executorch_from_buffer(pte)
-
-
 @pytest.fixture(scope="module")
 def lowered() -> dict[str, Any]:
     loader.load_cpu_backend()
@@ -61,12 +54,12 @@ def lowered() -> dict[str, Any]:
     partitioner = CpuPartitioner()
     exported = torch.export.export(quantized, samples[0])
     edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
-    delegated = _load(bytes(edge.to_executorch().buffer))
+    delegated = load(bytes(edge.to_executorch().buffer))
     delegated.forward(
         list(samples[0])
     )  # the method, and so the delegate's init, loads on first use
     placement = loader.last_placement()
-    reference = _load(
+    reference = load(
         bytes(to_edge(torch.export.export(quantized, samples[0])).to_executorch().buffer)
     )
     return {
@@ -103,21 +96,13 @@ def test_outputs_match_the_undelegated_quantized_program(lowered: dict[str, Any]
     """Same quantized program on ExecuTorch's portable kernels: the int8 kernels accumulate exactly
     and scale in float where the portable path sums dequantized floats, so an output may differ by
     one quantization step; at least 99.9% must be equal (Done-when of issue 18)."""
-    scale = lowered["output_scale"]
     generator = torch.Generator().manual_seed(1)
-    equal = total = 0
-    worst = 0.0
-    for _ in range(20):
-        x = torch.randn(1, 3, 32, 32, generator=generator)
-        got = lowered["delegated"].forward([x])[0]
-        want = lowered["reference"].forward([x])[0]
-        steps = ((got - want).abs() / scale).round()
-        worst = max(worst, float(steps.max()))
-        equal += int((steps == 0).sum())
-        total += steps.numel()
-    print(f"against portable: {equal}/{total} outputs equal, at most {worst:.0f} step apart")
-    assert worst <= 1, f"outputs differ by {worst} quantization steps"
-    assert equal >= 0.999 * total, f"{equal}/{total} outputs equal"
+    assert_within_one_step(
+        lowered["delegated"],
+        lowered["reference"],
+        lambda: torch.randn(1, 3, 32, 32, generator=generator),
+        lowered["output_scale"],
+    )
 
 
 def test_sqnr_against_eager_float(lowered: dict[str, Any]) -> None:
@@ -147,6 +132,19 @@ class _Int16(nn.Module):
         return torch.relu(y)
 
 
+class _Int32Activation(nn.Module):
+    """int32 is taken only as a constant conv bias (QAT); an int32 activation is another scheme."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q = torch.ops.quantized_decomposed.quantize_per_tensor(
+            x, 0.001, 0, -(2**31), 2**31 - 1, torch.int32
+        )
+        y = torch.ops.quantized_decomposed.dequantize_per_tensor(
+            q, 0.001, 0, -(2**31), 2**31 - 1, torch.int32
+        )
+        return torch.relu(y)
+
+
 class _PerChannelActivation(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         scales, zeros = torch.full((4,), 0.02), torch.zeros(4, dtype=torch.int64)
@@ -160,7 +158,11 @@ class _PerChannelActivation(nn.Module):
 
 @pytest.mark.parametrize(
     ("module", "detail"),
-    [(_Int16(), "torch.int16"), (_PerChannelActivation(), "quantize_per_channel")],
+    [
+        (_Int16(), "torch.int16"),
+        (_Int32Activation(), "int32 dequantize of a computed tensor"),
+        (_PerChannelActivation(), "per-channel quantize of an activation"),
+    ],
 )
 def test_unsupported_schemes_are_left_out_with_the_reason(module: nn.Module, detail: str) -> None:
     import torchao.quantization.pt2e  # noqa: F401  (registers quantized_decomposed ops)

@@ -22,6 +22,7 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -902,6 +903,49 @@ class OnednnSession final : public ProviderSession {
   std::vector<OnednnKernel*> kernels_;  // owned by the graph, which outlives the session's use
   size_t chained_ = 0;
   size_t blocks_ = 0;
+};
+
+// An int8 convolution / linear (quantized_kernels.cc) taking part in the layout chaining: finalize
+// binds it again with its int8 input / output NHWC where only int8 convolutions touch them, so
+// the reorders between oneDNN's NHWC int8 kernels and NCHW buffers go away.
+class QuantizedChainKernel final : public OnednnKernel {
+ public:
+  QuantizedChainKernel(const OpBinding& op, std::unique_ptr<BoundKernel> kernel)
+      : args_(op.args.begin(), op.args.end()), kernel_name_(op.kernel), op_(op),
+        kernel_(std::move(kernel)) {
+    op_.args = Span<EValue*>(args_.data(), args_.size());
+    op_.kernel = kernel_name_.c_str();
+    op_.decline_reason = nullptr;
+    op_.fused_steps = nullptr;
+    op_.session = nullptr;
+    input_ = &args_[0]->toTensor();
+    output_ = &args_[args_.size() - 2]->toTensor();
+  }
+  Error run(KernelRuntimeContext& context) override { return kernel_->run(context); }
+  void prepare(onednn::Provider&, const InChannelsLast& channels_last) override {
+    std::string reason;
+    std::unique_ptr<BoundKernel> fresh;
+    if (bind_quantized(op_, &fresh, &reason, channels_last(impl_of(input_)),
+                       channels_last(impl_of(output_))) != Error::Ok) {
+      throw std::runtime_error("int8 kernel: " + reason);
+    }
+    kernel_ = std::move(fresh);
+  }
+  std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
+    if (quantized_output_chainable(kernel_name_)) return {};
+    return {impl_of(input_)};  // the linear reads its 2-D input plain
+  }
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return quantized_output_chainable(kernel_name_) ? impl_of(output_) : nullptr;
+  }
+
+ private:
+  std::vector<EValue*> args_;
+  std::string kernel_name_;
+  OpBinding op_;
+  std::unique_ptr<BoundKernel> kernel_;
+  const Tensor* input_ = nullptr;
+  const Tensor* output_ = nullptr;
 };
 
 bool parse_conv(Span<EValue*> args, const bool* constant, ConvRecipe* recipe,
@@ -1896,7 +1940,13 @@ class OnednnKernelProvider final : public KernelProvider {
       try {
         OnednnSession& provider = *session;
         if (is_onednn_quantized_kernel(kernel)) {
-          error = bind_quantized(op, out, &decline.reason);
+          std::unique_ptr<BoundKernel> plain;
+          error = bind_quantized(op, &plain, &decline.reason);
+          if (error == Error::Ok) {
+            auto kernel = std::make_unique<QuantizedChainKernel>(op, std::move(plain));
+            provider.add(kernel.get());
+            *out = std::move(kernel);
+          }
         } else if (kernel == "aten::convolution.out") {
           error = bind_conv(op, provider, out, &decline, &fused);
         } else if (kernel == "aten::linear.out" || kernel == "aten::addmm.out") {

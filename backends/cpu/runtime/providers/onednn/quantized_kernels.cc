@@ -219,7 +219,8 @@ class QuantizedKernel final : public BoundKernel {
   int32_t scalars_i_[2] = {0, 0};
 };
 
-Error bind_conv(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason) {
+Error bind_conv(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason,
+                bool input_channels_last, bool output_channels_last) {
   const Tensor& input = op.args[0]->toTensor();
   const Tensor& weight = op.args[1]->toTensor();
   const Tensor& output = op.args[op.args.size() - 2]->toTensor();
@@ -241,8 +242,11 @@ Error bind_conv(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::str
   // oneDNN counts dilation from 0 (torch from 1).
   memory::dims strides{stride[0], stride[1]}, pads{padding[0], padding[1]},
       dilations{dilation[0] - 1, dilation[1] - 1};
-  memory::desc user_src(src_dims, act, memory::format_tag::nchw);
-  memory::desc user_dst(dst_dims, act, memory::format_tag::nchw);
+  // oneDNN's int8 convolutions run on NHWC: a chained buffer already is, so no reorder.
+  memory::desc user_src(src_dims, act,
+                        input_channels_last ? memory::format_tag::nhwc : memory::format_tag::nchw);
+  memory::desc user_dst(dst_dims, act,
+                        output_channels_last ? memory::format_tag::nhwc : memory::format_tag::nchw);
   memory::desc user_w(user_w_dims, memory::data_type::s8, w_tag);
   const bool has_bias = op.args[3]->isTensor();
   auto make_pd = [&](const dnnl::engine& engine, const dnnl::primitive_attr& attr) {
@@ -300,7 +304,10 @@ bool is_onednn_quantized_kernel(const std::string& kernel) {
   return kernel == kConv || kernel == kLinear;
 }
 
-Error bind_quantized(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason) {
+bool quantized_output_chainable(const std::string& kernel) { return kernel == kConv; }
+
+Error bind_quantized(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason,
+                     bool input_channels_last, bool output_channels_last) {
   const std::string kernel = op.kernel;
   const size_t first = kernel == kConv ? 8 : 4;
   const Quantization q = read_quantization(op, first);
@@ -312,7 +319,9 @@ Error bind_quantized(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std
   }
   // oneDNN sizes a primitive's parallel split when it is created: create it with the team it runs on.
   OmpThreads threads(int8_threads());
-  return kernel == kConv ? bind_conv(op, out, reason) : bind_linear(op, out, reason);
+  return kernel == kConv
+             ? bind_conv(op, out, reason, input_channels_last, output_channels_last)
+             : bind_linear(op, out, reason);
 }
 
 }  // namespace cpu

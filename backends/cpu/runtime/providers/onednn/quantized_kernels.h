@@ -19,8 +19,14 @@ bool is_onednn_quantized_kernel(const std::string& kernel);
 
 // Binds `op` (its arguments already checked by quantized_op_check.cc). Error::NotSupported with
 // *reason when oneDNN cannot take it; oneDNN errors are returned as NotSupported too.
+// `input_channels_last` / `output_channels_last`: a convolution's int8 input / output buffer holds
+// NHWC data (the session's layout chaining, onednn_kernel_provider.cc), not NCHW.
 executorch::runtime::Error bind_quantized(const OpBinding& op, std::unique_ptr<BoundKernel>* out,
-                                          std::string* reason);
+                                          std::string* reason, bool input_channels_last = false,
+                                          bool output_channels_last = false);
+
+// Whether `kernel`'s output can be kept channels-last (the int8 convolution's).
+bool quantized_output_chainable(const std::string& kernel);
 
 }  // namespace cpu
 }  // namespace et_cpu_plugin
