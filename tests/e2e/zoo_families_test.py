@@ -58,12 +58,20 @@ _FAMILY_FOLDED = {
     },
 }
 
-# Activation kernels (and the speech head's log-softmax) each family must run on the Optimized
-# provider (none may fall back).
+# Activation kernels (the speech head's log-softmax, the sequence families' mask guard,
+# reductions and embedding) each family must run on the Optimized provider (none may fall back).
 _FAMILY_ACTIVATIONS = {
     "mobilenet_v3": ("aten::hardswish.out", "aten::hardsigmoid.out", "aten::relu.out"),
     "efficientnet": ("aten::silu.out", "aten::sigmoid.out"),
     "speech_conv1d": ("aten::_log_softmax.out",),
+    "llama": (
+        "aten::embedding.out",
+        "aten::eq.Scalar_out",
+        "aten::logical_not.out",
+        "aten::any.out",
+        "aten::where.self_out",
+    ),
+    "text_cnn": ("aten::embedding.out", "aten::amax.out", "aten::argmax.out"),
 }
 
 # The runtime does not own a loaded program's bytes: keep each one alive for the session.

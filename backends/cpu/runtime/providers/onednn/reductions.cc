@@ -1,0 +1,109 @@
+// Reductions over adjacent dims on our own loops (see reductions.h).
+#include "backends/cpu/runtime/providers/onednn/reductions.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace et_cpu_plugin {
+namespace onednn {
+
+ReductionShape ReductionShape::over(const std::vector<int64_t>& sizes, std::vector<int64_t> dims,
+                                    std::string* error) {
+  ReductionShape shape;
+  const int64_t rank = static_cast<int64_t>(sizes.size());
+  if (dims.empty()) {
+    for (int64_t d = 0; d < rank; ++d) dims.push_back(d);
+  }
+  for (int64_t& d : dims) {
+    if (d < -std::max<int64_t>(rank, 1) || d >= std::max<int64_t>(rank, 1)) {
+      *error = "reduction dim " + std::to_string(d) + " out of range for rank " +
+               std::to_string(rank);
+      return shape;
+    }
+    if (d < 0) d += std::max<int64_t>(rank, 1);
+  }
+  std::sort(dims.begin(), dims.end());
+  for (size_t i = 1; i < dims.size(); ++i) {
+    if (dims[i] != dims[i - 1] + 1) {
+      *error = "reduction dims must be distinct and adjacent";
+      return shape;
+    }
+  }
+  if (rank == 0) return shape;  // a 0-dim tensor: one element, reduced to itself
+  for (int64_t d = 0; d < rank; ++d) {
+    if (d < dims.front()) {
+      shape.outer *= sizes[d];
+    } else if (d <= dims.back()) {
+      shape.extent *= sizes[d];
+    } else {
+      shape.inner *= sizes[d];
+    }
+  }
+  if (shape.extent == 0 && shape.outputs() > 0) {
+    *error = "reduction over an empty dim has no identity here";
+  }
+  return shape;
+}
+
+void reduce_max(const ReductionShape& s, bool minimum, const float* x, float* out) {
+  for (int64_t o = 0; o < s.outer; ++o) {
+    const float* block = x + o * s.extent * s.inner;
+    float* row = out + o * s.inner;
+    std::memcpy(row, block, sizeof(float) * static_cast<size_t>(s.inner));
+    for (int64_t k = 1; k < s.extent; ++k) {
+      const float* slice = block + k * s.inner;
+      for (int64_t i = 0; i < s.inner; ++i) {
+        const float v = slice[i];
+        // NaN wins and stays: a NaN in `row` compares false, one in `v` replaces it.
+        const bool take = minimum ? (v < row[i]) : (v > row[i]);
+        if (take || std::isnan(v)) row[i] = std::isnan(row[i]) ? row[i] : v;
+      }
+    }
+  }
+}
+
+void reduce_argmax(const ReductionShape& s, bool minimum, const float* x, int64_t* out) {
+  for (int64_t o = 0; o < s.outer; ++o) {
+    for (int64_t i = 0; i < s.inner; ++i) {
+      const float* p = x + o * s.extent * s.inner + i;
+      int64_t best = 0;
+      float value = p[0];
+      if (!std::isnan(value)) {
+        for (int64_t k = 1; k < s.extent; ++k) {
+          const float v = p[k * s.inner];
+          if (std::isnan(v)) {
+            best = k;
+            break;
+          }
+          if (minimum ? (v < value) : (v > value)) {
+            value = v;
+            best = k;
+          }
+        }
+      }
+      out[o * s.inner + i] = best;
+    }
+  }
+}
+
+void reduce_any(const ReductionShape& s, const bool* x, bool* out) {
+  const uint8_t* in = reinterpret_cast<const uint8_t*>(x);
+  for (int64_t o = 0; o < s.outer; ++o) {
+    const uint8_t* block = in + o * s.extent * s.inner;
+    bool* row = out + o * s.inner;
+    if (s.inner == 1) {  // the attention guard: one row of scores per output
+      uint8_t seen = 0;
+      for (int64_t k = 0; k < s.extent; ++k) seen |= block[k];
+      row[0] = seen != 0;
+      continue;
+    }
+    for (int64_t i = 0; i < s.inner; ++i) row[i] = false;
+    for (int64_t k = 0; k < s.extent; ++k) {
+      for (int64_t i = 0; i < s.inner; ++i) row[i] = row[i] || block[k * s.inner + i] != 0;
+    }
+  }
+}
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin
