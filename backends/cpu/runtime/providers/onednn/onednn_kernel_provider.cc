@@ -791,7 +791,13 @@ class PermuteKernel final : public OnednnKernel {
 
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
     plan_ = std::make_unique<onednn::PermutePlan>(provider.prepare_permute(
-        perm_, session_layout(channels_last, input_), onednn::Layout::plain(dims_of(*output_))));
+        perm_, session_layout(channels_last, input_), session_layout(channels_last, output_)));
+  }
+  // Its output may stay channels-last for convolutions that read it: the text CNN's NLC
+  // embedding transposed to NCL is then a contiguous copy, not a transpose (rank 3-5: the
+  // layouts oneDNN's convolutions have).
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return output_->dim() >= 3 && output_->dim() <= 5 ? impl_of(output_) : nullptr;
   }
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
   std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
@@ -835,7 +841,8 @@ class OnednnSession final : public ProviderSession {
            "), isa " + provider_->isa() + "; our own kernels: " +
            std::to_string(count_implementation("row_gemm")) + " row_gemm, " +
            std::to_string(count_implementation("channel_binary")) + " channel_binary, " +
-           std::to_string(count_implementation("permute")) + " permute";
+           std::to_string(count_implementation("permute")) + " permute (" +
+           std::to_string(count_implementation("permute:runs")) + " as contiguous runs)";
   }
   onednn::Provider& provider() { return *provider_; }
   void add(OnednnKernel* kernel) { kernels_.push_back(kernel); }

@@ -93,8 +93,14 @@ void reduce_any(const ReductionShape& s, const bool* x, bool* out) {
     const uint8_t* block = in + o * s.extent * s.inner;
     bool* row = out + o * s.inner;
     if (s.inner == 1) {  // the attention guard: one row of scores per output
-      uint8_t seen = 0;
-      for (int64_t k = 0; k < s.extent; ++k) seen |= block[k];
+      uint64_t seen = 0;  // eight bools at a time
+      int64_t k = 0;
+      for (; k + 8 <= s.extent; k += 8) {
+        uint64_t word;
+        std::memcpy(&word, block + k, 8);
+        seen |= word;
+      }
+      for (; k < s.extent; ++k) seen |= block[k];
       row[0] = seen != 0;
       continue;
     }
