@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
+
+#include "backends/cpu/runtime/providers/onednn/vector_math.h"
 
 namespace et_cpu_plugin {
 namespace onednn {
@@ -46,7 +49,56 @@ ReductionShape ReductionShape::over(const std::vector<int64_t>& sizes, std::vect
   return shape;
 }
 
+namespace {
+
+// max / min of `count` floats ignoring NaN, and whether one was seen (the caller returns NaN).
+float row_max_loops(const float* p, int64_t count, bool minimum, bool* nan) {
+  float best = p[0];
+  bool seen = p[0] != p[0];
+  for (int64_t k = 1; k < count; ++k) {
+    const float v = p[k];
+    seen |= v != v;
+    best = minimum ? (v < best ? v : best) : (v > best ? v : best);
+  }
+  *nan = seen;
+  return best;
+}
+
+// The same on 16 lanes: GCC 12 keeps the loop above scalar at -O2 (6.5 ns per element measured,
+// slower than ExecuTorch's kernel).
+ET_AVX512 float row_max16(const float* p, int64_t count, bool minimum, bool* nan) {
+  __m512 best = _mm512_set1_ps(p[0]);
+  __mmask16 unordered = 0;
+  int64_t k = 0;
+  for (; k + 16 <= count; k += 16) {
+    const __m512 v = _mm512_loadu_ps(p + k);
+    unordered |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    best = minimum ? _mm512_min_ps(best, v) : _mm512_max_ps(best, v);
+  }
+  if (k < count) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (count - k)) - 1u);
+    const __m512 v = _mm512_mask_loadu_ps(best, tail, p + k);  // unused lanes keep `best`
+    unordered |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    best = minimum ? _mm512_min_ps(best, v) : _mm512_max_ps(best, v);
+  }
+  *nan = unordered != 0;
+  return minimum ? _mm512_reduce_min_ps(best) : _mm512_reduce_max_ps(best);
+}
+
+}  // namespace
+
 void reduce_max(const ReductionShape& s, bool minimum, const float* x, float* out) {
+  if (s.inner == 1) {  // max over time, a row at a time: contiguous
+    const bool vector = cpu_has_avx512();
+    for (int64_t o = 0; o < s.outer; ++o) {
+      bool nan = false;
+      const float* row = x + o * s.extent;
+      const float best = vector ? row_max16(row, s.extent, minimum, &nan)
+                                : row_max_loops(row, s.extent, minimum, &nan);
+      out[o] = nan ? std::numeric_limits<float>::quiet_NaN() : best;
+    }
+    return;
+  }
   for (int64_t o = 0; o < s.outer; ++o) {
     const float* block = x + o * s.extent * s.inner;
     float* row = out + o * s.inner;
