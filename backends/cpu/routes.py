@@ -275,17 +275,19 @@ _ROUTE_LIST: tuple[Route, ...] = (
     # Optimized over all spatial dims (global average pooling), Reference otherwise.
     _r("aten.mean.dim", "aten::mean.out", provider=_OPT),
     _r("aten.sum.dim_IntList", "aten::sum.IntList_out"),
-    _r("aten.amax.default", "aten::amax.out"),
-    _r("aten.amin.default", "aten::amin.out"),
-    _r("aten.argmax.default", "aten::argmax.out"),
-    _r("aten.argmin.default", "aten::argmin.out"),
+    # amax / amin / argmax / argmin: Optimized (our own loops) on float32 over adjacent dims.
+    _r("aten.amax.default", "aten::amax.out", provider=_OPT),
+    _r("aten.amin.default", "aten::amin.out", provider=_OPT),
+    _r("aten.argmax.default", "aten::argmax.out", provider=_OPT),
+    _r("aten.argmin.default", "aten::argmin.out", provider=_OPT),
     _r("aten.max.dim", "aten::max.dim_max"),
     _r("aten.min.dim", "aten::min.dim_min"),
     _r("aten.var.correction", "aten::var.correction_out"),
-    # Boolean reductions (attention masks: SDPA guards fully masked rows with any).
-    _r("aten.any.dim", "aten::any.out"),
-    _r("aten.any.dims", "aten::any.dims_out"),
-    _r("aten.any.default", "aten::any.all_out"),
+    # Boolean reductions (attention masks: SDPA guards fully masked rows with any). Optimized on
+    # bool over adjacent dims.
+    _r("aten.any.dim", "aten::any.out", provider=_OPT),
+    _r("aten.any.dims", "aten::any.dims_out", provider=_OPT),
+    _r("aten.any.default", "aten::any.all_out", provider=_OPT),
     _r("aten.cumsum.default", "aten::cumsum.out"),
     # Shape and layout (Edge uses the *_copy forms).
     _r("aten.view_copy.default", "aten::view_copy.out"),
@@ -327,13 +329,14 @@ _ROUTE_LIST: tuple[Route, ...] = (
     _r("aten.index_put.default", "aten::index_put.out", flags=_OPTIONAL_LISTS),
     _r("aten.gather.default", "aten::gather.out"),
     # Token embeddings: rows of the table gathered by int64 ids (the kernel checks the ids).
-    _r("aten.embedding.default", "aten::embedding.out"),
+    # Optimized for a float32 table and int64 / int32 ids.
+    _r("aten.embedding.default", "aten::embedding.out", provider=_OPT),
     _r("aten.index_select.default", "aten::index_select.out"),
     _r("aten.masked_fill.Scalar", "aten::masked_fill.Scalar_out"),
-    _r("aten.where.self", "aten::where.self_out"),
+    _r("aten.where.self", "aten::where.self_out", provider=_OPT),  # bool, float32: Optimized
     _r("aten.logical_and.default", "aten::logical_and.out"),
     _r("aten.logical_or.default", "aten::logical_or.out"),
-    _r("aten.logical_not.default", "aten::logical_not.out"),
+    _r("aten.logical_not.default", "aten::logical_not.out", provider=_OPT),  # bool: Optimized
     _r("aten.logical_xor.default", "aten::logical_xor.out"),
     *(
         _r(f"aten.bitwise_{kind}.{variant}", f"aten::bitwise_{kind}.{variant}_out")
@@ -341,8 +344,13 @@ _ROUTE_LIST: tuple[Route, ...] = (
         for variant in ("Tensor", "Scalar")
     ),
     _r("aten.bitwise_not.default", "aten::bitwise_not.out"),
+    # Comparisons with a number: Optimized for float32 (our own loops), Reference otherwise.
     *(
-        _r(f"aten.{cmp}.{kind}", f"aten::{cmp}.{kind}_out")
+        _r(
+            f"aten.{cmp}.{kind}",
+            f"aten::{cmp}.{kind}_out",
+            provider=_OPT if kind == "Scalar" else Provider.REFERENCE,
+        )
         for cmp in ("eq", "ne", "lt", "le", "gt", "ge")
         for kind in ("Tensor", "Scalar")
     ),

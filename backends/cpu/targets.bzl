@@ -63,6 +63,7 @@ def define_common_targets():
             ":profiling_events",
             ":quantized_fusion",
             "//backends/cpu/serialization:graph_writer",
+            "//backends/transforms:fold_constant_subgraphs",
             "//backends/transforms:fuse_batch_norm_with_conv",
             "//backends/transforms:fuse_batch_norm_with_linear",
             "//backends/transforms:pass_report",

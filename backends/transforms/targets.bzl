@@ -54,6 +54,16 @@ def define_common_targets():
     )
 
     runtime.python_library(
+        name = "fold_constant_subgraphs",
+        srcs = ["fold_constant_subgraphs.py"],
+        deps = [
+            ":pass_report",
+            ":program_constants",
+        ],
+        visibility = ["//visibility:public"],
+    )
+
+    runtime.python_library(
         name = "remove_identity_copies",
         srcs = ["remove_identity_copies.py"],
         deps = [":pass_report"],

@@ -46,12 +46,32 @@ _FAMILY_ROUTES = {
     "text_cnn": {"aten.embedding.default", "aten.amax.default", "aten.argmax.default"},
 }
 
-# Activation kernels (and the speech head's log-softmax) each family must run on the Optimized
-# provider (none may fall back).
+# Input-independent ops preprocess computes once (FoldConstantSubgraphsPass): SDPA's causal mask and
+# the zeros of its guard must not reach the payload.
+_FAMILY_FOLDED = {
+    "llama": {
+        "aten.arange.start_step",
+        "aten.full.default",
+        "aten.full_like.default",
+        "aten.le.Scalar",
+        "aten.logical_and.default",
+    },
+}
+
+# Activation kernels (the speech head's log-softmax, the sequence families' mask guard,
+# reductions and embedding) each family must run on the Optimized provider (none may fall back).
 _FAMILY_ACTIVATIONS = {
     "mobilenet_v3": ("aten::hardswish.out", "aten::hardsigmoid.out", "aten::relu.out"),
     "efficientnet": ("aten::silu.out", "aten::sigmoid.out"),
     "speech_conv1d": ("aten::_log_softmax.out",),
+    "llama": (
+        "aten::embedding.out",
+        "aten::eq.Scalar_out",
+        "aten::logical_not.out",
+        "aten::any.out",
+        "aten::where.self_out",
+    ),
+    "text_cnn": ("aten::embedding.out", "aten::amax.out", "aten::argmax.out"),
 }
 
 # The runtime does not own a loaded program's bytes: keep each one alive for the session.
@@ -83,6 +103,7 @@ def test_zoo_family_is_delegated_whole_and_matches_eager(family: str) -> None:
     graph = read_payload(payload)
     routes = set(graph.routes())
     assert _FAMILY_ROUTES[family] <= routes, _FAMILY_ROUTES[family] - routes
+    assert not _FAMILY_FOLDED.get(family, set()) & routes, _FAMILY_FOLDED[family] & routes
     if family == "unet":  # ConvTranspose2d: convolution.out with transposed=True (argument 6)
         convolutions = [op for op in graph.ops if op.route == "aten.convolution.default"]
         assert any(op.args[6].value is True for op in convolutions)

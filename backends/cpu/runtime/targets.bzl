@@ -311,6 +311,13 @@ def define_common_targets():
         deps = [":provider_compare"],
     )
 
+    # Attention-mask ops, reductions and embedding on the Optimized provider's own loops.
+    runtime.python_test(
+        name = "sequence_ops_provider_test",
+        srcs = ["test/sequence_ops_provider_test.py"],
+        deps = [":provider_compare"],
+    )
+
     # Elementwise math (pow, rsqrt, exp, scalar arithmetic) on the Optimized provider.
     runtime.python_test(
         name = "elementwise_math_test",

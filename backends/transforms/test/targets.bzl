@@ -30,6 +30,16 @@ def define_common_targets():
     )
 
     runtime.python_test(
+        name = "fold_constant_subgraphs_test",
+        srcs = ["fold_constant_subgraphs_test.py"],
+        deps = [
+            "//backends/transforms:fold_constant_subgraphs",
+            "//backends/transforms:program_checks",
+            ":bn_test_util",
+        ],
+    )
+
+    runtime.python_test(
         name = "remove_identity_copies_test",
         srcs = ["remove_identity_copies_test.py"],
         deps = [

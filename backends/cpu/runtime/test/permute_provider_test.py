@@ -6,7 +6,7 @@ A permutation moves values without arithmetic: outputs must equal eager's exactl
 
 import torch
 
-from backends.cpu.runtime.test.provider_compare import placed, run_both
+from backends.cpu.runtime.test.provider_compare import assert_close_scaled, placed, run_both
 
 
 class Permute(torch.nn.Module):
@@ -92,3 +92,32 @@ def test_integer_permute_stays_on_the_reference_kernel() -> None:
     assert torch.equal(out_opt[0], model(x))
     lines = placed(placement, "aten::permute_copy.out", "Reference (declined")
     assert lines and "float32" in lines[0], placement
+
+
+class TokensToBranches(torch.nn.Module):
+    """The text CNN's start: token features (N, L, C) transposed to (N, C, L) for Conv1d
+    branches of several widths (only convolutions read the transposed tensor)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.branches = torch.nn.ModuleList(
+            torch.nn.Conv1d(16, 8, width, padding=width // 2) for width in (3, 4, 5)
+        )
+
+    def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        x = (tokens + 1.0).transpose(1, 2)
+        return tuple(torch.relu(branch(x)) for branch in self.branches)
+
+
+def test_a_transpose_only_convolutions_read_becomes_a_copy_into_channels_last() -> None:
+    torch.manual_seed(4)
+    tokens = torch.randn(2, 30, 16)
+    model = TokensToBranches().eval()
+    out_opt, out_ref, placement = run_both(model, (tokens,))
+    for got, ref, want in zip(out_opt, out_ref, model(tokens), strict=True):
+        assert_close_scaled(got, want)
+        assert_close_scaled(got, ref)
+    assert placed(placement, "aten::permute_copy.out", "Optimized"), placement
+    # (N, L, C) into (N, C, L) kept channels-last is the same bytes: one contiguous run per image.
+    (summary,) = [line for line in placement if line.startswith("Optimized(oneDNN): ")]
+    assert "1 permute (1 as contiguous runs)" in summary, summary

@@ -32,7 +32,10 @@
 
 #include "backends/cpu/runtime/error_report.h"
 #include "backends/cpu/runtime/kernel_provider.h"
+#include "backends/cpu/runtime/providers/onednn/embedding.h"
+#include "backends/cpu/runtime/providers/onednn/mask_ops.h"
 #include "backends/cpu/runtime/providers/onednn/quantized_kernels.h"
+#include "backends/cpu/runtime/providers/onednn/reductions.h"
 #include "backends/cpu/runtime/providers/onednn/onednn_provider.h"
 
 namespace et_cpu_plugin {
@@ -789,7 +792,13 @@ class PermuteKernel final : public OnednnKernel {
 
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
     plan_ = std::make_unique<onednn::PermutePlan>(provider.prepare_permute(
-        perm_, session_layout(channels_last, input_), onednn::Layout::plain(dims_of(*output_))));
+        perm_, session_layout(channels_last, input_), session_layout(channels_last, output_)));
+  }
+  // Its output may stay channels-last for convolutions that read it: the text CNN's NLC
+  // embedding transposed to NCL is then a contiguous copy, not a transpose (rank 3-5: the
+  // layouts oneDNN's convolutions have).
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return output_->dim() >= 3 && output_->dim() <= 5 ? impl_of(output_) : nullptr;
   }
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
   std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
@@ -833,7 +842,8 @@ class OnednnSession final : public ProviderSession {
            "), isa " + provider_->isa() + "; our own kernels: " +
            std::to_string(count_implementation("row_gemm")) + " row_gemm, " +
            std::to_string(count_implementation("channel_binary")) + " channel_binary, " +
-           std::to_string(count_implementation("permute")) + " permute";
+           std::to_string(count_implementation("permute")) + " permute (" +
+           std::to_string(count_implementation("permute:runs")) + " as contiguous runs)";
   }
   onednn::Provider& provider() { return *provider_; }
   void add(OnednnKernel* kernel) { kernels_.push_back(kernel); }
@@ -1920,6 +1930,251 @@ Error bind_cat(const OpBinding& op, OnednnSession& session, std::unique_ptr<Boun
                           session, out);
 }
 
+// An op on our own loops (mask_ops.h, reductions.h, embedding.h): nothing to prepare, every
+// tensor it reads plain; `body` runs it and returns an error for bad data (embedding ids).
+class LoopKernel final : public OnednnKernel {
+ public:
+  using Body = std::function<Error()>;
+  LoopKernel(std::string what, std::vector<const Tensor*> reads, Body body)
+      : what_(std::move(what)), reads_(std::move(reads)), body_(std::move(body)) {}
+
+  void prepare(onednn::Provider&, const InChannelsLast&) override {}
+  std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
+    std::vector<const executorch::aten::TensorImpl*> reads;
+    for (const Tensor* t : reads_) reads.push_back(impl_of(t));
+    return reads;
+  }
+  std::string implementation() const override { return "loops:" + what_; }
+  Error run(KernelRuntimeContext&) override { return body_(); }
+
+ private:
+  std::string what_;
+  std::vector<const Tensor*> reads_;
+  Body body_;
+};
+
+Error bind_loop(OnednnSession& session, std::unique_ptr<BoundKernel>* out, std::string what,
+                std::vector<const Tensor*> reads, LoopKernel::Body body) {
+  return bind_prepared(std::make_unique<LoopKernel>(std::move(what), std::move(reads),
+                                                    std::move(body)),
+                       session, out);
+}
+
+bool has_dtype(const Tensor* tensor, ScalarType dtype) {
+  return tensor != nullptr && tensor->scalar_type() == dtype;
+}
+
+// The out tensor: the last argument of the out-variant schema (the runtime appends one more
+// slot, for the kernel wrapper's result, after it).
+Tensor* out_arg(const OpBinding& op) {
+  if (op.args.size() < 2) return nullptr;
+  EValue* out = op.args[op.args.size() - 2];
+  return out->isTensor() ? &out->toTensor() : nullptr;
+}
+
+// The number of schema arguments, outs included (without the runtime's result slot).
+size_t schema_args(const OpBinding& op) { return op.args.empty() ? 0 : op.args.size() - 1; }
+
+// aten::{eq,ne,lt,le,gt,ge}.Scalar_out (self, other, *, out): float32 self, bool out.
+Error bind_compare_scalar(const OpBinding& op, onednn::Compare compare, OnednnSession& session,
+                          std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  const Tensor* input = tensor_arg(op, 0);
+  Tensor* output = out_arg(op);
+  double scalar = 0.0;
+  if (schema_args(op) != 3 || !is_f32(input) || !has_dtype(output, ScalarType::Bool) ||
+      !scalar_of(op.args[1], &scalar) || output->numel() != input->numel()) {
+    decline->reason = "compare: only float32 self with a number, bool out of the same size";
+    return Error::NotSupported;
+  }
+  // torch compares in the tensor's dtype: the scalar rounded to float first.
+  const float value = static_cast<float>(scalar);
+  return bind_loop(session, out, "compare", {input}, [=] {
+    onednn::compare_scalar(compare, input->const_data_ptr<float>(), value,
+                           output->mutable_data_ptr<bool>(), input->numel());
+    return Error::Ok;
+  });
+}
+
+// aten::logical_not.out (self, *, out): bool to bool.
+Error bind_logical_not(const OpBinding& op, OnednnSession& session,
+                       std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  const Tensor* input = tensor_arg(op, 0);
+  Tensor* output = out_arg(op);
+  if (schema_args(op) != 2 || !has_dtype(input, ScalarType::Bool) ||
+      !has_dtype(output, ScalarType::Bool) || output->numel() != input->numel()) {
+    decline->reason = "logical_not: only bool to bool of the same size";
+    return Error::NotSupported;
+  }
+  return bind_loop(session, out, "logical_not", {input}, [=] {
+    onednn::logical_not(input->const_data_ptr<bool>(), output->mutable_data_ptr<bool>(),
+                        input->numel());
+    return Error::Ok;
+  });
+}
+
+// aten::where.self_out (condition, self, other, *, out): bool condition, float32 operands and
+// out, numpy broadcasting.
+Error bind_where(const OpBinding& op, OnednnSession& session, std::unique_ptr<BoundKernel>* out,
+                 Decline* decline) {
+  const Tensor* condition = tensor_arg(op, 0);
+  const Tensor* a = tensor_arg(op, 1);
+  const Tensor* b = tensor_arg(op, 2);
+  Tensor* output = out_arg(op);
+  if (schema_args(op) != 4 || !has_dtype(condition, ScalarType::Bool) || !is_f32(a) ||
+      !is_f32(b) || !is_f32(output) || output->numel() == 0) {
+    decline->reason = "where: only a bool condition and float32 operands, a non-empty output";
+    return Error::NotSupported;
+  }
+  std::string error;
+  onednn::WherePlan plan = onednn::WherePlan::make(dims_of(*condition), dims_of(*a), dims_of(*b),
+                                                   dims_of(*output), &error);
+  if (!error.empty()) {
+    decline->reason = error;
+    return Error::NotSupported;
+  }
+  return bind_loop(session, out, "where", {condition, a, b}, [=] {
+    plan.run(condition->const_data_ptr<bool>(), a->const_data_ptr<float>(),
+             b->const_data_ptr<float>(), output->mutable_data_ptr<float>());
+    return Error::Ok;
+  });
+}
+
+// The dims a reduction's `dim` argument names: an int, an int list, or None (every dim).
+bool reduction_dims(const EValue* value, std::vector<int64_t>* dims) {
+  dims->clear();
+  if (value->isNone()) return true;
+  if (value->isInt()) {
+    dims->push_back(value->toInt());
+    return true;
+  }
+  if (!value->isIntList()) return false;
+  for (int64_t d : value->toIntList()) dims->push_back(d);
+  return true;
+}
+
+// amax / amin (self, dim[], keepdim, *, out), argmax / argmin (self, dim?, keepdim, *, out),
+// any (self, dim, keepdim, *, out), any.dims (self, dim[]?, keepdim, *, out), any.all_out
+// (self, *, out): over adjacent dims; keepdim does not change the output's bytes.
+enum class Reduction { kMax, kMin, kArgmax, kArgmin, kAny };
+
+Error bind_reduction(const OpBinding& op, Reduction kind, OnednnSession& session,
+                     std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  const Tensor* input = tensor_arg(op, 0);
+  Tensor* output = out_arg(op);
+  const bool any = kind == Reduction::kAny;
+  const bool arg = kind == Reduction::kArgmax || kind == Reduction::kArgmin;
+  const ScalarType in_type = any ? ScalarType::Bool : ScalarType::Float;
+  const ScalarType out_type = any ? ScalarType::Bool : arg ? ScalarType::Long : ScalarType::Float;
+  std::vector<int64_t> dims;
+  const bool dims_ok = schema_args(op) == 2 || (schema_args(op) == 4 &&
+                                                 reduction_dims(op.args[1], &dims));
+  if (!has_dtype(input, in_type) || !has_dtype(output, out_type) || !dims_ok) {
+    decline->reason = any ? "any: only bool to bool" : arg ? "argmax/argmin: only float32 in"
+                                                           : "amax/amin: only float32";
+    return Error::NotSupported;
+  }
+  if (arg && dims.empty() && !op.args[1]->isNone()) {
+    decline->reason = "argmax/argmin: one dim or None";
+    return Error::NotSupported;
+  }
+  std::string error;
+  const onednn::ReductionShape shape =
+      onednn::ReductionShape::over(dims_of(*input), dims, &error);
+  if (error.empty() && output->numel() != shape.outputs()) {
+    error = "reduction: output size differs from the reduced input's";
+  }
+  if (!error.empty()) {
+    decline->reason = error;
+    return Error::NotSupported;
+  }
+  if (any) {
+    return bind_loop(session, out, "any", {input}, [=] {
+      onednn::reduce_any(shape, input->const_data_ptr<bool>(), output->mutable_data_ptr<bool>());
+      return Error::Ok;
+    });
+  }
+  const bool minimum = kind == Reduction::kMin || kind == Reduction::kArgmin;
+  if (arg) {
+    return bind_loop(session, out, "argmax", {input}, [=] {
+      onednn::reduce_argmax(shape, minimum, input->const_data_ptr<float>(),
+                            output->mutable_data_ptr<int64_t>());
+      return Error::Ok;
+    });
+  }
+  return bind_loop(session, out, "amax", {input}, [=] {
+    onednn::reduce_max(shape, minimum, input->const_data_ptr<float>(),
+                       output->mutable_data_ptr<float>());
+    return Error::Ok;
+  });
+}
+
+// aten::embedding.out (weight, indices, padding_idx, scale_grad_by_freq, sparse, *, out):
+// float32 [rows, width] table, int64 or int32 ids of any shape; the other arguments only
+// matter for gradients. Every id is checked against the rows before any is read.
+Error bind_embedding(const OpBinding& op, OnednnSession& session,
+                     std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  const Tensor* table = tensor_arg(op, 0);
+  const Tensor* ids = tensor_arg(op, 1);
+  Tensor* output = out_arg(op);
+  const bool long_ids = has_dtype(ids, ScalarType::Long);
+  if (schema_args(op) != 6 || !is_f32(table) || table->dim() != 2 ||
+      !(long_ids || has_dtype(ids, ScalarType::Int)) || !is_f32(output) ||
+      output->numel() != ids->numel() * table->size(1)) {
+    decline->reason = "embedding: only a float32 [rows, width] table, int64/int32 ids";
+    return Error::NotSupported;
+  }
+  const std::string name = op.op_name != nullptr ? op.op_name : "embedding";
+  const int64_t rows = table->size(0);
+  const int64_t width = table->size(1);
+  return bind_loop(session, out, "embedding", {table, ids}, [=] {
+    const float* data = table->const_data_ptr<float>();
+    float* to = output->mutable_data_ptr<float>();
+    const int64_t count = ids->numel();
+    const int64_t bad =
+        long_ids ? onednn::gather_rows(data, rows, width, ids->const_data_ptr<int64_t>(), count, to)
+                 : onednn::gather_rows(data, rows, width, ids->const_data_ptr<int32_t>(), count,
+                                       to);
+    if (bad < 0) return Error::Ok;
+    const long long id = long_ids ? static_cast<long long>(ids->const_data_ptr<int64_t>()[bad])
+                                  : static_cast<long long>(ids->const_data_ptr<int32_t>()[bad]);
+    return report_error(Error::InvalidArgument,
+                        "CpuBackend: %s: token id %lld at position %lld is outside the "
+                        "embedding table's %lld rows",
+                        printable_text(name.c_str()).c_str(), id, static_cast<long long>(bad),
+                        static_cast<long long>(rows));
+  });
+}
+
+bool compare_of(const std::string& kernel, onednn::Compare* compare) {
+  using C = onednn::Compare;
+  static const std::pair<const char*, C> kKernels[] = {
+      {"aten::eq.Scalar_out", C::kEq}, {"aten::ne.Scalar_out", C::kNe},
+      {"aten::lt.Scalar_out", C::kLt}, {"aten::le.Scalar_out", C::kLe},
+      {"aten::gt.Scalar_out", C::kGt}, {"aten::ge.Scalar_out", C::kGe}};
+  for (const auto& entry : kKernels) {
+    if (kernel == entry.first) {
+      *compare = entry.second;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool reduction_of(const std::string& kernel, Reduction* reduction) {
+  static const std::pair<const char*, Reduction> kKernels[] = {
+      {"aten::amax.out", Reduction::kMax},       {"aten::amin.out", Reduction::kMin},
+      {"aten::argmax.out", Reduction::kArgmax},  {"aten::argmin.out", Reduction::kArgmin},
+      {"aten::any.out", Reduction::kAny},        {"aten::any.dims_out", Reduction::kAny},
+      {"aten::any.all_out", Reduction::kAny}};
+  for (const auto& entry : kKernels) {
+    if (kernel == entry.first) {
+      *reduction = entry.second;
+      return true;
+    }
+  }
+  return false;
+}
+
 class OnednnKernelProvider final : public KernelProvider {
  public:
   const char* name() const override { return "Optimized(oneDNN)"; }
@@ -1934,6 +2189,8 @@ class OnednnKernelProvider final : public KernelProvider {
     Error error = Error::NotSupported;
     auto* session = static_cast<OnednnSession*>(op.session);
     const std::string kernel = op.kernel;
+    onednn::Compare compare = onednn::Compare::kEq;
+    Reduction reduction = Reduction::kAny;
     if (session == nullptr) {
       decline.reason = "no provider session";
     } else {
@@ -1983,6 +2240,16 @@ class OnednnKernelProvider final : public KernelProvider {
           error = bind_binary(op, onednn::BinaryOp::kMul, "mul", provider, out, &decline);
         } else if (kernel == "aten::div.out") {
           error = bind_binary(op, onednn::BinaryOp::kDiv, "div", provider, out, &decline);
+        } else if (compare_of(kernel, &compare)) {
+          error = bind_compare_scalar(op, compare, provider, out, &decline);
+        } else if (kernel == "aten::logical_not.out") {
+          error = bind_logical_not(op, provider, out, &decline);
+        } else if (kernel == "aten::where.self_out") {
+          error = bind_where(op, provider, out, &decline);
+        } else if (reduction_of(kernel, &reduction)) {
+          error = bind_reduction(op, reduction, provider, out, &decline);
+        } else if (kernel == "aten::embedding.out") {
+          error = bind_embedding(op, provider, out, &decline);
         } else {
           decline.reason = "no oneDNN kernel for " + kernel;
         }

@@ -3,6 +3,7 @@
 // element by element ("simple:any"); a permutation of contiguous tensors is either a copy of
 // contiguous runs (the innermost dim stays innermost) or a 2-D transpose repeated over the other
 // dims, and both stream at memory speed with a loop that knows which one it is.
+#include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/runtime/providers/onednn/onednn_internal.h"
@@ -170,19 +171,29 @@ PermutePlan Provider::prepare_permute(const std::vector<int64_t>& perm, const La
                                       const Layout& output) {
   const Support support = supports_permute(perm, input.dims(), output.dims());
   if (!support.ok) throw ProviderError("prepare_permute: " + support.reason);
-  if (!output.is_plain()) throw ProviderError("prepare_permute: the output must be plain");
   const memory::desc& md = input.impl().md;
-  if (md.get_inner_nblks() != 0) {
-    throw ProviderError("prepare_permute: blocked input layout " + input.describe());
+  const memory::desc& out_md = output.impl().md;
+  if (md.get_inner_nblks() != 0 || out_md.get_inner_nblks() != 0) {
+    throw ProviderError("prepare_permute: blocked layout " + input.describe() + " -> " +
+                        output.describe());
   }
   const memory::dims in_strides = md.get_strides();
+  const memory::dims out_strides = out_md.get_strides();
   auto impl = std::make_shared<PermutePlan::Impl>();
   impl->state = state_;
+  // The loops walk the output in its memory order (plain: its dims in order; channels-last, for
+  // a convolution reading it: channels innermost), where it is dense.
+  std::vector<size_t> order(perm.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return out_strides[a] > out_strides[b]; });
+  std::vector<int64_t> dims(perm.size());
   std::vector<int64_t> strides(perm.size());
-  for (size_t k = 0; k < perm.size(); ++k) {
-    strides[k] = in_strides[static_cast<size_t>(perm[k])];
+  for (size_t k = 0; k < order.size(); ++k) {
+    dims[k] = output.dims()[order[k]];
+    strides[k] = in_strides[static_cast<size_t>(perm[order[k]])];
   }
-  impl->loops = coalesce(output.dims(), strides);
+  impl->loops = coalesce(dims, strides);
   CopyLoops& loops = impl->loops;
   const size_t rank = loops.dims.size();
   impl->out_strides.assign(rank, 1);

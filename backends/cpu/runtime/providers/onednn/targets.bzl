@@ -64,9 +64,15 @@ def define_common_targets():
     runtime.cxx_library(
         name = "onednn_kernel_provider",
         srcs = [
+            "embedding.cc",
+            "embedding.h",
+            "mask_ops.cc",
+            "mask_ops.h",
             "onednn_kernel_provider.cc",
             "quantized_kernels.cc",
             "quantized_kernels.h",
+            "reductions.cc",
+            "reductions.h",
         ],
         copts = [
             "-std=c++17",
