@@ -187,6 +187,13 @@ class FoldConstantSubgraphsPass:
         op = _overload(node.target)
         if op is None or not _is_foldable_op(op):
             return None
+        expected = node.meta.get("val")
+        if isinstance(expected, torch.Tensor) and not all(
+            isinstance(size, int) for size in expected.shape
+        ):
+            # A symbolic size (a bounded dynamic dimension): the value differs call to call.
+            report.skip(node.name, "symbolic shape")
+            return None
         metadata_only = op._schema.name in _METADATA_ONLY
         arguments = list(_flatten((node.args, node.kwargs)))
         if not metadata_only and not all(arg in values for arg in arguments):
@@ -206,7 +213,6 @@ class FoldConstantSubgraphsPass:
         except Exception as exc:  # an op that will not run eagerly here stays in the graph
             report.skip(node.name, f"not evaluated: {type(exc).__name__}: {exc}")
             return None
-        expected = node.meta.get("val")
         if (
             not isinstance(result, torch.Tensor)
             or not isinstance(expected, torch.Tensor)

@@ -81,3 +81,24 @@ def test_nothing_input_independent_reports_unchanged() -> None:
     ep = to_edge_program(_InputOnly().eval(), inputs)
     report = FoldConstantSubgraphsPass()(ep)
     assert not report.changed and report.folded == 0 and not report.added_constants
+
+
+def test_ops_of_a_bounded_dynamic_size_stay_computed() -> None:
+    """With a dynamic sequence length the mask and the full_like guard have symbolic shapes:
+    their values change call to call, so nothing of them may become a constant."""
+    from executorch.exir import to_edge
+
+    seq = torch.export.Dim("seq", min=2, max=16)
+    inputs = tuple(torch.randn(1, 2, 6, 4) for _ in range(3))
+    shapes = tuple({2: seq} for _ in inputs)
+    exported = torch.export.export(_CausalAttention().eval(), inputs, dynamic_shapes=shapes)
+    ep = to_edge(exported).exported_program()
+    full_likes = _count(ep, "full_like")
+    assert full_likes > 0
+    report = FoldConstantSubgraphsPass()(ep)
+    check_program_consistency(ep)
+    assert _count(ep, "full_like") == full_likes
+    assert "symbolic shape" in {s.reason for s in report.skipped}
+    for length in (3, 11):
+        sized = tuple(torch.randn(1, 2, length, 4) for _ in range(3))
+        torch.testing.assert_close(ep.module()(*sized), eager(_CausalAttention(), sized))
