@@ -48,6 +48,7 @@ _INLINE_DATA = 0
 _LOCATION_SEGMENT = 1
 
 _EXTENDED_HEADER_OFFSET = 8
+_FILE_IDENTIFIER = b"ET12"  # program.fbs `file_identifier` of executorch 1.5.1
 
 
 class LayoutError(ValueError):
@@ -131,6 +132,11 @@ def read_layout(data: bytes) -> PteLayout:
 def _read_layout(data: bytes) -> PteLayout:
     if len(data) < 16 or data[4:6] != b"ET":
         raise LayoutError("not a .pte: no 'ET' file identifier at byte 4")
+    if data[4:8] != _FILE_IDENTIFIER:
+        # ExecuTorch logs the identifier it found: raw bytes, which abort the Python bindings.
+        raise LayoutError(
+            f"file identifier {data[4:8]!r} at byte 4, this ExecuTorch reads {_FILE_IDENTIFIER!r}"
+        )
     program_size, segment_base = len(data), 0
     if data[_EXTENDED_HEADER_OFFSET : _EXTENDED_HEADER_OFFSET + 2] == b"eh":
         header_length = struct.unpack_from("<I", data, _EXTENDED_HEADER_OFFSET + 4)[0]

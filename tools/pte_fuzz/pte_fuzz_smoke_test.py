@@ -144,10 +144,17 @@ def test_the_layout_check_refuses_names_that_are_not_utf8(
     """ExecuTorch logs a backend id or operator it cannot find; the Python bindings' log sink
     aborts the process on bytes that are not UTF-8, and its verifier does not look at them."""
     data, _ = main.load_program("two_delegates", work)
-    at = data.index(text)
+    at = data.index(text, 8)
     damaged = data[:at] + b"\xa6" + data[at + 1 :]
     with pytest.raises(LayoutError, match=f"{what}.* is not UTF-8 text"):
         read_layout(damaged)
+
+
+def test_the_layout_check_wants_this_executorchs_file_identifier(work: str) -> None:
+    data, _ = main.load_program("index", work)
+    assert data[4:8] == b"ET12"
+    with pytest.raises(LayoutError, match=r"file identifier b'ET\\xc42' at byte 4"):
+        read_layout(data[:6] + b"\xc4" + data[7:])
 
 
 def test_the_lowering_tool_refuses_every_reproducer() -> None:
