@@ -41,7 +41,7 @@ def define_common_targets():
     )
 
     # Files that crashed inside ExecuTorch itself; the runner's test loads them too.
-    native.filegroup(
+    runtime.filegroup(
         name = "upstream_reproducers",
         srcs = native.glob(["upstream/*.pte"]),
         visibility = ["//tools/runner:__pkg__"],
