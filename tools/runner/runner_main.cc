@@ -26,6 +26,7 @@
 #include <executorch/runtime/platform/platform.h>
 #include <executorch/runtime/platform/runtime.h>
 
+#include "backends/cpu/runtime/error_report.h"
 #include "tools/runner/options.h"
 #include "tools/runner/tensor_io.h"
 
@@ -35,6 +36,12 @@ namespace {
 using executorch::extension::Module;
 using executorch::runtime::Error;
 using executorch::runtime::EValue;
+
+// Names read from a damaged file can hold any bytes: control characters and bytes that are not
+// UTF-8 are printed as \xNN, so every line stays one readable line.
+std::string printable(const std::string& text) {
+  return et_cpu_plugin::cpu::printable_text(text, et_cpu_plugin::cpu::TextSafety::kUtf8);
+}
 
 constexpr const char* kBackend = "CpuBackend";
 
@@ -53,63 +60,12 @@ void emit_log(
   std::string text(message, length);
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.pop_back();
   if (level == kError || level == kFatal) {
-    // Messages may quote bytes of a foreign file: keep the error line printable.
-    for (char& c : text) {
-      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
-    }
     g_last_runtime_error = text;
   }
   if (g_verbose) {
-    std::fprintf(stderr, "[%c %s:%zu] %s\n", static_cast<char>(level), filename, line, text.c_str());
+    std::fprintf(stderr, "[%c %s:%zu] %s\n", static_cast<char>(level), filename, line,
+                 printable(text).c_str());
   }
-}
-
-// Length of the well-formed UTF-8 sequence at text[i] (RFC 3629: no overlong forms, no
-// surrogates, nothing above U+10FFFF), or 0.
-size_t utf8_sequence(const std::string& text, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char lead = byte(i);
-  if (lead < 0x80) return 1;
-  size_t length = 0;
-  unsigned char low = 0x80, high = 0xBF;  // the allowed range of the second byte
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    length = 2;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    length = 3;
-    if (lead == 0xE0) low = 0xA0;
-    if (lead == 0xED) high = 0x9F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    length = 4;
-    if (lead == 0xF0) low = 0x90;
-    if (lead == 0xF4) high = 0x8F;
-  } else {
-    return 0;
-  }
-  if (i + length > text.size() || byte(i + 1) < low || byte(i + 1) > high) return 0;
-  for (size_t k = 2; k < length; ++k) {
-    if (byte(i + k) < 0x80 || byte(i + k) > 0xBF) return 0;
-  }
-  return length;
-}
-
-// Names read from a damaged file can hold any bytes: control characters and bytes that are not
-// UTF-8 are printed as \xNN, so the error stays one readable line.
-std::string printable(const std::string& text) {
-  std::string out;
-  for (size_t i = 0; i < text.size();) {
-    const size_t length = utf8_sequence(text, i);
-    const auto lead = static_cast<unsigned char>(text[i]);
-    if (length == 0 || lead < 0x20 || lead == 0x7F) {
-      char hex[8];
-      std::snprintf(hex, sizeof(hex), "\\x%02x", lead);
-      out += hex;
-      ++i;
-    } else {
-      out.append(text, i, length);
-      i += length;
-    }
-  }
-  return out;
 }
 
 int fail(ExitCode code, const std::string& message, bool with_runtime_message = false) {

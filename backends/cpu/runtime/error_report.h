@@ -4,14 +4,24 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include <executorch/runtime/core/error.h>
 
 namespace et_cpu_plugin {
 namespace cpu {
 
-// `text` with every byte outside printable ASCII written as \xNN: safe for any log sink.
-std::string printable_text(const char* text);
+// What printable_text keeps as it is, beyond printable ASCII.
+enum class TextSafety {
+  // Nothing: survives any log sink, even one that cuts a message mid-character (ExecuTorch's
+  // ET_LOG buffer, whose Python sink aborts the process on text that is not UTF-8).
+  kAscii,
+  // Well-formed UTF-8 (RFC 3629) without control characters: names stay readable on a terminal.
+  kUtf8,
+};
+
+// `text` with every byte it may not keep written as \xNN (control characters always are).
+std::string printable_text(std::string_view text, TextSafety safety = TextSafety::kAscii);
 
 // Formats the message printf-style, logs it, records it and returns `code`.
 executorch::runtime::Error report_error(executorch::runtime::Error code, const char* format, ...)

@@ -363,6 +363,15 @@ def define_common_targets():
         deps = [":provider_compare"],
     )
 
+    # oneDNN's verbose log names the implementation of every primitive run: the layout
+    # combinations in here must not fall to its reference kernels.
+    runtime.python_test(
+        name = "onednn_implementation_test",
+        srcs = ["test/onednn_implementation_test.py"],
+        env = {"ONEDNN_VERBOSE": "1"},
+        deps = [":provider_compare"],
+    )
+
     runtime.python_test(
         name = "pool_resample_cat_test",
         size = "large",  # ~40 lowerings, each run twice (Optimized and all-Reference)

@@ -1,0 +1,97 @@
+"""Which oneDNN implementation runs each primitive: none of these layout combinations may fall to
+oneDNN's reference kernels (`ref:`), which are correct but tens of times slower.
+
+A pooling between a convolution (channels-last output) and a flatten (read plain by the
+Reference provider's view_copy) once ran as `pooling,ref:any` (src acdb, dst abcd): 4.9 ms
+instead of 0.03 ms at 8x64x16x16, 86% of a small CNN. The target sets ONEDNN_VERBOSE=1, so
+oneDNN prints one `onednn_verbose,exec,...` line per primitive it runs on this process's stdout.
+"""
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from backends.cpu.runtime.test.provider_compare import assert_close_scaled, placed, run_both
+
+F = torch.nn.functional
+
+
+class PoolThenFlatten(torch.nn.Module):
+    """conv (channels-last activations) -> pool -> flatten (a plain read) -> linear."""
+
+    def __init__(self, pool: Callable[[torch.Tensor], torch.Tensor], spatial: int) -> None:
+        super().__init__()
+        self.pool = pool
+        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.fc = torch.nn.Linear(16 * spatial * spatial, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.pool(torch.relu(self.conv(x)))
+        return self.fc(y.flatten(1))
+
+
+def _executed(out: str, primitive: str) -> list[str]:
+    """(implementation, layouts) of each `primitive` oneDNN executed, from its verbose lines."""
+    fields = [line.split(",") for line in out.splitlines() if line.startswith("onednn_verbose,")]
+    return [
+        f"{f[4]} ({f[6]})" for f in fields if len(f) > 6 and f[1] == "exec" and f[3] == primitive
+    ]
+
+
+@pytest.mark.parametrize(
+    "name,pool,kernel",
+    [
+        ("max", lambda x: F.max_pool2d(x, 2), "aten::max_pool2d_with_indices.out"),
+        ("avg", lambda x: F.avg_pool2d(x, 2), "aten::avg_pool2d.out"),
+    ],
+)
+def test_pooling_before_a_flatten_runs_a_jit_kernel(
+    name: str,
+    pool: Callable[[torch.Tensor], torch.Tensor],
+    kernel: str,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    model = PoolThenFlatten(pool, 8).eval()
+    inputs = (torch.randn(4, 3, 16, 16),)
+    capfd.readouterr()
+    out_opt, _, placement = run_both(model, inputs, with_reference=False)
+    verbose = capfd.readouterr().out
+    assert placed(placement, kernel, "Optimized(oneDNN)"), placement
+    with torch.no_grad():
+        assert_close_scaled(out_opt[0], model(*inputs))
+    pooling = _executed(verbose, "pooling")
+    assert pooling, f"{name} pooling: no oneDNN pooling ran (is ONEDNN_VERBOSE=1 set?)"
+    slow = [line for line in pooling if line.startswith("ref:")]
+    assert not slow, f"{name} pooling ran oneDNN's reference kernel: {slow}"
+
+
+class LogSoftmaxAfterConv1d(torch.nn.Module):
+    """conv1d (channels-last activations) -> log_softmax over time (dim 2: a speech model's
+    frame scores) or over the channels (dim 1: per-position class scores)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+        self.conv = torch.nn.Conv1d(8, 24, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.log_softmax(torch.relu(self.conv(x)), dim=self.dim)
+
+
+@pytest.mark.parametrize("dim", [1, 2])
+def test_softmax_after_a_convolution_runs_a_jit_kernel(
+    dim: int, capfd: pytest.CaptureFixture[str]
+) -> None:
+    model = LogSoftmaxAfterConv1d(dim).eval()
+    inputs = (torch.randn(2, 8, 40),)
+    capfd.readouterr()
+    out_opt, _, placement = run_both(model, inputs, with_reference=False)
+    verbose = capfd.readouterr().out
+    assert placed(placement, "aten::_log_softmax.out", "Optimized(oneDNN)"), placement
+    with torch.no_grad():
+        assert_close_scaled(out_opt[0], model(*inputs))
+    softmax = _executed(verbose, "softmax")
+    assert softmax, "no oneDNN softmax ran (is ONEDNN_VERBOSE=1 set?)"
+    slow = [line for line in softmax if line.startswith("ref:")]
+    assert not slow, f"log_softmax over dim {dim} ran oneDNN's reference kernel: {slow}"
