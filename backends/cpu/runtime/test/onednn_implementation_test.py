@@ -95,3 +95,33 @@ def test_softmax_after_a_convolution_runs_a_jit_kernel(
     assert softmax, "no oneDNN softmax ran (is ONEDNN_VERBOSE=1 set?)"
     slow = [line for line in softmax if line.startswith("ref:")]
     assert not slow, f"log_softmax over dim {dim} ran oneDNN's reference kernel: {slow}"
+
+
+@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
+def test_upsampling_into_the_graph_output_runs_a_jit_kernel(
+    mode: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A segmentation head's last upsampling: a channels-last conv output into the graph's plain
+    output."""
+
+    class UpsampleHead(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return F.interpolate(torch.relu(self.conv(x)), scale_factor=2, mode=mode)
+
+    model = UpsampleHead().eval()
+    inputs = (torch.randn(2, 3, 12, 12),)
+    capfd.readouterr()
+    out_opt, _, placement = run_both(model, inputs, with_reference=False)
+    verbose = capfd.readouterr().out
+    kernel = f"aten::upsample_{mode}2d.vec_out"
+    assert placed(placement, kernel, "Optimized(oneDNN)"), placement
+    with torch.no_grad():
+        assert_close_scaled(out_opt[0], model(*inputs))
+    resampling = _executed(verbose, "resampling")
+    assert resampling, "no oneDNN resampling ran (is ONEDNN_VERBOSE=1 set?)"
+    slow = [line for line in resampling if line.startswith("ref:")]
+    assert not slow, f"{mode} upsampling ran oneDNN's reference kernel: {slow}"

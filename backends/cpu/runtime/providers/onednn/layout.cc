@@ -220,5 +220,42 @@ ReorderPlan Provider::prepare_reorder(const Layout& from, const Layout& to) {
   });
 }
 
+FormatBridge bridge_formats(Provider& provider, ProviderState& state, const Layout& input,
+                            const Layout& output, bool channels_last) {
+  const auto in_format = [&](const Layout& layout) {
+    if (layout.is_channels_last() == channels_last) return layout;
+    return channels_last ? Layout::channels_last(layout.dims()) : Layout::plain(layout.dims());
+  };
+  const Layout source = in_format(input);
+  const Layout target = in_format(output);
+  FormatBridge bridge;
+  bridge.source_md = source.impl().md;
+  bridge.target_md = target.impl().md;
+  if (source != input) {
+    bridge.to_source = provider.prepare_reorder(input, source);
+    bridge.source.reserve(source.size_bytes());
+    state.staging_bytes += source.size_bytes();
+    bridge.before = "reorder " + input.describe() + " -> " + source.describe() + " + ";
+  }
+  if (target != output) {
+    bridge.to_output = provider.prepare_reorder(target, output);
+    bridge.target.reserve(target.size_bytes());
+    state.staging_bytes += target.size_bytes();
+    bridge.after = " + reorder " + target.describe() + " -> " + output.describe();
+  }
+  return bridge;
+}
+
+void FormatBridge::run(const WholeOp& op, const float* input, float* output) const {
+  const float* from = input;
+  if (to_source) {
+    to_source->run(input, static_cast<float*>(source.data()));
+    from = static_cast<const float*>(source.data());
+  }
+  float* to = to_output ? static_cast<float*>(target.data()) : output;
+  op.run(from, to);
+  if (to_output) to_output->run(to, output);
+}
+
 }  // namespace onednn
 }  // namespace et_cpu_plugin

@@ -332,6 +332,33 @@ struct WholeOp {
   }
   void run(const float* input, float* output) const;
 };
+// Conversions around a WholeOp that oneDNN runs fast in one format only: its jit pooling and
+// resampling want the same format on both sides, its softmax also its axis innermost; other
+// combinations fall to ref:any, 40-150x slower. The op runs in the chosen format; an input or
+// output in the other one goes through a buffer of the bridge's own and a reorder.
+struct FormatBridge {
+  std::optional<ReorderPlan> to_source;  // the input into `source`, when its format differs
+  std::optional<ReorderPlan> to_output;  // `target` into the output, when its format differs
+  AlignedBuffer source;
+  AlignedBuffer target;
+  memory::desc source_md;  // what the op reads and writes
+  memory::desc target_md;
+
+  std::string before;  // "reorder abcd -> acdb + ", or ""
+  std::string after;   // " + reorder acdb -> abcd", or ""
+
+  // Runs `op` between the conversions.
+  void run(const WholeOp& op, const float* input, float* output) const;
+  // `implementation` with the conversions around it.
+  std::string describe(const std::string& implementation) const {
+    return before + implementation + after;
+  }
+};
+// The bridge from `input` to `output` for an op run channels-last (`channels_last`) or plain;
+// its buffers are counted in state.staging_bytes.
+FormatBridge bridge_formats(Provider& provider, ProviderState& state, const Layout& input,
+                            const Layout& output, bool channels_last);
+
 // Runs one piece on `worker`'s stream and scratchpad.
 void execute_piece(ProviderState& state, const Piece& piece, int worker, const PieceData& data);
 // ", N pieces" for a plan's implementation() when it runs in N > 1 pieces, else "".

@@ -32,7 +32,9 @@ Support supports_resampling(bool linear, const std::vector<int64_t>& input,
   return Support::yes();
 }
 
-struct ResamplePlan::Impl : WholeOp {};
+struct ResamplePlan::Impl : WholeOp {
+  FormatBridge bridge;  // resamples in the input's format; reorders into the output after
+};
 
 ResamplePlan::ResamplePlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
 
@@ -41,7 +43,7 @@ std::string ResamplePlan::implementation() const {
 }
 
 void ResamplePlan::run(const float* input, float* output) const {
-  impl_->run(input, output);
+  impl_->bridge.run(*impl_, input, output);
 }
 
 ResamplePlan Provider::prepare_resampling(bool linear, const Layout& input,
@@ -51,12 +53,15 @@ ResamplePlan Provider::prepare_resampling(bool linear, const Layout& input,
     throw ProviderError("prepare_resampling: " + support.reason);
   }
   ProviderState& state = *state_;
+  // Mixed formats (an upsampling of a channels-last conv output into the graph's plain output)
+  // fall to ref:any: resample in the input's format, then reorder.
+  FormatBridge bridge = bridge_formats(*this, state, input, output, input.is_channels_last());
   ThreadCountGuard threads(state.omp_threads);
   return wrap_dnnl("prepare_resampling", [&] {
     auto impl = std::make_shared<ResamplePlan::Impl>();
     impl->state = state_;
-    impl->src = input.impl().md;
-    impl->dst = output.impl().md;
+    impl->src = bridge.source_md;
+    impl->dst = bridge.target_md;
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     // The factors follow from the dims (output / input), as torch's when it is given sizes.
@@ -65,6 +70,8 @@ ResamplePlan Provider::prepare_resampling(bool linear, const Layout& input,
         linear ? dnnl::algorithm::resampling_linear : dnnl::algorithm::resampling_nearest,
         impl->src, impl->dst, attr);
     impl->set(dnnl::resampling_forward(pd), pd);
+    impl->implementation = bridge.describe(impl->implementation);
+    impl->bridge = std::move(bridge);
     return ResamplePlan(std::move(impl));
   });
 }
