@@ -39,6 +39,28 @@ def _executed(out: str, primitive: str) -> list[str]:
     ]
 
 
+def _check_jit(
+    model: torch.nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    kernel: str,
+    primitive: str,
+    what: str,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Lowers and runs `model`: `kernel` placed on Optimized, the output matches eager, and every
+    `primitive` oneDNN ran was a jit one (none `ref:`)."""
+    capfd.readouterr()
+    out_opt, _, placement = run_both(model, inputs, with_reference=False)
+    verbose = capfd.readouterr().out
+    assert placed(placement, kernel, "Optimized(oneDNN)"), placement
+    with torch.no_grad():
+        assert_close_scaled(out_opt[0], model(*inputs))
+    ran = _executed(verbose, primitive)
+    assert ran, f"{what}: no oneDNN {primitive} ran (is ONEDNN_VERBOSE=1 set?)"
+    slow = [line for line in ran if line.startswith("ref:")]
+    assert not slow, f"{what} ran oneDNN's reference kernel: {slow}"
+
+
 @pytest.mark.parametrize(
     "name,pool,kernel",
     [
@@ -54,16 +76,7 @@ def test_pooling_before_a_flatten_runs_a_jit_kernel(
 ) -> None:
     model = PoolThenFlatten(pool, 8).eval()
     inputs = (torch.randn(4, 3, 16, 16),)
-    capfd.readouterr()
-    out_opt, _, placement = run_both(model, inputs, with_reference=False)
-    verbose = capfd.readouterr().out
-    assert placed(placement, kernel, "Optimized(oneDNN)"), placement
-    with torch.no_grad():
-        assert_close_scaled(out_opt[0], model(*inputs))
-    pooling = _executed(verbose, "pooling")
-    assert pooling, f"{name} pooling: no oneDNN pooling ran (is ONEDNN_VERBOSE=1 set?)"
-    slow = [line for line in pooling if line.startswith("ref:")]
-    assert not slow, f"{name} pooling ran oneDNN's reference kernel: {slow}"
+    _check_jit(model, inputs, kernel, "pooling", f"{name} pooling", capfd)
 
 
 class LogSoftmaxAfterConv1d(torch.nn.Module):
@@ -85,16 +98,9 @@ def test_softmax_after_a_convolution_runs_a_jit_kernel(
 ) -> None:
     model = LogSoftmaxAfterConv1d(dim).eval()
     inputs = (torch.randn(2, 8, 40),)
-    capfd.readouterr()
-    out_opt, _, placement = run_both(model, inputs, with_reference=False)
-    verbose = capfd.readouterr().out
-    assert placed(placement, "aten::_log_softmax.out", "Optimized(oneDNN)"), placement
-    with torch.no_grad():
-        assert_close_scaled(out_opt[0], model(*inputs))
-    softmax = _executed(verbose, "softmax")
-    assert softmax, "no oneDNN softmax ran (is ONEDNN_VERBOSE=1 set?)"
-    slow = [line for line in softmax if line.startswith("ref:")]
-    assert not slow, f"log_softmax over dim {dim} ran oneDNN's reference kernel: {slow}"
+    _check_jit(
+        model, inputs, "aten::_log_softmax.out", "softmax", f"log_softmax over dim {dim}", capfd
+    )
 
 
 @pytest.mark.parametrize("mode", ["nearest", "bilinear"])
@@ -114,14 +120,5 @@ def test_upsampling_into_the_graph_output_runs_a_jit_kernel(
 
     model = UpsampleHead().eval()
     inputs = (torch.randn(2, 3, 12, 12),)
-    capfd.readouterr()
-    out_opt, _, placement = run_both(model, inputs, with_reference=False)
-    verbose = capfd.readouterr().out
     kernel = f"aten::upsample_{mode}2d.vec_out"
-    assert placed(placement, kernel, "Optimized(oneDNN)"), placement
-    with torch.no_grad():
-        assert_close_scaled(out_opt[0], model(*inputs))
-    resampling = _executed(verbose, "resampling")
-    assert resampling, "no oneDNN resampling ran (is ONEDNN_VERBOSE=1 set?)"
-    slow = [line for line in resampling if line.startswith("ref:")]
-    assert not slow, f"{mode} upsampling ran oneDNN's reference kernel: {slow}"
+    _check_jit(model, inputs, kernel, "resampling", f"{mode} upsampling", capfd)

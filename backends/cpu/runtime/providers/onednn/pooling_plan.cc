@@ -120,8 +120,7 @@ PoolPlan make_window_pool_plan(Provider& provider, const std::shared_ptr<Provide
   // Mixed formats (a pool between a channels-last conv output and a flatten) fell to ref:any:
   // 4.9 ms against 0.03 ms at 8x64x16x16. Pool in the input's format, then reorder (the output
   // is the smaller side).
-  FormatBridge bridge =
-      bridge_formats(provider, *state, input, output, input.is_channels_last());
+  FormatBridge bridge = bridge_formats(provider, *state, input, output, input.is_channels_last());
   std::shared_ptr<PoolPlan::Impl> impl = make_pool(
       state, what, algorithm, bridge.source_md, bridge.target_md, strides, kernel, left, right);
   impl->implementation = bridge.describe(impl->implementation);
@@ -137,8 +136,8 @@ PoolPlan Provider::prepare_max_pool(
   if (!support.ok) {
     throw ProviderError("prepare_max_pool: " + support.reason);
   }
-  return make_window_pool_plan(*this, state_, "prepare_max_pool", dnnl::algorithm::pooling_max, params,
-                               input, output);
+  return make_window_pool_plan(*this, state_, "prepare_max_pool", dnnl::algorithm::pooling_max,
+                               params, input, output);
 }
 
 PoolPlan Provider::prepare_avg_pool(const PoolParams& params, bool count_include_pad,
