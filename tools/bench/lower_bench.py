@@ -48,7 +48,7 @@ def make_lowered(example: str, size: str, target: str) -> harness.Runner:
     with open(path, "wb") as f:
         f.write(lowered.pte)
     setup.prepare_runtime()
-    module = load_program(path)  # from a file: the runtime owns the bytes
+    module = load_program(path)  # holds its verified bytes for as long as it lives
     args = list(inputs)
     return lambda: module.forward(args)
 

@@ -64,22 +64,39 @@ def verify_program(data: bytes) -> None:
         raise ValueError(f"ExecuTorch's program verifier refused it ({exc})") from None
 
 
-def load_program(path: str) -> Any:
-    """Loads a `.pte` from a file (the runtime then owns the bytes: FACTS.md's buffer pitfall).
+class LoadedProgram:
+    """A program loaded from bytes that passed `verify_program`, holding those bytes for as long
+    as it lives: the runtime does not own a buffer it loads from (FACTS.md's pitfall). Loading the
+    verified bytes, not the file again, means what runs is what was checked."""
 
-    The file passes `verify_program` first: ExecuTorch's runtime crashes the process on damaged
-    files it has not verified instead of returning an error."""
+    def __init__(self, module: Any, data: bytes) -> None:
+        self._module = module
+        self._data = data
+
+    def forward(self, inputs: Sequence[Any]) -> Any:
+        return self._module.forward(inputs)
+
+    def __getattr__(self, name: str) -> Any:  # the rest of the pybindings module's methods
+        return getattr(self._module, name)
+
+
+def load_program(path: str) -> LoadedProgram:
+    """Reads a `.pte` once, checks it with `verify_program` and loads those same bytes.
+
+    ExecuTorch's runtime crashes the process on damaged files it has not verified instead of
+    returning an error, so nothing unverified reaches it."""
     from executorch.extension.pybindings import portable_lib
 
     try:
         with open(path, "rb") as handle:
-            verify_program(handle.read())
+            data = handle.read()
+        verify_program(data)
     except (OSError, ValueError) as exc:
         raise LowerError(
             ExitCode.LOWERING_FAILED, f"{path}: not a loadable .pte, not loaded ({exc})"
         ) from None
     try:
-        return portable_lib._load_for_executorch(path)
+        return LoadedProgram(portable_lib._load_for_executorch_from_buffer(data), data)
     except Exception as exc:
         raise LowerError(
             ExitCode.LOWERING_FAILED, f"{path}: the ExecuTorch runtime could not load it ({exc})"
