@@ -1,5 +1,6 @@
 #include "backends/cpu/runtime/argument_checks.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -39,25 +40,33 @@ constexpr KernelRule kRules[] = {
      -1},
 };
 
-// A non-transposed convolution's weight [C_out, C_in / groups, ...] must fit its input
-// [N, C_in, ...]: the kernels size their loops from both.
+// A convolution's groups must divide its input channels [N, C_in, ...], and a non-transposed
+// weight [C_out, C_in / groups, ...] must fit them: the kernels size their loops from both (a
+// transposed one multiplies weight channels by groups for its output channels).
 Error check_convolution_channels(const OpBinding& op) {
   if (std::strcmp(op.kernel, "aten::convolution.out") != 0 || op.args.size() < 9) return Error::Ok;
   if (!op.args[0]->isTensor() || !op.args[1]->isTensor() || !op.args[6]->isBool() ||
-      op.args[6]->toBool() || !op.args[8]->isInt()) {
+      !op.args[8]->isInt()) {
     return Error::Ok;
   }
   const auto& input = op.args[0]->toTensor();
   const auto& weight = op.args[1]->toTensor();
+  const bool transposed = op.args[6]->toBool();
   const int64_t groups = op.args[8]->toInt();
-  if (input.dim() < 2 || weight.dim() < 2 || weight.size(1) * groups != input.size(1)) {
+  const int64_t in_channels = input.dim() < 2 ? -1 : input.size(1);
+  const int64_t weight_channels = weight.dim() < 2 ? -1 : weight.size(1);
+  // Divide rather than multiply: a hostile groups (2^62 + 1 with 4 weight channels) made
+  // weight channels x groups overflow back to the input's channel count and pass.
+  bool fits = in_channels >= 0 && weight_channels >= 0 && groups >= 1 &&
+              groups <= std::max<int64_t>(in_channels, 1) && in_channels % groups == 0;
+  if (fits && !transposed) fits = in_channels / groups == weight_channels;
+  if (!fits) {
     return report_error(Error::InvalidProgram,
                         "op %s (%s): weight channels %lld x groups %lld do not match input "
                         "channels %lld",
                         printable_text(op.op_name).c_str(), op.kernel,
-                        static_cast<long long>(weight.dim() < 2 ? -1 : weight.size(1)),
-                        static_cast<long long>(groups),
-                        static_cast<long long>(input.dim() < 2 ? -1 : input.size(1)));
+                        static_cast<long long>(weight_channels), static_cast<long long>(groups),
+                        static_cast<long long>(in_channels));
   }
   return Error::Ok;
 }

@@ -301,6 +301,37 @@ def test_convolution_weight_must_fit_the_input_channels() -> None:
     assert "weight channels 2 x groups 1 do not match input channels 1" in loader.last_error()
 
 
+# A hostile groups of 2^62 + 1 with 4 input and 4 weight channels: the check multiplied weight
+# channels by groups, which overflowed int64 back to 4 and passed (a crash the payload fuzzer
+# found once the check ran under UBSan). The check now divides.
+_OVERFLOWING_GROUPS = 2**62 + 1
+
+
+def _wide_conv_graph(groups: int, transposed: bool, provider: int) -> Graph:
+    """x [1, 4, 4, 4] conv w [4, 4, 1, 1] -> [1, 4, 4, 4] with the given groups, asked of the
+    given provider (the Optimized one declines to the Reference one, which refuses)."""
+    graph = _conv_graph(1, 0, 1, groups, weight_channels=4)
+    graph.values[0].shape = [1, 4, 4, 4]
+    graph.values[1].shape = [4, 4, 1, 1]
+    graph.values[2].shape = [1, 4, 4, 4]
+    graph.ops[0].args[6] = bool_(transposed)
+    graph.ops[0].provider = provider
+    return graph
+
+
+@pytest.mark.parametrize("provider", [fb.Provider.Reference, fb.Provider.Optimized])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_overflowing_groups_is_an_init_error(transposed: bool, provider: int) -> None:
+    x, w = torch.ones(1, 4, 4, 4), torch.ones(4, 4, 1, 1)
+    graph = _wide_conv_graph(_OVERFLOWING_GROUPS, transposed, provider)
+    pte = program(lambda a, b: torch.nn.functional.conv2d(a, b), (x, w), graph)
+    with pytest.raises(RuntimeError):
+        load_program(pte).forward([x, w])
+    assert f"weight channels 4 x groups {_OVERFLOWING_GROUPS} do not match input channels 4" in (
+        loader.last_error()
+    )
+
+
 def test_valid_convolution_arguments_still_run() -> None:
     x, w = torch.arange(16.0).reshape(1, 1, 4, 4), torch.full((1, 1, 1, 1), 2.0)
     pte = program(lambda a, b: torch.nn.functional.conv2d(a, b), (x, w), _conv_graph(1, 0, 1, 1))

@@ -1209,6 +1209,11 @@ Error bind_deconv(const OpBinding& op, OnednnSession& session, std::unique_ptr<B
   params.batch = input->size(0);
   params.in_channels = input->size(1);
   params.groups = args[8]->toInt();
+  // Checked before the product below: a hostile groups overflowed it or divided by zero later.
+  if (params.in_channels < 1 || params.groups < 1 || params.in_channels % params.groups != 0) {
+    decline->reason = "transposed convolution: groups does not divide the input channels";
+    return Error::NotSupported;
+  }
   // torch's transposed weight: [C_in, C_out / groups, *kernel].
   params.out_channels = weight->size(1) * params.groups;
   if (weight->size(0) != params.in_channels) {
