@@ -50,8 +50,11 @@ flatbuffers::Offset<fb::Value> value(flatbuffers::FlatBufferBuilder& b, fb::DTyp
 
 Bytes finish(flatbuffers::FlatBufferBuilder& b,
              std::vector<flatbuffers::Offset<fb::Value>> values, std::vector<int32_t> inputs,
-             std::vector<int32_t> outputs, std::vector<flatbuffers::Offset<fb::Op>> ops) {
-  b.Finish(fb::CreateGraphDirect(b, 1, &values, &inputs, &outputs, &ops), fb::GraphIdentifier());
+             std::vector<int32_t> outputs, std::vector<flatbuffers::Offset<fb::Op>> ops,
+             uint32_t version = 1, std::vector<flatbuffers::Offset<fb::Symbol>> symbols = {}) {
+  b.Finish(fb::CreateGraphDirect(b, version, &values, &inputs, &outputs, &ops,
+                                 symbols.empty() ? nullptr : &symbols),
+           fb::GraphIdentifier());
   return Bytes(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
 }
 
@@ -77,21 +80,97 @@ Bytes seed_add_chain() {
   return finish(b, std::move(values), {0}, {3}, std::move(ops));
 }
 
-// convolution with an optional bias and int lists.
-Bytes seed_conv() {
+// convolution with int lists, no bias, the weight a constant.
+Bytes conv_payload(std::vector<int64_t> input, std::vector<int64_t> weight,
+                   std::vector<int64_t> output, int64_t groups) {
   flatbuffers::FlatBufferBuilder b;
   auto values = std::vector<flatbuffers::Offset<fb::Value>>{
-      value(b, fb::DType_Float32, {1, 3, 8, 8}, fb::ValueKind_Input),
-      value(b, fb::DType_Float32, {4, 3, 3, 3}, fb::ValueKind_Constant, "w"),
-      value(b, fb::DType_Float32, {1, 4, 6, 6}, fb::ValueKind_Output)};
+      value(b, fb::DType_Float32, std::move(input), fb::ValueKind_Input),
+      value(b, fb::DType_Float32, std::move(weight), fb::ValueKind_Constant, "w"),
+      value(b, fb::DType_Float32, std::move(output), fb::ValueKind_Output)};
   auto none = fb::CreateArgument(b, fb::Arg_NoneArg, fb::CreateNoneArg(b).Union());
   auto transposed = fb::CreateArgument(b, fb::Arg_BoolArg, fb::CreateBoolArg(b, false).Union());
   std::vector<flatbuffers::Offset<fb::Op>> ops;
   ops.push_back(op(b, "aten::convolution.out",
                    {tensor_arg(b, 0), tensor_arg(b, 1), none, ints_arg(b, {1, 1}),
                     ints_arg(b, {0, 0}), ints_arg(b, {1, 1}), transposed, ints_arg(b, {0, 0}),
-                    int_arg(b, 1), tensor_arg(b, 2)}));
+                    int_arg(b, groups), tensor_arg(b, 2)}));
   return finish(b, std::move(values), {0}, {2}, std::move(ops));
+}
+
+Bytes seed_conv() { return conv_payload({1, 3, 8, 8}, {4, 3, 3, 3}, {1, 4, 6, 6}, 1); }
+
+// The regression case of the groups overflow: 4 input and weight channels, groups 2^62 + 1
+// (weight channels x groups wrapped to 4 and passed the channel check).
+Bytes seed_conv_overflowing_groups() {
+  return conv_payload({1, 4, 4, 4}, {4, 4, 1, 1}, {1, 4, 4, 4}, (int64_t{1} << 62) + 1);
+}
+
+flatbuffers::Offset<fb::SymExpr> sym(flatbuffers::FlatBufferBuilder& b, int64_t offset,
+                                     std::vector<int32_t> symbols, std::vector<int64_t> coeffs) {
+  return fb::CreateSymExprDirect(b, offset, &symbols, &coeffs);
+}
+
+// A value with dimension 0 symbolic (coeff * s, s in [1, kMaxS]) and the others static.
+constexpr int64_t kMaxS = 4;
+flatbuffers::Offset<fb::Value> dynamic_value(flatbuffers::FlatBufferBuilder& b,
+                                             std::vector<int64_t> static_dims, int64_t coeff,
+                                             fb::ValueKind kind) {
+  std::vector<int64_t> shape = {coeff * kMaxS}, low = {coeff}, high = {coeff * kMaxS};
+  std::vector<flatbuffers::Offset<fb::SymExpr>> exprs = {sym(b, 0, {0}, {coeff})};
+  for (int64_t d : static_dims) {
+    shape.push_back(d);
+    low.push_back(d);
+    high.push_back(d);
+    exprs.push_back(sym(b, d, {}, {}));
+  }
+  return fb::CreateValueDirect(b, fb::DType_Float32, &shape, kind, nullptr, "v", &low, &high,
+                               &exprs);
+}
+
+// Version 3 (symbolic dimensions and bounds): x [s, 3] + x -> t; view_copy(t, [3 s]) -> out,
+// the view's size a symbolic IntList entry.
+Bytes seed_dynamic_chain() {
+  flatbuffers::FlatBufferBuilder b;
+  auto values = std::vector<flatbuffers::Offset<fb::Value>>{
+      dynamic_value(b, {3}, 1, fb::ValueKind_Input),
+      dynamic_value(b, {3}, 1, fb::ValueKind_Intermediate),
+      dynamic_value(b, {}, 3, fb::ValueKind_Output)};
+  std::vector<int64_t> view_size = {3 * kMaxS};
+  std::vector<flatbuffers::Offset<fb::SymExpr>> view_exprs = {sym(b, 0, {0}, {3})};
+  auto view_arg = fb::CreateArgument(b, fb::Arg_IntListArg,
+                                     fb::CreateIntListArgDirect(b, &view_size, &view_exprs).Union());
+  std::vector<flatbuffers::Offset<fb::Op>> ops;
+  ops.push_back(op(b, "aten::add.out", {tensor_arg(b, 0), tensor_arg(b, 0), int_arg(b, 1),
+                                        tensor_arg(b, 1)}));
+  ops.push_back(op(b, "aten::view_copy.out", {tensor_arg(b, 1), view_arg, tensor_arg(b, 2)}));
+  std::vector<flatbuffers::Offset<fb::Symbol>> symbols = {
+      fb::CreateSymbolDirect(b, "s", 1, kMaxS)};
+  return finish(b, std::move(values), {0}, {2}, std::move(ops), 3, std::move(symbols));
+}
+
+flatbuffers::Offset<fb::Argument> double_arg(flatbuffers::FlatBufferBuilder& b, double v) {
+  return fb::CreateArgument(b, fb::Arg_DoubleArg, fb::CreateDoubleArg(b, v).Union());
+}
+
+// Version 2 quantization parameters: an int8 1x1 convolution (per-channel weight scales, input
+// and output scale / zero point, quant range, fused clamp), checked by quantized_op_check.cc.
+Bytes seed_quantized_conv() {
+  flatbuffers::FlatBufferBuilder b;
+  auto values = std::vector<flatbuffers::Offset<fb::Value>>{
+      value(b, fb::DType_Int8, {1, 4, 5, 5}, fb::ValueKind_Input),
+      value(b, fb::DType_Int8, {4, 4, 1, 1}, fb::ValueKind_Constant, "w"),
+      value(b, fb::DType_Float32, {4}, fb::ValueKind_Constant, "s"),
+      value(b, fb::DType_Float32, {4}, fb::ValueKind_Constant, "b"),
+      value(b, fb::DType_Int8, {1, 4, 5, 5}, fb::ValueKind_Output)};
+  std::vector<flatbuffers::Offset<fb::Op>> ops;
+  ops.push_back(op(b, "et_cpu_quant::conv2d.out",
+                   {tensor_arg(b, 0), tensor_arg(b, 1), tensor_arg(b, 2), tensor_arg(b, 3),
+                    ints_arg(b, {1, 1}), ints_arg(b, {0, 0}), ints_arg(b, {1, 1}), int_arg(b, 1),
+                    double_arg(b, 0.05), int_arg(b, 3), double_arg(b, 0.04), int_arg(b, -5),
+                    int_arg(b, -128), int_arg(b, 127), double_arg(b, 0.0),
+                    double_arg(b, 1e30), tensor_arg(b, 4)}));
+  return finish(b, std::move(values), {0}, {4}, std::move(ops), 2);
 }
 
 // index.Tensor with a [None, idx] optional list, and a plain list bound as optional.
@@ -201,7 +280,9 @@ void check_memory_planner(Rng& rng, int rounds) {
 int main(int argc, char** argv) {
   long iterations = 20000;
   std::vector<Bytes> inputs;
-  std::vector<Bytes> seeds = {seed_add_chain(), seed_conv(), seed_index()};
+  std::vector<Bytes> seeds = {seed_add_chain(),     seed_conv(),
+                              seed_index(),         seed_conv_overflowing_groups(),
+                              seed_dynamic_chain(), seed_quantized_conv()};
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--write-seeds=", 14) == 0) {
       for (size_t s = 0; s < seeds.size(); ++s) {

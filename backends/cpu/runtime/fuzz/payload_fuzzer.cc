@@ -1,7 +1,7 @@
 // libFuzzer target for the payload read path: bytes -> read_payload (flatbuffers verifier and our
 // checks) -> CompiledGraph::compile (arena plan, constants, kernel binding) -> execute on buffers
-// of the serialized shapes. Any crash, sanitizer report or abort is a bug: a bad payload must
-// only ever produce an error.
+// of the serialized shapes (a graph with symbolic dimensions also at its lower bounds). Any crash,
+// sanitizer report or abort is a bug: a bad payload must only ever produce an error.
 //
 // Built two ways: with clang -fsanitize=fuzzer (run_libfuzzer.sh) for real fuzzing, and with the
 // default toolchain plus fuzz_smoke_main.cc for the Bazel smoke test.
@@ -21,6 +21,7 @@
 #include <executorch/runtime/platform/runtime.h>
 
 #include "backends/cpu/runtime/compiled_graph.h"
+#include "backends/cpu/runtime/dynamic_shapes.h"
 
 namespace {
 
@@ -80,6 +81,8 @@ const char* const kKernelNames[] = {
     "aten::full.out",
     "aten::clamp.out",
     "dim_order_ops::_to_dim_order_copy.out",
+    "et_cpu_quant::conv2d.out",
+    "et_cpu_quant::linear.out",
 };
 
 bool register_noop_kernels() {
@@ -91,8 +94,10 @@ bool register_noop_kernels() {
   return executorch::runtime::register_kernels({kernels.data(), kernels.size()}) == Error::Ok;
 }
 
-// Inputs and outputs of the serialized shapes, when they are small enough to allocate.
-void execute_if_small(CompiledGraph& graph, const et_cpu_plugin::cpu::GraphSpec& spec) {
+// Inputs and outputs of the shapes at `symbols` (the serialized shapes for a static graph), when
+// they are small enough to allocate. Buffers have the upper-bound size.
+void execute_if_small(CompiledGraph& graph, const et_cpu_plugin::cpu::GraphSpec& spec,
+                      const std::vector<int64_t>& symbols) {
   constexpr size_t kMaxIoBytes = 1 << 20;
   size_t total = 0;
   std::vector<int32_t> ids(spec.inputs);
@@ -108,8 +113,10 @@ void execute_if_small(CompiledGraph& graph, const et_cpu_plugin::cpu::GraphSpec&
   evalues.reserve(ids.size());
   for (int32_t id : ids) {
     const auto& value = spec.values[id];
-    size_t rank = value.shape.size();
-    sizes.emplace_back(value.shape.begin(), value.shape.end());
+    const std::vector<int64_t> shape =
+        value.is_dynamic() ? et_cpu_plugin::cpu::concrete_shape(value, symbols) : value.shape;
+    size_t rank = shape.size();
+    sizes.emplace_back(shape.begin(), shape.end());
     sizes.back().reserve(rank + 1);
     dim_orders.emplace_back(rank + 1);
     strides.emplace_back(rank + 1);
@@ -117,7 +124,7 @@ void execute_if_small(CompiledGraph& graph, const et_cpu_plugin::cpu::GraphSpec&
     for (size_t d = rank; d-- > 0;) {
       dim_orders.back()[d] = static_cast<uint8_t>(d);
       strides.back()[d] = stride;
-      stride *= value.shape[d] == 0 ? 1 : static_cast<int32_t>(value.shape[d]);
+      stride *= shape[d] == 0 ? 1 : static_cast<int32_t>(shape[d]);
     }
     buffers.emplace_back(new uint8_t[value.nbytes + 1]());
     impls.emplace_back(new TensorImpl(value.dtype, static_cast<ssize_t>(rank), sizes.back().data(),
@@ -141,7 +148,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size) std::memcpy(copy.get(), data, size);
   std::unique_ptr<CompiledGraph> graph;
   if (CompiledGraph::compile(copy.get(), size, &constants, &graph) == Error::Ok) {
-    execute_if_small(*graph, graph->spec());
+    const auto& spec = graph->spec();
+    const std::vector<int64_t> upper = et_cpu_plugin::cpu::upper_bounds(spec);
+    execute_if_small(*graph, spec, upper);
+    if (spec.is_dynamic()) {
+      // Again at the lower bounds and back at the upper ones: re-planning per size both ways.
+      std::vector<int64_t> lower;
+      for (const auto& symbol : spec.symbols) lower.push_back(symbol.min);
+      execute_if_small(*graph, spec, lower);
+      execute_if_small(*graph, spec, upper);
+    }
   }
   return 0;
 }
