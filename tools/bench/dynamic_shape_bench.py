@@ -7,13 +7,16 @@ ratios against XNNPACK, measured interleaved in one run (the shared harness).
 Under each table, the first call at a new size, reported separately (our delegate compiles a
 graph for it, its re-planning cost; XNNPACK reshapes its runtime): a fresh module called at
 another size first (so its own initialization is not counted), then timed on its first and second
-call at the table's size.
+call at the table's size. Several fresh modules per path (--first-call-runs), the paths
+interleaved; medians, min-max and ours / XNNPACK of the first-call medians.
 
     ./bazelw run //tools/bench:dynamic_shape_bench -- [--only llama/seq128] [--repeats 10]
 """
 
 from __future__ import annotations
 
+import functools
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -35,7 +38,7 @@ VOCAB = 256
 
 _KEEP: list[bytes] = []  # the runtime does not own a program's buffer
 _PTE: dict[tuple[str, str], bytes] = {}  # (model, path) -> the one .pte of every size
-_FIRST_CALL: dict[str, dict[str, dict[str, float]]] = {}  # bench -> path -> figures
+FIRST_CALL_RUNS = 3  # fresh modules per path for the first-call figures (--first-call-runs)
 
 
 class SmallCnn(torch.nn.Module):
@@ -172,25 +175,57 @@ def benchmarks() -> list[harness.Benchmark]:
     return out
 
 
-def summary(result: harness.BenchmarkResult) -> str:
+def first_call_figures(model: str, size: int, other: int, runs: int) -> dict[str, dict[str, Any]]:
+    """Per path: the medians, minima and maxima of `runs` first_call_ms, the paths interleaved
+    (a shared machine's load then falls on both alike)."""
+    samples: dict[str, list[dict[str, float]]] = {OURS: [], XNNPACK: []}
+    for _ in range(runs):
+        for path, taken in samples.items():
+            taken.append(first_call_ms(model, path, size, other))
+    figures: dict[str, dict[str, Any]] = {}
+    for path, taken in samples.items():
+        figures[path] = {"runs": len(taken)}
+        for key in ("first_ms", "second_ms"):
+            values = [t[key] for t in taken]
+            figures[path][key] = statistics.median(values)
+            figures[path][key.replace("_ms", "_min_ms")] = min(values)
+            figures[path][key.replace("_ms", "_max_ms")] = max(values)
+    return figures
+
+
+def summary(result: harness.BenchmarkResult, runs: int = FIRST_CALL_RUNS) -> str:
     """The first call at the table's size, per path (not one of the timed calls)."""
     model, unit, size = next(entry for entry in _sizes() if _name(*entry) == result.name)
-    rest = f"{unit} {size}"
     other = 2 if size != 2 else 3
-    figures = {path: first_call_ms(model, path, size, other) for path in (OURS, XNNPACK)}
+    figures = first_call_figures(model, size, other, runs)
     result.details["first_call_at_new_size"] = figures
-    lines = [f"  first call at {rest} after a call at {other} (fresh module):"]
+    ratio = figures[OURS]["first_ms"] / figures[XNNPACK]["first_ms"]
+    lines = [
+        f"  first call at {unit} {size} after a call at {other} (fresh module, medians of "
+        f"{figures[OURS]['runs']} [min-max]); ours / xnnpack first call {ratio:.2f}x:"
+    ]
     for path, f in figures.items():
         lines.append(
-            f"    {path:<14} first {f['first_ms']:9.2f} ms, second {f['second_ms']:9.2f} ms"
+            f"    {path:<14} first {f['first_ms']:9.2f} ms [{f['first_min_ms']:.2f}-"
+            f"{f['first_max_ms']:.2f}], second {f['second_ms']:9.2f} ms "
+            f"[{f['second_min_ms']:.2f}-{f['second_max_ms']:.2f}]"
         )
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = harness.build_parser(__doc__ or "")
+    parser.add_argument(
+        "--first-call-runs",
+        type=int,
+        default=FIRST_CALL_RUNS,
+        help="fresh modules per path for the first call at a new size",
+    )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    return harness.run_main(args, benchmarks, after_each=summary)
+    if args.first_call_runs < 1:
+        parser.error("--first-call-runs must be at least 1")
+    after_each = functools.partial(summary, runs=args.first_call_runs)
+    return harness.run_main(args, benchmarks, after_each=after_each)
 
 
 if __name__ == "__main__":
