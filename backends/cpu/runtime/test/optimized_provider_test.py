@@ -292,3 +292,44 @@ def test_mean_over_channels_is_declined() -> None:
     assert_close_scaled(out_opt[0], out_ref[0])
     declined = placed(placement, "aten::mean.out", "Reference")
     assert declined and "spatial dims" in declined[0], placement
+
+
+class PointwiseAfterConv(torch.nn.Module):
+    """ResNet-50's third stage in small: a 3x3 convolution, then a 1x1 512 -> `c_out` on 14x14."""
+
+    def __init__(self, c_out: int) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(32, 512, 3, padding=1)
+        self.pointwise = torch.nn.Conv2d(512, c_out, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pointwise(torch.relu(self.conv(x)))
+
+
+def _split_ops(placement: list[str]) -> int:
+    (summary,) = [line for line in placement if line.startswith("Optimized(oneDNN): ")]
+    return int(summary.split("work sharing, ")[1].split()[0])
+
+
+@pytest.mark.parametrize("c_out", [128, 256])
+def test_pointwise_convolution_splits_into_row_bands_with_their_own_weight_blocking(
+    c_out: int,
+) -> None:
+    # oneDNN's 1x1 kernel blocks its weights by the shape it sees: bands of 14x14 rows want
+    # another blocking than the whole op. Bands that share one reordered copy in their blocking
+    # split the op on 2 threads; with ET_CPU_CONV_BAND_WEIGHTS=0 it runs whole.
+    torch.manual_seed(0)
+    model = PointwiseAfterConv(c_out).eval()
+    inputs = (torch.randn(1, 32, 14, 14),)
+    with torch.no_grad():
+        expected = model(*inputs)
+    split = {}
+    for switch in ("1", "0"):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("ET_CPU_ONEDNN_THREADS", "2")
+            patch.setenv("ET_CPU_CONV_BAND_WEIGHTS", switch)
+            out_opt, out_ref, placement = run_both(model, inputs)
+        assert_close_scaled(out_opt[0], out_ref[0])
+        assert_close_scaled(out_opt[0], expected)
+        split[switch] = _split_ops(placement)
+    assert split["1"] == split["0"] + 1, split

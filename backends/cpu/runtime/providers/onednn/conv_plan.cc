@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "backends/cpu/runtime/providers/onednn/row_gemm.h"
+#include "backends/cpu/runtime/providers/onednn/vector_math.h"
 
 namespace et_cpu_plugin {
 namespace onednn {
@@ -122,6 +123,12 @@ void ConvPlan::run(const float* input, float* output, const float* residual) con
 
 namespace {
 
+// ET_CPU_CONV_BAND_WEIGHTS=0: row bands only take the whole op's weight layout (for measuring;
+// a 1x1 convolution whose bands want another then runs whole).
+bool band_weights_enabled() {
+  return kernel_switched_on("ET_CPU_CONV_BAND_WEIGHTS");
+}
+
 // Output channels per channel piece at least (one AVX-512 register of fp32).
 constexpr int64_t kConvChannels = 16;
 
@@ -182,8 +189,10 @@ std::vector<Piece> split_conv_channels(
 // of output channels when its weights outweigh its activations (split_conv_channels), else
 // images of the batch or (batch 1) bands of output rows along the first spatial dim, each band
 // reading the input rows it needs with its own top/bottom padding. Bands share the plan's
-// reordered weights, so each must accept their layout with the same implementation; if any
-// would not, the plan stays whole (empty result).
+// reordered weights, so each must accept one weight layout with the same implementation: the
+// whole op's, else (band_weights_enabled) the one the first band picks, which *weights_md then
+// names (the plan reorders its weights into it). If no layout suits every band, the plan stays
+// whole (empty result).
 std::vector<Piece> split_conv(
     ProviderState& state,
     const ConvParams& params,
@@ -194,8 +203,11 @@ std::vector<Piece> split_conv(
     const Dims& dilation,
     const dnnl::primitive_attr& attr,
     const dnnl::convolution_forward::primitive_desc& whole,
+    const Dims& weight_dims,
     const float* weight,
-    const float* bias) {
+    const float* bias,
+    memory::desc* weights_md) {
+  *weights_md = whole.weights_desc();
   if (plan.primitive_src_md != channels_last_md(src_dims) ||
       plan.primitive_dst_md != channels_last_md(dst_dims)) {
     return {};
@@ -226,17 +238,33 @@ std::vector<Piece> split_conv(
     rows->pad_right = last - rows->hi;
     return true;
   };
+  // The weight layout every band must take; `any` until the first band of a retry picks one.
+  memory::desc shared = whole.weights_desc();
   const auto make = [&](Piece& piece, const Dims& pad_left, const Dims& pad_right) {
-    const auto pd = conv_pd(state.engine, piece.src_md, whole.weights_desc(),
+    const memory::desc weights = shared.is_zero() ? any_md(weight_dims) : shared;
+    const auto pd = conv_pd(state.engine, piece.src_md, weights,
                             plan.has_bias ? whole.bias_desc() : memory::desc(), piece.dst_md,
                             strides, dilation, pad_left, pad_right, attr);
     if (pd.impl_info_str() != plan.implementation) {
       return false;  // the band would run a slower kernel: keep the op whole
     }
+    shared = pd.weights_desc();
     set_primitive<dnnl::convolution_forward>(piece, pd);
     return true;
   };
-  return split_images_or_rows(state, src_dims, dst_dims, flops, padding, padding, band, make);
+  std::vector<Piece> pieces =
+      split_images_or_rows(state, src_dims, dst_dims, flops, padding, padding, band, make);
+  // oneDNN's 1x1 kernels block the weights by the shape they see: a band with fewer rows wants
+  // another blocking than the whole op, and with the whole op's it falls to a slower kernel.
+  // Then the bands take the first band's blocking (the plan reorders its weights into it once).
+  if (pieces.empty() && band_weights_enabled()) {
+    shared = memory::desc();
+    pieces = split_images_or_rows(state, src_dims, dst_dims, flops, padding, padding, band, make);
+    if (!pieces.empty()) {
+      *weights_md = shared;
+    }
+  }
+  return pieces;
 }
 
 // Whether the convolution is a product over one pixel per image that RowGemm runs: a dense 1x1
@@ -361,13 +389,15 @@ ConvPlan Provider::prepare_conv(
     impl->prepare(state_, dnnl::convolution_forward(pd), pd, bias != nullptr, has_add(post_ops),
                   given_src_md, layouts.output, dst_dims, /*input_in_bands=*/true);
     impl->tail = split.tail;
+    memory::desc weights_md;
     impl->pieces = split_conv(state, params, *impl, src_dims, dst_dims, strides, dilation,
-                              make_attr(split.primitive), pd, weight, bias);
+                              make_attr(split.primitive), pd, weight_dims, weight, bias,
+                              &weights_md);
     impl->implementation += split.note();
     impl->describe_split();
     // Channel pieces own their weight blocks; the whole op and row bands use the plan's.
     if (impl->pieces.empty() || impl->pieces.front().channels == 0) {
-      impl->weights = reorder_constant(state, plain_md(weight_dims), weight, pd.weights_desc());
+      impl->weights = reorder_constant(state, plain_md(weight_dims), weight, weights_md);
       if (bias) {
         impl->bias =
             reorder_constant(state, plain_md({params.out_channels}), bias, pd.bias_desc());
