@@ -2131,14 +2131,16 @@ Error bind_embedding(const OpBinding& op, OnednnSession& session,
   const std::string name = op.op_name != nullptr ? op.op_name : "embedding";
   const int64_t rows = table->size(0);
   const int64_t width = table->size(1);
+  const bool prefetch = onednn::embedding_prefetch_enabled();
   return bind_loop(session, out, "embedding", {table, ids}, [=] {
     const float* data = table->const_data_ptr<float>();
     float* to = output->mutable_data_ptr<float>();
     const int64_t count = ids->numel();
     const int64_t bad =
-        long_ids ? onednn::gather_rows(data, rows, width, ids->const_data_ptr<int64_t>(), count, to)
+        long_ids ? onednn::gather_rows(data, rows, width, ids->const_data_ptr<int64_t>(), count,
+                                       to, prefetch)
                  : onednn::gather_rows(data, rows, width, ids->const_data_ptr<int32_t>(), count,
-                                       to);
+                                       to, prefetch);
     if (bad < 0) return Error::Ok;
     const long long id = long_ids ? static_cast<long long>(ids->const_data_ptr<int64_t>()[bad])
                                   : static_cast<long long>(ids->const_data_ptr<int32_t>()[bad]);
