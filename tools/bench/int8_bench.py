@@ -1,6 +1,7 @@
 """Issue 18's benchmark: PT2E int8 programs on the CPU delegate (oneDNN int8 kernels) vs XNNPACK
-int8, with our int8 on a 2-thread OpenMP team ("cpu int8 omp2"), XNNPACK fp32 and our fp32 beside
-them, on the ResNet-18-, MobileNetV2-shaped and MLP-BN
+int8, with our int8 on a 2-thread OpenMP team ("cpu int8 omp2") and with its convolutions whole on
+one thread ("cpu int8 whole", ET_CPU_ONEDNN_INT8_SPLIT=0: the A/B of the row bands on the work
+pool), XNNPACK fp32 and our fp32 beside them, on the ResNet-18-, MobileNetV2-shaped and MLP-BN
 examples (`tools/lower/examples.py`, full size by default). One run, interleaved; ratios are against
 XNNPACK int8 (so "cpu int8" at or below 1.0x is the issue's target); peak memory per variant in a
 fresh process. Quantization: `backends.cpu.quantization.quantize_ptq` (XNNPACK's symmetric
@@ -27,6 +28,7 @@ CPU_INT8 = "cpu int8"
 # The same program with its int8 kernels on an OpenMP team of 2 (ET_CPU_ONEDNN_INT8_THREADS, read
 # when the delegate binds them): whether a team beats one thread on this machine, side by side.
 CPU_INT8_OMP2 = "cpu int8 omp2"
+CPU_INT8_WHOLE = "cpu int8 whole"
 XNNPACK_FP32 = "xnnpack fp32"
 CPU_FP32 = "cpu fp32"
 MODELS = ("resnet", "mobilenet", "mlp_bn")
@@ -35,6 +37,12 @@ _SIZE = ["full"]  # --size rewrites it before the benchmarks are built
 _LEFT_OUT: dict[str, dict[str, int]] = {}  # benchmark name -> "op (reason)" -> count
 _KEEP: list[bytes] = []  # the runtime does not own a loaded program's bytes
 _INT8_THREADS = "ET_CPU_ONEDNN_INT8_THREADS"
+_INT8_SPLIT = "ET_CPU_ONEDNN_INT8_SPLIT"
+# The environment a variant's delegate binds its int8 kernels under (read in its init).
+_VARIANT_ENV: dict[str, dict[str, str]] = {
+    CPU_INT8_OMP2: {_INT8_THREADS: "2"},
+    CPU_INT8_WHOLE: {_INT8_SPLIT: "0"},
+}
 
 
 def lower(model: str, size: str, variant: str) -> tuple[bytes, tuple[torch.Tensor, ...]]:
@@ -73,21 +81,22 @@ def make_program(model: str, size: str, variant: str) -> harness.Runner:
 
     from backends.cpu.runtime import loader
 
-    omp2 = variant == CPU_INT8_OMP2
-    pte, inputs = lower(model, size, CPU_INT8 if omp2 else variant)
+    env = _VARIANT_ENV.get(variant, {})
+    pte, inputs = lower(model, size, CPU_INT8 if env else variant)
     _KEEP.append(pte)
     os.environ.setdefault(loader.ENV_LIBRARY, loader.load_cpu_backend())
     module = portable_lib._load_for_executorch_from_buffer(pte)
     args = list(inputs)
-    saved = os.environ.get(_INT8_THREADS)
-    os.environ[_INT8_THREADS] = "2" if omp2 else (saved or "1")
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
     try:
         module.forward(args)  # the delegate's init binds the int8 kernels here
     finally:
-        if saved is None:
-            del os.environ[_INT8_THREADS]
-        else:
-            os.environ[_INT8_THREADS] = saved
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
     return lambda: module.forward(args)
 
 
@@ -102,7 +111,14 @@ def benchmarks() -> list[harness.Benchmark]:
                 baseline=BASELINE,
                 variants=[
                     harness.Variant(name, make_program, {**kwargs, "variant": name})
-                    for name in (CPU_INT8, CPU_INT8_OMP2, BASELINE, XNNPACK_FP32, CPU_FP32)
+                    for name in (
+                        CPU_INT8,
+                        CPU_INT8_WHOLE,
+                        CPU_INT8_OMP2,
+                        BASELINE,
+                        XNNPACK_FP32,
+                        CPU_FP32,
+                    )
                 ],
                 notes=f"PT2E int8 (XNNPACK quantizer, per-channel), {CALIBRATION_SAMPLES} "
                 f"calibration samples; torch threads {torch.get_num_threads()}",

@@ -252,6 +252,19 @@ def define_common_targets():
         ],
     )
 
+    # int8 convolutions in row bands on the work pool: the bytes of the whole op.
+    runtime.python_test(
+        name = "int8_conv_split_test",
+        size = "medium",
+        srcs = ["test/int8_conv_split_test.py"],
+        deps = [
+            ":int8_compare",
+            ":loader",
+            "//backends/cpu:quantization",
+            "//backends/cpu/partition:cpu_partitioner",
+        ],
+    )
+
     runtime.python_test(
         name = "quantized_payload_test",
         srcs = ["test/quantized_payload_test.py"],

@@ -932,11 +932,11 @@ class QuantizedChainKernel final : public OnednnKernel {
     output_ = &args_[args_.size() - 2]->toTensor();
   }
   Error run(KernelRuntimeContext& context) override { return kernel_->run(context); }
-  void prepare(onednn::Provider&, const InChannelsLast& channels_last) override {
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
     std::string reason;
     std::unique_ptr<BoundKernel> fresh;
     if (bind_quantized(op_, &fresh, &reason, channels_last(impl_of(input_)),
-                       channels_last(impl_of(output_))) != Error::Ok) {
+                       channels_last(impl_of(output_)), provider.work_pool()) != Error::Ok) {
       throw std::runtime_error("int8 kernel: " + reason);
     }
     kernel_ = std::move(fresh);

@@ -131,6 +131,9 @@ int Provider::num_threads() const {
 bool Provider::work_sharing() const {
   return state_->omp_threads == 1 && state_->pool != nullptr;
 }
+WorkPool* Provider::work_pool() const {
+  return work_sharing() ? state_->pool.get() : nullptr;
+}
 size_t Provider::weights_bytes() const {
   return state_->weights_bytes;
 }

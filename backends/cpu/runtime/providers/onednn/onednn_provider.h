@@ -40,6 +40,8 @@
 namespace et_cpu_plugin {
 namespace onednn {
 
+class WorkPool;
+
 class ProviderError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -399,6 +401,8 @@ class Provider {
 
   int num_threads() const;
   bool work_sharing() const;
+  // The work-sharing pool (null without work sharing), for kernels outside the plans (int8).
+  WorkPool* work_pool() const;
   // Memory the provider holds beside the activations (for the delegate's memory report):
   size_t weights_bytes() const;     // reordered weights + biases of every plan
   size_t scratchpad_bytes() const;  // oneDNN scratchpads: the shared one + one per pool thread

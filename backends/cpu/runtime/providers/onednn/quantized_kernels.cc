@@ -5,12 +5,16 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include <omp.h>
 
 #include <oneapi/dnnl/dnnl.hpp>
+
+#include "backends/cpu/runtime/providers/onednn/work_pool.h"
 
 namespace et_cpu_plugin {
 namespace cpu {
@@ -36,6 +40,13 @@ int int8_threads() {
   const char* env = std::getenv("ET_CPU_ONEDNN_INT8_THREADS");
   const int value = env == nullptr ? 1 : std::atoi(env);
   return value > 0 ? value : 1;
+}
+
+// ET_CPU_ONEDNN_INT8_SPLIT=0 runs every int8 convolution whole on the calling thread (A/B of the
+// row bands on the work pool).
+bool int8_split_enabled() {
+  const char* env = std::getenv("ET_CPU_ONEDNN_INT8_SPLIT");
+  return env == nullptr || std::string(env) != "0";
 }
 
 // Sets the calling thread's OpenMP team size for one scope.
@@ -102,7 +113,11 @@ class QuantizedKernel final : public BoundKernel {
         src_.set_data_handle(input);
       }
       if (!dst_reorder_) dst_.set_data_handle(output);
-      primitive_.execute(stream_, args_);
+      if (bands_.empty()) {
+        primitive_.execute(stream_, args_);
+      } else {
+        run_bands();
+      }
       if (dst_reorder_) {
         memory user(user_dst_md_, engine_, output);
         dst_reorder_.execute(stream_, dst_, user);
@@ -143,6 +158,8 @@ class QuantizedKernel final : public BoundKernel {
       attr.set_post_ops(post_ops);
     }
     auto pd = make_pd(k.engine_, attr);
+    k.attr_ = attr;
+    k.implementation_ = pd.impl_info_str();
     k.primitive_ = dnnl::primitive(pd);
     k.input_ = op.args[0]->toTensor().unsafeGetTensorImpl();
     k.output_ = op.args[op.args.size() - 2]->toTensor().unsafeGetTensorImpl();
@@ -200,15 +217,67 @@ class QuantizedKernel final : public BoundKernel {
     return kernel;
   }
 
+  const dnnl::engine& engine() const { return engine_; }
+  const dnnl::primitive_attr& attr() const { return attr_; }
+  memory::desc src_desc() const { return src_.get_desc(); }
+  memory::desc weights_desc() const { return weights_.get_desc(); }
+  const std::string& implementation() const { return implementation_; }
+  memory::desc dst_desc() const { return dst_.get_desc(); }
+
+  // Adds a band: `pd` computes a slice of the op reading and writing the whole op's src / dst
+  // buffers at these byte offsets, with the op's weights, bias and scales (pd takes the weights
+  // in their bound layout).
+  void add_band(const dnnl::convolution_forward::primitive_desc& pd, size_t src_offset,
+                size_t dst_offset) {
+    Band band{dnnl::primitive(pd), args_, src_offset, dst_offset};
+    band.args[DNNL_ARG_SRC] = memory(pd.src_desc(), engine_, DNNL_MEMORY_NONE);
+    band.args[DNNL_ARG_DST] = memory(pd.dst_desc(), engine_, DNNL_MEMORY_NONE);
+    bands_.push_back(std::move(band));
+  }
+  // Runs the bands added on `pool` (one stream per pool thread), or, with `pool` null, drops them.
+  void use_bands(onednn::WorkPool* pool) {
+    pool_ = pool;
+    if (pool == nullptr) {
+      bands_.clear();
+      return;
+    }
+    for (int i = 0; i < pool->size(); ++i) streams_.emplace_back(engine_);
+  }
+
  private:
   QuantizedKernel() = default;
+
+  struct Band {
+    dnnl::primitive primitive;
+    std::unordered_map<int, memory> args;
+    size_t src_offset;
+    size_t dst_offset;
+  };
+
+  void run_bands() {
+    char* src = static_cast<char*>(src_.get_data_handle());
+    char* dst = static_cast<char*>(dst_.get_data_handle());
+    pool_->run(bands_.size(), [&](size_t task, int worker) {
+      Band& band = bands_[task];
+      band.args[DNNL_ARG_SRC].set_data_handle(src + band.src_offset);
+      band.args[DNNL_ARG_DST].set_data_handle(dst + band.dst_offset);
+      dnnl::stream& stream = streams_[static_cast<size_t>(worker)];
+      band.primitive.execute(stream, band.args);
+      stream.wait();
+    });
+  }
 
   const int threads_ = int8_threads();
 
   dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream_{engine_};
   dnnl::primitive primitive_;
+  dnnl::primitive_attr attr_;
+  std::string implementation_;  // oneDNN's, of the whole op
   std::unordered_map<int, memory> args_;
+  std::vector<Band> bands_;  // empty: the op runs whole
+  std::vector<dnnl::stream> streams_;
+  onednn::WorkPool* pool_ = nullptr;
   memory src_, dst_, weights_;
   memory::desc user_src_md_, user_dst_md_;
   dnnl::reorder src_reorder_, dst_reorder_;
@@ -219,8 +288,59 @@ class QuantizedKernel final : public BoundKernel {
   int32_t scalars_i_[2] = {0, 0};
 };
 
+// Splits a batch-1 convolution whose primitive reads and writes NHWC into bands of output rows
+// for `pool` (two per pool thread, so a descheduled thread delays little): in NHWC a band's
+// output rows and the input rows it reads are contiguous, so each band is a convolution of its
+// own over a slice of the same buffers, padded only at the image's edges. Every band reads the
+// op's weights as bound (asked for in that layout when its own choice differs) and runs the
+// op's oneDNN implementation, else the op stays whole: no second copy of the weights and no
+// band on a slower kernel.
+void split_rows(QuantizedKernel& kernel, onednn::WorkPool* pool, const memory::dims& src_dims,
+                const memory::dims& dst_dims, const memory::dims& w_dims, memory::data_type act,
+                const memory::desc& bias_md, const memory::dims& strides,
+                const memory::dims& dilations, const memory::dims& pads) {
+  using tag = memory::format_tag;
+  if (pool == nullptr || pool->size() < 2 || !int8_split_enabled() || src_dims[0] != 1) return;
+  if (kernel.src_desc() != memory::desc(src_dims, act, tag::nhwc) ||
+      kernel.dst_desc() != memory::desc(dst_dims, act, tag::nhwc)) {
+    return;
+  }
+  const int64_t channels = src_dims[1], height = src_dims[2], width = src_dims[3];
+  const int64_t out_channels = dst_dims[1], out_rows = dst_dims[2], out_width = dst_dims[3];
+  // Rows a window spans beyond its first (oneDNN's dilation counts from 0).
+  const int64_t window = (dilations[0] + 1) * (w_dims[w_dims.size() - 2] - 1);
+  const int64_t bands = std::min<int64_t>(out_rows, 2 * pool->size());
+  if (bands < 2) return;
+  memory::desc any_w(w_dims, memory::data_type::s8, tag::any);
+  const memory::desc bound_w = kernel.weights_desc();
+  for (int64_t b = 0; b < bands; ++b) {
+    const int64_t first = b * out_rows / bands, last = (b + 1) * out_rows / bands;
+    // Input rows [low, high] the band's window covers, some of them padding.
+    const int64_t low = first * strides[0] - pads[0];
+    const int64_t high = (last - 1) * strides[0] - pads[0] + window;
+    const int64_t begin = std::max<int64_t>(low, 0), end = std::min<int64_t>(high, height - 1);
+    if (end < begin) return kernel.use_bands(nullptr);  // a band of padding only: keep it whole
+    memory::desc src({1, channels, end - begin + 1, width}, act, tag::nhwc);
+    memory::desc dst({1, out_channels, last - first, out_width}, act, tag::nhwc);
+    auto make = [&](const memory::desc& weights) {
+      return dnnl::convolution_forward::primitive_desc(
+          kernel.engine(), dnnl::prop_kind::forward_inference,
+          dnnl::algorithm::convolution_direct, src, weights, bias_md, dst, strides, dilations,
+          {begin - low, pads[1]}, {high - end, pads[1]}, kernel.attr(), /*allow_empty=*/true);
+    };
+    auto pd = make(any_w);
+    if (pd && pd.weights_desc() != bound_w) pd = make(bound_w);
+    if (!pd || pd.weights_desc() != bound_w || pd.impl_info_str() != kernel.implementation()) {
+      return kernel.use_bands(nullptr);
+    }
+    kernel.add_band(pd, static_cast<size_t>(begin * width * channels),
+                    static_cast<size_t>(first * out_width * out_channels));
+  }
+  kernel.use_bands(pool);
+}
+
 Error bind_conv(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason,
-                bool input_channels_last, bool output_channels_last) {
+                bool input_channels_last, bool output_channels_last, onednn::WorkPool* pool) {
   const Tensor& input = op.args[0]->toTensor();
   const Tensor& weight = op.args[1]->toTensor();
   const Tensor& output = op.args[op.args.size() - 2]->toTensor();
@@ -249,20 +369,22 @@ Error bind_conv(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::str
                         output_channels_last ? memory::format_tag::nhwc : memory::format_tag::nchw);
   memory::desc user_w(user_w_dims, memory::data_type::s8, w_tag);
   const bool has_bias = op.args[3]->isTensor();
+  const memory::desc bias_md =
+      has_bias ? memory::desc({w_dims[0]}, memory::data_type::f32, memory::format_tag::a)
+               : memory::desc();
   auto make_pd = [&](const dnnl::engine& engine, const dnnl::primitive_attr& attr) {
     memory::desc any_src(src_dims, act, memory::format_tag::any);
     memory::desc any_dst(dst_dims, act, memory::format_tag::any);
     memory::desc any_w(user_w_dims, memory::data_type::s8, memory::format_tag::any);
-    memory::desc bias_md = has_bias
-                               ? memory::desc({w_dims[0]}, memory::data_type::f32,
-                                              memory::format_tag::a)
-                               : memory::desc();
     return dnnl::convolution_forward::primitive_desc(
         engine, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, any_src,
         any_w, bias_md, any_dst, strides, dilations, pads, pads, attr);
   };
   try {
-    *out = QuantizedKernel::make(op, q, mask, user_src, user_w, user_dst, make_pd);
+    auto kernel = QuantizedKernel::make(op, q, mask, user_src, user_w, user_dst, make_pd);
+    split_rows(*kernel, pool, src_dims, dst_dims, user_w_dims, act, bias_md, strides, dilations,
+               pads);
+    *out = std::move(kernel);
   } catch (const dnnl::error& e) {
     *reason = std::string("oneDNN int8 convolution: ") + e.what();
     return Error::NotSupported;
@@ -307,7 +429,8 @@ bool is_onednn_quantized_kernel(const std::string& kernel) {
 bool quantized_output_chainable(const std::string& kernel) { return kernel == kConv; }
 
 Error bind_quantized(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason,
-                     bool input_channels_last, bool output_channels_last) {
+                     bool input_channels_last, bool output_channels_last,
+                     onednn::WorkPool* pool) {
   const std::string kernel = op.kernel;
   const size_t first = kernel == kConv ? 8 : 4;
   const Quantization q = read_quantization(op, first);
@@ -320,7 +443,7 @@ Error bind_quantized(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std
   // oneDNN sizes a primitive's parallel split when it is created: create it with the team it runs on.
   OmpThreads threads(int8_threads());
   return kernel == kConv
-             ? bind_conv(op, out, reason, input_channels_last, output_channels_last)
+             ? bind_conv(op, out, reason, input_channels_last, output_channels_last, pool)
              : bind_linear(op, out, reason);
 }
 

@@ -12,6 +12,9 @@
 #include "backends/cpu/runtime/kernel_provider.h"
 
 namespace et_cpu_plugin {
+namespace onednn {
+class WorkPool;
+}  // namespace onednn
 namespace cpu {
 
 // Whether `kernel` names one of the int8 ops this file binds.
@@ -21,9 +24,12 @@ bool is_onednn_quantized_kernel(const std::string& kernel);
 // *reason when oneDNN cannot take it; oneDNN errors are returned as NotSupported too.
 // `input_channels_last` / `output_channels_last`: a convolution's int8 input / output buffer holds
 // NHWC data (the session's layout chaining, onednn_kernel_provider.cc), not NCHW.
+// `pool`: the provider's work-sharing pool; a convolution with NHWC activations then runs as bands
+// of output rows on it (ET_CPU_ONEDNN_INT8_SPLIT=0: whole, on the calling thread).
 executorch::runtime::Error bind_quantized(const OpBinding& op, std::unique_ptr<BoundKernel>* out,
                                           std::string* reason, bool input_channels_last = false,
-                                          bool output_channels_last = false);
+                                          bool output_channels_last = false,
+                                          onednn::WorkPool* pool = nullptr);
 
 // Whether `kernel`'s output can be kept channels-last (the int8 convolution's).
 bool quantized_output_chainable(const std::string& kernel);

@@ -1,0 +1,89 @@
+"""int8 convolutions split into bands of output rows on the provider's work pool
+(quantized_kernels.cc, split_rows): each band is a convolution of its own over a slice of the
+same NHWC buffers, padded only at the image's edges, so the split must give exactly the bytes of
+the whole op (ET_CPU_ONEDNN_INT8_SPLIT=0), and stay within issue 18's criterion against the
+undelegated program. Geometries that put a band edge inside the padding, in a strided or dilated
+window, and on fewer output rows than bands."""
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import torch
+from executorch.exir import to_edge, to_edge_transform_and_lower
+from torch import nn
+
+from backends.cpu.partition.cpu_partitioner import CpuPartitioner
+from backends.cpu.quantization import quantize_ptq
+from backends.cpu.runtime import loader
+from backends.cpu.runtime.test.int8_compare import assert_within_one_step, load
+
+_SPLIT = "ET_CPU_ONEDNN_INT8_SPLIT"
+_THREADS = "ET_CPU_ONEDNN_THREADS"
+
+
+class Geometries(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, stride=2, padding=1)  # 19 rows -> 10
+        self.wide = nn.Conv2d(16, 16, 5, padding=2)
+        self.dilated = nn.Conv2d(16, 32, 3, padding=2, dilation=2)
+        self.depthwise = nn.Conv2d(32, 32, 3, stride=2, padding=1, groups=32)  # 10 -> 5 rows
+        self.pointwise = nn.Conv2d(32, 24, 1)
+        self.tail = nn.Conv2d(24, 8, 3, stride=2)  # 5 -> 2 rows: fewer rows than bands
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.stem(x))
+        y = torch.relu(self.wide(y))
+        y = nn.functional.relu6(self.dilated(y))
+        y = torch.relu(self.depthwise(y))
+        return self.tail(self.pointwise(y))
+
+
+def _input(generator: torch.Generator) -> torch.Tensor:
+    return torch.randn(1, 3, 19, 23, generator=generator)
+
+
+@pytest.fixture(scope="module")
+def programs() -> Iterator[dict[str, Any]]:
+    loader.load_cpu_backend()
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+    samples = [(_input(generator),) for _ in range(4)]
+    quantized = quantize_ptq(Geometries().eval(), samples)
+    exported = torch.export.export(quantized, samples[0])
+    partitioner = CpuPartitioner()
+    edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
+    assert not partitioner.report.left_out, partitioner.report
+    pte = bytes(edge.to_executorch().buffer)
+    loaded = {}
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(_THREADS, "2")  # a pool of 2 (capped at the CPUs: one CPU has no pool)
+        # Each program binds its kernels (and reads the switch) on its first forward.
+        for name, split in (("split", "1"), ("whole", "0")):
+            env.setenv(_SPLIT, split)
+            loaded[name] = load(pte)
+            loaded[name].forward(list(samples[0]))
+    loaded["reference"] = load(bytes(to_edge(exported).to_executorch().buffer))
+    (output,) = [n for n in exported.graph.nodes if n.op == "output"]
+    loaded["output_scale"] = float(output.args[0][0].args[1])
+    yield loaded
+
+
+def test_bands_give_the_bytes_of_the_whole_convolution(programs: dict[str, Any]) -> None:
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        x = _input(generator)
+        split = programs["split"].forward([x])[0]
+        whole = programs["whole"].forward([x])[0]
+        assert torch.equal(split, whole), (split - whole).abs().max()
+
+
+def test_split_program_matches_the_undelegated_one(programs: dict[str, Any]) -> None:
+    generator = torch.Generator().manual_seed(2)
+    assert_within_one_step(
+        programs["split"],
+        programs["reference"],
+        lambda: _input(generator),
+        programs["output_scale"],
+    )
