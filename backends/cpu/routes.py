@@ -357,14 +357,18 @@ _ROUTE_LIST: tuple[Route, ...] = (
     # Quantization (PT2E): ExecuTorch's quantized kernels (executorch.kernels.quantized, loaded by
     # loader.load_cpu_backend) with static qparams; preprocess fuses dequantize -> conv/linear ->
     # quantize groups into the int8 ops below, the rest run here (pools, add, mean in float).
+    # Per-tensor quantize/dequantize run on the optimized provider's loops (quantize_convert.h,
+    # the portable kernels' arithmetic), the portable kernels where it declines.
     _r(
         "quantized_decomposed.quantize_per_tensor.default",
         "quantized_decomposed::quantize_per_tensor.out",
+        provider=_OPT,
         check_args=_quantization_scheme,
     ),
     _r(
         "quantized_decomposed.dequantize_per_tensor.default",
         "quantized_decomposed::dequantize_per_tensor.out",
+        provider=_OPT,
         check_args=_quantization_scheme,
     ),
     _r(

@@ -252,6 +252,17 @@ def define_common_targets():
         ],
     )
 
+    # Per-tensor quantize / dequantize on our own loops: the portable kernels' values exactly.
+    runtime.python_test(
+        name = "quantize_convert_test",
+        srcs = ["test/quantize_convert_test.py"],
+        deps = [
+            ":int8_compare",
+            ":loader",
+            "//backends/cpu/partition:cpu_partitioner",
+        ],
+    )
+
     # int8 convolutions in row bands on the work pool: the bytes of the whole op.
     runtime.python_test(
         name = "int8_conv_split_test",

@@ -34,6 +34,7 @@
 #include "backends/cpu/runtime/kernel_provider.h"
 #include "backends/cpu/runtime/providers/onednn/embedding.h"
 #include "backends/cpu/runtime/providers/onednn/mask_ops.h"
+#include "backends/cpu/runtime/providers/onednn/quantize_convert.h"
 #include "backends/cpu/runtime/providers/onednn/quantized_kernels.h"
 #include "backends/cpu/runtime/providers/onednn/reductions.h"
 #include "backends/cpu/runtime/providers/onednn/onednn_provider.h"
@@ -2062,6 +2063,52 @@ bool reduction_dims(const EValue* value, std::vector<int64_t>* dims) {
 // (self, *, out): over adjacent dims; keepdim does not change the output's bytes.
 enum class Reduction { kMax, kMin, kArgmax, kArgmin, kAny };
 
+// quantized_decomposed::quantize_per_tensor.out (input, scale, zero_point, quant_min, quant_max,
+// dtype, *, out) and dequantize_per_tensor.out (the same, *, out_dtype, out) on our own loops
+// (quantize_convert.h): float32 <-> int8 / uint8 over a range within the dtype, a scale that is
+// a float32 (the loops multiply in float32, as the portable kernels do).
+Error bind_quantize_convert(const OpBinding& op, bool quantize, OnednnSession& session,
+                            std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  const Tensor* input = tensor_arg(op, 0);
+  Tensor* output = out_arg(op);
+  const Tensor* quantized = quantize ? output : input;
+  const Tensor* real = quantize ? input : output;
+  double scale = 0.0, zero_point = 0.0, low = 0.0, high = 0.0;
+  const bool scalars = schema_args(op) >= 7 && scalar_of(op.args[1], &scale) &&
+                       scalar_of(op.args[2], &zero_point) && scalar_of(op.args[3], &low) &&
+                       scalar_of(op.args[4], &high);
+  const bool is_signed = has_dtype(quantized, ScalarType::Char);
+  const double type_low = is_signed ? -128 : 0, type_high = is_signed ? 127 : 255;
+  if (!scalars || !has_dtype(real, ScalarType::Float) ||
+      !(is_signed || has_dtype(quantized, ScalarType::Byte)) ||
+      input->numel() != output->numel() || !(type_low <= low && low <= high && high <= type_high) ||
+      !(scale > 0.0) || static_cast<double>(static_cast<float>(scale)) != scale ||
+      std::abs(zero_point) > 1e6 || zero_point != std::floor(zero_point)) {
+    decline->reason = "quantize/dequantize: float32 <-> int8/uint8 within the dtype's range, a "
+                      "float32 scale, an integer zero point";
+    return Error::NotSupported;
+  }
+  onednn::TensorQuantization q;
+  q.scale = static_cast<float>(scale);
+  q.zero_point = static_cast<int32_t>(zero_point);
+  q.quant_min = static_cast<int32_t>(low);
+  q.quant_max = static_cast<int32_t>(high);
+  q.is_signed = is_signed;
+  const int64_t n = input->numel();
+  if (quantize) {
+    return bind_loop(session, out, "quantize", {input}, [=] {
+      onednn::quantize_per_tensor(q, input->const_data_ptr<float>(), n,
+                                  output->mutable_data_ptr());
+      return Error::Ok;
+    });
+  }
+  return bind_loop(session, out, "dequantize", {input}, [=] {
+    onednn::dequantize_per_tensor(q, input->const_data_ptr(), n,
+                                  output->mutable_data_ptr<float>());
+    return Error::Ok;
+  });
+}
+
 Error bind_reduction(const OpBinding& op, Reduction kind, OnednnSession& session,
                      std::unique_ptr<BoundKernel>* out, Decline* decline) {
   const Tensor* input = tensor_arg(op, 0);
@@ -2249,6 +2296,11 @@ class OnednnKernelProvider final : public KernelProvider {
           error = bind_binary(op, onednn::BinaryOp::kDiv, "div", provider, out, &decline);
         } else if (compare_of(kernel, &compare)) {
           error = bind_compare_scalar(op, compare, provider, out, &decline);
+        } else if (kernel == "quantized_decomposed::quantize_per_tensor.out" ||
+                   kernel == "quantized_decomposed::dequantize_per_tensor.out") {
+          error = bind_quantize_convert(
+              op, kernel == "quantized_decomposed::quantize_per_tensor.out", provider, out,
+              &decline);
         } else if (kernel == "aten::logical_not.out") {
           error = bind_logical_not(op, provider, out, &decline);
         } else if (kernel == "aten::where.self_out") {

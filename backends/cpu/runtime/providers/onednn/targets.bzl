@@ -69,6 +69,8 @@ def define_common_targets():
             "mask_ops.cc",
             "mask_ops.h",
             "onednn_kernel_provider.cc",
+            "quantize_convert.cc",
+            "quantize_convert.h",
             "quantized_kernels.cc",
             "quantized_kernels.h",
             "reductions.cc",
