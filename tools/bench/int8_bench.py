@@ -1,12 +1,14 @@
 """Issue 18's benchmark: PT2E int8 programs on the CPU delegate (oneDNN int8 kernels) vs XNNPACK
-int8, with our int8 on a 2-thread OpenMP team ("cpu int8 omp2") and with its convolutions whole on
+int8, with our int8 on a 2-thread OpenMP team ("cpu int8 omp2"), with its convolutions whole on
 one thread ("cpu int8 whole", ET_CPU_ONEDNN_INT8_SPLIT=0: the A/B of the row bands on the work
-pool), XNNPACK fp32 and our fp32 beside them, on the ResNet-18-, MobileNetV2-shaped and MLP-BN
-examples (`tools/lower/examples.py`, full size by default). One run, interleaved; ratios are against
-XNNPACK int8 (so "cpu int8" at or below 1.0x is the issue's target); peak memory per variant in a
-fresh process. Quantization: `backends.cpu.quantization.quantize_ptq` (XNNPACK's symmetric
-per-channel config) calibrated on 4 seeded sample inputs; every int8 variant lowers the same
-quantized model. Under each table: the ops the CPU partitioner left out (none expected).
+pool) and with quantize/dequantize on ExecuTorch's portable kernels ("cpu int8 portable q/dq",
+ET_CPU_ONEDNN_QUANTIZE_LOOPS=0), XNNPACK fp32 and our fp32 beside them, on the ResNet-18-,
+MobileNetV2-shaped and MLP-BN examples (`tools/lower/examples.py`, full size by default). One
+run, interleaved; ratios are against XNNPACK int8 (so "cpu int8" at or below 1.0x is the issue's
+target); peak memory per variant in a fresh process. Quantization:
+`backends.cpu.quantization.quantize_ptq` (XNNPACK's symmetric per-channel config) calibrated on 4
+seeded sample inputs; every int8 variant lowers the same quantized model. Under each table: the
+ops the CPU partitioner left out (none expected).
 
     ./bazelw run //tools/bench:int8_bench -- [--size small] [--only resnet/full] [--repeats 10]
                                               [--no-memory] [--json out.json]
@@ -29,6 +31,8 @@ CPU_INT8 = "cpu int8"
 # when the delegate binds them): whether a team beats one thread on this machine, side by side.
 CPU_INT8_OMP2 = "cpu int8 omp2"
 CPU_INT8_WHOLE = "cpu int8 whole"
+# Quantize/dequantize on ExecuTorch's portable kernels instead of our loops.
+CPU_INT8_PORTABLE_QDQ = "cpu int8 portable q/dq"
 XNNPACK_FP32 = "xnnpack fp32"
 CPU_FP32 = "cpu fp32"
 MODELS = ("resnet", "mobilenet", "mlp_bn")
@@ -42,6 +46,7 @@ _INT8_SPLIT = "ET_CPU_ONEDNN_INT8_SPLIT"
 _VARIANT_ENV: dict[str, dict[str, str]] = {
     CPU_INT8_OMP2: {_INT8_THREADS: "2"},
     CPU_INT8_WHOLE: {_INT8_SPLIT: "0"},
+    CPU_INT8_PORTABLE_QDQ: {"ET_CPU_ONEDNN_QUANTIZE_LOOPS": "0"},
 }
 
 
@@ -114,6 +119,7 @@ def benchmarks() -> list[harness.Benchmark]:
                     for name in (
                         CPU_INT8,
                         CPU_INT8_WHOLE,
+                        CPU_INT8_PORTABLE_QDQ,
                         CPU_INT8_OMP2,
                         BASELINE,
                         XNNPACK_FP32,

@@ -1,4 +1,4 @@
-"""Keeps the int8 benchmark runnable: its six variants per model, and one model end to end at the
+"""Keeps the int8 benchmark runnable: its seven variants per model, and one model end to end at the
 small size with two repeats, nothing left out by the CPU partitioner."""
 
 import json
@@ -7,12 +7,13 @@ from pathlib import Path
 from tools.bench import int8_bench
 
 
-def test_every_model_has_the_six_variants_against_xnnpack_int8() -> None:
+def test_every_model_has_the_seven_variants_against_xnnpack_int8() -> None:
     int8_bench._SIZE[0] = "small"
     for bench in int8_bench.benchmarks():
         assert [v.name for v in bench.variants] == [
             "cpu int8",
             "cpu int8 whole",
+            "cpu int8 portable q/dq",
             "cpu int8 omp2",
             "xnnpack int8",
             "xnnpack fp32",
@@ -31,6 +32,7 @@ def test_the_bench_runs_small_and_reports_what_was_left_out(tmp_path: Path) -> N
     assert set(by_name) == {
         "cpu int8",
         "cpu int8 whole",
+        "cpu int8 portable q/dq",
         "cpu int8 omp2",
         "xnnpack int8",
         "xnnpack fp32",

@@ -2067,8 +2067,14 @@ enum class Reduction { kMax, kMin, kArgmax, kArgmin, kAny };
 // dtype, *, out) and dequantize_per_tensor.out (the same, *, out_dtype, out) on our own loops
 // (quantize_convert.h): float32 <-> int8 / uint8 over a range within the dtype, a scale that is
 // a float32 (the loops multiply in float32, as the portable kernels do).
+// ET_CPU_ONEDNN_QUANTIZE_LOOPS=0 declines them (the portable kernels run: the A/B).
 Error bind_quantize_convert(const OpBinding& op, bool quantize, OnednnSession& session,
                             std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  const char* loops = std::getenv("ET_CPU_ONEDNN_QUANTIZE_LOOPS");
+  if (loops != nullptr && std::string(loops) == "0") {
+    decline->reason = "quantize/dequantize loops switched off (ET_CPU_ONEDNN_QUANTIZE_LOOPS=0)";
+    return Error::NotSupported;
+  }
   const Tensor* input = tensor_arg(op, 0);
   Tensor* output = out_arg(op);
   const Tensor* quantized = quantize ? output : input;
