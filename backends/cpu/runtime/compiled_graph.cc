@@ -173,6 +173,12 @@ Error CompiledGraph::compile(const void* data, size_t size, const NamedDataMap* 
   GraphSpec spec;
   Error error = read_payload(data, size, &spec);
   if (error != Error::Ok) return error;
+  // ET_CPU_REFERENCE_ONLY=1: every op on ExecuTorch's kernels, as if lowered with every route on
+  // Reference (the AOT side's only difference), so a test compares providers on one .pte.
+  const char* reference_only = std::getenv("ET_CPU_REFERENCE_ONLY");
+  if (reference_only != nullptr && std::string(reference_only) == "1") {
+    for (OpSpec& op : spec.ops) op.provider = kReferenceProviderId;
+  }
   return compile_spec(std::move(spec), constants, nullptr, out);
 }
 

@@ -303,6 +303,14 @@ def define_common_targets():
         ],
     )
 
+    # provider_compare's all-Reference run (one .pte, providers reset at init) against a
+    # program lowered with every route on Reference.
+    runtime.python_test(
+        name = "provider_compare_test",
+        srcs = ["test/provider_compare_test.py"],
+        deps = [":provider_compare"],
+    )
+
     runtime.python_test(
         name = "optimized_provider_test",
         srcs = ["test/optimized_provider_test.py"],

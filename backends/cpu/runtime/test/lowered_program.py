@@ -24,6 +24,20 @@ _BUFFERS: list[bytes] = []
 def lower(model: torch.nn.Module, inputs: tuple[Any, ...]) -> tuple[Any, list[list[str]]]:
     """Lowers `model`, requires every op to be delegated, returns the loaded module and each
     delegate's kernel list."""
+    pte, kernels = lower_to_pte(model, inputs)
+    return load(pte), kernels
+
+
+def load(pte: bytes) -> Any:
+    """`pte` loaded on the ExecuTorch runtime (its delegates are initialized on first forward)."""
+    loader.load_cpu_backend()
+    _BUFFERS.append(pte)
+    return portable_lib._load_for_executorch_from_buffer(pte)
+
+
+def lower_to_pte(model: torch.nn.Module, inputs: tuple[Any, ...]) -> tuple[bytes, list[list[str]]]:
+    """Lowers `model`, requires every op to be delegated, returns the .pte and each delegate's
+    kernel list."""
     loader.load_cpu_backend()
     partitioner = CpuPartitioner()
     exported = torch.export.export(model.eval(), inputs)
@@ -35,9 +49,7 @@ def lower(model: torch.nn.Module, inputs: tuple[Any, ...]) -> tuple[Any, list[li
             graph = fb.Graph.GetRootAs(submodule.processed_bytes, 0)
             kernels.append([graph.Ops(i).Kernel().decode() for i in range(graph.OpsLength())])
     assert kernels, "nothing was delegated"
-    pte = bytes(edge.to_executorch().buffer)
-    _BUFFERS.append(pte)
-    return portable_lib._load_for_executorch_from_buffer(pte), kernels
+    return bytes(edge.to_executorch().buffer), kernels
 
 
 def run(model: torch.nn.Module, inputs: tuple[Any, ...]) -> tuple[list[Any], list[Any], Any]:

@@ -12,7 +12,7 @@ import torch
 
 from backends.cpu import routes
 from backends.cpu.runtime import loader
-from backends.cpu.runtime.test.lowered_program import lower
+from backends.cpu.runtime.test.lowered_program import load, lower_to_pte
 from backends.cpu.serialization import graph_writer
 
 # oneDNN accumulates in a different order (blocked K, FMA) than ExecuTorch's loops: rounding
@@ -41,26 +41,42 @@ def reference_routes() -> Iterator[None]:
         yield
 
 
+# The runtime's switch that puts every op of a payload on Reference when a delegate is initialized.
+ENV_REFERENCE_ONLY = "ET_CPU_REFERENCE_ONLY"
+
+
+def run_pte(pte: bytes, inputs: tuple[Any, ...], reference_only: bool) -> list[torch.Tensor]:
+    """`pte` run once, with the payload's providers or (`reference_only`) every op on Reference."""
+    with pytest.MonkeyPatch.context() as patch:
+        # A delegate reads the switch in init, which portable_lib runs on the first forward.
+        if reference_only:
+            patch.setenv(ENV_REFERENCE_ONLY, "1")
+        else:
+            patch.delenv(ENV_REFERENCE_ONLY, raising=False)
+        return list(load(pte).forward(list(inputs)))
+
+
 def run_both(
     model: torch.nn.Module, inputs: tuple[Any, ...], with_reference: bool = True
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], list[str]]:
     """Outputs with the route table's providers, outputs all-Reference (eager's when
-    `with_reference` is false), and the placement log of the optimized lowering."""
-    optimized, _ = lower(model, inputs)
-    out_opt = optimized.forward(list(inputs))
+    `with_reference` is false), and the placement log of the optimized lowering.
+
+    All-Reference runs the same .pte with the providers reset at init (ENV_REFERENCE_ONLY): a
+    lowering with every route on Reference writes the same payload but for the provider ids
+    (provider_compare_test holds the two equal)."""
+    pte, _ = lower_to_pte(model, inputs)
+    out_opt = run_pte(pte, inputs, reference_only=False)
     placement = loader.last_placement()
     placement.append(f"provider bytes: {loader.last_provider_bytes()}")
     if not with_reference:
         expected = model(*inputs)
         return (
-            list(out_opt),
+            out_opt,
             list(expected if isinstance(expected, tuple) else [expected]),
             placement,
         )
-    with torch.no_grad(), reference_routes():
-        reference, _ = lower(model, inputs)
-    out_ref = reference.forward(list(inputs))
-    return list(out_opt), list(out_ref), placement
+    return out_opt, run_pte(pte, inputs, reference_only=True), placement
 
 
 def placed(placement: list[str], kernel: str, where: str) -> list[str]:
