@@ -299,6 +299,7 @@ def define_common_targets():
         deps = [
             ":lowered_program",
             "//backends/cpu:routes",
+            "//backends/cpu/serialization:graph_reader",
             "//backends/cpu/serialization:graph_writer",
         ],
     )

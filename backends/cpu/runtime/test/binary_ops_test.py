@@ -12,10 +12,15 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from backends.cpu.runtime.test.provider_compare import assert_close_scaled, placed, run_both
+from backends.cpu.runtime.test.provider_compare import (
+    assert_close_scaled,
+    generated_examples,
+    placed,
+    run_both,
+    run_cases,
+)
 
 _OPS: dict[str, tuple[str, Callable[..., torch.Tensor]]] = {
     "add": ("aten::add.out", torch.add),
@@ -68,46 +73,51 @@ def _inputs(op: str, *shapes: list[int]) -> list[torch.Tensor]:
     return tensors
 
 
-@settings(max_examples=12, derandomize=True, deadline=None)
-@given(broadcast_cases(), st.sampled_from(["inputs", "constant"]))
-def test_generated_broadcasts_match_reference_and_eager(
-    case: tuple[str, list[int], list[int]], operands: str
-) -> None:
-    op, shape_a, shape_b = case
-    torch.manual_seed(len(shape_a) * 7 + len(shape_b))
-    a, b = _inputs(op, shape_a, shape_b)
-    if operands == "constant":  # b baked into the graph as a constant
-        model: torch.nn.Module = Binary(op, b, constant_first=False)
-        inputs: tuple[Any, ...] = (a,)
-    else:
-        model = Binary(op, None, False)
-        inputs = (a, b)
-    out_opt, out_ref, placement = run_both(model, inputs)
-    expected = _OPS[op][1](a, b)
-    assert out_opt[0].shape == expected.shape
-    assert_close_scaled(out_opt[0], out_ref[0])
-    assert_close_scaled(out_opt[0], expected)
-    kernel = _OPS[op][0]
-    out_shape = list(expected.shape)
-    if len(out_shape) >= 1 and _oneDNN_broadcastable(op, shape_a, shape_b, out_shape):
-        assert placed(placement, kernel, "Optimized"), placement
-    else:
-        declined = placed(placement, kernel, "Reference")
-        assert declined and "declined" in declined[0], placement
+def test_generated_broadcasts_match_reference_and_eager() -> None:
+    examples = generated_examples(12, broadcast_cases(), st.sampled_from(["inputs", "constant"]))
+    cases: list[tuple[torch.nn.Module, tuple[Any, ...]]] = []
+    operand_pairs = []
+    for (op, shape_a, shape_b), operands in examples:
+        torch.manual_seed(len(shape_a) * 7 + len(shape_b))
+        a, b = _inputs(op, shape_a, shape_b)
+        operand_pairs.append((a, b))
+        if operands == "constant":  # b baked into the graph as a constant
+            cases.append((Binary(op, b, constant_first=False), (a,)))
+        else:
+            cases.append((Binary(op, None, False), (a, b)))
+    # One lowering for all examples: each case's outputs and placement lines are its own.
+    for ((op, shape_a, shape_b), operands), (a, b), run in zip(
+        examples, operand_pairs, run_cases(cases), strict=True
+    ):
+        where = (op, shape_a, shape_b, operands)
+        expected = _OPS[op][1](a, b)
+        assert run.optimized[0].shape == expected.shape, where
+        assert_close_scaled(run.optimized[0], run.reference[0])
+        assert_close_scaled(run.optimized[0], expected)
+        kernel = _OPS[op][0]
+        out_shape = list(expected.shape)
+        if len(out_shape) >= 1 and _oneDNN_broadcastable(op, shape_a, shape_b, out_shape):
+            assert placed(run.placement, kernel, "Optimized"), (where, run.placement)
+        else:
+            declined = placed(run.placement, kernel, "Reference")
+            assert declined and "declined" in declined[0], (where, run.placement)
 
 
-@pytest.mark.parametrize("op", sorted(_OPS))
-@pytest.mark.parametrize("constant_first", [False, True])
-def test_constant_operand_in_either_order(op: str, constant_first: bool) -> None:
-    torch.manual_seed(5)
-    (x,) = _inputs(op, [2, 3, 4, 5])
-    constant = torch.randn(3, 1, 1).abs() + 0.5
-    model = Binary(op, constant, constant_first).eval()
-    out_opt, out_ref, placement = run_both(model, (x,))
-    assert_close_scaled(out_opt[0], out_ref[0])
-    assert_close_scaled(out_opt[0], model(x))
-    where = "Reference" if (op == "div" and constant_first) else "Optimized"
-    assert placed(placement, _OPS[op][0], where), placement
+def test_constant_operand_in_either_order() -> None:
+    params = [(op, first) for first in (False, True) for op in sorted(_OPS)]
+    cases: list[tuple[torch.nn.Module, tuple[Any, ...]]] = []
+    for op, constant_first in params:
+        torch.manual_seed(5)
+        (x,) = _inputs(op, [2, 3, 4, 5])
+        constant = torch.randn(3, 1, 1).abs() + 0.5
+        cases.append((Binary(op, constant, constant_first).eval(), (x,)))
+    for (op, constant_first), (model, (x,)), run in zip(
+        params, cases, run_cases(cases), strict=True
+    ):
+        assert_close_scaled(run.optimized[0], run.reference[0])
+        assert_close_scaled(run.optimized[0], model(x))
+        where = "Reference" if (op == "div" and constant_first) else "Optimized"
+        assert placed(run.placement, _OPS[op][0], where), (op, constant_first, run.placement)
 
 
 class SqueezeExcite(torch.nn.Module):

@@ -24,7 +24,11 @@ _BUFFERS: list[bytes] = []
 def lower(model: torch.nn.Module, inputs: tuple[Any, ...]) -> tuple[Any, list[list[str]]]:
     """Lowers `model`, requires every op to be delegated, returns the loaded module and each
     delegate's kernel list."""
-    pte, kernels = lower_to_pte(model, inputs)
+    pte, payloads = lower_to_pte(model, inputs)
+    kernels = []
+    for payload in payloads:
+        graph = fb.Graph.GetRootAs(payload, 0)
+        kernels.append([graph.Ops(i).Kernel().decode() for i in range(graph.OpsLength())])
     return load(pte), kernels
 
 
@@ -35,21 +39,21 @@ def load(pte: bytes) -> Any:
     return portable_lib._load_for_executorch_from_buffer(pte)
 
 
-def lower_to_pte(model: torch.nn.Module, inputs: tuple[Any, ...]) -> tuple[bytes, list[list[str]]]:
+def lower_to_pte(model: torch.nn.Module, inputs: tuple[Any, ...]) -> tuple[bytes, list[bytes]]:
     """Lowers `model`, requires every op to be delegated, returns the .pte and each delegate's
-    kernel list."""
+    payload, in graph order."""
     loader.load_cpu_backend()
     partitioner = CpuPartitioner()
     exported = torch.export.export(model.eval(), inputs)
     edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
     assert not partitioner.report.left_out, partitioner.report
-    kernels = []
-    for _, submodule in edge.exported_program().graph_module.named_children():
-        if isinstance(submodule, LoweredBackendModule):
-            graph = fb.Graph.GetRootAs(submodule.processed_bytes, 0)
-            kernels.append([graph.Ops(i).Kernel().decode() for i in range(graph.OpsLength())])
-    assert kernels, "nothing was delegated"
-    return bytes(edge.to_executorch().buffer), kernels
+    payloads = [
+        bytes(submodule.processed_bytes)
+        for _, submodule in edge.exported_program().graph_module.named_children()
+        if isinstance(submodule, LoweredBackendModule)
+    ]
+    assert payloads, "nothing was delegated"
+    return bytes(edge.to_executorch().buffer), payloads
 
 
 def run(model: torch.nn.Module, inputs: tuple[Any, ...]) -> tuple[list[Any], list[Any], Any]:

@@ -11,7 +11,12 @@ import torch
 
 from backends.cpu.runtime import loader
 from backends.cpu.runtime.test.lowered_program import load, lower_to_pte
-from backends.cpu.runtime.test.provider_compare import reference_routes, run_pte
+from backends.cpu.runtime.test.provider_compare import (
+    reference_routes,
+    run_both,
+    run_cases,
+    run_pte,
+)
 
 
 class Mixed(torch.nn.Module):
@@ -78,3 +83,19 @@ def test_the_switch_is_off_unless_it_is_1() -> None:
         patch.setenv("ET_CPU_REFERENCE_ONLY", "0")
         load(pte).forward(list(inputs))
     assert any(": Optimized(oneDNN)" in line for line in loader.last_placement())
+
+
+def test_run_cases_gives_each_case_what_run_both_gives_it() -> None:
+    torch.manual_seed(1)
+    cases = [_CASES["mixed"], _CASES["integer"], (Integer(), (torch.randn(2, 5), torch.randn(5)))]
+    runs = run_cases(cases)
+    assert len(runs) == len(cases)
+    for (model, inputs), run in zip(cases, runs, strict=True):
+        optimized, reference, placement = run_both(model.eval(), inputs)
+        for got, want in zip(run.optimized + run.reference, optimized + reference, strict=True):
+            assert torch.equal(got, want), (got, want)
+        # Node names differ between the programs; kernels and placements do not.
+        ops = [line for line in placement if line.startswith("aten_")]
+        assert [line.split(" ", 1)[1] for line in run.placement] == [
+            line.split(" ", 1)[1] for line in ops
+        ]
