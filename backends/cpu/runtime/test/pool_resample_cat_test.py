@@ -9,14 +9,15 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backends.cpu.runtime.test.provider_compare import (
     assert_close_scaled,
-    check_placed,
+    check_placed_cases,
+    generated_examples,
     placed,
     run_both,
+    run_cases,
 )
 
 F = torch.nn.functional
@@ -55,21 +56,20 @@ def avg_pool_cases(draw: st.DrawFn) -> tuple[Any, bool, int]:
     return fn, draw(st.booleans()), size
 
 
-@settings(max_examples=10, derandomize=True, deadline=None)
-@given(avg_pool_cases())
-def test_generated_avg_pooling_matches_reference(case: tuple[Any, bool, int]) -> None:
-    fn, convs, size = case
-    torch.manual_seed(size)
-    model = Between(fn, convs).eval()
-    x = torch.randn(2, 6, size, size + 1)
-    out_opt, out_ref, placement = run_both(model, (x,))
-    with torch.no_grad():
-        assert_close_scaled(out_opt[0], model(x))
-    assert_close_scaled(out_opt[0], out_ref[0])
-    lines = [line for line in placement if " aten::avg_pool2d.out: " in line]
-    assert len(lines) == 1, placement
-    # Taken, or declined only for torch's ceil-mode divisor with count_include_pad.
-    assert "Optimized" in lines[0] or "ceil-mode window past the padding" in lines[0], lines
+def test_generated_avg_pooling_matches_reference() -> None:
+    cases: list[tuple[torch.nn.Module, tuple[Any, ...]]] = []
+    for ((fn, convs, size),) in generated_examples(10, avg_pool_cases()):
+        torch.manual_seed(size)
+        cases.append((Between(fn, convs).eval(), (torch.randn(2, 6, size, size + 1),)))
+    # One lowering for all examples: each case's outputs and placement lines are its own.
+    for (model, (x,)), run in zip(cases, run_cases(cases), strict=True):
+        with torch.no_grad():
+            assert_close_scaled(run.optimized[0], model(x))
+        assert_close_scaled(run.optimized[0], run.reference[0])
+        lines = [line for line in run.placement if " aten::avg_pool2d.out: " in line]
+        assert len(lines) == 1, run.placement
+        # Taken, or declined only for torch's ceil-mode divisor with count_include_pad.
+        assert "Optimized" in lines[0] or "ceil-mode window past the padding" in lines[0], lines
 
 
 def test_avg_pool_declines() -> None:
@@ -78,70 +78,85 @@ def test_avg_pool_declines() -> None:
     def override(x: torch.Tensor) -> torch.Tensor:
         return F.avg_pool2d(x, 2, divisor_override=3)
 
-    (line,) = check_placed(Between(override, False), (x,), "aten::avg_pool2d.out", "Reference")
-    assert "divisor_override" in line
-
     def ceil_include(x: torch.Tensor) -> torch.Tensor:
         return F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=True)
 
-    x = torch.randn(1, 3, 8, 8)  # the last window starts at 7 and runs past the padding
-    (line,) = check_placed(Between(ceil_include, False), (x,), "aten::avg_pool2d.out", "Reference")
-    assert "ceil-mode" in line
+    y = torch.randn(1, 3, 8, 8)  # the last window starts at 7 and runs past the padding
+    (override_line,), (ceil_line,) = check_placed_cases(
+        [
+            (Between(override, False), (x,), "aten::avg_pool2d.out", "Reference"),
+            (Between(ceil_include, False), (y,), "aten::avg_pool2d.out", "Reference"),
+        ]
+    )
+    assert "divisor_override" in override_line
+    assert "ceil-mode" in ceil_line
 
 
-@pytest.mark.parametrize(
-    "size, out, convs, where",
-    [
-        # (1, 1) reaches the delegate as mean over H, W (to_edge decomposes it).
-        (8, (2, 2), True, "Optimized"),  # pooling a channels-last activation
-        (12, (3, 4), True, "Optimized"),  # windows 4x3
-        (9, (3, 3), False, "Optimized"),
-        (7, (7, 7), False, "Optimized"),  # identity
-        (10, (3, 3), False, "Reference"),  # 10 / 3: windows of different sizes
-    ],
-)
-def test_adaptive_avg_pooling(size: int, out: tuple[int, int], convs: bool, where: str) -> None:
-    torch.manual_seed(size)
+_ADAPTIVE = [
+    # (size, out, convs, where); (1, 1) reaches the delegate as mean over H, W (to_edge
+    # decomposes it).
+    (8, (2, 2), True, "Optimized"),  # pooling a channels-last activation
+    (12, (3, 4), True, "Optimized"),  # windows 4x3
+    (9, (3, 3), False, "Optimized"),
+    (7, (7, 7), False, "Optimized"),  # identity
+    (10, (3, 3), False, "Reference"),  # 10 / 3: windows of different sizes
+]
 
+
+def _adaptive(out: tuple[int, int]) -> Any:
     def fn(x: torch.Tensor) -> torch.Tensor:
         return F.adaptive_avg_pool2d(x, out)
 
-    x = torch.randn(2, 6, size, size)
-    lines = check_placed(Between(fn, convs).eval(), (x,), "aten::_adaptive_avg_pool2d.out", where)
-    if where == "Reference":
-        assert "does not divide" in lines[0], lines
+    return fn
 
 
-@pytest.mark.parametrize("mode", ["nearest", "bilinear"])
-@pytest.mark.parametrize(
-    "size, scale, convs",
-    [
-        ((5, 7), 2.0, True),  # UNet's 2x upsampling between convolutions
-        ((4, 6), 3.0, False),
-        ((6, 6), None, False),  # output size given
-        ((3, 5), 1.0, True),
-    ],
-)
-def test_resampling_matches_reference(
-    mode: str, size: tuple[int, int], scale: float | None, convs: bool
-) -> None:
-    torch.manual_seed(size[0])
+def test_adaptive_avg_pooling() -> None:
+    cases = []
+    for size, out, convs, where in _ADAPTIVE:
+        torch.manual_seed(size)
+        x = torch.randn(2, 6, size, size)
+        model = Between(_adaptive(out), convs).eval()
+        cases.append((model, (x,), "aten::_adaptive_avg_pool2d.out", where))
+    for (_, _, _, where), lines in zip(_ADAPTIVE, check_placed_cases(cases), strict=True):
+        if where == "Reference":
+            assert "does not divide" in lines[0], lines
 
+
+_RESAMPLING = [
+    ((5, 7), 2.0, True),  # UNet's 2x upsampling between convolutions
+    ((4, 6), 3.0, False),
+    ((6, 6), None, False),  # output size given
+    ((3, 5), 1.0, True),
+]
+
+
+def _interpolate(mode: str, scale: float | None) -> Any:
     def fn(x: torch.Tensor) -> torch.Tensor:
         if scale is None:
             return F.interpolate(x, size=(12, 18), mode=mode)
         return F.interpolate(x, scale_factor=scale, mode=mode)
 
-    x = torch.randn(1, 6, *size)
-    check_placed(Between(fn, convs).eval(), (x,), f"aten::upsample_{mode}2d.vec_out", "Optimized")
+    return fn
 
 
-def test_bilinear_downsampling_and_odd_sizes_match_reference() -> None:
-    def fn(x: torch.Tensor) -> torch.Tensor:
+def test_resampling_matches_reference() -> None:
+    cases: list[tuple[torch.nn.Module, tuple[Any, ...], str, str]] = []
+    for size, scale, convs in _RESAMPLING:
+        for mode in ("bilinear", "nearest"):
+            torch.manual_seed(size[0])
+            x = torch.randn(1, 6, *size)
+            model = Between(_interpolate(mode, scale), convs).eval()
+            cases.append((model, (x,), f"aten::upsample_{mode}2d.vec_out", "Optimized"))
+
+    # Bilinear downsampling and odd sizes.
+    def down(x: torch.Tensor) -> torch.Tensor:
         return F.interpolate(x, size=(5, 13), mode="bilinear")
 
     x = torch.randn(2, 6, 11, 7)
-    check_placed(Between(fn, True).eval(), (x,), "aten::upsample_bilinear2d.vec_out", "Optimized")
+    cases.append(
+        (Between(down, True).eval(), (x,), "aten::upsample_bilinear2d.vec_out", "Optimized")
+    )
+    check_placed_cases(cases)
 
 
 def test_resampling_declines() -> None:
@@ -150,26 +165,23 @@ def test_resampling_declines() -> None:
     def corners(x: torch.Tensor) -> torch.Tensor:
         return F.interpolate(x, scale_factor=2.0, mode="bilinear", align_corners=True)
 
-    (line,) = check_placed(
-        Between(corners, False), (x,), "aten::upsample_bilinear2d.vec_out", "Reference"
-    )
-    assert "align_corners=True" in line
-
     def nearest_odd(x: torch.Tensor) -> torch.Tensor:
         return F.interpolate(x, size=(9, 4), mode="nearest")
-
-    (line,) = check_placed(
-        Between(nearest_odd, False), (x,), "aten::upsample_nearest2d.vec_out", "Reference"
-    )
-    assert "not a multiple" in line
 
     def fractional(x: torch.Tensor) -> torch.Tensor:
         return F.interpolate(x, scale_factor=1.7, mode="bilinear")
 
-    (line,) = check_placed(
-        Between(fractional, False), (x,), "aten::upsample_bilinear2d.vec_out", "Reference"
+    bilinear, nearest = "aten::upsample_bilinear2d.vec_out", "aten::upsample_nearest2d.vec_out"
+    (corners_line,), (nearest_line,), (fractional_line,) = check_placed_cases(
+        [
+            (Between(corners, False), (x,), bilinear, "Reference"),
+            (Between(nearest_odd, False), (x.clone(),), nearest, "Reference"),
+            (Between(fractional, False), (x.clone(),), bilinear, "Reference"),
+        ]
     )
-    assert "scale factor" in line
+    assert "align_corners=True" in corners_line
+    assert "not a multiple" in nearest_line
+    assert "scale factor" in fractional_line
 
 
 class Cat(torch.nn.Module):
@@ -189,12 +201,13 @@ class Cat(torch.nn.Module):
         return torch.cat(xs, dim=self.dim)
 
 
-@pytest.mark.parametrize("count", [1, 2, 3])
-def test_channel_concatenation_between_convolutions(count: int) -> None:
-    torch.manual_seed(count)
-    model = Cat(1, count, True).eval()
-    x = torch.randn(1, 3, 9, 11)
-    check_placed(model, (x,), "aten::cat.out", "Optimized")
+def test_channel_concatenation_between_convolutions() -> None:
+    cases: list[tuple[torch.nn.Module, tuple[Any, ...], str, str]] = []
+    for count in (1, 2, 3):
+        torch.manual_seed(count)
+        model = Cat(1, count, True).eval()
+        cases.append((model, (torch.randn(1, 3, 9, 11),), "aten::cat.out", "Optimized"))
+    check_placed_cases(cases)
 
 
 @st.composite
@@ -210,16 +223,17 @@ def cat_cases(draw: st.DrawFn) -> tuple[int, list[list[int]]]:
     return dim, shapes
 
 
-@settings(max_examples=10, derandomize=True, deadline=None)
-@given(cat_cases())
-def test_generated_concatenations_match_reference(case: tuple[int, list[list[int]]]) -> None:
-    dim, shapes = case
-    torch.manual_seed(len(shapes))
-    inputs = tuple(torch.randn(shape) for shape in shapes)
-    out_opt, out_ref, placement = run_both(Cat(dim, 0, False), inputs)
-    assert torch.equal(out_opt[0], out_ref[0])
-    assert torch.equal(out_opt[0], torch.cat(inputs, dim))
-    assert placed(placement, "aten::cat.out", "Optimized"), placement
+def test_generated_concatenations_match_reference() -> None:
+    examples = generated_examples(10, cat_cases())
+    cases: list[tuple[torch.nn.Module, tuple[Any, ...]]] = []
+    for ((dim, shapes),) in examples:
+        torch.manual_seed(len(shapes))
+        cases.append((Cat(dim, 0, False), tuple(torch.randn(shape) for shape in shapes)))
+    # One lowering for all examples: each case's outputs and placement lines are its own.
+    for ((dim, _),), (_, inputs), run in zip(examples, cases, run_cases(cases), strict=True):
+        assert torch.equal(run.optimized[0], run.reference[0])
+        assert torch.equal(run.optimized[0], torch.cat(inputs, dim))
+        assert placed(run.placement, "aten::cat.out", "Optimized"), run.placement
 
 
 def test_large_concatenation_splits_on_two_threads() -> None:

@@ -89,14 +89,25 @@ def check_placed(
 ) -> list[str]:
     """Asserts the model's first output matches all-Reference and eager (assert_close_scaled)
     and that `kernel` was placed on `where`; returns those placement lines."""
-    out_opt, out_ref, placement = run_both(model, inputs)
-    with torch.no_grad():
-        expected = model(*inputs)
-    assert out_opt[0].shape == expected.shape
-    assert_close_scaled(out_opt[0], out_ref[0])
-    assert_close_scaled(out_opt[0], expected)
-    lines = placed(placement, kernel, where)
-    assert lines, placement
+    return check_placed_cases([(model, inputs, kernel, where)])[0]
+
+
+def check_placed_cases(
+    cases: Sequence[tuple[torch.nn.Module, tuple[Any, ...], str, str]],
+) -> list[list[str]]:
+    """check_placed for each (model, inputs, kernel, where), all in one lowering (run_cases)."""
+    runs = run_cases([(model, inputs) for model, inputs, _, _ in cases])
+    lines = []
+    for index, ((model, inputs, kernel, where), run) in enumerate(zip(cases, runs, strict=True)):
+        with torch.no_grad():
+            expected = model(*inputs)
+        expected = expected[0] if isinstance(expected, (tuple, list)) else expected
+        assert run.optimized[0].shape == expected.shape, (index, kernel)
+        assert_close_scaled(run.optimized[0], run.reference[0])
+        assert_close_scaled(run.optimized[0], expected)
+        case_lines = placed(run.placement, kernel, where)
+        assert case_lines, (index, kernel, where, run.placement)
+        lines.append(case_lines)
     return lines
 
 
