@@ -177,9 +177,12 @@ def define_common_targets():
     runtime.python_library(
         name = "lowered_program",
         srcs = ["test/lowered_program.py"],
+        # backends/cpu/test's ops_run_test lowers its cases together too (lower_cases).
+        visibility = ["//backends/cpu/test:__pkg__"],
         deps = [
             ":loader",
             "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:graph_reader",
             "//backends/cpu/serialization:schema",
         ],
     )
@@ -299,7 +302,6 @@ def define_common_targets():
         deps = [
             ":lowered_program",
             "//backends/cpu:routes",
-            "//backends/cpu/serialization:graph_reader",
             "//backends/cpu/serialization:graph_writer",
         ],
     )

@@ -1,4 +1,6 @@
-"""Per-route checks: one tiny program per op family, lowered whole, run on the runtime, vs eager.
+"""Per-route checks: one tiny model per op family, lowered whole, run on the runtime, vs eager.
+The selected cases are lowered side by side as one program (one lowering, not one per case);
+each case is checked on its own outputs and the routes of its own ops.
 
 Each case asserts the op really reached the delegate (its route is in the payload), so a
 regression in how the writer encodes that op's arguments fails here by name. Floats compare
@@ -10,12 +12,10 @@ from collections.abc import Callable, Iterator
 import pytest
 import torch
 import torch.nn.functional as F
-from executorch.exir import to_edge_transform_and_lower
-from executorch.extension.pybindings import portable_lib
 
-from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.runtime.loader import load_cpu_backend
-from backends.cpu.serialization.graph_reader import cpu_payloads, read_payload
+from backends.cpu.runtime.test.lowered_program import load, lower_cases
+from backends.cpu.serialization.graph_reader import read_payload
 from backends.cpu.test.models import randomize_batch_norm
 
 _GEN = torch.Generator().manual_seed(0)
@@ -268,23 +268,41 @@ def _runtime() -> Iterator[None]:
     yield
 
 
-@pytest.mark.parametrize(
-    ("module", "inputs", "route"), [c[1:] for c in _CASES], ids=[c[0] for c in _CASES]
-)
+_TEST = "test_op_runs_in_the_delegate_like_eager"
+
+
+@pytest.fixture(scope="module")
+def _lowered(request: pytest.FixtureRequest) -> dict[str, tuple[list[torch.Tensor], list[str]]]:
+    """Every selected case lowered in one program and run once: per case id, its outputs and the
+    routes of its ops in the payload."""
+    selected = {
+        item.callspec.id
+        for item in request.session.items
+        if isinstance(item, pytest.Function) and item.originalname == _TEST
+    }
+    chosen = [(name, module, inputs) for name, module, inputs, _ in _CASES if name in selected]
+    lowered = lower_cases([(module, inputs) for _, module, inputs in chosen])
+    actual = list(load(lowered.pte).forward(lowered.inputs))
+    results: dict[str, tuple[list[torch.Tensor], list[str]]] = {
+        name: ([], []) for name, _, _ in chosen
+    }
+    for case, got in zip(lowered.output_cases, actual, strict=True):
+        results[chosen[case][0]][0].append(got)
+    for op in read_payload(lowered.payload).ops:
+        results[chosen[lowered.op_cases[op.name]][0]][1].append(op.route)
+    return results
+
+
+@pytest.mark.parametrize(("name", "module", "inputs", "route"), _CASES, ids=[c[0] for c in _CASES])
 def test_op_runs_in_the_delegate_like_eager(
-    module: torch.nn.Module, inputs: tuple[torch.Tensor, ...], route: str
+    _lowered: dict[str, tuple[list[torch.Tensor], list[str]]],
+    name: str,
+    module: torch.nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    route: str,
 ) -> None:
-    partitioner = CpuPartitioner()
-    edge = to_edge_transform_and_lower(
-        torch.export.export(module, inputs), partitioner=[partitioner]
-    )
-    assert partitioner.report.left_out == (), str(partitioner.report)
-    (payload,) = cpu_payloads(edge.exported_program())
-    assert route in read_payload(payload).routes()
-    pte = edge.to_executorch().buffer
-    program = portable_lib._load_for_executorch_from_buffer(pte)  # `pte` outlives `program`
-    actual = list(program.forward(inputs))
-    del program
+    actual, routes = _lowered[name]
+    assert route in routes, routes
     with torch.no_grad():
         expected = module(*inputs)
     expected_list = list(expected) if isinstance(expected, tuple) else [expected]

@@ -105,8 +105,8 @@ def define_common_targets():
             args = ["-k", "'" + selection + "'"],
             deps = [
                 ":models",
-                "//backends/cpu/partition:cpu_partitioner",
                 "//backends/cpu/runtime:loader",
+                "//backends/cpu/runtime:lowered_program",
                 "//backends/cpu/serialization:graph_reader",
             ],
         )

@@ -13,8 +13,8 @@ import torch
 
 from backends.cpu import routes
 from backends.cpu.runtime import loader
-from backends.cpu.runtime.test.lowered_program import load, lower_to_pte
-from backends.cpu.serialization import graph_reader, graph_writer
+from backends.cpu.runtime.test.lowered_program import load, lower_cases, lower_to_pte
+from backends.cpu.serialization import graph_writer
 
 # oneDNN accumulates in a different order (blocked K, FMA) than ExecuTorch's loops: rounding
 # differences grow with the reduction length, so the bound is relative to the output's scale.
@@ -111,24 +111,6 @@ def check_placed_cases(
     return lines
 
 
-class _Several(torch.nn.Module):
-    """Each case's model on its own inputs, in order: one program, every case's outputs."""
-
-    def __init__(self, cases: Sequence[tuple[torch.nn.Module, tuple[Any, ...]]]) -> None:
-        super().__init__()
-        self.models = torch.nn.ModuleList([model for model, _ in cases])
-        self.arity = [len(inputs) for _, inputs in cases]
-
-    def forward(self, *inputs: Any) -> tuple[torch.Tensor, ...]:
-        outputs: list[torch.Tensor] = []
-        start = 0
-        for model, arity in zip(self.models, self.arity, strict=True):
-            result = model(*inputs[start : start + arity])
-            outputs += list(result) if isinstance(result, (tuple, list)) else [result]
-            start += arity
-        return tuple(outputs)
-
-
 @dataclasses.dataclass
 class CaseRun:
     """One case of run_cases: its outputs with the route table's providers and all-Reference,
@@ -139,67 +121,24 @@ class CaseRun:
     placement: list[str]
 
 
-def _op_cases(payload: bytes, output_cases: list[int]) -> dict[str, int]:
-    """Which case each op of `payload` belongs to, by op name: ops that share a computed value
-    or an input are one case's (the cases share nothing), named by the graph output they feed."""
-    graph = graph_reader.read_payload(payload)
-    parent = list(range(len(graph.values)))
-
-    def root(value: int) -> int:
-        while parent[value] != value:
-            parent[value] = parent[parent[value]]
-            value = parent[value]
-        return value
-
-    op_values = []
-    for op in graph.ops:
-        ids = [a.value for a in op.args if a.kind == graph_reader.ArgKind.TENSOR]
-        for a in op.args:
-            if a.kind in (
-                graph_reader.ArgKind.TENSOR_LIST,
-                graph_reader.ArgKind.OPTIONAL_TENSOR_LIST,
-            ):
-                ids += [i for i in a.value if i is not None]
-        ids = [i for i in ids if graph.values[i].kind != graph_reader.ValueKind.CONSTANT]
-        for i in ids[1:]:
-            parent[root(i)] = root(ids[0])
-        op_values.append(ids)
-    assert len(graph.outputs) == len(output_cases), (graph.outputs, output_cases)
-    case_of_root: dict[int, int] = {}
-    for value, case in zip(graph.outputs, output_cases, strict=True):
-        assert case_of_root.setdefault(root(value), case) == case, "two cases share ops"
-    return {
-        op.name: case_of_root[root(ids[0])] for op, ids in zip(graph.ops, op_values, strict=True)
-    }
-
-
 def run_cases(cases: Sequence[tuple[torch.nn.Module, tuple[Any, ...]]]) -> list[CaseRun]:
-    """run_both for many independent cases at the cost of one lowering: the cases' models run
-    side by side in one program (one delegate), then each case gets its outputs and the
-    placement lines of its ops. The program-wide summary lines are in no case's placement."""
-    several = _Several(cases).eval()
-    flat = tuple(tensor for _, inputs in cases for tensor in inputs)
-    with torch.no_grad():
-        expected = several(*flat)
-    pte, payloads = lower_to_pte(several, flat)
-    assert len(payloads) == 1, f"the cases were lowered into {len(payloads)} delegates"
-    out_opt = run_pte(pte, flat, reference_only=False)
+    """run_both for many independent cases at the cost of one lowering (lower_cases): each case
+    gets its outputs and the placement lines of its ops. The program-wide summary lines are in no
+    case's placement."""
+    lowered = lower_cases(cases)
+    flat = lowered.inputs
+    out_opt = run_pte(lowered.pte, flat, reference_only=False)
     placement = loader.last_placement()
-    out_ref = run_pte(pte, flat, reference_only=True)
-    assert len(out_opt) == len(out_ref) == len(expected)
-    output_cases = []
-    for case, (model, inputs) in enumerate(cases):
-        with torch.no_grad():
-            result = model(*inputs)
-        output_cases += [case] * (len(result) if isinstance(result, (tuple, list)) else 1)
-    op_cases = _op_cases(payloads[0], output_cases)
+    out_ref = run_pte(lowered.pte, flat, reference_only=True)
     runs = [CaseRun([], [], []) for _ in cases]
-    for case, got, reference, want in zip(output_cases, out_opt, out_ref, expected, strict=True):
+    for case, got, reference, want in zip(
+        lowered.output_cases, out_opt, out_ref, lowered.expected, strict=True
+    ):
         assert got.shape == want.shape, (case, got.shape, want.shape)
         runs[case].optimized.append(got)
         runs[case].reference.append(reference)
     for line in placement:
-        owner = op_cases.get(line.split(" ", 1)[0])
+        owner = lowered.op_cases.get(line.split(" ", 1)[0])
         if owner is not None:
             runs[owner].placement.append(line)
     return runs
