@@ -6,10 +6,9 @@ kernels) and eager within provider_compare's tolerance.
 
 from collections.abc import Callable
 
-import pytest
 import torch
 
-from backends.cpu.runtime.test.provider_compare import check_placed
+from backends.cpu.runtime.test.provider_compare import check_placed_cases
 
 F = torch.nn.functional
 
@@ -31,20 +30,24 @@ class Softmax(torch.nn.Module):
         return self.post(y) if self.post is not None else y
 
 
-@pytest.mark.parametrize("name", sorted(KERNELS))
-@pytest.mark.parametrize(
-    ("shape", "dim"),
-    [((7, 33), -1), ((7, 33), 0), ((2, 50, 40), -1), ((2, 50, 40), 1), ((1, 3, 5, 17), 2)],
-)
-def test_softmax_runs_on_the_provider(name: str, shape: tuple[int, ...], dim: int) -> None:
-    torch.manual_seed(len(shape) + dim)
-    # Wide logits: softmax must subtract the row maximum to stay finite.
-    x = torch.randn(*shape) * 30.0
-    check_placed(Softmax(name, dim), (x,), KERNELS[name], "Optimized(oneDNN)")
+_SHAPES = [((7, 33), -1), ((7, 33), 0), ((2, 50, 40), -1), ((2, 50, 40), 1), ((1, 3, 5, 17), 2)]
 
 
-@pytest.mark.parametrize("name", sorted(KERNELS))
-def test_softmax_over_channels_between_convolutions(name: str) -> None:
-    torch.manual_seed(3)
-    x = torch.randn(1, 6, 9, 11)
-    check_placed(Softmax(name, 1, convs=True), (x,), KERNELS[name], "Optimized(oneDNN)")
+def test_softmax_runs_on_the_provider() -> None:
+    cases: list[tuple[torch.nn.Module, tuple[torch.Tensor, ...], str, str]] = []
+    for shape, dim in _SHAPES:
+        for name in sorted(KERNELS):
+            torch.manual_seed(len(shape) + dim)
+            # Wide logits: softmax must subtract the row maximum to stay finite.
+            x = torch.randn(*shape) * 30.0
+            cases.append((Softmax(name, dim), (x,), KERNELS[name], "Optimized(oneDNN)"))
+    check_placed_cases(cases)  # one lowering for all of them
+
+
+def test_softmax_over_channels_between_convolutions() -> None:
+    cases: list[tuple[torch.nn.Module, tuple[torch.Tensor, ...], str, str]] = []
+    for name in sorted(KERNELS):
+        torch.manual_seed(3)
+        x = torch.randn(1, 6, 9, 11)
+        cases.append((Softmax(name, 1, convs=True), (x,), KERNELS[name], "Optimized(oneDNN)"))
+    check_placed_cases(cases)
