@@ -376,7 +376,7 @@ def define_common_targets():
 
     runtime.python_test(
         name = "binary_ops_test",
-        size = "large",  # ~40 lowerings, each run twice (Optimized and all-Reference)
+        size = "large",  # ~17 lowerings, run Optimized and all-Reference
         srcs = ["test/binary_ops_test.py"],
         deps = [":provider_compare"],
     )
@@ -409,7 +409,7 @@ def define_common_targets():
 
     runtime.python_test(
         name = "pool_resample_cat_test",
-        size = "large",  # ~40 lowerings, each run twice (Optimized and all-Reference)
+        size = "large",  # ~10 lowerings, run Optimized and all-Reference
         srcs = ["test/pool_resample_cat_test.py"],
         deps = [":provider_compare"],
     )

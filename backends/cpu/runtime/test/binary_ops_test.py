@@ -14,12 +14,14 @@ import pytest
 import torch
 from hypothesis import strategies as st
 
+from backends.cpu.runtime.test.lowered_program import lower_to_pte
 from backends.cpu.runtime.test.provider_compare import (
     assert_close_scaled,
     generated_examples,
     placed,
     run_both,
     run_cases,
+    run_pte_both,
 )
 
 _OPS: dict[str, tuple[str, Callable[..., torch.Tensor]]] = {
@@ -141,15 +143,20 @@ class SqueezeExcite(torch.nn.Module):
         return w - y
 
 
-@pytest.mark.parametrize("chain", ["1", "0"])
 @pytest.mark.parametrize("size", [7, 24])
-def test_squeeze_excite_gate_stays_channels_last(chain: str, size: int) -> None:
+def test_squeeze_excite_gate_stays_channels_last(size: int) -> None:
     torch.manual_seed(size)
     model = SqueezeExcite(32).eval()
     x = torch.randn(1, 3, size, size)
+    pte, _ = lower_to_pte(model, (x,))  # the switch is read at init: one lowering for both
+    for chain in ("1", "0"):
+        _check_squeeze_excite(model, x, pte, chain)
+
+
+def _check_squeeze_excite(model: torch.nn.Module, x: torch.Tensor, pte: bytes, chain: str) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ET_CPU_ONEDNN_CHAIN", chain)
-        out_opt, out_ref, placement = run_both(model, (x,))
+        out_opt, out_ref, placement = run_pte_both(pte, (x,))
     assert_close_scaled(out_opt[0], out_ref[0])
     with torch.no_grad():
         assert_close_scaled(out_opt[0], model(x))
@@ -208,31 +215,32 @@ class ChannelGate(torch.nn.Module):
         return tuple(after(r) for r in results) if after is not None else results
 
 
-@pytest.mark.parametrize("kernel", ["1", "0"], ids=["ours", "oneDNN"])
 @pytest.mark.parametrize(
     ("batch", "vector_batch", "channels", "size", "conv"),
     [(1, 1, 72, 9, True), (2, 2, 20, 5, True), (2, 1, 24, 7, False)],
     ids=["nhwc", "nhwc_batch", "plain_shared_vector"],
 )
 def test_channel_vector_ops_on_either_kernel(
-    kernel: str, batch: int, vector_batch: int, channels: int, size: int, conv: bool
+    batch: int, vector_batch: int, channels: int, size: int, conv: bool
 ) -> None:
     torch.manual_seed(channels + size)
     model = ChannelGate(channels, conv).eval()
     x = torch.randn(batch, channels, size, size)
     (v,) = _inputs("div", [vector_batch, channels, 1, 1])
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ET_CPU_CHANNEL_BINARY", kernel)
-        patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")  # split into row bands where it can
-        out_opt, out_ref, placement = run_both(model, (x, v))
     with torch.no_grad():
         expected = model(x, v)
-    for got, reference, want in zip(out_opt, out_ref, expected, strict=True):
-        assert_close_scaled(got, reference)
-        assert_close_scaled(got, want)
-    (summary,) = [line for line in placement if line.startswith("Optimized(oneDNN): ")]
-    ours = 5 if kernel == "1" else 0
-    assert f"{ours} channel_binary" in summary, summary
+    pte, _ = lower_to_pte(model, (x, v))  # the switches are read at init: one lowering
+    for kernel in ("1", "0"):  # ours, oneDNN's
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("ET_CPU_CHANNEL_BINARY", kernel)
+            patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")  # split into row bands where it can
+            out_opt, out_ref, placement = run_pte_both(pte, (x, v))
+        for got, reference, want in zip(out_opt, out_ref, expected, strict=True):
+            assert_close_scaled(got, reference)
+            assert_close_scaled(got, want)
+        (summary,) = [line for line in placement if line.startswith("Optimized(oneDNN): ")]
+        ours = 5 if kernel == "1" else 0
+        assert f"{ours} channel_binary" in summary, summary
 
 
 class Declined(torch.nn.Module):

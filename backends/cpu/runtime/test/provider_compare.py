@@ -67,16 +67,30 @@ def run_both(
     lowering with every route on Reference writes the same payload but for the provider ids
     (provider_compare_test holds the two equal)."""
     pte, _ = lower_to_pte(model, inputs)
-    out_opt = run_pte(pte, inputs, reference_only=False)
-    placement = loader.last_placement()
-    placement.append(f"provider bytes: {loader.last_provider_bytes()}")
     if not with_reference:
+        out_opt = run_pte(pte, inputs, reference_only=False)
+        placement = _placement()
         expected = model(*inputs)
         return (
             out_opt,
             list(expected if isinstance(expected, tuple) else [expected]),
             placement,
         )
+    return run_pte_both(pte, inputs)
+
+
+def _placement() -> list[str]:
+    placement = loader.last_placement()
+    placement.append(f"provider bytes: {loader.last_provider_bytes()}")
+    return placement
+
+
+def run_pte_both(
+    pte: bytes, inputs: tuple[Any, ...]
+) -> tuple[list[torch.Tensor], list[torch.Tensor], list[str]]:
+    """run_both on a lowered .pte: for running one lowering under several runtime switches."""
+    out_opt = run_pte(pte, inputs, reference_only=False)
+    placement = _placement()
     return out_opt, run_pte(pte, inputs, reference_only=True), placement
 
 
