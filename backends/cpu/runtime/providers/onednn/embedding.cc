@@ -2,8 +2,8 @@
 #include "backends/cpu/runtime/providers/onednn/embedding.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
+
+#include "backends/cpu/runtime/providers/onednn/vector_math.h"
 
 namespace et_cpu_plugin {
 namespace onednn {
@@ -25,8 +25,7 @@ void prefetch_row(const float* row, size_t row_bytes) {
 }  // namespace
 
 bool embedding_prefetch_enabled() {
-  const char* value = std::getenv("ET_CPU_EMBEDDING_PREFETCH");
-  return value == nullptr || std::strcmp(value, "0") != 0;
+  return kernel_switched_on("ET_CPU_EMBEDDING_PREFETCH");
 }
 
 template <typename Id>

@@ -37,6 +37,7 @@
 #include "backends/cpu/runtime/providers/onednn/quantize_convert.h"
 #include "backends/cpu/runtime/providers/onednn/quantized_kernels.h"
 #include "backends/cpu/runtime/providers/onednn/reductions.h"
+#include "backends/cpu/runtime/providers/onednn/vector_math.h"
 #include "backends/cpu/runtime/providers/onednn/onednn_provider.h"
 
 namespace et_cpu_plugin {
@@ -2070,8 +2071,7 @@ enum class Reduction { kMax, kMin, kArgmax, kArgmin, kAny };
 // ET_CPU_ONEDNN_QUANTIZE_LOOPS=0 declines them (the portable kernels run: the A/B).
 Error bind_quantize_convert(const OpBinding& op, bool quantize, OnednnSession& session,
                             std::unique_ptr<BoundKernel>* out, Decline* decline) {
-  const char* loops = std::getenv("ET_CPU_ONEDNN_QUANTIZE_LOOPS");
-  if (loops != nullptr && std::string(loops) == "0") {
+  if (!onednn::kernel_switched_on("ET_CPU_ONEDNN_QUANTIZE_LOOPS")) {
     decline->reason = "quantize/dequantize loops switched off (ET_CPU_ONEDNN_QUANTIZE_LOOPS=0)";
     return Error::NotSupported;
   }

@@ -14,6 +14,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "backends/cpu/runtime/providers/onednn/vector_math.h"
 #include "backends/cpu/runtime/providers/onednn/work_pool.h"
 
 namespace et_cpu_plugin {
@@ -45,8 +46,7 @@ int int8_threads() {
 // ET_CPU_ONEDNN_INT8_SPLIT=0 runs every int8 convolution whole on the calling thread (A/B of the
 // row bands on the work pool).
 bool int8_split_enabled() {
-  const char* env = std::getenv("ET_CPU_ONEDNN_INT8_SPLIT");
-  return env == nullptr || std::string(env) != "0";
+  return onednn::kernel_switched_on("ET_CPU_ONEDNN_INT8_SPLIT");
 }
 
 // Sets the calling thread's OpenMP team size for one scope.
