@@ -130,14 +130,17 @@ def lower_cases(cases: Sequence[tuple[torch.nn.Module, tuple[Any, ...]]]) -> Low
     cases. The cases share nothing, so each op belongs to the one case whose output it feeds."""
     several = _Several(cases).eval()
     flat = tuple(tensor for _, inputs in cases for tensor in inputs)
-    with torch.no_grad():
-        expected = several(*flat)
+    # Eager runs each case once: its outputs are the combined program's expected outputs, in order
+    # (_Several.forward calls the same models on the same inputs).
+    expected_list: list[torch.Tensor] = []
     output_cases = []
     for case, (model, inputs) in enumerate(cases):
         with torch.no_grad():
             result = model(*inputs)
-        output_cases += [case] * (len(result) if isinstance(result, (tuple, list)) else 1)
-    assert len(output_cases) == len(expected)
+        outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+        expected_list += outputs
+        output_cases += [case] * len(outputs)
+    expected = tuple(expected_list)
     pte, payloads = lower_to_pte(several, flat)
     assert len(payloads) == 1, f"the cases were lowered into {len(payloads)} delegates"
     op_cases = _op_cases(payloads[0], output_cases)
