@@ -45,12 +45,16 @@ def define_common_targets():
             "row_gemm.h",
             "softmax_plan.cc",
             "vector_activations.cc",
+            "work_pool.cc",
+        ],
+        # The plans' interface, plus the vector helpers, switches and work pool that the int8
+        # kernels, reductions and gathers of :onednn_kernel_provider and the C ABI also use.
+        hdrs = [
+            "onednn_provider.h",
             "vector_activations.h",
             "vector_math.h",
-            "work_pool.cc",
             "work_pool.h",
         ],
-        hdrs = ["onednn_provider.h"],
         copts = [
             "-std=c++17",
             "-O2",
