@@ -460,6 +460,8 @@ class LayoutKernel final : public OnednnKernel {
     return chainable_output();
   }
 
+  std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
+
   Error run(KernelRuntimeContext&) override {
     return guarded(what_, [&] {
       plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>());
@@ -845,7 +847,8 @@ class OnednnSession final : public ProviderSession {
            std::to_string(count_implementation("row_gemm")) + " row_gemm, " +
            std::to_string(count_implementation("channel_binary")) + " channel_binary, " +
            std::to_string(count_implementation("permute")) + " permute (" +
-           std::to_string(count_implementation("permute:runs")) + " as contiguous runs)";
+           std::to_string(count_implementation("permute:runs")) + " as contiguous runs), " +
+           std::to_string(count_implementation("softmax:avx512")) + " softmax";
   }
   onednn::Provider& provider() { return *provider_; }
   void add(OnednnKernel* kernel) { kernels_.push_back(kernel); }

@@ -18,14 +18,11 @@ namespace onednn {
 
 #define ET_AVX512 __attribute__((target("avx512f")))
 
-// sigmoid(x) for 16 floats. With z = -|x| (clamped where exp(z) would underflow), e = exp(z) is
-// in (0, 1], so s = e / (1 + e) = sigmoid(-|x|) never overflows, and sigmoid(x) = 1 - s for
-// x > 0. exp(z) = 2^n * exp(r): n = round(z / ln 2), r = z - n ln 2 in [-ln 2 / 2, ln 2 / 2]
-// (ln 2 split in two so the reduction stays exact), exp(r) by its Taylor polynomial to r^5.
-ET_AVX512 inline __m512 sigmoid16(__m512 x) {
+// exp(z) for 16 floats z in [-87, 0] (NaN gives NaN): 2^n * exp(r) with n = round(z / ln 2),
+// r = z - n ln 2 in [-ln 2 / 2, ln 2 / 2] (ln 2 split in two so the reduction stays exact),
+// exp(r) by its Taylor polynomial to r^5; n >= -126, so 2^n is a normal float.
+ET_AVX512 inline __m512 exp_nonpositive16(__m512 z) {
   const __m512 one = _mm512_set1_ps(1.0f);
-  const __m512 z = _mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)),
-                                 _mm512_set1_ps(-87.0f));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(z, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693145751953125f), z);
@@ -36,10 +33,19 @@ ET_AVX512 inline __m512 sigmoid16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
   p = _mm512_fmadd_ps(p, r, one);
   p = _mm512_fmadd_ps(p, r, one);
-  // 2^n from its exponent bits: n >= -126 after the clamp, so the result is a normal float.
   const __m512i exponent =
       _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  const __m512 e = _mm512_mul_ps(p, _mm512_castsi512_ps(exponent));
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(exponent));
+}
+
+// sigmoid(x) for 16 floats. With z = -|x| (clamped where exp(z) would underflow), e = exp(z) is
+// in (0, 1], so s = e / (1 + e) = sigmoid(-|x|) never overflows, and sigmoid(x) = 1 - s for
+// x > 0.
+ET_AVX512 inline __m512 sigmoid16(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 z = _mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)),
+                                 _mm512_set1_ps(-87.0f));
+  const __m512 e = exp_nonpositive16(z);
   const __m512 s = _mm512_div_ps(e, _mm512_add_ps(e, one));
   const __mmask16 positive = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);
   const __m512 result = _mm512_mask_sub_ps(s, positive, one, s);
