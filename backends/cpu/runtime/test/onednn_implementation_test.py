@@ -124,3 +124,40 @@ def test_upsampling_into_the_graph_output_runs_a_jit_kernel(
     inputs = (torch.randn(2, 3, 12, 12),)
     kernel = f"aten::upsample_{mode}2d.vec_out"
     _check_jit(model, inputs, kernel, "resampling", f"{mode} upsampling", capfd)
+
+
+class CatOfLayouts(torch.nn.Module):
+    """A channels-last conv output concatenated with a plain graph input (then a conv along
+    channels, else a plain read), or ViT's class token [1, 1, C] before the patches."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.dim = dim
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.post = torch.nn.Conv2d(11, 4, 1)
+        self.token = torch.nn.Parameter(torch.randn(1, 1, 8))
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        z = torch.relu(self.conv(x))
+        if self.dim == 0:  # the class token: patches (1, 8, H*W) -> (1, H*W, 8)
+            return torch.cat([self.token, z.flatten(2).transpose(1, 2)], dim=1) * 2.0
+        z = torch.cat([z, y], dim=self.dim)
+        return self.post(z) if self.dim == 1 else z * 2.0
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2, 3])
+def test_concatenation_of_mixed_layouts_runs_no_reference_kernel(
+    dim: int, capfd: pytest.CaptureFixture[str]
+) -> None:
+    model = CatOfLayouts(dim).eval()
+    y_shape = {0: (1, 3, 6, 7), 1: (1, 3, 6, 7), 2: (1, 8, 4, 7), 3: (1, 8, 6, 5)}[dim]
+    inputs = (torch.randn(1, 3, 6, 7), torch.randn(*y_shape))
+    capfd.readouterr()
+    out_opt, _, placement = run_both(model, inputs, with_reference=False)
+    verbose = capfd.readouterr().out
+    assert placed(placement, "aten::cat.out", "Optimized(oneDNN)"), placement
+    with torch.no_grad():
+        assert_close_scaled(out_opt[0], model(*inputs))
+    ran = _executed(verbose, "concat") + _executed(verbose, "reorder")
+    slow = [line for line in ran if line.startswith("ref:")]
+    assert not slow, f"concatenation along dim {dim} ran oneDNN's reference kernel: {slow}"

@@ -11,6 +11,28 @@ namespace {
 // reorder in layout.cc).
 constexpr double kConcatFlopsPerElement = 40;
 
+// Whether two plain / channels-last descriptors of the same dims lay the elements out alike:
+// equal strides along every dim larger than 1 (the class token [1, 1, C] is both abc and acb).
+bool same_bytes(const memory::desc& a, const memory::desc& b) {
+  if (a.get_dims() != b.get_dims() || a.get_format_kind() != dnnl::memory::format_kind::blocked ||
+      b.get_format_kind() != dnnl::memory::format_kind::blocked || a.get_inner_nblks() != 0 ||
+      b.get_inner_nblks() != 0) {
+    return false;
+  }
+  const Dims dims = a.get_dims();
+  const Dims sa = a.get_strides();
+  const Dims sb = b.get_strides();
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] > 1 && sa[i] != sb[i]) return false;
+  }
+  return true;
+}
+
+// `input` in the output's format (plain or channels-last) of its own dims.
+Layout in_format_of(const Layout& input, const Layout& output) {
+  return output.is_channels_last() ? Layout::channels_last(input.dims())
+                                   : Layout::plain(input.dims());
+}
 
 }  // namespace
 
@@ -52,8 +74,19 @@ struct ConcatPlan::Impl {
     memory::desc scratchpad;
     mutable std::unordered_map<int, memory> args;  // made on the first run
   };
+  // An input in another format than the output's, copied into its slice of the output.
+  struct SliceCopy {
+    dnnl::reorder primitive;
+    memory::desc src;
+    memory::desc dst;  // the input's slice of the output along the axis
+    size_t dst_offset = 0;
+    mutable std::unordered_map<int, memory> args;  // made on the first run
+  };
   std::shared_ptr<ProviderState> state;
   std::vector<Part> parts;  // one: whole on the calling thread; more: on the pool
+  // Mixed formats (oneDNN's concat would run ref:any): each input reordered into its slice of
+  // the output instead, on the calling thread; `parts` is then empty.
+  std::vector<SliceCopy> copies;
   std::string implementation;
 };
 
@@ -64,7 +97,7 @@ std::string ConcatPlan::implementation() const {
 }
 
 size_t ConcatPlan::pieces() const {
-  return impl_->parts.size();
+  return std::max<size_t>(1, impl_->parts.size());
 }
 
 void ConcatPlan::run(const std::vector<const float*>& inputs, float* output) const {
@@ -81,9 +114,23 @@ void ConcatPlan::run(const std::vector<const float*>& inputs, float* output) con
     part.primitive.execute(stream, part.args);
     stream.wait();
   };
-  if (inputs.size() != p.parts[0].srcs.size()) {
+  const size_t planned = p.parts.empty() ? p.copies.size() : p.parts[0].srcs.size();
+  if (inputs.size() != planned) {
     throw ProviderError("ConcatPlan::run: " + std::to_string(inputs.size()) + " inputs, planned " +
-                        std::to_string(p.parts[0].srcs.size()));
+                        std::to_string(planned));
+  }
+  if (!p.copies.empty()) {
+    wrap_dnnl("concat copy", [&] {
+      for (size_t i = 0; i < p.copies.size(); ++i) {
+        const Impl::SliceCopy& copy = p.copies[i];
+        copy.primitive.execute(
+            state.stream,
+            point(copy.args, DNNL_ARG_FROM, copy.src, state.engine, inputs[i]),
+            point(copy.args, DNNL_ARG_TO, copy.dst, state.engine, output + copy.dst_offset));
+      }
+      state.stream.wait();
+    });
+    return;
   }
   if (p.parts.size() == 1) {
     wrap_dnnl("concat", [&] { run_part(p.parts[0], state.stream, state.scratchpad.data()); });
@@ -123,9 +170,34 @@ ConcatPlan Provider::prepare_concat(const std::vector<Layout>& inputs, int64_t a
       part.scratchpad = pd.scratchpad_desc();
       return std::make_pair(std::move(part), std::string(pd.impl_info_str()));
     };
+    // An input whose bytes are the same in the output's format is described so; with another
+    // input still in the other format oneDNN's concat runs ref:any (ViT's class token beside
+    // the channels-last patches), so then every input is reordered into its slice instead.
     std::vector<memory::desc> srcs;
-    for (const Layout& input : inputs) srcs.push_back(input.impl().md);
+    bool mixed = false;
+    for (const Layout& input : inputs) {
+      const memory::desc as_output = in_format_of(input, output).impl().md;
+      const bool same = same_bytes(input.impl().md, as_output);
+      srcs.push_back(same ? as_output : input.impl().md);
+      mixed = mixed || !same;
+    }
     const memory::desc dst = output.impl().md;
+    if (mixed && (output.is_plain() || output.is_channels_last())) {
+      int64_t begin = 0;
+      for (const memory::desc& src : srcs) {
+        const int64_t end = begin + src.get_dims()[static_cast<size_t>(axis)];
+        ConcatPlan::Impl::SliceCopy copy;
+        copy.src = src;
+        copy.dst = slice_dim(dst, static_cast<int>(axis), begin, end, &copy.dst_offset);
+        const dnnl::reorder::primitive_desc pd(state.engine, copy.src, state.engine, copy.dst);
+        copy.primitive = dnnl::reorder(pd);
+        impl->implementation += (begin == 0 ? "" : " + ") + std::string(pd.impl_info_str());
+        impl->copies.push_back(std::move(copy));
+        begin = end;
+      }
+      impl->implementation = "reorders into slices: " + impl->implementation;
+      return ConcatPlan(std::move(impl));
+    }
     auto whole = make_part(srcs, dst);
     impl->implementation = whole.second;
     // Split along a dim other than the concatenated one that is outermost in memory in the
