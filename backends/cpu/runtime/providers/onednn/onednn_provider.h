@@ -385,7 +385,8 @@ class Provider {
   // the calling thread.
   ResamplePlan prepare_resampling(bool linear, const Layout& input, const Layout& output);
   // Softmax, or log-softmax when `log`, over `axis` (see supports_softmax); input and output
-  // plain or channels-last, of one dims; whole on the calling thread.
+  // plain or channels-last, of one dims. Our AVX-512 kernel, split on the pool when large
+  // (ET_CPU_VECTOR_SOFTMAX=0 or no AVX-512: oneDNN's, whole on the calling thread).
   SoftmaxPlan prepare_softmax(bool log, int64_t axis, const Layout& input, const Layout& output);
   // Concatenation (see supports_concat), each input and the output plain or channels-last; large
   // ones split along the output's outermost dim in memory (when it is not `axis`) on the pool.
