@@ -1,11 +1,11 @@
 """Issue 18's benchmark: PT2E int8 programs on the CPU delegate (oneDNN int8 kernels) vs XNNPACK
-int8, with our int8 on a 2-thread OpenMP team ("cpu int8 omp2"), with its convolutions whole on
-one thread ("cpu int8 whole", ET_CPU_ONEDNN_INT8_SPLIT=0: the A/B of the row bands on the work
-pool) and with quantize/dequantize on ExecuTorch's portable kernels ("cpu int8 portable q/dq",
-ET_CPU_ONEDNN_QUANTIZE_LOOPS=0), XNNPACK fp32 and our fp32 beside them, on the ResNet-18-,
-MobileNetV2-shaped and MLP-BN examples (`tools/lower/examples.py`, full size by default). One
-run, interleaved; ratios are against XNNPACK int8 (so "cpu int8" at or below 1.0x is the issue's
-target); peak memory per variant in a fresh process. Quantization:
+int8, with our int8 on a 2-thread OpenMP team ("cpu int8 omp2"), with its convolutions and linears
+whole on one thread ("cpu int8 whole", ET_CPU_ONEDNN_INT8_SPLIT=0: the A/B of the row / column
+bands on the work pool) and with quantize/dequantize on ExecuTorch's portable kernels ("cpu int8
+portable q/dq", ET_CPU_ONEDNN_QUANTIZE_LOOPS=0), XNNPACK fp32 and our fp32 beside them, on the
+ResNet-18-, MobileNetV2-shaped and MLP-BN examples (`tools/lower/examples.py`, full size by
+default). One run, interleaved; ratios are against XNNPACK int8 (so "cpu int8" at or below 1.0x
+is the issue's target); peak memory per variant in a fresh process. Quantization:
 `backends.cpu.quantization.quantize_ptq` (XNNPACK's symmetric per-channel config) calibrated on 4
 seeded sample inputs; every int8 variant lowers the same quantized model. Under each table: the
 ops the CPU partitioner left out (none expected).

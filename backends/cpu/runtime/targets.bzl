@@ -266,11 +266,12 @@ def define_common_targets():
         ],
     )
 
-    # int8 convolutions in row bands on the work pool: the bytes of the whole op.
+    # int8 convolutions in row bands and linears in column blocks on the work pool: the bytes
+    # of the whole op.
     runtime.python_test(
-        name = "int8_conv_split_test",
+        name = "int8_split_test",
         size = "medium",
-        srcs = ["test/int8_conv_split_test.py"],
+        srcs = ["test/int8_split_test.py"],
         deps = [
             ":int8_compare",
             ":loader",

@@ -43,8 +43,8 @@ int int8_threads() {
   return value > 0 ? value : 1;
 }
 
-// ET_CPU_ONEDNN_INT8_SPLIT=0 runs every int8 convolution whole on the calling thread (A/B of the
-// row bands on the work pool).
+// ET_CPU_ONEDNN_INT8_SPLIT=0 runs every int8 convolution and linear whole on the calling thread
+// (A/B of the row / column bands on the work pool).
 bool int8_split_enabled() {
   return onednn::kernel_switched_on("ET_CPU_ONEDNN_INT8_SPLIT");
 }
@@ -225,14 +225,25 @@ class QuantizedKernel final : public BoundKernel {
   memory::desc dst_desc() const { return dst_.get_desc(); }
 
   // Adds a band: `pd` computes a slice of the op reading and writing the whole op's src / dst
-  // buffers at these byte offsets, with the op's weights, bias and scales (pd takes the weights
-  // in their bound layout).
-  void add_band(const dnnl::convolution_forward::primitive_desc& pd, size_t src_offset,
-                size_t dst_offset) {
-    Band band{dnnl::primitive(pd), args_, src_offset, dst_offset};
-    band.args[DNNL_ARG_SRC] = memory(pd.src_desc(), engine_, DNNL_MEMORY_NONE);
-    band.args[DNNL_ARG_DST] = memory(pd.dst_desc(), engine_, DNNL_MEMORY_NONE);
+  // buffers at these byte offsets, with the op's arguments except those in `own` (a column
+  // band's weights, bias and scales); without `own`, pd takes the weights in their bound layout.
+  // `dst_stride` > 0: pd writes a dense block of rows of that many bytes each into a buffer of
+  // the band's own, copied to the op's output rows `dst_stride` bytes apart (a column band:
+  // oneDNN's int8 brgemm matmul refuses a strided output, and its jit GEMM is 1.7x slower).
+  void add_band(const dnnl::primitive_desc& pd, size_t src_offset, size_t dst_offset,
+                const std::unordered_map<int, memory>& own = {}, size_t dst_stride = 0) {
+    Band band{dnnl::primitive(pd), args_, src_offset, dst_offset, dst_stride};
+    for (const auto& [arg, value] : own) band.args[arg] = value;
+    band.args[DNNL_ARG_SRC] = memory(pd.src_desc(0), engine_, DNNL_MEMORY_NONE);
+    band.args[DNNL_ARG_DST] = dst_stride > 0 ? memory(pd.dst_desc(0), engine_)
+                                             : memory(pd.dst_desc(0), engine_, DNNL_MEMORY_NONE);
     bands_.push_back(std::move(band));
+  }
+  // Frees the whole op's weights once every band owns its block of them (column bands).
+  void release_whole_weights() {
+    if (bands_.empty()) return;
+    args_.erase(DNNL_ARG_WEIGHTS);
+    weights_ = memory();
   }
   // Runs the bands added on `pool` (one stream per pool thread), or, with `pool` null, drops them.
   void use_bands(onednn::WorkPool* pool) {
@@ -252,6 +263,7 @@ class QuantizedKernel final : public BoundKernel {
     std::unordered_map<int, memory> args;
     size_t src_offset;
     size_t dst_offset;
+    size_t dst_stride;  // 0: pd writes the op's output in place; else see add_band
   };
 
   void run_bands() {
@@ -260,10 +272,19 @@ class QuantizedKernel final : public BoundKernel {
     pool_->run(bands_.size(), [&](size_t task, int worker) {
       Band& band = bands_[task];
       band.args[DNNL_ARG_SRC].set_data_handle(src + band.src_offset);
-      band.args[DNNL_ARG_DST].set_data_handle(dst + band.dst_offset);
+      memory& out = band.args[DNNL_ARG_DST];
+      if (band.dst_stride == 0) out.set_data_handle(dst + band.dst_offset);
       dnnl::stream& stream = streams_[static_cast<size_t>(worker)];
       band.primitive.execute(stream, band.args);
       stream.wait();
+      if (band.dst_stride == 0) return;
+      const memory::dims dims = out.get_desc().get_dims();
+      const size_t width = static_cast<size_t>(dims[1]);
+      const char* block = static_cast<const char*>(out.get_data_handle());
+      for (int64_t r = 0; r < dims[0]; ++r) {
+        std::memcpy(dst + band.dst_offset + static_cast<size_t>(r) * band.dst_stride,
+                    block + static_cast<size_t>(r) * width, width);
+      }
     });
   }
 
@@ -392,7 +413,62 @@ Error bind_conv(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::str
   return Error::Ok;
 }
 
-Error bind_linear(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason) {
+// Output columns per band of an int8 linear at least: narrower blocks starve oneDNN's kernel.
+constexpr int64_t kLinearColumns = 64;
+
+// Splits an int8 linear into blocks of output columns for `pool` (two per pool thread, as the
+// convolution bands): each band reads the whole input, owns its block of the weights (reordered
+// here, with oneDNN's compensation; the whole op's copy is freed, so nothing is held twice), its
+// weight scales and bias, and writes its columns of the row-major output. Every int32 sum is the
+// whole op's, so the bytes are too. Columns, not rows: the batches these models run (32) are
+// already short for oneDNN's row blocking, and each thread then streams half the weights. A band
+// oneDNN would run on its reference kernel keeps the op whole.
+void split_columns(QuantizedKernel& kernel, onednn::WorkPool* pool, int64_t rows, int64_t depth,
+                   int64_t cols, memory::data_type act, const int8_t* weight, const float* bias,
+                   const float* scales) {
+  using tag = memory::format_tag;
+  if (pool == nullptr || pool->size() < 2 || !int8_split_enabled()) return;
+  const int64_t blocks = cols / kLinearColumns;
+  const int64_t bands = std::min<int64_t>(blocks, 2 * pool->size());
+  if (bands < 2) return;
+  const bool whole_is_ref = kernel.implementation().rfind("ref", 0) == 0;
+  for (int64_t b = 0; b < bands; ++b) {
+    const int64_t first = b * blocks / bands * kLinearColumns;
+    const int64_t last = b + 1 == bands ? cols : (b + 1) * blocks / bands * kLinearColumns;
+    const int64_t width = last - first;
+    memory::desc src({rows, depth}, act, tag::ab);
+    memory::desc dst({rows, width}, act, tag::ab);
+    memory::desc any_w({depth, width}, memory::data_type::s8, tag::any);
+    memory::desc bias_md = bias != nullptr
+                               ? memory::desc({1, width}, memory::data_type::f32, tag::ab)
+                               : memory::desc();
+    dnnl::matmul::primitive_desc pd(kernel.engine(), src, any_w, bias_md, dst, kernel.attr(),
+                                    /*allow_empty=*/true);
+    if (!pd || (std::string(pd.impl_info_str()).rfind("ref", 0) == 0 && !whole_is_ref)) {
+      return kernel.use_bands(nullptr);
+    }
+    // Rows first..last of torch's [O, K] weight: a {K, width} matrix, column-major.
+    memory::desc user_w({depth, width}, memory::data_type::s8, memory::dims{1, depth});
+    memory user(user_w, kernel.engine(), const_cast<int8_t*>(weight + first * depth));
+    memory weights(pd.weights_desc(), kernel.engine());
+    dnnl::stream stream(kernel.engine());
+    dnnl::reorder(user, weights).execute(stream, user, weights);
+    stream.wait();
+    std::unordered_map<int, memory> own{{DNNL_ARG_WEIGHTS, weights}};
+    own[DNNL_ARG_ATTR_SCALES | DNNL_ARG_WEIGHTS] =
+        memory(memory::desc({width}, memory::data_type::f32, tag::a), kernel.engine(),
+               const_cast<float*>(scales + first));
+    if (bias != nullptr) {
+      own[DNNL_ARG_BIAS] = memory(bias_md, kernel.engine(), const_cast<float*>(bias + first));
+    }
+    kernel.add_band(pd, 0, static_cast<size_t>(first), own, static_cast<size_t>(cols));
+  }
+  kernel.use_bands(pool);
+  kernel.release_whole_weights();
+}
+
+Error bind_linear(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason,
+                  onednn::WorkPool* pool) {
   const Tensor& input = op.args[0]->toTensor();
   const Tensor& weight = op.args[1]->toTensor();  // [O, K]
   const Quantization q = read_quantization(op, 4);
@@ -412,7 +488,11 @@ Error bind_linear(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::s
   };
   try {
     // A scale per output column (dim 1 of the {K, O} weights).
-    *out = QuantizedKernel::make(op, q, 1 << 1, user_src, user_w, user_dst, make_pd);
+    auto kernel = QuantizedKernel::make(op, q, 1 << 1, user_src, user_w, user_dst, make_pd);
+    split_columns(*kernel, pool, rows, depth, cols, act, weight.const_data_ptr<int8_t>(),
+                  has_bias ? op.args[3]->toTensor().const_data_ptr<float>() : nullptr,
+                  op.args[2]->toTensor().const_data_ptr<float>());
+    *out = std::move(kernel);
   } catch (const dnnl::error& e) {
     *reason = std::string("oneDNN int8 matmul: ") + e.what();
     return Error::NotSupported;
@@ -444,7 +524,7 @@ Error bind_quantized(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std
   OmpThreads threads(int8_threads());
   return kernel == kConv
              ? bind_conv(op, out, reason, input_channels_last, output_channels_last, pool)
-             : bind_linear(op, out, reason);
+             : bind_linear(op, out, reason, pool);
 }
 
 }  // namespace cpu

@@ -1,11 +1,13 @@
-"""int8 convolutions split into bands of output rows on the provider's work pool
-(quantized_kernels.cc, split_rows): each band is a convolution of its own over a slice of the
-same NHWC buffers, padded only at the image's edges, so the split must give exactly the bytes of
-the whole op (ET_CPU_ONEDNN_INT8_SPLIT=0), and stay within issue 18's criterion against the
-undelegated program. Geometries that put a band edge inside the padding, in a strided or dilated
-window, and on fewer output rows than bands."""
+"""int8 ops split on the provider's work pool (quantized_kernels.cc): convolutions into bands of
+output rows (split_rows), each a convolution of its own over a slice of the same NHWC buffers,
+padded only at the image's edges; linears into blocks of output columns (split_columns), each
+with its own block of the weights, scales and bias. A split must give exactly the bytes of the
+whole op (ET_CPU_ONEDNN_INT8_SPLIT=0), and stay within issue 18's criterion against the
+undelegated program. Convolutions: band edges inside the padding, in a strided or dilated
+window, fewer output rows than bands. Linears: blocks of unequal width, a layer too narrow to
+split, no bias."""
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -20,6 +22,8 @@ from backends.cpu.runtime.test.int8_compare import assert_within_one_step, load
 
 _SPLIT = "ET_CPU_ONEDNN_INT8_SPLIT"
 _THREADS = "ET_CPU_ONEDNN_THREADS"
+
+MakeInput = Callable[[torch.Generator], torch.Tensor]
 
 
 class Geometries(nn.Module):
@@ -40,23 +44,41 @@ class Geometries(nn.Module):
         return self.tail(self.pointwise(y))
 
 
-def _input(generator: torch.Generator) -> torch.Tensor:
+class Columns(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide = nn.Linear(40, 328)  # 5 blocks of 64 in 4 bands, the last 2 blocks + 8 columns
+        self.plain = nn.Linear(328, 192, bias=False)  # 3 bands
+        self.narrow = nn.Linear(192, 100)  # one block: whole
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.wide(x))
+        y = nn.functional.relu6(self.plain(y))
+        return self.narrow(y)
+
+
+def _image(generator: torch.Generator) -> torch.Tensor:
     return torch.randn(1, 3, 19, 23, generator=generator)
 
 
-@pytest.fixture(scope="module")
-def programs() -> Iterator[dict[str, Any]]:
+def _rows(generator: torch.Generator) -> torch.Tensor:
+    return torch.randn(7, 40, generator=generator)
+
+
+def _programs(make_model: Callable[[], nn.Module], make_input: MakeInput) -> dict[str, Any]:
+    """The model quantized and lowered, loaded split and whole, and undelegated."""
     loader.load_cpu_backend()
-    torch.manual_seed(0)
+    torch.manual_seed(0)  # before the model's initial weights
+    model = make_model()
     generator = torch.Generator().manual_seed(0)
-    samples = [(_input(generator),) for _ in range(4)]
-    quantized = quantize_ptq(Geometries().eval(), samples)
+    samples = [(make_input(generator),) for _ in range(4)]
+    quantized = quantize_ptq(model.eval(), samples)
     exported = torch.export.export(quantized, samples[0])
     partitioner = CpuPartitioner()
     edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
     assert not partitioner.report.left_out, partitioner.report
     pte = bytes(edge.to_executorch().buffer)
-    loaded = {}
+    loaded: dict[str, Any] = {"make_input": make_input}
     with pytest.MonkeyPatch.context() as env:
         env.setenv(_THREADS, "2")  # a pool of 2 (capped at the CPUs: one CPU has no pool)
         # Each program binds its kernels (and reads the switch) on its first forward.
@@ -67,13 +89,21 @@ def programs() -> Iterator[dict[str, Any]]:
     loaded["reference"] = load(bytes(to_edge(exported).to_executorch().buffer))
     (output,) = [n for n in exported.graph.nodes if n.op == "output"]
     loaded["output_scale"] = float(output.args[0][0].args[1])
-    yield loaded
+    return loaded
 
 
-def test_bands_give_the_bytes_of_the_whole_convolution(programs: dict[str, Any]) -> None:
+@pytest.fixture(scope="module", params=["conv", "linear"])
+def programs(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    if request.param == "conv":
+        yield _programs(Geometries, _image)
+    else:
+        yield _programs(Columns, _rows)
+
+
+def test_split_gives_the_bytes_of_the_whole_op(programs: dict[str, Any]) -> None:
     generator = torch.Generator().manual_seed(1)
     for _ in range(5):
-        x = _input(generator)
+        x = programs["make_input"](generator)
         split = programs["split"].forward([x])[0]
         whole = programs["whole"].forward([x])[0]
         assert torch.equal(split, whole), (split - whole).abs().max()
@@ -84,6 +114,6 @@ def test_split_program_matches_the_undelegated_one(programs: dict[str, Any]) -> 
     assert_within_one_step(
         programs["split"],
         programs["reference"],
-        lambda: _input(generator),
+        lambda: programs["make_input"](generator),
         programs["output_scale"],
     )
