@@ -21,6 +21,10 @@ as it is, with the reason in the report, and runs op by op inside the delegate):
 - the result (and the activation's) has one reader; the quantize is per-tensor int8/uint8, or (a
   convolution without activation, as `FuseQATConvBN` leaves it) per output channel (axis 1).
 
+It also replaces `dequantize -> max_pool2d_with_indices -> getitem(0) -> quantize` with
+`et_cpu_quant::max_pool2d` on the int8 values when the quantize has the dequantize's parameters
+and the indices are unread (exact: see quantized_ops.py).
+
 A per-channel output grid (S_c, z_c) fits the op's per-tensor one exactly: the op computes
 round(y / S_c) + z_c as round(y') with output scale 1 and zero point 0 when its weight scales are
 divided by S_c and its bias is b_c / S_c + z_c. The dequantize that reads it gets float32 scales
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 
 import torch
 from torch.export import ExportedProgram
@@ -46,6 +51,7 @@ _Q = "quantized_decomposed.quantize_per_tensor.default"
 _Q_CHANNEL = "quantized_decomposed.quantize_per_channel.default"
 _CONV = "aten.convolution.default"
 _LINEAR = "aten.linear.default"
+_MAX_POOL = "aten.max_pool2d_with_indices.default"
 
 
 def _key(node: object) -> str | None:
@@ -123,6 +129,50 @@ def _requantized_activation(
     return bounds, requantize
 
 
+def _pair(value: object, default: list[int]) -> list[int]:
+    """A pooling size argument as two values (torch's one-value and empty forms expanded)."""
+    values = [int(v) for v in value] if isinstance(value, (list, tuple)) else [int(value)]  # type: ignore[call-overload]
+    if not values:
+        return list(default)
+    return values * 2 if len(values) == 1 else values
+
+
+def _fuse_pool(pool: torch.fx.Node) -> str | None:
+    """None when `pool` became an int8 max pool; '' when it is a float op; else why not."""
+    x_dq = pool.args[0]
+    if _key(x_dq) != _DQ:
+        return ""
+    assert isinstance(x_dq, torch.fx.Node)
+    if not _quant_dtype_ok(x_dq, 5):
+        return "input dequantize is not int8/uint8 over the full range"
+    values = [u for u in pool.users if u.target is operator.getitem and u.args[1] == 0]
+    if any(u.users for u in pool.users if u not in values) or len(values) != 1:
+        return "max pool's indices are read"
+    (value,) = values
+    quantize = next(iter(value.users)) if len(value.users) == 1 else None
+    if quantize is None or _key(quantize) != _Q or quantize.args[1:6] != x_dq.args[1:6]:
+        return "max pool's result is not requantized with its input's parameters by its only reader"
+    args = list(pool.args) + [None] * (6 - len(pool.args))
+    kernel = _pair(args[1], [])
+    stride = _pair(args[2] if args[2] is not None else [], kernel)
+    padding = _pair(args[3] if args[3] is not None else 0, [0, 0])
+    dilation = _pair(args[4] if args[4] is not None else 1, [1, 1])
+    ceil_mode = bool(args[5]) if args[5] is not None else False
+    graph = pool.graph
+    with graph.inserting_before(quantize):
+        fused = graph.call_function(
+            quantized_ops.MAX_POOL2D,
+            (x_dq.args[0], kernel, stride, padding, dilation, ceil_mode),
+        )
+    fused.meta = dict(pool.meta)
+    fused.meta["val"] = quantize.meta["val"]
+    quantize.replace_all_uses_with(fused)
+    for dead in dict.fromkeys((quantize, value, *pool.users, pool, x_dq)):  # consumers first
+        if not dead.users:
+            graph.erase_node(dead)
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class _GroupInputs:
     """A quantized conv/linear's dequantized operands and what the int8 op gets for them."""
@@ -142,8 +192,8 @@ class FuseQuantizedGroups:
         graph = program.graph
         self._constants = ProgramConstants(program)
         for node in list(graph.nodes):
-            if _key(node) in (_CONV, _LINEAR):
-                why = self._try_fuse(program, node)
+            if _key(node) in (_CONV, _LINEAR, _MAX_POOL):
+                why = self._try_fuse(program, node) if _key(node) != _MAX_POOL else _fuse_pool(node)
                 if why is None:
                     report.folded += 1
                     report.changed = True

@@ -1,4 +1,5 @@
-"""The delegate's int8 ops: a convolution or linear that reads and writes quantized tensors.
+"""The delegate's int8 ops: a convolution, linear or max pool that reads and writes quantized
+tensors.
 
 Preprocess (`quantized_fusion.py`) rewrites each PT2E group `dequantize -> conv/linear ->
 [relu/hardtanh/clamp] -> quantize` into one of these, so the runtime runs it as one int8 kernel
@@ -7,6 +8,11 @@ quantization: the input's and the output's per-tensor scale and zero point as sc
 per-output-channel weight scales as a float32 tensor (symmetric int8 weights, zero point 0), and
 the float32 bias. `output_min` / `output_max` clamp the float result before it is quantized (a
 fused ReLU is 0 / +inf); `quant_min` / `quant_max` are the output dtype's quantized range.
+
+`max_pool2d` is PT2E's `dequantize -> max_pool2d -> quantize` with one set of parameters (what
+XNNPACK's quantizer shares between a max pool's input and output): dequantize is increasing and
+quantize gives back each dequantized value, so it is the max pool of the int8 values themselves
+and needs no parameters.
 
 The schemas are defined here once; `gen_kernel_signatures.py` reads `SCHEMAS` so the runtime
 checks payload arguments against the same text. The eager implementations are the reference
@@ -30,6 +36,10 @@ _CONV = (
     f"int[] padding, int[] dilation, int groups, {_COMMON}"
 )
 _LINEAR = f"linear(Tensor input, Tensor weight, Tensor weight_scales, Tensor? bias, {_COMMON}"
+_MAX_POOL = (
+    "max_pool2d(Tensor input, int[] kernel_size, int[] stride, int[] padding, int[] dilation, "
+    "bool ceil_mode"
+)
 
 # name -> schema without namespace; the out variants end in `*, Tensor(a!) out`.
 SCHEMAS: dict[str, str] = {
@@ -37,6 +47,9 @@ SCHEMAS: dict[str, str] = {
     "conv2d.out": _CONV.replace("conv2d(", "conv2d.out(", 1) + ", *, Tensor(a!) out) -> Tensor(a!)",
     "linear": f"{_LINEAR}) -> Tensor",
     "linear.out": _LINEAR.replace("linear(", "linear.out(", 1)
+    + ", *, Tensor(a!) out) -> Tensor(a!)",
+    "max_pool2d": f"{_MAX_POOL}) -> Tensor",
+    "max_pool2d.out": _MAX_POOL.replace("max_pool2d(", "max_pool2d.out(", 1)
     + ", *, Tensor(a!) out) -> Tensor(a!)",
 }
 
@@ -122,8 +135,24 @@ def linear(
     return _quantized(input, lambda x: torch.nn.functional.linear(x, w, bias), quantization)
 
 
+def max_pool2d(
+    input: torch.Tensor,
+    kernel_size: list[int],
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    ceil_mode: bool,
+) -> torch.Tensor:
+    """Reference semantics of `et_cpu_quant::max_pool2d`: the max pool of the int8 values (in
+    float32, which holds every one of them exactly)."""
+    pool = torch.nn.functional.max_pool2d
+    y = pool(input.to(torch.float32), kernel_size, stride, padding, dilation, ceil_mode)
+    return y.to(input.dtype)
+
+
 _library.impl("conv2d", conv2d, "CompositeExplicitAutograd")
 _library.impl("linear", linear, "CompositeExplicitAutograd")
+_library.impl("max_pool2d", max_pool2d, "CompositeExplicitAutograd")
 
 
 def _conv_out(*args: object, out: torch.Tensor) -> torch.Tensor:
@@ -137,5 +166,13 @@ def _linear_out(*args: object, out: torch.Tensor) -> torch.Tensor:
 _library.impl("conv2d.out", _conv_out, "CompositeExplicitAutograd")
 _library.impl("linear.out", _linear_out, "CompositeExplicitAutograd")
 
+
+def _max_pool_out(*args: object, out: torch.Tensor) -> torch.Tensor:
+    return out.copy_(max_pool2d(*args))  # type: ignore[arg-type]
+
+
+_library.impl("max_pool2d.out", _max_pool_out, "CompositeExplicitAutograd")
+
 CONV2D: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).conv2d.default
 LINEAR: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).linear.default
+MAX_POOL2D: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).max_pool2d.default

@@ -15,12 +15,14 @@ namespace {
 
 constexpr char kConv[] = "et_cpu_quant::conv2d.out";
 constexpr char kLinear[] = "et_cpu_quant::linear.out";
+constexpr char kMaxPool[] = "et_cpu_quant::max_pool2d.out";
 
 class Checker {
  public:
   Checker(const GraphSpec& graph, size_t index) : graph_(graph), op_(graph.ops[index]) {}
 
   Error check() {
+    if (op_.kernel == kMaxPool) return check_max_pool();
     const bool conv = op_.kernel == kConv;
     // Positions of the arguments after the four tensors (see quantized_ops.py's schemas).
     const size_t q = conv ? 8 : 4;
@@ -91,6 +93,44 @@ class Checker {
   }
 
  private:
+  // (input, kernel_size, stride, padding, dilation, ceil_mode, *, out): the output's size must be
+  // the one torch computes, the kernel's windows stay within it.
+  Error check_max_pool() {
+    const ValueSpec& input = value(0);
+    const ValueSpec& out = value(6);
+    if (input.dtype != ScalarType::Char && input.dtype != ScalarType::Byte) {
+      return fail("input dtype must be int8 or uint8");
+    }
+    if (out.dtype != input.dtype) return fail("output dtype differs from the input's");
+    if (input.shape.size() != 4 || out.shape.size() != 4) {
+      return fail("input and output must be 4-D");
+    }
+    if (out.shape[0] != input.shape[0] || out.shape[1] != input.shape[1]) {
+      return fail("output batch / channels differ from the input's");
+    }
+    for (size_t a = 1; a < 5; ++a) {
+      if (op_.args[a].ints.size() != 2) {
+        return fail("kernel_size, stride, padding and dilation need 2 values");
+      }
+    }
+    const bool ceil_mode = op_.args[5].bool_value;
+    for (size_t d = 0; d < 2; ++d) {
+      const int64_t k = op_.args[1].ints[d], s = op_.args[2].ints[d];
+      const int64_t p = op_.args[3].ints[d], dil = op_.args[4].ints[d];
+      if (k < 1 || s < 1 || dil < 1 || p < 0 || 2 * p > k || k > 1024 || dil > 1024) {
+        return fail("kernel_size / stride / dilation must be positive, padding at most half "
+                    "the kernel");
+      }
+      const int64_t span = dil * (k - 1) + 1, in = input.shape[2 + d];
+      if (in + 2 * p < span) return fail("the window is larger than the padded input");
+      int64_t size = (in + 2 * p - span + (ceil_mode ? s - 1 : 0)) / s + 1;
+      // torch: with ceil_mode the last window must start inside the input or its left padding.
+      if (ceil_mode && (size - 1) * s >= in + p) --size;
+      if (out.shape[2 + d] != size) return fail("output size differs from the pooling's");
+    }
+    return Error::Ok;
+  }
+
   const ValueSpec& value(size_t arg) const { return graph_.values[op_.args[arg].tensor]; }
 
   Error fail(const char* what) const {
@@ -104,7 +144,9 @@ class Checker {
 
 }  // namespace
 
-bool is_quantized_kernel(const std::string& kernel) { return kernel == kConv || kernel == kLinear; }
+bool is_quantized_kernel(const std::string& kernel) {
+  return kernel == kConv || kernel == kLinear || kernel == kMaxPool;
+}
 
 Error check_quantized_op(const GraphSpec& graph, size_t index) {
   return Checker(graph, index).check();

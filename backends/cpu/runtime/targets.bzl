@@ -51,6 +51,15 @@ _FUZZ_COPTS = [
     "-DET_CPU_MAX_ARENA_BYTES=(size_t{1}<<28)",
 ]
 
+# What the int8 model tests share: quantize with PT2E, lower, compare with the undelegated program.
+_INT8_MODEL_TEST_DEPS = [
+    ":int8_compare",
+    ":loader",
+    "//backends/cpu:quantization",
+    "//backends/cpu/partition:cpu_partitioner",
+    "//backends/cpu/serialization:graph_reader",
+]
+
 def define_common_targets():
     """The runtime library, its Python loader and its tests."""
 
@@ -232,13 +241,7 @@ def define_common_targets():
         name = "quantized_model_test",
         size = "medium",
         srcs = ["test/quantized_model_test.py"],
-        deps = [
-            ":int8_compare",
-            ":loader",
-            "//backends/cpu:quantization",
-            "//backends/cpu/partition:cpu_partitioner",
-            "//backends/cpu/serialization:graph_reader",
-        ],
+        deps = _INT8_MODEL_TEST_DEPS,
     )
 
     # The QAT flow (QATConvOutputQuantizer, FuseQATConvBN) fully delegated on the int8 ops.
@@ -246,13 +249,7 @@ def define_common_targets():
         name = "qat_model_test",
         size = "medium",
         srcs = ["test/qat_model_test.py"],
-        deps = [
-            ":int8_compare",
-            ":loader",
-            "//backends/cpu:quantization",
-            "//backends/cpu/partition:cpu_partitioner",
-            "//backends/cpu/serialization:graph_reader",
-        ],
+        deps = _INT8_MODEL_TEST_DEPS,
     )
 
     # Per-tensor quantize / dequantize on our own loops: the portable kernels' values exactly.
@@ -278,6 +275,14 @@ def define_common_targets():
             "//backends/cpu:quantization",
             "//backends/cpu/partition:cpu_partitioner",
         ],
+    )
+
+    # int8 max pools (et_cpu_quant::max_pool2d): the float pool's bytes, plain and chained.
+    runtime.python_test(
+        name = "int8_pool_test",
+        size = "medium",
+        srcs = ["test/int8_pool_test.py"],
+        deps = _INT8_MODEL_TEST_DEPS,
     )
 
     runtime.python_test(

@@ -1,6 +1,6 @@
-"""The int8 ops' payload fields: a hand-built et_cpu_quant::conv2d runs and matches its reference
-semantics, and every damaged field (scales, zero points, ranges, shapes, dtypes, version) is an
-init error naming the problem, never a crash or a wrong result."""
+"""The int8 ops' payload fields: a hand-built et_cpu_quant::conv2d and ::max_pool2d run and match
+their reference semantics, and every damaged field (scales, zero points, ranges, shapes, dtypes,
+pooling sizes, version) is an init error naming the problem, never a crash or a wrong result."""
 
 import math
 from collections.abc import Callable
@@ -17,6 +17,7 @@ from backends.cpu.runtime.test.handmade_payload import (
     Graph,
     Op,
     Value,
+    bool_,
     float_,
     int_,
     int_list,
@@ -96,6 +97,40 @@ def _conv_graph(**change: object) -> Graph:
     )
 
 
+def _pool_graph(**change: object) -> Graph:
+    """A 3x3 stride-2 int8 max pool with padding 1 and ceil_mode; `change` replaces named parts."""
+    parts: dict[str, object] = {
+        "input_dtype": torch.int8,
+        "output_dtype": torch.int8,
+        "output_shape": [1, 4, 3, 3],
+        "kernel": [3, 3],
+        "padding": [1, 1],
+        "dilation": [1, 1],
+        **change,
+    }
+    values = [
+        Value(parts["input_dtype"], _SHAPE, INPUT),  # type: ignore[arg-type]
+        Value(parts["output_dtype"], parts["output_shape"], OUTPUT),  # type: ignore[arg-type]
+    ]
+    args = [
+        tensor(0),
+        int_list(parts["kernel"]),  # type: ignore[arg-type]
+        int_list([2, 2]),
+        int_list(parts["padding"]),  # type: ignore[arg-type]
+        int_list(parts["dilation"]),  # type: ignore[arg-type]
+        bool_(True),
+        tensor(1),
+    ]
+    route = "et_cpu_quant.max_pool2d.default"
+    return Graph(
+        values=values,
+        inputs=[0],
+        outputs=[1],
+        ops=[Op("et_cpu_quant::max_pool2d.out", args, route=route, provider=1)],
+        version=2,
+    )
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _runtime() -> None:
     loader.load_cpu_backend()
@@ -139,7 +174,30 @@ def test_handmade_int8_convolution_matches_its_reference_semantics() -> None:
     assert int(got.min()) >= _OUT[1]  # the fused ReLU: nothing below the zero point
 
 
+def test_handmade_int8_max_pool_is_the_pool_of_the_values() -> None:
+    x = _input()
+    # The program around the payload only needs an output of the pool's dtype and shape.
+    module = load_program(program(lambda a: torch.neg(a[:, :, :3, :3]), (x,), _pool_graph()))
+    got = module.forward([x])[0]
+    want = quantized_ops.max_pool2d(x, [3, 3], [2, 2], [1, 1], [1, 1], True)
+    assert torch.equal(got, want)
+
+
 _HOSTILE: dict[str, tuple[Callable[[], Graph], str]] = {
+    "pool output too large": (
+        lambda: _pool_graph(output_shape=[1, 4, 4, 3]),
+        "output size differs",
+    ),
+    "pool output channels": (lambda: _pool_graph(output_shape=[1, 3, 3, 3]), "batch / channels"),
+    "pool padding over half the kernel": (lambda: _pool_graph(padding=[2, 1]), "padding at most"),
+    "pool zero dilation": (lambda: _pool_graph(dilation=[0, 1]), "must be positive"),
+    "pool short kernel": (lambda: _pool_graph(kernel=[3]), "2 values"),
+    "pool float input": (lambda: _pool_graph(input_dtype=torch.float32), "int8 or uint8"),
+    "pool output dtype": (lambda: _pool_graph(output_dtype=torch.uint8), "output dtype"),
+    "pool window over the input": (
+        lambda: _pool_graph(kernel=[9, 3], padding=[1, 1]),
+        "larger than the padded input",
+    ),
     "negative input scale": (lambda: _conv_graph(input_scale=-0.5), "scale is not a positive"),
     "nan output scale": (lambda: _conv_graph(output_scale=math.nan), "scale is not a positive"),
     "infinite scale": (lambda: _conv_graph(input_scale=math.inf), "scale is not a positive"),

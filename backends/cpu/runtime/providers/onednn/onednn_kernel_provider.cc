@@ -947,11 +947,20 @@ class QuantizedChainKernel final : public OnednnKernel {
     kernel_ = std::move(fresh);
   }
   std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
-    if (quantized_output_chainable(kernel_name_)) return {};
+    if (quantized_output_chainable(kernel_name_) || quantized_layout_follows_input(kernel_name_)) {
+      return {};
+    }
     return {impl_of(input_)};  // the linear reads its 2-D input plain
   }
   const executorch::aten::TensorImpl* chainable_output() const override {
     return quantized_output_chainable(kernel_name_) ? impl_of(output_) : nullptr;
+  }
+  // The int8 max pool's output is channels-last exactly when its input is.
+  const executorch::aten::TensorImpl* chainable_output_after(const Chained& chained) const override {
+    if (quantized_layout_follows_input(kernel_name_)) {
+      return chained.count(impl_of(input_)) > 0 ? impl_of(output_) : nullptr;
+    }
+    return chainable_output();
   }
 
  private:

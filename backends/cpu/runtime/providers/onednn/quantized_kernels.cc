@@ -31,6 +31,7 @@ using dnnl::memory;
 
 constexpr char kConv[] = "et_cpu_quant::conv2d.out";
 constexpr char kLinear[] = "et_cpu_quant::linear.out";
+constexpr char kMaxPool[] = "et_cpu_quant::max_pool2d.out";
 
 // oneDNN's OpenMP team size for the int8 kernels: ET_CPU_ONEDNN_INT8_THREADS, default 1. The
 // float plans split work over the provider's own pool and run oneDNN single-threaded; an OpenMP
@@ -500,18 +501,91 @@ Error bind_linear(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::s
   return Error::Ok;
 }
 
+// An int8 max pool: oneDNN's pooling on the int8 values (the session keeps its output
+// channels-last when its input is, unless a plain reader needs the output).
+class QuantizedPoolKernel final : public BoundKernel {
+ public:
+  QuantizedPoolKernel(const OpBinding& op, bool input_channels_last, bool output_channels_last) {
+    const Tensor& input = op.args[0]->toTensor();
+    const Tensor& output = op.args[op.args.size() - 2]->toTensor();
+    input_ = input.unsafeGetTensorImpl();
+    output_ = output.unsafeGetTensorImpl();
+    const auto kernel = op.args[1]->toIntList(), stride = op.args[2]->toIntList();
+    const auto padding = op.args[3]->toIntList(), dilation = op.args[4]->toIntList();
+    const memory::data_type act = data_type_of(input.scalar_type());
+    auto layout = [](bool channels_last) {
+      return channels_last ? memory::format_tag::nhwc : memory::format_tag::nchw;
+    };
+    memory::desc src(dims_of(input), act, layout(input_channels_last));
+    memory::desc dst(dims_of(output), act, layout(output_channels_last));
+    memory::dims pad_left{padding[0], padding[1]}, pad_right(2);
+    for (size_t d = 0; d < 2; ++d) {
+      // The right padding that makes oneDNN's floor division give torch's size (ceil_mode:
+      // the last window reaching past the input); never negative (floor drops the rest).
+      const int64_t span = (dilation[d] - 1) * (kernel[d] - 1) + kernel[d];
+      pad_right[d] = std::max<int64_t>(
+          (output.size(2 + d) - 1) * stride[d] + span - input.size(2 + d) - padding[d], 0);
+    }
+    dnnl::pooling_forward::primitive_desc pd(
+        engine_, dnnl::prop_kind::forward_inference, dnnl::algorithm::pooling_max, src, dst,
+        {stride[0], stride[1]}, {kernel[0], kernel[1]}, {dilation[0] - 1, dilation[1] - 1},
+        pad_left, pad_right);
+    primitive_ = dnnl::primitive(pd);
+    src_ = memory(pd.src_desc(), engine_, DNNL_MEMORY_NONE);
+    dst_ = memory(pd.dst_desc(), engine_, DNNL_MEMORY_NONE);
+  }
+
+  Error run(KernelRuntimeContext& context) override {
+    OmpThreads threads(1);
+    try {
+      src_.set_data_handle(input_->mutable_data());
+      dst_.set_data_handle(output_->mutable_data());
+      primitive_.execute(stream_, {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}});
+      stream_.wait();
+    } catch (const dnnl::error&) {
+      context.fail(Error::Internal);
+      return Error::Internal;
+    }
+    return Error::Ok;
+  }
+
+ private:
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream_{engine_};
+  dnnl::primitive primitive_;
+  memory src_, dst_;
+  executorch::aten::TensorImpl* input_ = nullptr;
+  executorch::aten::TensorImpl* output_ = nullptr;
+};
+
+Error bind_max_pool(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason,
+                    bool input_channels_last, bool output_channels_last) {
+  try {
+    *out = std::make_unique<QuantizedPoolKernel>(op, input_channels_last, output_channels_last);
+  } catch (const dnnl::error& e) {
+    *reason = std::string("oneDNN int8 max pooling: ") + e.what();
+    return Error::NotSupported;
+  }
+  return Error::Ok;
+}
+
 }  // namespace
 
 bool is_onednn_quantized_kernel(const std::string& kernel) {
-  return kernel == kConv || kernel == kLinear;
+  return kernel == kConv || kernel == kLinear || kernel == kMaxPool;
 }
 
 bool quantized_output_chainable(const std::string& kernel) { return kernel == kConv; }
+
+bool quantized_layout_follows_input(const std::string& kernel) { return kernel == kMaxPool; }
 
 Error bind_quantized(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason,
                      bool input_channels_last, bool output_channels_last,
                      onednn::WorkPool* pool) {
   const std::string kernel = op.kernel;
+  if (kernel == kMaxPool) {
+    return bind_max_pool(op, out, reason, input_channels_last, output_channels_last);
+  }
   const size_t first = kernel == kConv ? 8 : 4;
   const Quantization q = read_quantization(op, first);
   const ScalarType dtype = op.args[0]->toTensor().scalar_type();

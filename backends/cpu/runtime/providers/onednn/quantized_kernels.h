@@ -1,7 +1,7 @@
 // The Optimized provider's int8 kernels: et_cpu_quant::conv2d.out and et_cpu_quant::linear.out
 // (backends/cpu/quantized_ops.py) as oneDNN int8 convolution / matmul, with the input's and the
 // output's scale and zero point and the per-channel weight scales as oneDNN runtime attributes and
-// the fused clamp as an eltwise post-op.
+// the fused clamp as an eltwise post-op; et_cpu_quant::max_pool2d.out as oneDNN's int8 pooling.
 #pragma once
 
 #include <memory>
@@ -33,6 +33,10 @@ executorch::runtime::Error bind_quantized(const OpBinding& op, std::unique_ptr<B
 
 // Whether `kernel`'s output can be kept channels-last (the int8 convolution's).
 bool quantized_output_chainable(const std::string& kernel);
+
+// Whether `kernel` reads its input in either layout and can write its output in the input's
+// (the int8 max pool).
+bool quantized_layout_follows_input(const std::string& kernel);
 
 }  // namespace cpu
 }  // namespace et_cpu_plugin
