@@ -504,8 +504,8 @@ Error bind_linear(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::s
 // An int8 max pool: oneDNN's pooling on the int8 values (the session keeps its output
 // channels-last when its input is, unless a plain reader needs the output). The pooling runs in
 // the input's layout: a channels-last input with a plain output is pooled into a staging buffer
-// and transposed (oneDNN pools mixed layouts on its reference kernel: 68 ms for ResNet-18's
-// 112x112x64 stem pool at load 5).
+// and reordered (oneDNN pools mixed layouts on its reference kernel: 68 ms for ResNet-18's
+// 112x112x64 stem pool at load 5; the jit reorder of its 56x56x64 output takes 56 us).
 class QuantizedPoolKernel final : public BoundKernel {
  public:
   QuantizedPoolKernel(const OpBinding& op, bool input_channels_last, bool output_channels_last) {
@@ -540,10 +540,8 @@ class QuantizedPoolKernel final : public BoundKernel {
       dst_ = memory(pd.dst_desc(), engine_, DNNL_MEMORY_NONE);
     } else {
       dst_ = memory(pd.dst_desc(), engine_);
-      to_plain_ = true;
-      images_ = output.size(0);
-      channels_ = output.size(1);
-      pixels_ = output.size(2) * output.size(3);
+      user_dst_ = memory(user_dst, engine_, DNNL_MEMORY_NONE);
+      reorder_ = dnnl::reorder(dst_, user_dst_);
     }
   }
 
@@ -551,13 +549,14 @@ class QuantizedPoolKernel final : public BoundKernel {
     OmpThreads threads(1);
     try {
       src_.set_data_handle(input_->mutable_data());
-      if (!to_plain_) dst_.set_data_handle(output_->mutable_data());
-      primitive_.execute(stream_, {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}});
-      stream_.wait();
-      if (to_plain_) {
-        nhwc_to_nchw(static_cast<const uint8_t*>(dst_.get_data_handle()),
-                     static_cast<uint8_t*>(output_->mutable_data()));
+      if (reorder_) {
+        user_dst_.set_data_handle(output_->mutable_data());
+      } else {
+        dst_.set_data_handle(output_->mutable_data());
       }
+      primitive_.execute(stream_, {{DNNL_ARG_SRC, src_}, {DNNL_ARG_DST, dst_}});
+      if (reorder_) reorder_.execute(stream_, dst_, user_dst_);
+      stream_.wait();
     } catch (const dnnl::error&) {
       context.fail(Error::Internal);
       return Error::Internal;
@@ -569,25 +568,8 @@ class QuantizedPoolKernel final : public BoundKernel {
   dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
   dnnl::stream stream_{engine_};
   dnnl::primitive primitive_;
-  // Each image's [pixels, channels] bytes as [channels, pixels], in tiles of pixels that stay
-  // in L1 (oneDNN's int8 nhwc -> nchw reorder took 3 ms for 112x112x64 here).
-  void nhwc_to_nchw(const uint8_t* from, uint8_t* to) const {
-    constexpr int64_t kTile = 64;
-    const int64_t image = pixels_ * channels_;
-    for (int64_t n = 0; n < images_; ++n, from += image, to += image) {
-      for (int64_t p0 = 0; p0 < pixels_; p0 += kTile) {
-        const int64_t p1 = std::min(pixels_, p0 + kTile);
-        for (int64_t c = 0; c < channels_; ++c) {
-          uint8_t* row = to + c * pixels_;
-          for (int64_t p = p0; p < p1; ++p) row[p] = from[p * channels_ + c];
-        }
-      }
-    }
-  }
-
-  memory src_, dst_;  // dst_: the output, or with to_plain_ a staging buffer in NHWC
-  bool to_plain_ = false;
-  int64_t images_ = 0, channels_ = 0, pixels_ = 0;
+  memory src_, dst_, user_dst_;
+  dnnl::reorder reorder_;  // dst_ (staging, the input's layout) -> user_dst_; empty: none
   executorch::aten::TensorImpl* input_ = nullptr;
   executorch::aten::TensorImpl* output_ = nullptr;
 };
