@@ -23,7 +23,8 @@ as it is, with the reason in the report, and runs op by op inside the delegate):
 
 It also replaces `dequantize -> max_pool2d_with_indices -> getitem(0) -> quantize` with
 `et_cpu_quant::max_pool2d` on the int8 values when the quantize has the dequantize's parameters
-and the indices are unread (exact: see quantized_ops.py).
+and the indices are unread (exact: see quantized_ops.py), and `dequantize(a) + dequantize(b) ->
+[activation] -> quantize` (a residual add: one shape, no alpha) with `et_cpu_quant::add`.
 
 A per-channel output grid (S_c, z_c) fits the op's per-tensor one exactly: the op computes
 round(y / S_c) + z_c as round(y') with output scale 1 and zero point 0 when its weight scales are
@@ -52,6 +53,7 @@ _Q_CHANNEL = "quantized_decomposed.quantize_per_channel.default"
 _CONV = "aten.convolution.default"
 _LINEAR = "aten.linear.default"
 _MAX_POOL = "aten.max_pool2d_with_indices.default"
+_ADD = "aten.add.Tensor"
 
 
 def _key(node: object) -> str | None:
@@ -173,6 +175,82 @@ def _fuse_pool(pool: torch.fx.Node) -> str | None:
     return None
 
 
+def _output_quantize(
+    tail: torch.fx.Node, dtype: object
+) -> tuple[torch.fx.Node, tuple[float, float], list[torch.fx.Node]] | str:
+    """The quantize ending `tail -> [activation] -> quantize [-> dequantize -> activation ->
+    quantize on its grid ...]` into `dtype`, the clamp bounds met on the way and the nodes
+    between (producers first), or why there is none."""
+    bounds = (-math.inf, math.inf)
+    between: list[torch.fx.Node] = []
+    user = next(iter(tail.users)) if len(tail.users) == 1 else None
+    activation = _clamp_bounds(user) if user is not None else None
+    if user is not None and activation is not None:
+        bounds = activation
+        between.append(user)
+        user = next(iter(user.users)) if len(user.users) == 1 else None
+    if user is None or _key(user) != _Q or not _quant_dtype_ok(user, 5) or user.args[5] != dtype:
+        return "result is not quantized per tensor to the input's dtype by its only reader"
+    quantize = user
+    later = _requantized_activation(quantize)
+    while later is not None:
+        activation_bounds, requantize = later
+        bounds = (max(bounds[0], activation_bounds[0]), min(bounds[1], activation_bounds[1]))
+        dequantize = next(iter(quantize.users))
+        between += [quantize, dequantize, next(iter(dequantize.users))]
+        quantize = requantize
+        later = _requantized_activation(quantize)
+    return quantize, bounds, between
+
+
+def _fuse_add(add: torch.fx.Node) -> str | None:
+    """None when `add` became an int8 add; '' when it is a float add; else why not."""
+    a_dq, b_dq = add.args[0], add.args[1]
+    if _key(a_dq) != _DQ or _key(b_dq) != _DQ:
+        return ""
+    assert isinstance(a_dq, torch.fx.Node) and isinstance(b_dq, torch.fx.Node)
+    if add.kwargs.get("alpha", 1) != 1:
+        return "add with alpha"
+    if not (_quant_dtype_ok(a_dq, 5) and _quant_dtype_ok(b_dq, 5)) or a_dq.args[5] != b_dq.args[5]:
+        return "add operands are not dequantized from one int8/uint8 dtype over its full range"
+    a_val, b_val = a_dq.meta.get("val"), b_dq.meta.get("val")
+    if not isinstance(a_val, torch.Tensor) or not isinstance(b_val, torch.Tensor):
+        return "add operands without shapes"
+    if a_val.shape != b_val.shape:
+        return "add broadcasts"
+    found = _output_quantize(add, a_dq.args[5])
+    if isinstance(found, str):
+        return found
+    quantize, bounds, between = found
+    qmin, qmax = quantized_ops.QUANTIZED_RANGES[quantize.args[5]]  # type: ignore[index]
+    graph = add.graph
+    with graph.inserting_before(quantize):
+        fused = graph.call_function(
+            quantized_ops.ADD,
+            (
+                a_dq.args[0],
+                float(a_dq.args[1]),  # type: ignore[arg-type]
+                int(a_dq.args[2]),  # type: ignore[arg-type]
+                b_dq.args[0],
+                float(b_dq.args[1]),  # type: ignore[arg-type]
+                int(b_dq.args[2]),  # type: ignore[arg-type]
+                float(quantize.args[1]),  # type: ignore[arg-type]
+                int(quantize.args[2]),  # type: ignore[arg-type]
+                qmin,
+                qmax,
+                bounds[0],
+                bounds[1],
+            ),
+        )
+    fused.meta = dict(add.meta)
+    fused.meta["val"] = quantize.meta["val"]
+    quantize.replace_all_uses_with(fused)
+    for dead in dict.fromkeys((quantize, *reversed(between), add, a_dq, b_dq)):
+        if not dead.users:
+            graph.erase_node(dead)
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class _GroupInputs:
     """A quantized conv/linear's dequantized operands and what the int8 op gets for them."""
@@ -192,8 +270,9 @@ class FuseQuantizedGroups:
         graph = program.graph
         self._constants = ProgramConstants(program)
         for node in list(graph.nodes):
-            if _key(node) in (_CONV, _LINEAR, _MAX_POOL):
-                why = self._try_fuse(program, node) if _key(node) != _MAX_POOL else _fuse_pool(node)
+            if _key(node) in (_CONV, _LINEAR, _MAX_POOL, _ADD):
+                fuse = {_MAX_POOL: _fuse_pool, _ADD: _fuse_add}.get(_key(node))  # type: ignore[arg-type]
+                why = fuse(node) if fuse else self._try_fuse(program, node)
                 if why is None:
                     report.folded += 1
                     report.changed = True
@@ -280,33 +359,16 @@ class FuseQuantizedGroups:
             x_val = x_dq.meta.get("val")
             if not isinstance(x_val, torch.Tensor) or x_val.dim() != 2:
                 return "linear input is not 2D"
-        tail = op
-        extra_dead: list[torch.fx.Node] = []
-        bounds = (-math.inf, math.inf)
-        user = next(iter(tail.users)) if len(tail.users) == 1 else None
+        user = next(iter(op.users)) if len(op.users) == 1 else None
         inputs = _GroupInputs(x_dq, w_dq, bias, weight_scales, bias_values)
         if is_conv and user is not None and _key(user) == _Q_CHANNEL:
             return self._fuse_channel_output(program, op, user, inputs)
-        activation = _clamp_bounds(user) if user is not None else None
-        if user is not None and activation is not None:
-            bounds = activation
-            tail = user
-            user = next(iter(tail.users)) if len(tail.users) == 1 else None
-        if user is None or _key(user) != _Q or not _quant_dtype_ok(user, 5):
-            return "result is not quantized per tensor to int8/uint8 by its only reader"
-        quantize = user
         # MobileNet-style `... -> quantize -> dequantize -> relu6 -> quantize` with one set of
-        # parameters: the activation clamps on the same grid, so it fuses exactly.
-        later = _requantized_activation(quantize)
-        while later is not None:
-            activation_bounds, requantize = later
-            bounds = (max(bounds[0], activation_bounds[0]), min(bounds[1], activation_bounds[1]))
-            stale = [quantize, next(iter(quantize.users))]
-            quantize = requantize
-            extra_dead.extend(stale)
-            later = _requantized_activation(quantize)
-        if x_dq.args[5] != quantize.args[5]:
-            return "input and output quantized dtypes differ"
+        # parameters too: the activation clamps on the same grid, so it fuses exactly.
+        found = _output_quantize(op, x_dq.args[5])
+        if isinstance(found, str):
+            return found
+        quantize, bounds, between = found
         qmin, qmax = quantized_ops.QUANTIZED_RANGES[quantize.args[5]]  # type: ignore[index]
         output = (float(quantize.args[1]), int(quantize.args[2]))  # type: ignore[arg-type]
         self._replace(
@@ -316,7 +378,7 @@ class FuseQuantizedGroups:
             inputs,
             output,
             (qmin, qmax, bounds[0], bounds[1]),
-            (quantize, *reversed(extra_dead), tail),
+            (quantize, *reversed(between)),
         )
         return None
 

@@ -1,5 +1,5 @@
-"""The delegate's int8 ops: a convolution, linear or max pool that reads and writes quantized
-tensors.
+"""The delegate's int8 ops: a convolution, linear, max pool or add that reads and writes
+quantized tensors.
 
 Preprocess (`quantized_fusion.py`) rewrites each PT2E group `dequantize -> conv/linear ->
 [relu/hardtanh/clamp] -> quantize` into one of these, so the runtime runs it as one int8 kernel
@@ -12,7 +12,8 @@ fused ReLU is 0 / +inf); `quant_min` / `quant_max` are the output dtype's quanti
 `max_pool2d` is PT2E's `dequantize -> max_pool2d -> quantize` with one set of parameters (what
 XNNPACK's quantizer shares between a max pool's input and output): dequantize is increasing and
 quantize gives back each dequantized value, so it is the max pool of the int8 values themselves
-and needs no parameters.
+and needs no parameters. `add` is `dequantize(a) + dequantize(b) -> [clamp] -> quantize` for two
+int8 tensors of one shape, each with its own grid, computed in float32 as those ops do.
 
 The schemas are defined here once; `gen_kernel_signatures.py` reads `SCHEMAS` so the runtime
 checks payload arguments against the same text. The eager implementations are the reference
@@ -36,6 +37,11 @@ _CONV = (
     f"int[] padding, int[] dilation, int groups, {_COMMON}"
 )
 _LINEAR = f"linear(Tensor input, Tensor weight, Tensor weight_scales, Tensor? bias, {_COMMON}"
+_ADD = (
+    "add(Tensor a, float a_scale, int a_zero_point, Tensor b, float b_scale, int b_zero_point, "
+    "float output_scale, int output_zero_point, int quant_min, int quant_max, float output_min, "
+    "float output_max"
+)
 _MAX_POOL = (
     "max_pool2d(Tensor input, int[] kernel_size, int[] stride, int[] padding, int[] dilation, "
     "bool ceil_mode"
@@ -48,6 +54,8 @@ SCHEMAS: dict[str, str] = {
     "linear": f"{_LINEAR}) -> Tensor",
     "linear.out": _LINEAR.replace("linear(", "linear.out(", 1)
     + ", *, Tensor(a!) out) -> Tensor(a!)",
+    "add": f"{_ADD}) -> Tensor",
+    "add.out": _ADD.replace("add(", "add.out(", 1) + ", *, Tensor(a!) out) -> Tensor(a!)",
     "max_pool2d": f"{_MAX_POOL}) -> Tensor",
     "max_pool2d.out": _MAX_POOL.replace("max_pool2d(", "max_pool2d.out(", 1)
     + ", *, Tensor(a!) out) -> Tensor(a!)",
@@ -150,7 +158,23 @@ def max_pool2d(
     return y.to(input.dtype)
 
 
+def add(
+    a: torch.Tensor,
+    a_scale: float,
+    a_zero_point: int,
+    b: torch.Tensor,
+    b_scale: float,
+    b_zero_point: int,
+    *output: Any,
+) -> torch.Tensor:
+    """Reference semantics of `et_cpu_quant::add` (`output`: output_scale, output_zero_point,
+    quant_min, quant_max, output_min, output_max)."""
+    y = _dequantize(a, a_scale, a_zero_point) + _dequantize(b, b_scale, b_zero_point)
+    return _finish(y, a.dtype, *output)
+
+
 _library.impl("conv2d", conv2d, "CompositeExplicitAutograd")
+_library.impl("add", add, "CompositeExplicitAutograd")
 _library.impl("linear", linear, "CompositeExplicitAutograd")
 _library.impl("max_pool2d", max_pool2d, "CompositeExplicitAutograd")
 
@@ -173,6 +197,14 @@ def _max_pool_out(*args: object, out: torch.Tensor) -> torch.Tensor:
 
 _library.impl("max_pool2d.out", _max_pool_out, "CompositeExplicitAutograd")
 
+
+def _add_out(*args: object, out: torch.Tensor) -> torch.Tensor:
+    return out.copy_(add(*args))  # type: ignore[arg-type]
+
+
+_library.impl("add.out", _add_out, "CompositeExplicitAutograd")
+
 CONV2D: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).conv2d.default
 LINEAR: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).linear.default
 MAX_POOL2D: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).max_pool2d.default
+ADD: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).add.default

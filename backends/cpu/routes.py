@@ -169,7 +169,12 @@ BUILTIN_KERNELS: frozenset[str] = frozenset(
 # them; only the Optimized provider (oneDNN, runtime/providers/onednn/quantized_kernels.cc) runs
 # them, so there is no Reference fallback (init fails naming the op if oneDNN declines).
 PROVIDER_KERNELS: frozenset[str] = frozenset(
-    {"et_cpu_quant::conv2d.out", "et_cpu_quant::linear.out", "et_cpu_quant::max_pool2d.out"}
+    {
+        "et_cpu_quant::conv2d.out",
+        "et_cpu_quant::linear.out",
+        "et_cpu_quant::max_pool2d.out",
+        "et_cpu_quant::add.out",
+    }
 )
 
 _OPTIONAL_LISTS = RouteFlag.OPTIONAL_TENSOR_LISTS
@@ -385,6 +390,7 @@ _ROUTE_LIST: tuple[Route, ...] = (
     _r("et_cpu_quant.conv2d.default", "et_cpu_quant::conv2d.out", provider=_OPT),
     _r("et_cpu_quant.linear.default", "et_cpu_quant::linear.out", provider=_OPT),
     _r("et_cpu_quant.max_pool2d.default", "et_cpu_quant::max_pool2d.out", provider=_OPT),
+    _r("et_cpu_quant.add.default", "et_cpu_quant::add.out", provider=_OPT),
     # Factories.
     _r("aten.arange.default", "aten::arange.out"),
     _r("aten.arange.start_step", "aten::arange.start_out"),

@@ -16,6 +16,7 @@ namespace {
 constexpr char kConv[] = "et_cpu_quant::conv2d.out";
 constexpr char kLinear[] = "et_cpu_quant::linear.out";
 constexpr char kMaxPool[] = "et_cpu_quant::max_pool2d.out";
+constexpr char kAdd[] = "et_cpu_quant::add.out";
 
 class Checker {
  public:
@@ -23,6 +24,7 @@ class Checker {
 
   Error check() {
     if (op_.kernel == kMaxPool) return check_max_pool();
+    if (op_.kernel == kAdd) return check_add();
     const bool conv = op_.kernel == kConv;
     // Positions of the arguments after the four tensors (see quantized_ops.py's schemas).
     const size_t q = conv ? 8 : 4;
@@ -70,29 +72,62 @@ class Checker {
     } else if (input.shape[1] != weight.shape[1]) {
       return fail("input features differ from the weight's");
     }
-    const int64_t low = input.dtype == ScalarType::Char ? -128 : 0;
-    const int64_t high = input.dtype == ScalarType::Char ? 127 : 255;
     for (size_t s : {q, q + 2}) {
-      const double scale = op_.args[s].double_value;
-      if (!std::isfinite(scale) || scale <= 0 || scale > 1e30 || scale < 1e-30) {
-        return fail("a quantization scale is not a positive finite number");
-      }
-      const int64_t zero_point = op_.args[s + 1].int_value;
-      if (zero_point < low || zero_point > high) return fail("a zero point is outside the dtype");
+      if (Error e = check_grid(s, input.dtype); e != Error::Ok) return e;
     }
-    const int64_t quant_min = op_.args[q + 4].int_value, quant_max = op_.args[q + 5].int_value;
+    return check_ranges(q + 4, input.dtype);
+  }
+
+ private:
+  // (a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
+  // quant_min, quant_max, output_min, output_max, *, out): three tensors of one dtype and shape.
+  Error check_add() {
+    const ValueSpec& a = value(0);
+    const ValueSpec& b = value(3);
+    const ValueSpec& out = value(12);
+    if (a.dtype != ScalarType::Char && a.dtype != ScalarType::Byte) {
+      return fail("input dtype must be int8 or uint8");
+    }
+    if (b.dtype != a.dtype || out.dtype != a.dtype) {
+      return fail("the operands' and the output's dtypes differ");
+    }
+    if (b.shape != a.shape || out.shape != a.shape) {
+      return fail("the operands' and the output's shapes differ");
+    }
+    for (size_t s : {1, 4, 6}) {
+      if (Error e = check_grid(s, a.dtype); e != Error::Ok) return e;
+    }
+    return check_ranges(8, a.dtype);
+  }
+
+  // A quantization scale at `index` and its zero point after it, for `dtype`.
+  Error check_grid(size_t index, ScalarType dtype) const {
+    const int64_t low = dtype == ScalarType::Char ? -128 : 0, high = low + 255;
+    const double scale = op_.args[index].double_value;
+    if (!std::isfinite(scale) || scale <= 0 || scale > 1e30 || scale < 1e-30) {
+      return fail("a quantization scale is not a positive finite number");
+    }
+    const int64_t zero_point = op_.args[index + 1].int_value;
+    if (zero_point < low || zero_point > high) return fail("a zero point is outside the dtype");
+    return Error::Ok;
+  }
+
+  // quant_min, quant_max, output_min, output_max from `index` on, for `dtype`.
+  Error check_ranges(size_t index, ScalarType dtype) const {
+    const int64_t low = dtype == ScalarType::Char ? -128 : 0, high = low + 255;
+    const int64_t quant_min = op_.args[index].int_value;
+    const int64_t quant_max = op_.args[index + 1].int_value;
     if (quant_min < low || quant_max > high || quant_min >= quant_max) {
       return fail("quant_min / quant_max outside the dtype or empty");
     }
-    const double output_min = op_.args[q + 6].double_value;
-    const double output_max = op_.args[q + 7].double_value;
+    const double output_min = op_.args[index + 2].double_value;
+    const double output_max = op_.args[index + 3].double_value;
     if (std::isnan(output_min) || std::isnan(output_max) || output_min > output_max) {
       return fail("output_min / output_max are NaN or empty");
     }
     return Error::Ok;
   }
 
- private:
   // (input, kernel_size, stride, padding, dilation, ceil_mode, *, out): the output's size must be
   // the one torch computes, the kernel's windows stay within it.
   Error check_max_pool() {
@@ -145,7 +180,7 @@ class Checker {
 }  // namespace
 
 bool is_quantized_kernel(const std::string& kernel) {
-  return kernel == kConv || kernel == kLinear || kernel == kMaxPool;
+  return kernel == kConv || kernel == kLinear || kernel == kMaxPool || kernel == kAdd;
 }
 
 Error check_quantized_op(const GraphSpec& graph, size_t index) {

@@ -277,11 +277,11 @@ def define_common_targets():
         ],
     )
 
-    # int8 max pools (et_cpu_quant::max_pool2d): the float pool's bytes, plain and chained.
+    # PT2E float islands as int8 ops (max pool, add): the float ops' bytes, plain and chained.
     runtime.python_test(
-        name = "int8_pool_test",
+        name = "int8_island_test",
         size = "medium",
-        srcs = ["test/int8_pool_test.py"],
+        srcs = ["test/int8_island_test.py"],
         deps = _INT8_MODEL_TEST_DEPS,
     )
 

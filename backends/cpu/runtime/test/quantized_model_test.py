@@ -84,15 +84,17 @@ def _output_scale(exported: torch.export.ExportedProgram) -> float:
 def test_everything_is_delegated_and_convs_run_int8_on_onednn(lowered: dict[str, Any]) -> None:
     assert not lowered["report"].left_out, lowered["report"]
     kernels = [op.kernel for payload in lowered["payloads"] for op in payload.ops]
-    # The 4 convolutions (stem, conv, depthwise, pointwise), the linear and the max pool became
-    # int8 ops.
+    # The 4 convolutions (stem, conv, depthwise, pointwise), the linear, the max pool and the
+    # residual add became int8 ops.
     assert kernels.count("et_cpu_quant::conv2d.out") == 4, kernels
     assert kernels.count("et_cpu_quant::linear.out") == 1, kernels
     assert kernels.count("et_cpu_quant::max_pool2d.out") == 1, kernels
+    assert kernels.count("et_cpu_quant::add.out") == 1, kernels
     assert "aten::convolution.out" not in kernels
     assert "aten::max_pool2d_with_indices.out" not in kernels
+    assert "aten::add.out" not in kernels
     int8_lines = [line for line in lowered["placement"] if "et_cpu_quant" in line]
-    assert len(int8_lines) == 6 and all("Optimized" in line for line in int8_lines), int8_lines
+    assert len(int8_lines) == 7 and all("Optimized" in line for line in int8_lines), int8_lines
 
 
 def test_outputs_match_the_undelegated_quantized_program(lowered: dict[str, Any]) -> None:

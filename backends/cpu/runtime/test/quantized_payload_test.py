@@ -1,6 +1,7 @@
-"""The int8 ops' payload fields: a hand-built et_cpu_quant::conv2d and ::max_pool2d run and match
-their reference semantics, and every damaged field (scales, zero points, ranges, shapes, dtypes,
-pooling sizes, version) is an init error naming the problem, never a crash or a wrong result."""
+"""The int8 ops' payload fields: a hand-built et_cpu_quant::conv2d, ::max_pool2d and ::add run and
+match their reference semantics, and every damaged field (scales, zero points, ranges, shapes,
+dtypes, pooling sizes, version) is an init error naming the problem, never a crash or a wrong
+result."""
 
 import math
 from collections.abc import Callable
@@ -131,6 +132,52 @@ def _pool_graph(**change: object) -> Graph:
     )
 
 
+def _add_graph(**change: object) -> Graph:
+    """An int8 add of two inputs with a ReLU; `change` replaces named parts."""
+    parts: dict[str, object] = {
+        "b_dtype": torch.int8,
+        "b_shape": _SHAPE,
+        "b_scale": 0.02,
+        "output_zero_point": _OUT[1],
+        **change,
+    }
+    values = [
+        Value(torch.int8, _SHAPE, INPUT),
+        Value(parts["b_dtype"], parts["b_shape"], INPUT),  # type: ignore[arg-type]
+        Value(torch.int8, _SHAPE, OUTPUT),
+    ]
+    args = [
+        tensor(0),
+        float_(_IN[0]),
+        int_(_IN[1]),
+        tensor(1),
+        float_(parts["b_scale"]),  # type: ignore[arg-type]
+        int_(-7),
+        float_(_OUT[0]),
+        int_(parts["output_zero_point"]),  # type: ignore[arg-type]
+        int_(-128),
+        int_(127),
+        float_(0.0),
+        float_(math.inf),
+        tensor(2),
+    ]
+    route = "et_cpu_quant.add.default"
+    return Graph(
+        values=values,
+        inputs=[0, 1],
+        outputs=[2],
+        ops=[Op("et_cpu_quant::add.out", args, route=route, provider=1)],
+        version=2,
+    )
+
+
+def _run_add(graph: Graph) -> torch.Tensor:
+    x = _input()
+    y = torch.flip(x, [3])
+    module = load_program(program(lambda a, b: torch.sub(a, b), (x, y), graph))
+    return module.forward([x, y])[0]
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _runtime() -> None:
     loader.load_cpu_backend()
@@ -183,7 +230,20 @@ def test_handmade_int8_max_pool_is_the_pool_of_the_values() -> None:
     assert torch.equal(got, want)
 
 
+def test_handmade_int8_add_matches_its_reference_semantics() -> None:
+    x = _input()
+    got = _run_add(_add_graph())
+    want = quantized_ops.add(x, *_IN, torch.flip(x, [3]), 0.02, -7, *_OUT, -128, 127, 0.0, math.inf)
+    # The reference multiplies by 1 / scale in double, the runtime in float32 as ExecuTorch does.
+    assert int((got.int() - want.int()).abs().max()) <= 1
+    assert int(got.min()) >= _OUT[1]
+
+
 _HOSTILE: dict[str, tuple[Callable[[], Graph], str]] = {
+    "add shapes differ": (lambda: _add_graph(b_shape=[1, 4, 5, 4]), "shapes differ"),
+    "add dtypes differ": (lambda: _add_graph(b_dtype=torch.uint8), "dtypes differ"),
+    "add zero scale": (lambda: _add_graph(b_scale=0.0), "scale is not a positive"),
+    "add zero point outside": (lambda: _add_graph(output_zero_point=128), "zero point"),
     "pool output too large": (
         lambda: _pool_graph(output_shape=[1, 4, 4, 3]),
         "output size differs",
@@ -232,8 +292,9 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph], str]] = {
 @pytest.mark.parametrize("case", sorted(_HOSTILE))
 def test_damaged_int8_fields_are_init_errors(case: str) -> None:
     build, fragment = _HOSTILE[case]
+    graph = build()
     with pytest.raises(RuntimeError):
-        _run(build())
+        _run_add(graph) if len(graph.inputs) == 2 else _run(graph)
     message = loader.last_error()
     assert fragment in message, message
 

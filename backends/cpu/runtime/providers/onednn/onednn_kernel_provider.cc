@@ -935,13 +935,16 @@ class QuantizedChainKernel final : public OnednnKernel {
     op_.session = nullptr;
     input_ = &args_[0]->toTensor();
     output_ = &args_[args_.size() - 2]->toTensor();
+    const int second = quantized_second_input(kernel_name_);
+    if (second >= 0) second_ = &args_[static_cast<size_t>(second)]->toTensor();
   }
   Error run(KernelRuntimeContext& context) override { return kernel_->run(context); }
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
     std::string reason;
     std::unique_ptr<BoundKernel> fresh;
     if (bind_quantized(op_, &fresh, &reason, channels_last(impl_of(input_)),
-                       channels_last(impl_of(output_)), provider.work_pool()) != Error::Ok) {
+                       channels_last(impl_of(output_)), provider.work_pool(),
+                       second_ != nullptr && channels_last(impl_of(second_))) != Error::Ok) {
       throw std::runtime_error("int8 kernel: " + reason);
     }
     kernel_ = std::move(fresh);
@@ -955,10 +958,12 @@ class QuantizedChainKernel final : public OnednnKernel {
   const executorch::aten::TensorImpl* chainable_output() const override {
     return quantized_output_chainable(kernel_name_) ? impl_of(output_) : nullptr;
   }
-  // The int8 max pool's output is channels-last exactly when its input is.
+  // The int8 max pool's / add's output may be channels-last when all its inputs are.
   const executorch::aten::TensorImpl* chainable_output_after(const Chained& chained) const override {
     if (quantized_layout_follows_input(kernel_name_)) {
-      return chained.count(impl_of(input_)) > 0 ? impl_of(output_) : nullptr;
+      const bool inputs = chained.count(impl_of(input_)) > 0 &&
+                          (second_ == nullptr || chained.count(impl_of(second_)) > 0);
+      return inputs ? impl_of(output_) : nullptr;
     }
     return chainable_output();
   }
@@ -969,6 +974,7 @@ class QuantizedChainKernel final : public OnednnKernel {
   OpBinding op_;
   std::unique_ptr<BoundKernel> kernel_;
   const Tensor* input_ = nullptr;
+  const Tensor* second_ = nullptr;  // the add's second operand
   const Tensor* output_ = nullptr;
 };
 

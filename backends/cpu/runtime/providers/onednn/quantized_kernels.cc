@@ -14,6 +14,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "backends/cpu/runtime/providers/onednn/quantize_convert.h"
 #include "backends/cpu/runtime/providers/onednn/vector_math.h"
 #include "backends/cpu/runtime/providers/onednn/work_pool.h"
 
@@ -32,6 +33,7 @@ using dnnl::memory;
 constexpr char kConv[] = "et_cpu_quant::conv2d.out";
 constexpr char kLinear[] = "et_cpu_quant::linear.out";
 constexpr char kMaxPool[] = "et_cpu_quant::max_pool2d.out";
+constexpr char kAdd[] = "et_cpu_quant::add.out";
 
 // oneDNN's OpenMP team size for the int8 kernels: ET_CPU_ONEDNN_INT8_THREADS, default 1. The
 // float plans split work over the provider's own pool and run oneDNN single-threaded; an OpenMP
@@ -585,20 +587,134 @@ Error bind_max_pool(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std:
   return Error::Ok;
 }
 
+// An int8 add: dequantize both operands, add, clamp, quantize, in chunks that stay in L1, with
+// quantize_convert's loops (the portable kernels' arithmetic, so the bytes are those of the
+// float island it replaces). It runs in its output's layout; an operand in the other one is
+// reordered into a staging buffer first.
+class QuantizedAddKernel final : public BoundKernel {
+ public:
+  QuantizedAddKernel(const OpBinding& op, bool a_channels_last, bool b_channels_last,
+                     bool output_channels_last) {
+    const Tensor& a = op.args[0]->toTensor();
+    const Tensor& output = op.args[op.args.size() - 2]->toTensor();
+    const bool is_signed = a.scalar_type() == ScalarType::Char;
+    auto grid = [&](size_t index) {
+      onednn::TensorQuantization q;
+      q.scale = static_cast<float>(op.args[index]->toDouble());
+      q.zero_point = static_cast<int32_t>(op.args[index + 1]->toInt());
+      q.quant_min = static_cast<int32_t>(op.args[8]->toInt());
+      q.quant_max = static_cast<int32_t>(op.args[9]->toInt());
+      q.is_signed = is_signed;
+      return q;
+    };
+    a_q_ = grid(1);
+    b_q_ = grid(4);
+    out_q_ = grid(6);
+    low_ = static_cast<float>(op.args[10]->toDouble());
+    high_ = static_cast<float>(op.args[11]->toDouble());
+    output_ = output.unsafeGetTensorImpl();
+    elements_ = output.numel();
+    const memory::data_type act = data_type_of(a.scalar_type());
+    auto layout = [](bool channels_last) {
+      return channels_last ? memory::format_tag::nhwc : memory::format_tag::nchw;
+    };
+    const bool cl[2] = {a_channels_last, b_channels_last};
+    for (size_t i = 0; i < 2; ++i) {
+      const Tensor& x = op.args[i == 0 ? 0 : 3]->toTensor();
+      Operand& operand = operands_[i];
+      operand.tensor = x.unsafeGetTensorImpl();
+      if (x.dim() != 4 || cl[i] == output_channels_last) continue;
+      memory::desc from(dims_of(x), act, layout(cl[i])), to(dims_of(x), act,
+                                                              layout(output_channels_last));
+      operand.user = memory(from, engine_, DNNL_MEMORY_NONE);
+      operand.staging = memory(to, engine_);
+      operand.reorder = dnnl::reorder(operand.user, operand.staging);
+    }
+  }
+
+  Error run(KernelRuntimeContext& context) override {
+    const uint8_t* inputs[2];
+    try {
+      for (size_t i = 0; i < 2; ++i) {
+        Operand& operand = operands_[i];
+        if (operand.reorder) {
+          operand.user.set_data_handle(operand.tensor->mutable_data());
+          operand.reorder.execute(stream_, operand.user, operand.staging);
+          stream_.wait();
+          inputs[i] = static_cast<const uint8_t*>(operand.staging.get_data_handle());
+        } else {
+          inputs[i] = static_cast<const uint8_t*>(operand.tensor->data());
+        }
+      }
+    } catch (const dnnl::error&) {
+      context.fail(Error::Internal);
+      return Error::Internal;
+    }
+    auto* out = static_cast<uint8_t*>(output_->mutable_data());
+    const bool clamp_low = std::isfinite(low_), clamp_high = std::isfinite(high_);
+    constexpr int64_t kChunk = 256;
+    alignas(64) float a[kChunk], b[kChunk];
+    for (int64_t begin = 0; begin < elements_; begin += kChunk) {
+      const int64_t n = std::min(kChunk, elements_ - begin);
+      onednn::dequantize_per_tensor(a_q_, inputs[0] + begin, n, a);
+      onednn::dequantize_per_tensor(b_q_, inputs[1] + begin, n, b);
+      for (int64_t i = 0; i < n; ++i) a[i] += b[i];
+      if (clamp_low) {
+        for (int64_t i = 0; i < n; ++i) a[i] = std::max(a[i], low_);
+      }
+      if (clamp_high) {
+        for (int64_t i = 0; i < n; ++i) a[i] = std::min(a[i], high_);
+      }
+      onednn::quantize_per_tensor(out_q_, a, n, out + begin);
+    }
+    return Error::Ok;
+  }
+
+ private:
+  struct Operand {
+    executorch::aten::TensorImpl* tensor = nullptr;
+    memory user, staging;  // with a reorder: the operand as it lies, and in the output's layout
+    dnnl::reorder reorder;
+  };
+
+  dnnl::engine engine_{dnnl::engine::kind::cpu, 0};
+  dnnl::stream stream_{engine_};
+  Operand operands_[2];
+  onednn::TensorQuantization a_q_, b_q_, out_q_;
+  float low_ = 0.f, high_ = 0.f;  // the clamp (infinite: none)
+  executorch::aten::TensorImpl* output_ = nullptr;
+  int64_t elements_ = 0;
+};
+
 }  // namespace
 
 bool is_onednn_quantized_kernel(const std::string& kernel) {
-  return kernel == kConv || kernel == kLinear || kernel == kMaxPool;
+  return kernel == kConv || kernel == kLinear || kernel == kMaxPool || kernel == kAdd;
 }
 
 bool quantized_output_chainable(const std::string& kernel) { return kernel == kConv; }
 
-bool quantized_layout_follows_input(const std::string& kernel) { return kernel == kMaxPool; }
+bool quantized_layout_follows_input(const std::string& kernel) {
+  return kernel == kMaxPool || kernel == kAdd;
+}
+
+int quantized_second_input(const std::string& kernel) { return kernel == kAdd ? 3 : -1; }
 
 Error bind_quantized(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason,
                      bool input_channels_last, bool output_channels_last,
-                     onednn::WorkPool* pool) {
+                     onednn::WorkPool* pool, bool second_input_channels_last) {
   const std::string kernel = op.kernel;
+  if (kernel == kAdd) {
+    try {
+      *out = std::make_unique<QuantizedAddKernel>(op, input_channels_last,
+                                                  second_input_channels_last,
+                                                  output_channels_last);
+    } catch (const dnnl::error& e) {
+      *reason = std::string("int8 add: ") + e.what();
+      return Error::NotSupported;
+    }
+    return Error::Ok;
+  }
   if (kernel == kMaxPool) {
     return bind_max_pool(op, out, reason, input_channels_last, output_channels_last);
   }
