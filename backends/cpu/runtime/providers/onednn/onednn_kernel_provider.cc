@@ -920,14 +920,13 @@ class OnednnSession final : public ProviderSession {
   size_t blocks_ = 0;
 };
 
-// An int8 convolution / linear (quantized_kernels.cc) taking part in the layout chaining: finalize
-// binds it again with its int8 input / output NHWC where only int8 convolutions touch them, so
-// the reorders between oneDNN's NHWC int8 kernels and NCHW buffers go away.
+// An int8 op (quantized_kernels.cc) taking part in the layout chaining: bind only checks it,
+// finalize binds it with its int8 input / output NHWC where only layout-aware int8 kernels touch
+// them, so the reorders between oneDNN's NHWC int8 kernels and NCHW buffers go away.
 class QuantizedChainKernel final : public OnednnKernel {
  public:
-  QuantizedChainKernel(const OpBinding& op, std::unique_ptr<BoundKernel> kernel)
-      : args_(op.args.begin(), op.args.end()), kernel_name_(op.kernel), op_(op),
-        kernel_(std::move(kernel)) {
+  explicit QuantizedChainKernel(const OpBinding& op)
+      : args_(op.args.begin(), op.args.end()), kernel_name_(op.kernel), op_(op) {
     op_.args = Span<EValue*>(args_.data(), args_.size());
     op_.kernel = kernel_name_.c_str();
     op_.decline_reason = nullptr;
@@ -938,7 +937,13 @@ class QuantizedChainKernel final : public OnednnKernel {
     const int second = quantized_second_input(kernel_name_);
     if (second >= 0) second_ = &args_[static_cast<size_t>(second)]->toTensor();
   }
-  Error run(KernelRuntimeContext& context) override { return kernel_->run(context); }
+  Error run(KernelRuntimeContext& context) override {
+    if (!kernel_) {  // finalize did not prepare it (never expected)
+      context.fail(Error::Internal);
+      return Error::Internal;
+    }
+    return kernel_->run(context);
+  }
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
     std::string reason;
     std::unique_ptr<BoundKernel> fresh;
@@ -2275,10 +2280,10 @@ class OnednnKernelProvider final : public KernelProvider {
       try {
         OnednnSession& provider = *session;
         if (is_onednn_quantized_kernel(kernel)) {
-          std::unique_ptr<BoundKernel> plain;
-          error = bind_quantized(op, &plain, &decline.reason);
+          // Checked only: finalize binds it (prepare) once the layouts are known.
+          error = check_quantized(op, &decline.reason);
           if (error == Error::Ok) {
-            auto kernel = std::make_unique<QuantizedChainKernel>(op, std::move(plain));
+            auto kernel = std::make_unique<QuantizedChainKernel>(op);
             provider.add(kernel.get());
             *out = std::move(kernel);
           }

@@ -133,12 +133,14 @@ class QuantizedKernel final : public BoundKernel {
     return Error::Ok;
   }
 
-  // Builds the kernel around a primitive descriptor chosen by `make_pd` from the attributes.
+  // Builds the kernel around a primitive descriptor chosen by `make_pd` from the attributes;
+  // with `validate_only`, only the descriptor (oneDNN's yes or no) and null.
   template <typename MakePd>
   static std::unique_ptr<QuantizedKernel> make(const OpBinding& op, const Quantization& q,
                                                int weight_scale_mask, const memory::desc& user_src,
                                                const memory::desc& user_weights,
-                                               const memory::desc& user_dst, MakePd make_pd) {
+                                               const memory::desc& user_dst, MakePd make_pd,
+                                               bool validate_only) {
     std::unique_ptr<QuantizedKernel> kernel(new QuantizedKernel());
     QuantizedKernel& k = *kernel;
     dnnl::primitive_attr attr;
@@ -161,6 +163,7 @@ class QuantizedKernel final : public BoundKernel {
       attr.set_post_ops(post_ops);
     }
     auto pd = make_pd(k.engine_, attr);
+    if (validate_only) return nullptr;
     k.attr_ = attr;
     k.implementation_ = pd.impl_info_str();
     k.primitive_ = dnnl::primitive(pd);
@@ -364,7 +367,8 @@ void split_rows(QuantizedKernel& kernel, onednn::WorkPool* pool, const memory::d
 }
 
 Error bind_conv(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason,
-                bool input_channels_last, bool output_channels_last, onednn::WorkPool* pool) {
+                bool input_channels_last, bool output_channels_last, onednn::WorkPool* pool,
+                bool validate_only) {
   const Tensor& input = op.args[0]->toTensor();
   const Tensor& weight = op.args[1]->toTensor();
   const Tensor& output = op.args[op.args.size() - 2]->toTensor();
@@ -405,7 +409,9 @@ Error bind_conv(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::str
         any_w, bias_md, any_dst, strides, dilations, pads, pads, attr);
   };
   try {
-    auto kernel = QuantizedKernel::make(op, q, mask, user_src, user_w, user_dst, make_pd);
+    auto kernel =
+        QuantizedKernel::make(op, q, mask, user_src, user_w, user_dst, make_pd, validate_only);
+    if (!kernel) return Error::Ok;
     split_rows(*kernel, pool, src_dims, dst_dims, user_w_dims, act, bias_md, strides, dilations,
                pads);
     *out = std::move(kernel);
@@ -471,7 +477,7 @@ void split_columns(QuantizedKernel& kernel, onednn::WorkPool* pool, int64_t rows
 }
 
 Error bind_linear(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason,
-                  onednn::WorkPool* pool) {
+                  onednn::WorkPool* pool, bool validate_only) {
   const Tensor& input = op.args[0]->toTensor();
   const Tensor& weight = op.args[1]->toTensor();  // [O, K]
   const Quantization q = read_quantization(op, 4);
@@ -491,7 +497,9 @@ Error bind_linear(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::s
   };
   try {
     // A scale per output column (dim 1 of the {K, O} weights).
-    auto kernel = QuantizedKernel::make(op, q, 1 << 1, user_src, user_w, user_dst, make_pd);
+    auto kernel =
+        QuantizedKernel::make(op, q, 1 << 1, user_src, user_w, user_dst, make_pd, validate_only);
+    if (!kernel) return Error::Ok;
     split_columns(*kernel, pool, rows, depth, cols, act, weight.const_data_ptr<int8_t>(),
                   has_bias ? op.args[3]->toTensor().const_data_ptr<float>() : nullptr,
                   op.args[2]->toTensor().const_data_ptr<float>());
@@ -700,9 +708,11 @@ bool quantized_layout_follows_input(const std::string& kernel) {
 
 int quantized_second_input(const std::string& kernel) { return kernel == kAdd ? 3 : -1; }
 
-Error bind_quantized(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason,
-                     bool input_channels_last, bool output_channels_last,
-                     onednn::WorkPool* pool, bool second_input_channels_last) {
+namespace {
+
+Error bind_or_check(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason,
+                    bool input_channels_last, bool output_channels_last, onednn::WorkPool* pool,
+                    bool second_input_channels_last, bool validate_only) {
   const std::string kernel = op.kernel;
   if (kernel == kAdd) {
     try {
@@ -729,8 +739,24 @@ Error bind_quantized(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std
   // oneDNN sizes a primitive's parallel split when it is created: create it with the team it runs on.
   OmpThreads threads(int8_threads());
   return kernel == kConv
-             ? bind_conv(op, out, reason, input_channels_last, output_channels_last, pool)
-             : bind_linear(op, out, reason, pool);
+             ? bind_conv(op, out, reason, input_channels_last, output_channels_last, pool,
+                         validate_only)
+             : bind_linear(op, out, reason, pool, validate_only);
+}
+
+}  // namespace
+
+Error bind_quantized(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason,
+                     bool input_channels_last, bool output_channels_last,
+                     onednn::WorkPool* pool, bool second_input_channels_last) {
+  return bind_or_check(op, out, reason, input_channels_last, output_channels_last, pool,
+                       second_input_channels_last, /*validate_only=*/false);
+}
+
+Error check_quantized(const OpBinding& op, std::string* reason) {
+  std::unique_ptr<BoundKernel> unused;
+  return bind_or_check(op, &unused, reason, false, false, nullptr, false,
+                       /*validate_only=*/true);
 }
 
 }  // namespace cpu

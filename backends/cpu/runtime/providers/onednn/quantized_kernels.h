@@ -34,6 +34,10 @@ executorch::runtime::Error bind_quantized(const OpBinding& op, std::unique_ptr<B
                                           onednn::WorkPool* pool = nullptr,
                                           bool second_input_channels_last = false);
 
+// What bind_quantized would answer for `op` with plain layouts, without building the kernel
+// (no primitive, no weight reorder): the delegate's bind asks this, finalize binds for real.
+executorch::runtime::Error check_quantized(const OpBinding& op, std::string* reason);
+
 // Whether `kernel`'s output can be kept channels-last (the int8 convolution's).
 bool quantized_output_chainable(const std::string& kernel);
 
