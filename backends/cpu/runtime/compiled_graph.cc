@@ -613,7 +613,9 @@ Error CompiledGraph::bind_ops() {
     if (provider != nullptr && provider != &reference) {
       if (!opened[spec.provider]) {
         opened[spec.provider] = true;
-        sessions_[spec.provider] = provider->open_session();
+        const ProviderSession* shared =
+            base_ != nullptr ? base_->session_by_id_[spec.provider] : nullptr;
+        sessions_[spec.provider] = provider->open_session(shared);
         session_by_id_[spec.provider] = sessions_[spec.provider].get();
       }
       for (const FusionCandidate& c : fusable_[i]) {

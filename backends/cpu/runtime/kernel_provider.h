@@ -118,7 +118,13 @@ class KernelProvider {
   virtual ~KernelProvider() = default;
   virtual const char* name() const = 0;
   // The per-graph state handed to every bind of one graph; null when the provider needs none.
-  virtual std::unique_ptr<ProviderSession> open_session() const { return nullptr; }
+  // `base` is this provider's session of the graph the new one is a shape plan of (the same
+  // constants, other sizes), or null: a session may share with it what depends only on the
+  // constants (prepared weights).
+  virtual std::unique_ptr<ProviderSession> open_session(const ProviderSession* base) const {
+    (void)base;
+    return nullptr;
+  }
   // Binds `op` into *out. Error::NotSupported declines the op (the runtime then uses Reference);
   // any other error fails init.
   virtual executorch::runtime::Error bind(const OpBinding& op,

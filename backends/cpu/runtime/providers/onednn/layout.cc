@@ -136,14 +136,16 @@ Layout layout_of(const memory::desc& md) {
 
 OwnedTensor reorder_constant(
     ProviderState& state, const memory::desc& from, const float* data, const memory::desc& to) {
-  OwnedTensor owned{to, std::make_shared<AlignedBuffer>()};
-  owned.bytes->reserve(to.get_size());
-  memory src(from, state.engine, const_cast<float*>(data));
-  memory dst(to, state.engine, owned.bytes->data());
-  dnnl::reorder(src, dst).execute(state.stream, src, dst);
-  state.stream.wait();
-  state.weights_bytes += to.get_size();
-  return owned;
+  state.weights_bytes += to.get_size();  // what this Provider's plans hold, shared or not
+  return cached_constant(state.weight_cache.get(), from, data, to, [&] {
+    OwnedTensor owned{to, std::make_shared<AlignedBuffer>()};
+    owned.bytes->reserve(to.get_size());
+    memory src(from, state.engine, const_cast<float*>(data));
+    memory dst(to, state.engine, owned.bytes->data());
+    dnnl::reorder(src, dst).execute(state.stream, src, dst);
+    state.stream.wait();
+    return owned;
+  });
 }
 
 namespace {

@@ -19,6 +19,7 @@
 //   permute_plan.cc     PermutePlan: permute_copy on our own copy loops
 //   layer_norm_plan.cc  LayerNormPlan: layer normalization
 //   work_pool.{h,cc}    the work-sharing pool
+//   weight_cache.{h,cc} prepared constants shared by a delegate instance's Providers
 #pragma once
 
 #include <omp.h>
@@ -38,6 +39,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "backends/cpu/runtime/providers/onednn/onednn_provider.h"
+#include "backends/cpu/runtime/providers/onednn/weight_cache.h"
 #include "backends/cpu/runtime/providers/onednn/work_pool.h"
 
 namespace et_cpu_plugin {
@@ -162,6 +164,8 @@ struct ProviderState {
   AlignedBuffer scratchpad;
   size_t weights_bytes = 0;
   size_t staging_bytes = 0;
+  // Prepared constants shared with the delegate instance's other Providers, or null.
+  std::shared_ptr<WeightCache> weight_cache;
   // Work sharing: the pool, and one stream and scratchpad per pool thread (index 0 = caller).
   std::unique_ptr<WorkPool> pool;
   std::vector<dnnl::stream> piece_streams;
@@ -212,6 +216,10 @@ struct OwnedTensor {
 // provider's weights_bytes.
 OwnedTensor reorder_constant(
     ProviderState& state, const memory::desc& from, const float* data, const memory::desc& to);
+// The live prepared constant of `data` read as `from` and laid out as `to` in `cache`, or
+// `make()`'s, remembered there (weight_cache.cc); just `make()` without a cache.
+OwnedTensor cached_constant(WeightCache* cache, const memory::desc& from, const float* data,
+                            const memory::desc& to, const std::function<OwnedTensor()>& make);
 
 // A large layout conversion (the graph input's NCHW -> NHWC, single-threaded otherwise) as
 // bands of the first spatial dim, one reorder per band over sub-memories of the same buffers;

@@ -39,6 +39,7 @@
 #include "backends/cpu/runtime/providers/onednn/reductions.h"
 #include "backends/cpu/runtime/providers/onednn/vector_math.h"
 #include "backends/cpu/runtime/providers/onednn/onednn_provider.h"
+#include "backends/cpu/runtime/providers/onednn/weight_cache.h"
 
 namespace et_cpu_plugin {
 namespace cpu {
@@ -826,7 +827,13 @@ class PermuteKernel final : public OnednnKernel {
 // convolutions read kept channels-last (oneDNN's fp32 layout here: no conversion between them).
 class OnednnSession final : public ProviderSession {
  public:
-  OnednnSession() : provider_(std::make_unique<onednn::Provider>(options())) {}
+  // `base`: the session of the graph this one is a shape plan of, whose prepared weights it
+  // shares (weight_cache.h), or null.
+  explicit OnednnSession(const OnednnSession* base)
+      : weights_(base != nullptr                   ? base->weights_
+                 : onednn::weight_cache_enabled() ? std::make_shared<onednn::WeightCache>()
+                                                  : nullptr),
+        provider_(std::make_unique<onednn::Provider>(options())) {}
 
   size_t held_bytes() const override {
     size_t kernels = 0;
@@ -902,10 +909,11 @@ class OnednnSession final : public ProviderSession {
   }
 
  private:
-  static onednn::ProviderOptions options() {
+  onednn::ProviderOptions options() const {
     onednn::ProviderOptions options;
     options.num_threads = 0;  // the provider's default: ET_CPU_ONEDNN_THREADS, capped at the CPUs
     options.work_sharing = work_sharing_enabled();
+    options.weight_cache = weights_;
     return options;
   }
   // ET_CPU_ONEDNN_CHAIN=0 keeps every activation plain (for measuring what chaining saves).
@@ -914,6 +922,7 @@ class OnednnSession final : public ProviderSession {
     return env == nullptr || std::string(env) != "0";
   }
 
+  std::shared_ptr<onednn::WeightCache> weights_;  // shared with the graph's shape plans
   std::unique_ptr<onednn::Provider> provider_;
   std::vector<OnednnKernel*> kernels_;  // owned by the graph, which outlives the session's use
   size_t chained_ = 0;
@@ -2262,8 +2271,8 @@ class OnednnKernelProvider final : public KernelProvider {
  public:
   const char* name() const override { return "Optimized(oneDNN)"; }
 
-  std::unique_ptr<ProviderSession> open_session() const override {
-    return std::make_unique<OnednnSession>();
+  std::unique_ptr<ProviderSession> open_session(const ProviderSession* base) const override {
+    return std::make_unique<OnednnSession>(static_cast<const OnednnSession*>(base));
   }
 
   Error bind(const OpBinding& op, std::unique_ptr<BoundKernel>* out) const override {

@@ -41,6 +41,7 @@ namespace et_cpu_plugin {
 namespace onednn {
 
 class WorkPool;
+class WeightCache;
 
 class ProviderError : public std::runtime_error {
  public:
@@ -308,6 +309,9 @@ struct ProviderOptions {
   // calling thread. < 0 = default: $ET_CPU_ONEDNN_TASK_FLOPS if set, else 1,000,000 (about 15 us
   // of one AVX-512 core). 0 splits every op as finely as allowed (tests).
   int64_t min_task_flops = -1;
+  // Prepared constants (reordered weights and biases, packed RowGemm weights) shared with other
+  // Providers of the same constants (weight_cache.h), or null: each plan prepares its own.
+  std::shared_ptr<WeightCache> weight_cache;
 };
 
 class BinaryPlan;

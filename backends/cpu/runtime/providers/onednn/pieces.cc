@@ -150,7 +150,9 @@ RowGemmRun prepare_row_gemm(ProviderState& state, int64_t rows, int64_t k, int64
                             const float* weight, bool weight_is_k_by_n, const float* bias,
                             const PostOps& post_ops, std::string* implementation) {
   RowGemmRun run;
-  auto gemm = std::make_shared<RowGemm>(rows, k, n, weight, weight_is_k_by_n, bias, post_ops);
+  auto gemm = std::make_shared<RowGemm>(
+      rows, cached_row_gemm_weights(state.weight_cache.get(), k, n, weight, weight_is_k_by_n, bias),
+      post_ops);
   run.tasks = state.pieces_for(2.0 * static_cast<double>(rows * k * n), gemm->groups());
   state.weights_bytes += gemm->weights_bytes();
   run.gemm = std::move(gemm);

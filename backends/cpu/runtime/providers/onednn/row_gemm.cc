@@ -175,41 +175,56 @@ bool row_gemm_supports(int64_t rows, const PostOps& post_ops) {
   return true;
 }
 
-RowGemm::RowGemm(int64_t rows, int64_t k, int64_t n, const float* weight, bool weight_is_k_by_n,
-                 const float* bias, PostOps post_ops)
-    : rows_(rows), k_(k), n_(n), groups_((n + kGroupColumns - 1) / kGroupColumns),
-      post_ops_(std::move(post_ops)), has_add_(onednn::has_add(post_ops_)) {
-  if (!row_gemm_supports(rows, post_ops_)) {
-    throw ProviderError("row gemm: " + std::to_string(rows) +
-                        " rows or these post-ops are not supported here");
-  }
+std::shared_ptr<const RowGemm::Packed> RowGemm::pack(int64_t k, int64_t n, const float* weight,
+                                                    bool weight_is_k_by_n, const float* bias) {
   if (k < 1 || n < 1 || weight == nullptr) {
     throw ProviderError("row gemm: k " + std::to_string(k) + " and n " + std::to_string(n) +
                         " must be positive and the weight non-null");
   }
+  auto packed = std::make_shared<Packed>();
+  packed->k = k;
+  packed->n = n;
+  const int64_t groups = (n + kGroupColumns - 1) / kGroupColumns;
   // Each group starts on a cache line (64 bytes) so the kernel's loads are aligned.
   size_t total = 0;
-  for (int64_t g = 0; g < groups_; ++g) {
-    group_offset_.push_back(total);
+  for (int64_t g = 0; g < groups; ++g) {
+    packed->group_offset.push_back(total);
     total += static_cast<size_t>(k * panels_of(group_columns(n, g)) * kLanes);
   }
-  packed_.assign(total + kLanes, 0.0f);
-  const size_t misalignment = reinterpret_cast<uintptr_t>(packed_.data()) % 64 / sizeof(float);
+  packed->weights.assign(total + kLanes, 0.0f);
+  const size_t misalignment =
+      reinterpret_cast<uintptr_t>(packed->weights.data()) % 64 / sizeof(float);
   const size_t shift = misalignment ? kLanes - misalignment : 0;
-  bias_.assign(static_cast<size_t>(groups_ * kGroupColumns), 0.0f);
-  for (int64_t g = 0; g < groups_; ++g) {
-    group_offset_[g] += shift;
+  packed->bias.assign(static_cast<size_t>(groups * kGroupColumns), 0.0f);
+  for (int64_t g = 0; g < groups; ++g) {
+    packed->group_offset[g] += shift;
     const int64_t width = panels_of(group_columns(n, g)) * kLanes;
-    float* out = packed_.data() + group_offset_[g];
+    float* out = packed->weights.data() + packed->group_offset[g];
     for (int64_t c = 0; c < group_columns(n, g); ++c) {
       const int64_t column = g * kGroupColumns + c;
       for (int64_t i = 0; i < k; ++i) {
         out[i * width + c] = weight_is_k_by_n ? weight[i * n + column] : weight[column * k + i];
       }
-      if (bias) bias_[column] = bias[column];
+      if (bias) packed->bias[column] = bias[column];
     }
   }
+  return packed;
 }
+
+RowGemm::RowGemm(int64_t rows, std::shared_ptr<const Packed> packed, PostOps post_ops)
+    : rows_(rows), k_(packed ? packed->k : 0), n_(packed ? packed->n : 0),
+      groups_((n_ + kGroupColumns - 1) / kGroupColumns), post_ops_(std::move(post_ops)),
+      has_add_(onednn::has_add(post_ops_)), packed_(std::move(packed)) {
+  if (!row_gemm_supports(rows, post_ops_)) {
+    throw ProviderError("row gemm: " + std::to_string(rows) +
+                        " rows or these post-ops are not supported here");
+  }
+  if (packed_ == nullptr) throw ProviderError("row gemm: no packed weights");
+}
+
+RowGemm::RowGemm(int64_t rows, int64_t k, int64_t n, const float* weight, bool weight_is_k_by_n,
+                 const float* bias, PostOps post_ops)
+    : RowGemm(rows, pack(k, n, weight, weight_is_k_by_n, bias), std::move(post_ops)) {}
 
 void RowGemm::run(const float* x, float* y, const float* residual, int64_t first,
                   int64_t last) const {
@@ -219,8 +234,9 @@ void RowGemm::run(const float* x, float* y, const float* residual, int64_t first
   for (int64_t g = first; g < last; ++g) {
     const int64_t columns = group_columns(n_, g);
     const int64_t at = g * kGroupColumns;
-    kernel_for(rows_, panels_of(columns))(x, k_, packed_.data() + group_offset_[g],
-                                          bias_.data() + at, post_ops_, columns, n_,
+    const float* weights = packed_->weights.data() + packed_->group_offset[g];
+    kernel_for(rows_, panels_of(columns))(x, k_, weights, packed_->bias.data() + at, post_ops_,
+                                          columns, n_,
                                           residual ? residual + at : nullptr, y + at);
   }
 }

@@ -45,6 +45,7 @@ def define_common_targets():
             "row_gemm.h",
             "softmax_plan.cc",
             "vector_activations.cc",
+            "weight_cache.cc",
             "work_pool.cc",
         ],
         # The plans' interface, plus the vector helpers, switches and work pool that the int8
@@ -53,6 +54,7 @@ def define_common_targets():
             "onednn_provider.h",
             "vector_activations.h",
             "vector_math.h",
+            "weight_cache.h",
             "work_pool.h",
         ],
         copts = [
