@@ -8,7 +8,9 @@ Under each table, the first call at a new size, reported separately (our delegat
 graph for it, its re-planning cost; XNNPACK reshapes its runtime): a fresh module called at
 another size first (so its own initialization is not counted), then timed on its first and second
 call at the table's size. Several fresh modules per path (--first-call-runs), the paths
-interleaved; medians, min-max and ours / XNNPACK of the first-call medians.
+interleaved; medians, min-max and ours / XNNPACK of the first-call medians. Beside the wall time,
+the first call's CPU time on the calling thread (where compiling happens): a shared machine's
+load stretches the wall time, much less that.
 
     ./bazelw run //tools/bench:dynamic_shape_bench -- [--only llama/seq128] [--repeats 10]
 """
@@ -116,16 +118,20 @@ def _load(model: str, path: str) -> Any:
 
 
 def first_call_ms(model: str, path: str, size: int, other: int) -> dict[str, float]:
-    """A fresh module called at `other` first, then its first and second call at `size`."""
+    """A fresh module called at `other` first, then its first and second call at `size`: wall
+    times, and the first call's CPU time on the calling thread."""
     module = _load(model, path)
     module.forward(list(inputs_at(model, other)))
     args = list(inputs_at(model, size))
-    times = []
-    for _ in range(2):
-        start = time.perf_counter()
-        module.forward(args)
-        times.append((time.perf_counter() - start) * 1e3)
-    return {"first_ms": times[0], "second_ms": times[1]}
+    cpu_start = time.thread_time()
+    start = time.perf_counter()
+    module.forward(args)
+    first = time.perf_counter() - start
+    first_cpu = time.thread_time() - cpu_start
+    start = time.perf_counter()
+    module.forward(args)
+    second = time.perf_counter() - start
+    return {"first_ms": first * 1e3, "second_ms": second * 1e3, "first_cpu_ms": first_cpu * 1e3}
 
 
 def make_program(model: str, path: str, size: int) -> harness.Runner:
@@ -185,7 +191,7 @@ def first_call_figures(model: str, size: int, other: int, runs: int) -> dict[str
     figures: dict[str, dict[str, Any]] = {}
     for path, taken in samples.items():
         figures[path] = {"runs": len(taken)}
-        for key in ("first_ms", "second_ms"):
+        for key in ("first_ms", "second_ms", "first_cpu_ms"):
             values = [t[key] for t in taken]
             figures[path][key] = statistics.median(values)
             figures[path][key.replace("_ms", "_min_ms")] = min(values)
@@ -207,8 +213,8 @@ def summary(result: harness.BenchmarkResult, runs: int = FIRST_CALL_RUNS) -> str
     for path, f in figures.items():
         lines.append(
             f"    {path:<14} first {f['first_ms']:9.2f} ms [{f['first_min_ms']:.2f}-"
-            f"{f['first_max_ms']:.2f}], second {f['second_ms']:9.2f} ms "
-            f"[{f['second_min_ms']:.2f}-{f['second_max_ms']:.2f}]"
+            f"{f['first_max_ms']:.2f}] (thread cpu {f['first_cpu_ms']:.2f}), second "
+            f"{f['second_ms']:9.2f} ms [{f['second_min_ms']:.2f}-{f['second_max_ms']:.2f}]"
         )
     return "\n".join(lines)
 

@@ -35,3 +35,4 @@ def test_the_bench_runs_the_cnn_and_reports_the_first_call(tmp_path: Path) -> No
         assert f["runs"] == 2
         assert 0 < f["first_min_ms"] <= f["first_ms"] <= f["first_max_ms"]
         assert 0 < f["second_min_ms"] <= f["second_ms"] <= f["second_max_ms"]
+        assert 0 < f["first_cpu_min_ms"] <= f["first_cpu_ms"] <= f["first_cpu_max_ms"]
