@@ -196,3 +196,72 @@ def test_relu_fused_into_a_convolution_gets_no_arena_bytes_of_its_own() -> None:
     module, _ = lower(model, (x,))
     module.forward([x])
     assert loader.last_arena_bytes() == 8 * 16 * 16 * 4, placement
+
+
+class SqueezeExciteBlock(torch.nn.Module):
+    """MobileNetV3 / EfficientNet's block: expand, depthwise, a squeeze-excite gate on the
+    depthwise's output, project. The gate needs the whole depthwise output, so the provider fuses
+    expand + depthwise only (a block without project)."""
+
+    def __init__(
+        self, c_in: int, hidden: int, c_out: int, kernel: int, stride: int, act: str
+    ) -> None:
+        super().__init__()
+        self.expand = torch.nn.Conv2d(c_in, hidden, 1)
+        self.depthwise = torch.nn.Conv2d(
+            hidden, hidden, kernel, stride, kernel // 2, groups=hidden, bias=False
+        )
+        self.reduce = torch.nn.Conv2d(hidden, max(1, hidden // 4), 1)
+        self.restore = torch.nn.Conv2d(max(1, hidden // 4), hidden, 1)
+        self.project = torch.nn.Conv2d(hidden, c_out, 1)
+        self.act: torch.nn.Module = {
+            "silu": torch.nn.SiLU(),
+            "hardswish": torch.nn.Hardswish(),
+            "relu6": torch.nn.ReLU6(),
+        }[act]
+        self.gate: torch.nn.Module = torch.nn.Sigmoid() if act == "silu" else torch.nn.Hardsigmoid()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.act(self.depthwise(self.act(self.expand(x))))
+        scale = torch.nn.functional.adaptive_avg_pool2d(h, 1)
+        scale = self.gate(self.restore(torch.relu(self.reduce(scale))))
+        return self.project(h * scale)
+
+
+@pytest.mark.parametrize(
+    ("act", "kernel", "stride", "batch", "threads", "task_flops"),
+    [
+        ("silu", 3, 1, 1, "2", "0"),
+        ("silu", 5, 2, 2, "2", "-1"),
+        ("hardswish", 5, 1, 1, "2", "0"),
+        ("hardswish", 3, 2, 1, "1", "-1"),
+        ("relu6", 3, 2, 2, "2", "0"),
+    ],
+)
+def test_squeeze_excite_blocks_fuse_expand_and_depthwise(
+    act: str, kernel: int, stride: int, batch: int, threads: str, task_flops: str
+) -> None:
+    torch.manual_seed(kernel * 10 + stride)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), SqueezeExciteBlock(16, 48, 24, kernel, stride, act)
+    ).eval()
+    x = torch.randn(batch, 3, 21, 18)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ET_CPU_ONEDNN_THREADS", threads)
+        if task_flops != "-1":
+            patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", task_flops)
+        out_opt, out_ref, placement = run_both(model, (x,))
+        patch.setenv("ET_CPU_ONEDNN_SE_BLOCKS", "0")
+        module, _ = lower(model, (x,))
+        separate = module.forward([x])[0]
+        separate_placement = loader.last_placement()
+    with torch.no_grad():
+        assert_close_scaled(out_opt[0], out_ref[0])
+        assert_close_scaled(out_opt[0], model(x))
+    # The same oneDNN kernels and vector tails per row either way.
+    torch.testing.assert_close(out_opt[0], separate, atol=1e-5, rtol=1e-5)
+    assert _blocks_fused(placement) == 1, placement
+    depthwise = [line for line in placement if line.startswith("aten_convolution_default_2 ")]
+    assert depthwise and "fused into aten_convolution_default_1 " in depthwise[0], placement
+    assert _blocks_fused(separate_placement) == 0, separate_placement
+    assert len(placed(separate_placement, CONV, "Optimized")) == 6, separate_placement

@@ -1001,6 +1001,10 @@ bool blocks_enabled() {
   return env == nullptr || std::string(env) != "0";
 }
 
+// ET_CPU_ONEDNN_SE_BLOCKS=0 leaves an expand + depthwise pair whose chain ends there (the
+// squeeze-excite blocks of MobileNetV3 and EfficientNet) as two convolutions (for measuring).
+bool se_blocks_enabled() { return onednn::kernel_switched_on("ET_CPU_ONEDNN_SE_BLOCKS"); }
+
 bool is_pointwise(const onednn::ConvParams& p) {
   return p.input_size.size() == 2 && p.groups == 1 && p.kernel_size == std::vector<int64_t>{1, 1} &&
          p.stride == std::vector<int64_t>{1, 1} && p.padding == std::vector<int64_t>{0, 0};
@@ -1042,9 +1046,11 @@ bool conv_step(const OpBinding& op, size_t* index, ConvRecipe* recipe) {
 }
 
 // Takes this convolution and the steps after it as one inverted residual block when they are
-// one: pointwise [relu/clamp...] depthwise [relu/clamp...] pointwise [add of the block's input],
-// or the same without the expand (this convolution is the depthwise). False (nothing bound,
-// nothing changed) otherwise; the caller then binds the convolution alone.
+// one: pointwise [eltwise...] depthwise [eltwise...] pointwise [add of the block's input], the
+// same without the expand (this convolution is the depthwise), or without the project when the
+// offered steps end after the depthwise's activations (squeeze-excite: the depthwise output
+// feeds the pool and the gate multiply). False (nothing bound, nothing changed) otherwise; the
+// caller then binds the convolution alone.
 bool bind_block(const OpBinding& op, const ConvRecipe& head, const Tensor* input,
                 OnednnSession& session, std::unique_ptr<BoundKernel>* out, size_t* fused) {
   if (!blocks_enabled() || op.fusable.empty()) return false;
@@ -1067,18 +1073,22 @@ bool bind_block(const OpBinding& op, const ConvRecipe& head, const Tensor* input
   }
   if (!block_post_ops(op, &index, false, input, &post.depthwise)) return false;
   ConvRecipe project;
-  if (!conv_step(op, &index, &project) || !is_pointwise(project.params) ||
-      project.params.in_channels != hidden ||
-      project.params.dilation != std::vector<int64_t>{1, 1}) {
+  const bool has_project = index < op.fusable.size();
+  if (!has_project && (!has_expand || !se_blocks_enabled())) return false;
+  if (has_project &&
+      (!conv_step(op, &index, &project) || !is_pointwise(project.params) ||
+       project.params.in_channels != hidden ||
+       project.params.dilation != std::vector<int64_t>{1, 1} ||
+       !block_post_ops(op, &index, true, input, &post.project))) {
     return false;
   }
-  if (!block_post_ops(op, &index, true, input, &post.project)) return false;
   onednn::BlockParams params;
   params.batch = head.params.batch;
   params.in_channels = head.params.in_channels;
   params.expand = has_expand;
   params.hidden_channels = hidden;
-  params.out_channels = project.params.out_channels;
+  params.project = has_project;
+  params.out_channels = has_project ? project.params.out_channels : hidden;
   params.input_size = head.params.input_size;
   params.kernel = d.kernel_size[0];
   params.stride = d.stride[0];
@@ -1088,8 +1098,8 @@ bool bind_block(const OpBinding& op, const ConvRecipe& head, const Tensor* input
                                      has_expand ? head.bias : nullptr,
                                      depthwise.weight,
                                      depthwise.bias,
-                                     project.weight,
-                                     project.bias};
+                                     has_project ? project.weight : nullptr,
+                                     has_project ? project.bias : nullptr};
   auto kernel = std::make_unique<BlockKernel>(params, weights, post, input,
                                               &op.fusable[index - 1].output->toTensor());
   try {

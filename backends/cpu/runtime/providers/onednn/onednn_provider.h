@@ -243,9 +243,14 @@ struct BlockParams {
   int64_t kernel = 3;               // depthwise kernel (square)
   int64_t stride = 1;               // depthwise stride (both dims)
   int64_t padding = 1;              // depthwise padding (both dims, torch's)
+  // false: no project (a squeeze-excite block, whose gate needs the whole depthwise output
+  // first): expand -> depthwise only, the output is the depthwise's (out_channels ==
+  // hidden_channels); needs the expand.
+  bool project = true;
 };
 // torch's layouts: expand [hidden, in, 1, 1] (null without expand), depthwise [hidden, 1, k, k],
-// project [out, hidden, 1, 1]; biases [channels] or null. Copied (reordered) at prepare.
+// project [out, hidden, 1, 1] (null without project); biases [channels] or null. Copied
+// (reordered) at prepare.
 struct BlockWeights {
   const float* expand = nullptr;
   const float* expand_bias = nullptr;
@@ -257,7 +262,8 @@ struct BlockWeights {
 struct BlockPostOps {
   PostOps expand;     // no add
   PostOps depthwise;  // no add
-  PostOps project;    // an add here adds the block's input (stride 1, in == out channels)
+  PostOps project;    // an add here adds the block's input (stride 1, in == out channels);
+                      // empty without project
 };
 // Output spatial extent of the block ({H_out, W_out}).
 std::vector<int64_t> block_output_size(const BlockParams& params);
