@@ -243,6 +243,39 @@ def test_channel_vector_ops_on_either_kernel(
         assert f"{ours} channel_binary" in summary, summary
 
 
+class FlatOps(torch.nn.Module):
+    """Same-shape and one-value operands in each order (our flat rows, binary_plan.cc)."""
+
+    def forward(
+        self, x: torch.Tensor, y: torch.Tensor, s: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        return (x + y, x * y, x - y, x / y, x * s, s - x, x / s, s + x)
+
+
+@pytest.mark.parametrize("shape", [[128], [4, 3000], [2, 5, 7, 3]], ids=["small", "split", "odd"])
+def test_flat_ops_equal_oneDNN_to_the_bit(shape: list[int]) -> None:
+    torch.manual_seed(len(shape))
+    x, y = _inputs("div", shape, shape)
+    (s,) = _inputs("div", [1] * len(shape))
+    inputs = (x, y, s)
+    with torch.no_grad():
+        expected = FlatOps()(*inputs)
+    pte, _ = lower_to_pte(FlatOps(), inputs)
+    outputs: dict[str, list[torch.Tensor]] = {}
+    for kernel in ("1", "0"):  # ours, oneDNN's
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("ET_CPU_CHANNEL_BINARY", kernel)
+            patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")  # split into rows where it can
+            out_opt, _, placement = run_pte_both(pte, inputs)
+        outputs[kernel] = list(out_opt)
+        (summary,) = [line for line in placement if line.startswith("Optimized(oneDNN): ")]
+        ours = 8 if kernel == "1" else 0
+        assert f"{ours} flat_binary" in summary, summary
+    for got, reference, want in zip(outputs["1"], outputs["0"], expected, strict=True):
+        assert torch.equal(got, reference)  # the same IEEE op per element: bit-exact
+        assert_close_scaled(got, want)
+
+
 class Declined(torch.nn.Module):
     def forward(self, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> Any:
         return (

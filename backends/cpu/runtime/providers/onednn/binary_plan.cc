@@ -85,6 +85,42 @@ std::optional<ChannelBinary> as_channel_binary(BinaryOp op, const Layout& full,
   return channel;
 }
 
+// The op as a ChannelBinary over flat rows when every element is independent of the layout:
+// both operands in the output's dense layout (same bytes), or the other operand one value.
+// Small ops (a decoder's 128-float residual adds) then skip oneDNN's ~1 us fixed cost per call.
+std::optional<ChannelBinary> as_flat_binary(BinaryOp op, const Layout& full, const Layout& other,
+                                            const Layout& output, bool other_first) {
+  if (!channel_binary_enabled() || full != output ||
+      !(output.is_plain() || output.is_channels_last())) {
+    return std::nullopt;
+  }
+  const bool scalar = product(other.dims()) == 1;
+  if (!scalar && other != output) return std::nullopt;
+  // Rows of at most 2048 floats where the count halves evenly, so the pool can share them out.
+  int64_t width = static_cast<int64_t>(product(output.dims()));
+  int64_t rows = 1;
+  while (width > 2048 && width % 2 == 0) {
+    width /= 2;
+    rows *= 2;
+  }
+  ChannelBinary flat;
+  flat.op = op;
+  flat.vector_first = other_first;
+  if (scalar) {  // plain rows of `width` pixels, one channel whose value every row shares
+    flat.channels_last = false;
+    flat.shared_vector = true;
+    flat.images = rows;
+    flat.channels = 1;
+    flat.pixels = width;
+  } else {  // channels-last images of one pixel: row r reads the same floats of both operands
+    flat.channels_last = true;
+    flat.images = rows;
+    flat.channels = width;
+    flat.pixels = 1;
+  }
+  return flat;
+}
+
 }  // namespace
 
 Support supports_binary(BinaryOp op, const std::vector<int64_t>& a, const std::vector<int64_t>& b,
@@ -144,8 +180,8 @@ struct BinaryPlan::Impl {
   std::unique_ptr<Staging> stage0;
   std::unique_ptr<Staging> stage1;
   std::vector<Part> parts;  // one: run whole on the calling thread; more: on the pool
-  // An activation with a per-channel vector: our kernel instead (channel_binary.h), its rows in
-  // `channel_tasks` slices.
+  // An activation with a per-channel vector, or a layout-independent op (as_flat_binary): our
+  // kernel instead (channel_binary.h), its rows in `channel_tasks` slices.
   std::optional<ChannelBinary> channel;
   size_t channel_tasks = 1;
   std::string implementation;
@@ -247,10 +283,15 @@ BinaryPlan Provider::prepare_binary(BinaryOp op, const Layout& a, const Layout& 
     const Layout& first = impl->swapped ? b : a;
     const Layout& second = impl->swapped ? a : b;
     impl->channel = as_channel_binary(op, first, second, output, impl->swapped);
+    std::string kernel = "channel_binary:avx512";
+    if (!impl->channel) {
+      impl->channel = as_flat_binary(op, first, second, output, impl->swapped);
+      kernel = "flat_binary:avx512";
+    }
     if (impl->channel) {
       impl->channel_tasks =
           state.pieces_for(product(output.dims()) * kBinaryFlopsPerElement, impl->channel->rows());
-      impl->implementation = "channel_binary:avx512" + pieces_note(impl->channel_tasks);
+      impl->implementation = kernel + pieces_note(impl->channel_tasks);
       return BinaryPlan(std::move(impl));
     }
     const memory::desc dst = output.impl().md;
