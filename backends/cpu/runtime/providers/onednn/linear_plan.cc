@@ -91,9 +91,6 @@ void LinearPlan::run(const float* input, float* output, const float* residual) c
 
 namespace {
 
-// Columns per linear piece at least: narrower blocks starve oneDNN's GEMM kernel.
-constexpr int64_t kLinearColumns = 64;
-
 // Rows per band at least: below this oneDNN's brgemm runs short of rows to block over, and a
 // column split (which keeps every row) is the better choice.
 constexpr int64_t kLinearRows = 32;

@@ -39,6 +39,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "backends/cpu/runtime/providers/onednn/onednn_provider.h"
+#include "backends/cpu/runtime/providers/onednn/slices.h"
 #include "backends/cpu/runtime/providers/onednn/weight_cache.h"
 #include "backends/cpu/runtime/providers/onednn/work_pool.h"
 
@@ -397,12 +398,6 @@ PieceData piece_data(const float* src, float* dst, const OwnedTensor& weights,
 // Copies `rows` rows of `width` floats between a dense block and a row-strided one.
 void copy_rows(const float* from, int64_t from_stride, float* to, int64_t to_stride,
                int64_t rows, int64_t width);
-
-// [begin, end) of slice `index` when `units` are split into `count` near-equal slices.
-std::pair<int64_t, int64_t> slice_of(int64_t units, size_t count, size_t index);
-// [begin, end) of slice `index` of `count` over `total` items cut into blocks of `block` (the
-// last slice also takes the remainder), e.g. output channels in blocks of 16.
-std::pair<int64_t, int64_t> block_slice(int64_t total, int64_t block, size_t count, size_t index);
 
 // The dim whose stride is the largest among the dims of `md` larger than 1 (the outermost in
 // memory), or -1 when every dim is 1.

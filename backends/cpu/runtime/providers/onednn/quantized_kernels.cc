@@ -15,6 +15,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "backends/cpu/runtime/providers/onednn/quantize_convert.h"
+#include "backends/cpu/runtime/providers/onednn/slices.h"
 #include "backends/cpu/runtime/providers/onednn/vector_math.h"
 #include "backends/cpu/runtime/providers/onednn/work_pool.h"
 
@@ -341,7 +342,8 @@ void split_rows(QuantizedKernel& kernel, onednn::WorkPool* pool, const memory::d
   memory::desc any_w(w_dims, memory::data_type::s8, tag::any);
   const memory::desc bound_w = kernel.weights_desc();
   for (int64_t b = 0; b < bands; ++b) {
-    const int64_t first = b * out_rows / bands, last = (b + 1) * out_rows / bands;
+    const auto [first, last] = onednn::slice_of(out_rows, static_cast<size_t>(bands),
+                                                static_cast<size_t>(b));
     // Input rows [low, high] the band's window covers, some of them padding.
     const int64_t low = first * strides[0] - pads[0];
     const int64_t high = (last - 1) * strides[0] - pads[0] + window;
@@ -422,9 +424,6 @@ Error bind_conv(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::str
   return Error::Ok;
 }
 
-// Output columns per band of an int8 linear at least: narrower blocks starve oneDNN's kernel.
-constexpr int64_t kLinearColumns = 64;
-
 // Splits an int8 linear into blocks of output columns for `pool` (two per pool thread, as the
 // convolution bands): each band reads the whole input, owns its block of the weights (reordered
 // here, with oneDNN's compensation; the whole op's copy is freed, so nothing is held twice), its
@@ -437,13 +436,14 @@ void split_columns(QuantizedKernel& kernel, onednn::WorkPool* pool, int64_t rows
                    const float* scales) {
   using tag = memory::format_tag;
   if (pool == nullptr || pool->size() < 2 || !int8_split_enabled()) return;
-  const int64_t blocks = cols / kLinearColumns;
+  const int64_t blocks = cols / onednn::kLinearColumns;
   const int64_t bands = std::min<int64_t>(blocks, 2 * pool->size());
   if (bands < 2) return;
   const bool whole_is_ref = kernel.implementation().rfind("ref", 0) == 0;
   for (int64_t b = 0; b < bands; ++b) {
-    const int64_t first = b * blocks / bands * kLinearColumns;
-    const int64_t last = b + 1 == bands ? cols : (b + 1) * blocks / bands * kLinearColumns;
+    const auto [first, last] = onednn::block_slice(cols, onednn::kLinearColumns,
+                                                   static_cast<size_t>(bands),
+                                                   static_cast<size_t>(b));
     const int64_t width = last - first;
     memory::desc src({rows, depth}, act, tag::ab);
     memory::desc dst({rows, width}, act, tag::ab);

@@ -48,10 +48,11 @@ def define_common_targets():
             "weight_cache.cc",
             "work_pool.cc",
         ],
-        # The plans' interface, plus the vector helpers, switches and work pool that the int8
-        # kernels, reductions and gathers of :onednn_kernel_provider and the C ABI also use.
+        # The plans' interface, plus the slicing, vector helpers, switches and work pool that the
+        # int8 kernels, reductions and gathers of :onednn_kernel_provider and the C ABI also use.
         hdrs = [
             "onednn_provider.h",
+            "slices.h",
             "vector_activations.h",
             "vector_math.h",
             "weight_cache.h",
