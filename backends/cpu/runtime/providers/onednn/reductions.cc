@@ -82,7 +82,7 @@ ET_AVX512 float row_max16(const float* p, int64_t count, bool minimum, bool* nan
     best = minimum ? _mm512_min_ps(best, v) : _mm512_max_ps(best, v);
   }
   *nan = unordered != 0;
-  return minimum ? _mm512_reduce_min_ps(best) : _mm512_reduce_max_ps(best);
+  return minimum ? horizontal16<Horizontal::kMin>(best) : horizontal16<Horizontal::kMax>(best);
 }
 
 }  // namespace

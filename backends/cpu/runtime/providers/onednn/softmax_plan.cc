@@ -37,24 +37,6 @@ ET_AVX512 inline __m512 exp_shifted16(__m512 z) {
   return _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(z, low, _CMP_LT_OQ), _mm512_setzero_ps());
 }
 
-// Horizontal max / sum through memory: GCC 12's _mm512_reduce_* read a self-initialised
-// undefined vector that -Wuninitialized reports; once per row, the cost does not matter.
-ET_AVX512 inline float max_of(__m512 v) {
-  alignas(64) float lanes[kLanes];
-  _mm512_store_ps(lanes, v);
-  float m = lanes[0];
-  for (int l = 1; l < kLanes; ++l) m = std::max(m, lanes[l]);
-  return m;
-}
-
-ET_AVX512 inline float sum_of(__m512 v) {
-  alignas(64) float lanes[kLanes];
-  _mm512_store_ps(lanes, v);
-  float s = 0.0f;
-  for (int l = 0; l < kLanes; ++l) s += lanes[l];
-  return s;
-}
-
 ET_AVX512 inline __mmask16 lanes_below(int64_t count) {
   return count >= kLanes ? static_cast<__mmask16>(0xFFFF)
                          : static_cast<__mmask16>((1u << count) - 1u);
@@ -68,7 +50,7 @@ ET_AVX512 void softmax_row(const float* x, float* y, int64_t n, bool log) {
     const __mmask16 m = lanes_below(n - i);
     vmax = _mm512_mask_max_ps(vmax, m, vmax, _mm512_maskz_loadu_ps(m, x + i));
   }
-  const __m512 max = _mm512_set1_ps(max_of(vmax));
+  const __m512 max = _mm512_set1_ps(horizontal16<Horizontal::kMax>(vmax));
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += kLanes) {
     const __mmask16 m = lanes_below(n - i);
@@ -76,7 +58,7 @@ ET_AVX512 void softmax_row(const float* x, float* y, int64_t n, bool log) {
     vsum = _mm512_mask_add_ps(vsum, m, vsum, e);
     if (!log) _mm512_mask_storeu_ps(y + i, m, e);
   }
-  const float sum = sum_of(vsum);
+  const float sum = horizontal16<Horizontal::kSum>(vsum);
   if (log) {
     const __m512 log_sum = _mm512_set1_ps(std::log(sum));
     for (int64_t i = 0; i < n; i += kLanes) {

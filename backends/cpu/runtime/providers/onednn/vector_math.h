@@ -1,4 +1,5 @@
-// Vector math shared by the provider's own AVX-512 kernels (vector_activations.cc, row_gemm.cc).
+// Vector math shared by the provider's own AVX-512 kernels (vector_activations.cc, row_gemm.cc,
+// softmax_plan.cc, reductions.cc).
 // Every function here carries the avx512f target: call them only from code that checked
 // cpu_has_avx512(), so the library still loads on CPUs without AVX-512.
 #pragma once
@@ -55,6 +56,29 @@ ET_AVX512 inline __m512 sigmoid16(__m512 x) {
 
 ET_AVX512 inline __m512 silu16(__m512 x) {
   return _mm512_mul_ps(x, sigmoid16(x));
+}
+
+enum class Horizontal { kMax, kMin, kSum };
+
+// The max, min or sum of the 16 lanes of `v`, as a tree in registers (halves, quarters, pairs,
+// neighbours). The zero-masked shuffles on purpose: GCC 12's _mm512_reduce_* and unmasked
+// shuffles read a self-initialised undefined vector that -Wuninitialized reports. A sum may
+// differ from a left-to-right one in the last bit.
+template <Horizontal kind>
+ET_AVX512 inline __m512 combine16(__m512 a, __m512 b) {
+  if constexpr (kind == Horizontal::kMax) return _mm512_max_ps(a, b);
+  if constexpr (kind == Horizontal::kMin) return _mm512_min_ps(a, b);
+  return _mm512_add_ps(a, b);
+}
+
+template <Horizontal kind>
+ET_AVX512 inline float horizontal16(__m512 v) {
+  constexpr __mmask16 kAll = 0xFFFF;
+  v = combine16<kind>(v, _mm512_maskz_shuffle_f32x4(kAll, v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  v = combine16<kind>(v, _mm512_maskz_shuffle_f32x4(kAll, v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  v = combine16<kind>(v, _mm512_maskz_permute_ps(kAll, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  v = combine16<kind>(v, _mm512_maskz_permute_ps(kAll, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm512_cvtss_f32(v);
 }
 
 // Whether the environment leaves one of our kernels on: `variable` (ET_CPU_ROW_GEMM and the like)
