@@ -109,8 +109,10 @@ class CompiledGraph {
     // the AOT side keys the delegate's debug-handle map with (backends/cpu/profiling_events.py).
     std::string event_name;
     // ET_CPU_PROFILE: clock ticks (executorch's PAL clock) spent in the kernel over `runs`
-    // executions.
+    // executions; the first one's apart in `first_ticks` (cold caches and lazily built kernels
+    // would otherwise inflate the mean of the graph's first ops).
     uint64_t ticks = 0;
+    uint64_t first_ticks = 0;
     uint64_t runs = 0;
     // The latest call's clock ticks, logged to the event tracer once the graph has run.
     et_timestamp_t last_start = 0;

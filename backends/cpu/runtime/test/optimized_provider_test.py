@@ -253,6 +253,10 @@ def test_profile_table_is_printed_when_the_delegate_is_destroyed() -> None:
     # The ReLU was fused into the convolution: it has no line of its own.
     assert not [line for line in lines if "relu" in line.lower() and " us " in line], lines
     assert any(line.endswith("us total") for line in lines), lines
+    # The first, cold call is totalled apart, not averaged in.
+    assert "mean us per run after the first" in header, header
+    (first,) = [line for line in lines if line.endswith("the first call (cold), not in the mean")]
+    assert float(first.split()[0]) > 0.0, first
 
 
 class Mean(torch.nn.Module):
