@@ -8,10 +8,12 @@ default). One run, interleaved; ratios are against XNNPACK int8 (so "cpu int8" a
 is the issue's target); peak memory per variant in a fresh process. Quantization:
 `backends.cpu.quantization.quantize_ptq` (XNNPACK's symmetric per-channel config) calibrated on 4
 seeded sample inputs; every int8 variant lowers the same quantized model. Under each table: the
-ops the CPU partitioner left out (none expected).
+ops the CPU partitioner left out (none expected); with ``--agreement N``, also issue 18's
+correctness figures: our int8 outputs against the same quantized program without a delegate on N
+inputs (share equal, worst distance in output quantization steps) and their SQNR vs eager float.
 
     ./bazelw run //tools/bench:int8_bench -- [--size small] [--only resnet/full] [--repeats 10]
-                                              [--no-memory] [--json out.json]
+                                              [--no-memory] [--agreement 4] [--json out.json]
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import collections
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -40,6 +43,7 @@ CALIBRATION_SAMPLES = 4
 _SIZE = ["full"]  # --size rewrites it before the benchmarks are built
 _LEFT_OUT: dict[str, dict[str, int]] = {}  # benchmark name -> "op (reason)" -> count
 _KEEP: list[bytes] = []  # the runtime does not own a loaded program's bytes
+_AGREEMENT_INPUTS = [0]  # --agreement N: inputs per model for the correctness figures (0: off)
 _INT8_THREADS = "ET_CPU_ONEDNN_INT8_THREADS"
 _INT8_SPLIT = "ET_CPU_ONEDNN_INT8_SPLIT"
 # The environment a variant's delegate binds its int8 kernels under (read in its init).
@@ -57,15 +61,13 @@ def lower(model: str, size: str, variant: str) -> tuple[bytes, tuple[torch.Tenso
     from executorch.exir import to_edge_transform_and_lower
 
     from backends.cpu.partition.cpu_partitioner import CpuPartitioner
-    from backends.cpu.quantization import quantize_ptq
     from tools.lower.examples import get_example
 
     example = get_example(model)
     net = example.model(size).eval()
     inputs = example.sample_inputs(size)
     if variant.endswith("int8"):
-        samples = [example.sample_inputs(size, seed=s) for s in range(CALIBRATION_SAMPLES)]
-        net = quantize_ptq(net, samples)
+        net = _quantized(model, size, net)
     with torch.no_grad():
         exported = torch.export.export(net, inputs)
     if variant.startswith("cpu"):
@@ -77,6 +79,77 @@ def lower(model: str, size: str, variant: str) -> tuple[bytes, tuple[torch.Tenso
     else:
         edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
     return bytes(edge.to_executorch().buffer), inputs
+
+
+def _quantized(model: str, size: str, net: torch.nn.Module) -> torch.nn.Module:
+    """`net` (the example `model`) quantized the way every int8 variant lowers it."""
+    from backends.cpu.quantization import quantize_ptq
+    from tools.lower.examples import get_example
+
+    example = get_example(model)
+    samples = [example.sample_inputs(size, seed=s) for s in range(CALIBRATION_SAMPLES)]
+    return quantize_ptq(net, samples)
+
+
+def agreement(model: str, size: str, inputs: int) -> dict[str, Any]:
+    """Issue 18's correctness figures on the example `model`: our int8 delegate against the same
+    quantized program without a delegate (ExecuTorch's quantized kernels) on `inputs` seeded
+    inputs, in quantization steps of the output; and the SQNR of our int8 against eager float."""
+    from executorch.exir import to_edge, to_edge_transform_and_lower
+    from executorch.extension.pybindings import portable_lib
+
+    from backends.cpu.partition.cpu_partitioner import CpuPartitioner
+    from backends.cpu.runtime import loader
+    from tools.lower.examples import get_example
+    from tools.lower.quantize import sqnr_db
+
+    example = get_example(model)
+    float_net = example.model(size).eval()
+    quantized = _quantized(model, size, example.model(size).eval())
+    with torch.no_grad():
+        exported = torch.export.export(quantized, example.sample_inputs(size))
+    step = _output_scale(exported)
+    os.environ.setdefault(loader.ENV_LIBRARY, loader.load_cpu_backend())
+    programs = []
+    for edge in (
+        to_edge_transform_and_lower(exported, partitioner=[CpuPartitioner()]),
+        to_edge(exported),
+    ):
+        pte = bytes(edge.to_executorch().buffer)
+        _KEEP.append(pte)
+        programs.append(portable_lib._load_for_executorch_from_buffer(pte))
+    delegated, reference = programs
+    equal = total = 0
+    worst = 0.0
+    ours: list[torch.Tensor] = []
+    eager: list[torch.Tensor] = []
+    for seed in range(CALIBRATION_SAMPLES, CALIBRATION_SAMPLES + inputs):
+        args = example.sample_inputs(size, seed=seed)
+        got = delegated.forward(list(args))[0]
+        want = reference.forward(list(args))[0]
+        steps = ((got - want).abs() / step).round()
+        worst = max(worst, float(steps.max()))
+        equal += int((steps == 0).sum())
+        total += steps.numel()
+        ours.append(got)
+        with torch.no_grad():
+            eager.append(float_net(*args))
+    return {
+        "inputs": inputs,
+        "equal": equal,
+        "outputs": total,
+        "worst_steps": worst,
+        "sqnr_db": sqnr_db(ours, eager),
+    }
+
+
+def _output_scale(exported: torch.export.ExportedProgram) -> float:
+    """The scale of the program's last dequantize: its float output is on that grid."""
+    (output,) = [n for n in exported.graph.nodes if n.op == "output"]
+    (result,) = output.args[0]
+    if "dequantize_per_tensor" not in str(result.target):
+        raise ValueError(f"the quantized output comes from {result.target}, not a dequantize")
+    return float(result.args[1])
 
 
 def make_program(model: str, size: str, variant: str) -> harness.Runner:
@@ -143,14 +216,35 @@ def summary(result: harness.BenchmarkResult) -> str:
     left_out = _LEFT_OUT.get(result.name, {})
     lines.append(f"  left out by the CPU partitioner (last lowering): {left_out or 'nothing'}")
     result.details = {"left_out": left_out}
+    if _AGREEMENT_INPUTS[0] > 0:
+        model, size = result.name.split("/")
+        figures = agreement(model, size, _AGREEMENT_INPUTS[0])
+        share = figures["equal"] / max(figures["outputs"], 1)
+        sqnr = figures["sqnr_db"]
+        lines.append(
+            f"  cpu int8 vs the undelegated quantized program ({figures['inputs']} inputs): "
+            f"{figures['equal']}/{figures['outputs']} outputs equal ({100 * share:.2f}%), "
+            f"at most {figures['worst_steps']:.0f} step apart; SQNR vs eager float "
+            + (f"{sqnr:.1f} dB" if sqnr is not None else "n/a")
+        )
+        result.details["agreement"] = figures
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = harness.build_parser(__doc__ or "")
     parser.add_argument("--size", choices=("small", "full"), default="full")
+    parser.add_argument(
+        "--agreement",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after each table, compare our int8 delegate with the undelegated quantized program "
+        "(ExecuTorch's kernels; slow at full size) on N inputs and report the SQNR vs eager float",
+    )
     args = parser.parse_args(argv)
     _SIZE[0] = args.size
+    _AGREEMENT_INPUTS[0] = args.agreement
     return harness.run_main(args, benchmarks, summary)
 
 

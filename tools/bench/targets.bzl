@@ -124,6 +124,7 @@ def define_common_targets():
             "//backends/cpu/partition:cpu_partitioner",
             "//backends/cpu/runtime:loader",
             "//tools/lower:examples",
+            "//tools/lower:lower_lib",  # quantize.sqnr_db, as the lowering tool reports it
         ],
     )
 
