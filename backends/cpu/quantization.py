@@ -8,9 +8,13 @@ delegate's preprocess turns its quantized conv/linear groups into int8 kernels.
 `quantize_qat` is the project's QAT flow: `QATConvOutputQuantizer` (int8 input, weight and
 output, int32 bias per conv), a few training steps, `convert_pt2e`, then `FuseQATConvBN` folds
 each conv's batch norm into its int32 bias. The result is an ExportedProgram ready to lower.
+
+`output_step` and `StepAgreement` measure an int8 program against another run of the same
+quantized program (issue 18's bar: outputs equal, or one quantization step apart).
 """
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -86,3 +90,33 @@ def _leaves(value: Any) -> list[torch.Tensor]:
     """The float tensors of a model's output (a tensor or a nest of tuples/lists/dicts)."""
     flat, _ = torch.utils._pytree.tree_flatten(value)
     return [t for t in flat if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+
+def output_step(exported: torch.export.ExportedProgram) -> float:
+    """The quantization step of a quantized program's float output: the scale of its last
+    dequantize. Raises ValueError when the output does not come from a per-tensor dequantize."""
+    (output,) = [n for n in exported.graph.nodes if n.op == "output"]
+    (result,) = output.args[0]
+    if "dequantize_per_tensor" not in str(result.target):
+        raise ValueError(f"the quantized output comes from {result.target}, not a dequantize")
+    return float(result.args[1])
+
+
+@dataclass
+class StepAgreement:
+    """How far one program's outputs are from another's, in quantization steps, over calls."""
+
+    equal: int = 0
+    outputs: int = 0
+    worst_steps: float = 0.0
+
+    def add(self, got: torch.Tensor, want: torch.Tensor, step: float | torch.Tensor) -> None:
+        """Counts one call's outputs; `step` is a scale or per-channel scales that broadcast."""
+        steps = ((got - want).abs() / step).round()
+        self.worst_steps = max(self.worst_steps, float(steps.max()))
+        self.equal += int((steps == 0).sum())
+        self.outputs += steps.numel()
+
+    @property
+    def share_equal(self) -> float:
+        return self.equal / self.outputs if self.outputs else 0.0

@@ -99,6 +99,7 @@ def agreement(model: str, size: str, inputs: int) -> dict[str, Any]:
     from executorch.extension.pybindings import portable_lib
 
     from backends.cpu.partition.cpu_partitioner import CpuPartitioner
+    from backends.cpu.quantization import StepAgreement, output_step
     from backends.cpu.runtime import loader
     from tools.lower.examples import get_example
     from tools.lower.quantize import sqnr_db
@@ -108,7 +109,7 @@ def agreement(model: str, size: str, inputs: int) -> dict[str, Any]:
     quantized = _quantized(model, size, example.model(size).eval())
     with torch.no_grad():
         exported = torch.export.export(quantized, example.sample_inputs(size))
-    step = _output_scale(exported)
+    step = output_step(exported)
     os.environ.setdefault(loader.ENV_LIBRARY, loader.load_cpu_backend())
     programs = []
     for edge in (
@@ -119,37 +120,23 @@ def agreement(model: str, size: str, inputs: int) -> dict[str, Any]:
         _KEEP.append(pte)
         programs.append(portable_lib._load_for_executorch_from_buffer(pte))
     delegated, reference = programs
-    equal = total = 0
-    worst = 0.0
+    measured = StepAgreement()
     ours: list[torch.Tensor] = []
     eager: list[torch.Tensor] = []
     for seed in range(CALIBRATION_SAMPLES, CALIBRATION_SAMPLES + inputs):
         args = example.sample_inputs(size, seed=seed)
         got = delegated.forward(list(args))[0]
-        want = reference.forward(list(args))[0]
-        steps = ((got - want).abs() / step).round()
-        worst = max(worst, float(steps.max()))
-        equal += int((steps == 0).sum())
-        total += steps.numel()
+        measured.add(got, reference.forward(list(args))[0], step)
         ours.append(got)
         with torch.no_grad():
             eager.append(float_net(*args))
     return {
         "inputs": inputs,
-        "equal": equal,
-        "outputs": total,
-        "worst_steps": worst,
+        "equal": measured.equal,
+        "outputs": measured.outputs,
+        "worst_steps": measured.worst_steps,
         "sqnr_db": sqnr_db(ours, eager),
     }
-
-
-def _output_scale(exported: torch.export.ExportedProgram) -> float:
-    """The scale of the program's last dequantize: its float output is on that grid."""
-    (output,) = [n for n in exported.graph.nodes if n.op == "output"]
-    (result,) = output.args[0]
-    if "dequantize_per_tensor" not in str(result.target):
-        raise ValueError(f"the quantized output comes from {result.target}, not a dequantize")
-    return float(result.args[1])
 
 
 def make_program(model: str, size: str, variant: str) -> harness.Runner:

@@ -234,6 +234,7 @@ def define_common_targets():
     runtime.python_library(
         name = "int8_compare",
         srcs = ["test/int8_compare.py"],
+        deps = ["//backends/cpu:quantization"],
     )
 
     # PT2E-quantized models on the int8 ops, and the int8 ops' payload checks.

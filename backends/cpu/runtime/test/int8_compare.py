@@ -7,6 +7,8 @@ from typing import Any
 import torch
 from executorch.extension.pybindings import portable_lib
 
+from backends.cpu.quantization import StepAgreement
+
 _BUFFERS: list[bytes] = []  # the runtime does not own a program's buffer
 
 
@@ -25,16 +27,11 @@ def assert_within_one_step(
 ) -> None:
     """Both programs' first outputs on `runs` inputs, measured in quantization steps `step` (a
     scale, or per-channel scales broadcastable to the output)."""
-    equal = total = 0
-    worst = 0.0
+    agreement = StepAgreement()
     for _ in range(runs):
         x = make_input()
-        got = delegated.forward([x])[0]
-        want = reference.forward([x])[0]
-        steps = ((got - want).abs() / step).round()
-        worst = max(worst, float(steps.max()))
-        equal += int((steps == 0).sum())
-        total += steps.numel()
+        agreement.add(delegated.forward([x])[0], reference.forward([x])[0], step)
+    equal, total, worst = agreement.equal, agreement.outputs, agreement.worst_steps
     print(f"against portable: {equal}/{total} outputs equal, at most {worst:.0f} step apart")
     assert worst <= 1, f"outputs differ by {worst} quantization steps"
     assert equal >= 0.999 * total, f"{equal}/{total} outputs equal"

@@ -13,7 +13,7 @@ from torch import nn
 
 from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.partition.node_support import LeaveOutReason
-from backends.cpu.quantization import quantize_ptq
+from backends.cpu.quantization import output_step, quantize_ptq
 from backends.cpu.runtime import loader
 from backends.cpu.runtime.test.int8_compare import assert_within_one_step, load
 from backends.cpu.serialization.graph_reader import cpu_payloads, read_payload
@@ -69,16 +69,8 @@ def lowered() -> dict[str, Any]:
         "delegated": delegated,
         "reference": reference,
         "placement": placement,
-        "output_scale": _output_scale(exported),
+        "output_scale": output_step(exported),
     }
-
-
-def _output_scale(exported: torch.export.ExportedProgram) -> float:
-    """The scale of the program's last dequantize (its float output is on that grid)."""
-    (output,) = [n for n in exported.graph.nodes if n.op == "output"]
-    (result,) = output.args[0]
-    assert "dequantize_per_tensor" in str(result.target), result.target
-    return float(result.args[1])
 
 
 def test_everything_is_delegated_and_convs_run_int8_on_onednn(lowered: dict[str, Any]) -> None:
