@@ -155,11 +155,48 @@ std::string CompiledGraph::profile_report() const {
                   static_cast<double>(first_total) / 1e3);
     text += line;
   }
+  text += compile_report();
   if (spec_.is_dynamic()) {
     text += "shape plans: " + std::to_string(shape_plan_hits_) + " hits, " +
             std::to_string(shape_plan_misses_) + " misses (compiled for a new size), " +
             std::to_string(variants_.size()) + " cached of at most " +
             std::to_string(max_variants_) + "\n";
+  }
+  return text;
+}
+
+std::string CompiledGraph::compile_report() const {
+  const auto us = [](uint64_t ticks) {
+    return static_cast<double>(executorch::runtime::ticks_to_ns(ticks)) / 1e3;
+  };
+  const auto stages = [&us](const CompileTicks& t, double per) {
+    char line[200];
+    std::snprintf(line, sizeof(line),
+                  "%.0f us (specialize %.0f, tensors %.0f, bind %.0f, arena %.0f, finalize %.0f)",
+                  (us(t.specialize) + us(t.tensors) + us(t.bind) + us(t.arena) + us(t.finalize)) /
+                      per,
+                  us(t.specialize) / per, us(t.tensors) / per, us(t.bind) / per, us(t.arena) / per,
+                  us(t.finalize) / per);
+    return std::string(line);
+  };
+  std::string text = "compile (init): " + stages(compile_ticks_, 1.0) + "\n";
+  if (sizes_compiled_ == 0) return text;
+  const double per = static_cast<double>(sizes_compiled_);
+  text += "compile for a new size, mean of " + std::to_string(sizes_compiled_) + ": " +
+          stages(size_compile_ticks_, per) + "\n";
+  // The binds that make up most of it, costliest first: what a faster re-plan has to cut.
+  std::vector<const Op*> by_cost;
+  for (const Op& op : ops_) {
+    if (op.kernel != nullptr) by_cost.push_back(&op);
+  }
+  std::sort(by_cost.begin(), by_cost.end(),
+            [](const Op* a, const Op* b) { return a->bind_ticks > b->bind_ticks; });
+  const double all = per + 1.0;  // the init compile and every size's
+  char line[96];
+  for (size_t k = 0; k < by_cost.size() && k < 8; ++k) {
+    std::snprintf(line, sizeof(line), "%10.1f us bind (mean of %zu compiles)  ",
+                  us(by_cost[k]->bind_ticks) / all, sizes_compiled_ + 1);
+    text += line + by_cost[k]->placement + "\n";
   }
   return text;
 }
@@ -206,11 +243,23 @@ Error CompiledGraph::compile_spec(GraphSpec spec, const NamedDataMap* constants,
     if (parsed >= 1 && parsed <= 1024) graph->max_variants_ = static_cast<size_t>(parsed);
   }
   Error error = Error::Ok;
+  // Five clock reads per compile: cheap enough to take always, printed with ET_CPU_PROFILE.
+  CompileTicks& ticks = graph->compile_ticks_;
+  et_timestamp_t mark = executorch::runtime::pal_current_ticks();
+  const auto lap = [&mark](uint64_t* into) {
+    const et_timestamp_t now = executorch::runtime::pal_current_ticks();
+    *into += now - mark;
+    mark = now;
+  };
   graph->find_fusion_candidates();
   if (error == Error::Ok) error = graph->build_tensors(constants);
+  lap(&ticks.tensors);
   if (error == Error::Ok) error = graph->bind_ops();
+  lap(&ticks.bind);
   if (error == Error::Ok) error = graph->plan_arena();
+  lap(&ticks.arena);
   if (error == Error::Ok) error = graph->finalize_sessions();
+  lap(&ticks.finalize);
   if (error != Error::Ok) return error;
   graph->name_profiling_events();
   const char* profile = std::getenv("ET_CPU_PROFILE");
@@ -662,7 +711,10 @@ Error CompiledGraph::bind_ops() {
       binding.fused_steps = &fused;
       binding.decline_reason = &reason;
       reason.clear();
+      const et_timestamp_t bind_start = executorch::runtime::pal_current_ticks();
       error = provider->bind(binding, &op.kernel);
+      (base_ != nullptr ? base_->ops_[i] : op).bind_ticks +=
+          executorch::runtime::pal_current_ticks() - bind_start;
       if (error != Error::Ok && error != Error::NotSupported) {
         return report_error(error, "op %zu (%s, route '%s'): provider %s failed to bind kernel %s",
                             i, spec.name.c_str(), spec.route.c_str(), provider->name(),
@@ -857,8 +909,17 @@ Error CompiledGraph::execute_dynamic(Span<EValue*> args, MemoryAllocator* temp_a
     ++shape_plan_misses_;
     ++total_misses;
     std::unique_ptr<CompiledGraph> variant;
-    error = compile_spec(specialize(spec_, symbols), nullptr, this, &variant);
+    const et_timestamp_t start = executorch::runtime::pal_current_ticks();
+    GraphSpec sized = specialize(spec_, symbols);
+    size_compile_ticks_.specialize += executorch::runtime::pal_current_ticks() - start;
+    error = compile_spec(std::move(sized), nullptr, this, &variant);
     if (error != Error::Ok) return error;
+    const CompileTicks& took = variant->compile_ticks_;
+    size_compile_ticks_.tensors += took.tensors;
+    size_compile_ticks_.bind += took.bind;
+    size_compile_ticks_.arena += took.arena;
+    size_compile_ticks_.finalize += took.finalize;
+    ++sizes_compiled_;
     if (variants_.size() >= max_variants_) variants_.pop_back();
     variants_.emplace(variants_.begin(), symbols, std::move(variant));
   }

@@ -117,9 +117,23 @@ class CompiledGraph {
     // The latest call's clock ticks, logged to the event tracer once the graph has run.
     et_timestamp_t last_start = 0;
     et_timestamp_t last_end = 0;
+    // ET_CPU_PROFILE: clock ticks its provider's `bind` took (primitive creation, weight
+    // reorders), over the base graph and every graph compiled for a size (`sizes_compiled_`).
+    uint64_t bind_ticks = 0;
+  };
+  // ET_CPU_PROFILE: where compiling a graph for a new size goes (summed over those compiles).
+  struct CompileTicks {
+    uint64_t specialize = 0;  // the spec rewritten for the size (dynamic_shapes.h)
+    uint64_t tensors = 0;     // build_tensors
+    uint64_t bind = 0;        // bind_ops: the providers' plans
+    uint64_t arena = 0;       // plan_arena
+    uint64_t finalize = 0;    // finalize_sessions: layouts settled
   };
   // The per-op profile table (ET_CPU_PROFILE=1), printed when the graph is destroyed.
   std::string profile_report() const;
+  // Its compile lines: the stages of init's compile and of a compile for a new size, and the
+  // costliest binds.
+  std::string compile_report() const;
   // After binding: names each kernel call's profiling event from the nodes it covers.
   void name_profiling_events();
 
@@ -150,6 +164,9 @@ class CompiledGraph {
   std::vector<Tensor> tensors_;  // one per value, never resized after build_tensors
   std::vector<Op> ops_;
   bool profile_ = false;  // ET_CPU_PROFILE=1: time every kernel call (read at compile)
+  CompileTicks compile_ticks_;        // this graph's own compile
+  CompileTicks size_compile_ticks_;   // every graph compiled for a size (base graph only)
+  size_t sizes_compiled_ = 0;
   std::vector<std::vector<FusionCandidate>> fusable_;  // per op, offered to its provider
   std::vector<size_t> fused_steps_;                    // per op, how many of them it took
   std::vector<std::unique_ptr<ProviderSession>> sessions_;  // per provider id, opened lazily

@@ -8,6 +8,7 @@ every route forced to Reference (the serializer's route lookup patched), and bot
 ExecuTorch runtime.
 """
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -257,6 +258,15 @@ def test_profile_table_is_printed_when_the_delegate_is_destroyed() -> None:
     assert "mean us per run after the first" in header, header
     (first,) = [line for line in lines if line.endswith("the first call (cold), not in the mean")]
     assert float(first.split()[0]) > 0.0, first
+    # Where init's compile went, stage by stage (the providers' binds are most of it).
+    (compile_line,) = [line for line in lines if line.startswith("compile (init): ")]
+    stages = re.fullmatch(
+        r"compile \(init\): (\d+) us \(specialize \d+, tensors \d+, bind (\d+), arena \d+, "
+        r"finalize \d+\)",
+        compile_line,
+    )
+    assert stages is not None, compile_line
+    assert 0 < int(stages[2]) <= int(stages[1]) + 1, compile_line
 
 
 class Mean(torch.nn.Module):
