@@ -731,9 +731,14 @@ class EltwiseKernel final : public OnednnKernel {
                                  session_layout(channels_last, output_)));
   }
   // Channels-last output only when the input is (rank 3 to 5): chaining an activation of a plain
-  // producer would add a conversion, not save one.
+  // producer would add a conversion, not save one (and would start chains in transformers,
+  // which have no convolution to feed).
   const executorch::aten::TensorImpl* chainable_output() const override {
     return input_->dim() >= 3 && input_->dim() <= 5 ? impl_of(output_) : nullptr;
+  }
+  const executorch::aten::TensorImpl* chainable_output_after(
+      const Chained& chained) const override {
+    return chained.count(impl_of(input_)) > 0 ? chainable_output() : nullptr;
   }
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
 
@@ -805,6 +810,14 @@ class PermuteKernel final : public OnednnKernel {
   const executorch::aten::TensorImpl* chainable_output() const override {
     return output_->dim() >= 3 && output_->dim() <= 5 ? impl_of(output_) : nullptr;
   }
+  // Only that case (channels-last to channels-first: (0, r-1, 1, ..., r-2)) or a channels-last
+  // input: any other permute's output held channels-last is a layout no kernel asked for (the
+  // attention heads' (0, 2, 1, 3) in a transformer).
+  const executorch::aten::TensorImpl* chainable_output_after(
+      const Chained& chained) const override {
+    return to_channels_first() || chained.count(impl_of(input_)) > 0 ? chainable_output()
+                                                                     : nullptr;
+  }
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
   std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
 
@@ -815,6 +828,15 @@ class PermuteKernel final : public OnednnKernel {
   }
 
  private:
+  bool to_channels_first() const {
+    const size_t rank = perm_.size();
+    if (rank < 3 || perm_[0] != 0 || perm_[1] != static_cast<int64_t>(rank) - 1) return false;
+    for (size_t d = 2; d < rank; ++d) {
+      if (perm_[d] != static_cast<int64_t>(d) - 1) return false;
+    }
+    return true;
+  }
+
   std::vector<int64_t> perm_;
   const Tensor* input_;
   Tensor* output_;
@@ -859,7 +881,13 @@ class OnednnSession final : public ProviderSession {
            std::to_string(count_implementation("softmax:avx512")) + " softmax";
   }
   onednn::Provider& provider() { return *provider_; }
+  // A kernel bind prepared on provider() with plain activations.
   void add(OnednnKernel* kernel) { kernels_.push_back(kernel); }
+  // A kernel bind only checked: finalize prepares it (the int8 ops).
+  void add_unprepared(OnednnKernel* kernel) {
+    kernels_.push_back(kernel);
+    unprepared_ = true;
+  }
   void count_block() { ++blocks_; }
   // Kernels whose plan runs on the implementation named `prefix` (our own kernels).
   size_t count_implementation(const std::string& prefix) const {
@@ -886,6 +914,13 @@ class OnednnSession final : public ProviderSession {
         const auto* out = kernel->chainable_output_after(chained);
         if (out != nullptr && !read_outside(out) && plain.count(out) == 0) chained.insert(out);
       }
+    }
+    // Nothing kept channels-last and every kernel prepared at bind: the bind-time plans are
+    // already the plain-layout ones, and preparing them again would double the compile (most
+    // of a new size's re-plan in a transformer, which has no convolutions to chain).
+    if (chained.empty() && !unprepared_) {
+      chained_ = 0;
+      return Error::Ok;
     }
     auto attempt = [&](const OnednnKernel::InChannelsLast& channels_last) {
       auto fresh = std::make_unique<onednn::Provider>(options());
@@ -928,6 +963,7 @@ class OnednnSession final : public ProviderSession {
   std::vector<OnednnKernel*> kernels_;  // owned by the graph, which outlives the session's use
   size_t chained_ = 0;
   size_t blocks_ = 0;
+  bool unprepared_ = false;  // some kernel waits for finalize to prepare it
 };
 
 // An int8 op (quantized_kernels.cc) taking part in the layout chaining: bind only checks it,
@@ -2304,7 +2340,7 @@ class OnednnKernelProvider final : public KernelProvider {
           error = check_quantized(op, &decline.reason);
           if (error == Error::Ok) {
             auto kernel = std::make_unique<QuantizedChainKernel>(op);
-            provider.add(kernel.get());
+            provider.add_unprepared(kernel.get());
             *out = std::move(kernel);
           }
         } else if (kernel == "aten::convolution.out") {
