@@ -332,18 +332,22 @@ BinaryPlan Provider::prepare_binary(BinaryOp op, const Layout& a, const Layout& 
       attr.set_post_ops(negate);
     }
     const dnnl::algorithm algorithm = algorithm_of(op);
-    auto make_part = [&](const memory::desc& s0, const memory::desc& s1, const memory::desc& d) {
+    const auto pd_of = [&](const memory::desc& s0, const memory::desc& s1,
+                           const memory::desc& d) {
+      return dnnl::binary::primitive_desc(state.engine, algorithm, s0, s1, d, attr);
+    };
+    const auto make_part = [&](const dnnl::binary::primitive_desc& pd, const memory::desc& s0,
+                               const memory::desc& s1, const memory::desc& d) {
       BinaryPlan::Impl::Part part;
-      const dnnl::binary::primitive_desc pd(state.engine, algorithm, s0, s1, d, attr);
       part.primitive = dnnl::binary(pd);
       part.src0 = s0;
       part.src1 = s1;
       part.dst = d;
       part.scratchpad = pd.scratchpad_desc();
-      return std::make_pair(std::move(part), std::string(pd.impl_info_str()));
+      return part;
     };
-    auto whole = make_part(src0, src1, dst);
-    impl->implementation = whole.second;
+    const dnnl::binary::primitive_desc whole = pd_of(src0, src1, dst);
+    impl->implementation = whole.impl_info_str();
     // Split along the output's outermost dim in memory, when every operand has it outermost too
     // (or broadcasts it): each piece is then a dense slice of every operand.
     const int split = outermost_dim(dst);
@@ -360,14 +364,15 @@ BinaryPlan Provider::prepare_binary(BinaryOp op, const Layout& a, const Layout& 
         count = state.pieces_for(product(dims) * kBinaryFlopsPerElement, dims[split]);
       }
     }
-    impl->parts = split_parts(state, count, std::move(whole.first), &impl->implementation,
-                              [&](size_t i) {
+    impl->parts = split_parts(
+        state, count, [&] { return make_part(whole, src0, src1, dst); }, &impl->implementation,
+        [&](size_t i) {
       const auto [begin, end] = slice_of(dims[split], count, i);
       size_t o0 = 0, o1 = 0, od = 0;
       const memory::desc s0 = slice_dim(src0, split, begin, end, &o0);
       const memory::desc s1 = slice_dim(src1, split, begin, end, &o1);
       const memory::desc d = slice_dim(dst, split, begin, end, &od);
-      auto part = make_part(s0, s1, d).first;
+      auto part = make_part(pd_of(s0, s1, d), s0, s1, d);
       part.src0_offset = o0;
       part.src1_offset = o1;
       part.dst_offset = od;

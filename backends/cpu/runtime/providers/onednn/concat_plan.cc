@@ -159,16 +159,18 @@ ConcatPlan Provider::prepare_concat(const std::vector<Layout>& inputs, int64_t a
     impl->state = state_;
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    auto make_part = [&](const std::vector<memory::desc>& srcs, const memory::desc& dst) {
+    const auto pd_of = [&](const std::vector<memory::desc>& srcs, const memory::desc& dst) {
+      return dnnl::concat::primitive_desc(state.engine, dst, static_cast<int>(axis), srcs, attr);
+    };
+    const auto make_part = [&](const dnnl::concat::primitive_desc& pd,
+                               const std::vector<memory::desc>& srcs, const memory::desc& dst) {
       ConcatPlan::Impl::Part part;
-      const dnnl::concat::primitive_desc pd(state.engine, dst, static_cast<int>(axis), srcs,
-                                            attr);
       part.primitive = dnnl::concat(pd);
       part.srcs = srcs;
       part.src_offsets.assign(srcs.size(), 0);
       part.dst = dst;
       part.scratchpad = pd.scratchpad_desc();
-      return std::make_pair(std::move(part), std::string(pd.impl_info_str()));
+      return part;
     };
     // An input whose bytes are the same in the output's format is described so; with another
     // input still in the other format oneDNN's concat runs ref:any (ViT's class token beside
@@ -198,8 +200,8 @@ ConcatPlan Provider::prepare_concat(const std::vector<Layout>& inputs, int64_t a
       impl->implementation = "reorders into slices: " + impl->implementation;
       return ConcatPlan(std::move(impl));
     }
-    auto whole = make_part(srcs, dst);
-    impl->implementation = whole.second;
+    const dnnl::concat::primitive_desc whole = pd_of(srcs, dst);
+    impl->implementation = whole.impl_info_str();
     // Split along a dim other than the concatenated one that is outermost in memory in the
     // output and every input (rows of channels-last images): each piece is a dense slice.
     const int split = outermost_dim(dst);
@@ -213,8 +215,9 @@ ConcatPlan Provider::prepare_concat(const std::vector<Layout>& inputs, int64_t a
       }
     }
     // Every sliced dim is larger than 1 (outermost), so each slice is a real one.
-    impl->parts = split_parts(state, count, std::move(whole.first), &impl->implementation,
-                              [&](size_t i) {
+    impl->parts = split_parts(
+        state, count, [&] { return make_part(whole, srcs, dst); }, &impl->implementation,
+        [&](size_t i) {
       const auto [begin, end] = slice_of(dst.get_dims()[split], count, i);
       std::vector<memory::desc> piece_srcs;
       std::vector<size_t> offsets(srcs.size(), 0);
@@ -223,7 +226,7 @@ ConcatPlan Provider::prepare_concat(const std::vector<Layout>& inputs, int64_t a
       }
       size_t dst_offset = 0;
       const memory::desc piece_dst = slice_dim(dst, split, begin, end, &dst_offset);
-      auto part = make_part(piece_srcs, piece_dst).first;
+      auto part = make_part(pd_of(piece_srcs, piece_dst), piece_srcs, piece_dst);
       part.src_offsets = offsets;
       part.dst_offset = dst_offset;
       return part;

@@ -10,13 +10,12 @@
 namespace et_cpu_plugin {
 namespace onednn {
 
-void ConvCore::prepare(const std::shared_ptr<ProviderState>& provider, dnnl::primitive op,
+void ConvCore::prepare(const std::shared_ptr<ProviderState>& provider,
                        const dnnl::primitive_desc_base& pd, bool bias, bool add,
                        const memory::desc& given_src_md, OutputLayout output,
                        const Dims& dst_dims, bool input_in_bands) {
   ProviderState& s = *provider;
   state = provider;
-  primitive = std::move(op);
   implementation = pd.impl_info_str();
   scratchpad_md = pd.scratchpad_desc();
   s.reserve_scratchpad(scratchpad_md);

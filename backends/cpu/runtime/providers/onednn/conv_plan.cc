@@ -386,13 +386,14 @@ ConvPlan Provider::prepare_conv(
     auto pd = choose_with_tail(post_ops, &split, choose_pd);
 
     auto impl = std::make_shared<Impl>();
-    impl->prepare(state_, dnnl::convolution_forward(pd), pd, bias != nullptr, has_add(post_ops),
-                  given_src_md, layouts.output, dst_dims, /*input_in_bands=*/true);
+    impl->prepare(state_, pd, bias != nullptr, has_add(post_ops), given_src_md, layouts.output,
+                  dst_dims, /*input_in_bands=*/true);
     impl->tail = split.tail;
     memory::desc weights_md;
     impl->pieces = split_conv(state, params, *impl, src_dims, dst_dims, strides, dilation,
                               make_attr(split.primitive), pd, weight_dims, weight, bias,
                               &weights_md);
+    if (impl->pieces.empty()) impl->primitive = dnnl::convolution_forward(pd);
     impl->implementation += split.note();
     impl->describe_split();
     // Channel pieces own their weight blocks; the whole op and row bands use the plan's.

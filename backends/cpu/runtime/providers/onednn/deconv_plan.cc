@@ -271,12 +271,12 @@ DeconvPlan Provider::prepare_deconv(
     const dnnl::primitive_attr attr = make_attr(split.primitive);
 
     auto impl = std::make_shared<Impl>();
-    impl->prepare(state_, dnnl::deconvolution_forward(pd), pd, bias != nullptr,
-                  has_add(post_ops), given_src_md, layouts.output, dst_dims,
-                  /*input_in_bands=*/false);
+    impl->prepare(state_, pd, bias != nullptr, has_add(post_ops), given_src_md, layouts.output,
+                  dst_dims, /*input_in_bands=*/false);
     impl->tail = split.tail;
     impl->pieces = split_deconv(state, params, *impl, src_dims, dst_dims, strides, dilation,
                                 pad_left, pad_right, attr, pd);
+    if (impl->pieces.empty()) impl->primitive = dnnl::deconvolution_forward(pd);
     impl->implementation += split.note();
     impl->describe_split();
     impl->weights = reorder_constant(state, memory::desc(weight_dims, memory::data_type::f32,

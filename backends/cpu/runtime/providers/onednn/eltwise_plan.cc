@@ -293,9 +293,6 @@ EltwisePlan Provider::prepare_eltwise(const Activation& activation, const Layout
                                                    algorithm, *md, *md, alpha, beta, attr);
     };
     const auto pd = make(impl->elements, &impl->flat);
-    impl->primitive = dnnl::eltwise_forward(pd);
-    impl->scratchpad_md = pd.scratchpad_desc();
-    state.reserve_scratchpad(impl->scratchpad_md);
     impl->implementation = pd.impl_info_str();
     impl->pieces = make_pieces(state, count, [&](size_t index, Piece& piece) {
       const auto [begin, end] = block_slice(impl->elements, 16, count, index);
@@ -307,6 +304,11 @@ EltwisePlan Provider::prepare_eltwise(const Activation& activation, const Layout
       piece.dst_offset = static_cast<size_t>(begin);
       return true;
     });
+    if (impl->pieces.empty()) {  // the whole op's kernel only when it runs (a compile's cost)
+      impl->primitive = dnnl::eltwise_forward(pd);
+      impl->scratchpad_md = pd.scratchpad_desc();
+      state.reserve_scratchpad(impl->scratchpad_md);
+    }
     impl->implementation += pieces_note(impl->pieces.size());
     return EltwisePlan(std::move(impl));
   });

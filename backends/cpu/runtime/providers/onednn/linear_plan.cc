@@ -213,7 +213,6 @@ LinearPlan Provider::prepare_linear(
     impl->tail = split.tail;
     const dnnl::matmul::primitive_desc pd(state.engine, impl->src_md, any_md({k, n}), bias_md,
                                           impl->dst_md, make_attr(split.primitive));
-    impl->primitive = dnnl::matmul(pd);
     impl->implementation = pd.impl_info_str();
     impl->has_bias = bias != nullptr;
     impl->has_add = has_add(post_ops);
@@ -232,6 +231,9 @@ LinearPlan Provider::prepare_linear(
     impl->implementation += impl->row_bands ? pieces_note(impl->pieces.size()) + " (row bands)"
                                             : pieces_note(impl->pieces.size());
     if (impl->pieces.empty()) {
+      // Only now: a split plan never runs the whole op, and generating its kernel costs
+      // ~100 us of every compile (each new size of a dynamic graph).
+      impl->primitive = dnnl::matmul(pd);
       impl->scratchpad_md = pd.scratchpad_desc();
       state.reserve_scratchpad(impl->scratchpad_md);
     }

@@ -143,13 +143,15 @@ MatmulPlan Provider::prepare_matmul(const MatmulParams& params, const PostOps& p
     impl->tail = split.tail;
     const dnnl::matmul::primitive_desc pd(state.engine, impl->a_md, impl->b_md, impl->dst_md,
                                           make_attr(split.primitive));
-    impl->primitive = dnnl::matmul(pd);
     impl->implementation = pd.impl_info_str();
-    impl->scratchpad_md = pd.scratchpad_desc();
-    state.reserve_scratchpad(impl->scratchpad_md);
     impl->has_add = has_add(post_ops);
     impl->pieces =
         split_matmul(state, params, make_attr(split.primitive), impl->implementation);
+    if (impl->pieces.empty()) {  // the whole op's kernel only when it runs (see prepare_linear)
+      impl->primitive = dnnl::matmul(pd);
+      impl->scratchpad_md = pd.scratchpad_desc();
+      state.reserve_scratchpad(impl->scratchpad_md);
+    }
     impl->implementation += split.note();
     impl->implementation += pieces_note(impl->pieces.size());
     return MatmulPlan(std::move(impl));

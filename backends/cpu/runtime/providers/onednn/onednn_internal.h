@@ -32,6 +32,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -409,10 +410,11 @@ memory::desc slice_dim(const memory::desc& md, int dim, int64_t begin, int64_t e
 
 // The parts of an op split into `count` slices (`make(index)` builds one; ", N pieces" goes on
 // `implementation`), their scratchpads reserved in every pool thread's buffer; or, when count < 2
-// or oneDNN refuses a slice, `whole` alone with its scratchpad in the shared one. A Part has a
+// or oneDNN refuses a slice, `make_whole()` alone with its scratchpad in the shared one (built
+// only then: generating a kernel that never runs is most of a compile). A Part has a
 // `scratchpad` desc (binary and concat plans).
-template <typename Part, typename Make>
-std::vector<Part> split_parts(ProviderState& state, size_t count, Part whole,
+template <typename MakeWhole, typename Make, typename Part = std::invoke_result_t<MakeWhole>>
+std::vector<Part> split_parts(ProviderState& state, size_t count, MakeWhole make_whole,
                               std::string* implementation, Make make) {
   std::vector<Part> parts;
   if (count > 1) {
@@ -428,6 +430,7 @@ std::vector<Part> split_parts(ProviderState& state, size_t count, Part whole,
     }
   }
   if (parts.empty()) {
+    Part whole = make_whole();
     state.reserve_scratchpad(whole.scratchpad);
     parts.push_back(std::move(whole));
   }
@@ -502,10 +505,11 @@ struct ConvCore {
   mutable std::unordered_map<int, memory> conversions;
   mutable std::vector<std::unordered_map<int, memory>> band_memories;
 
-  // Takes `op` (made from `pd`) with pd's implementation, scratchpad and src/dst layouts, and
-  // stages between them and `given_src_md` / the `output` layout of `dst_dims`; a large input
-  // conversion splits into bands on the pool when `input_in_bands`.
-  void prepare(const std::shared_ptr<ProviderState>& provider, dnnl::primitive op,
+  // Takes pd's implementation, scratchpad and src/dst layouts, and stages between them and
+  // `given_src_md` / the `output` layout of `dst_dims`; a large input conversion splits into
+  // bands on the pool when `input_in_bands`. The caller makes `primitive` from pd once it knows
+  // the op runs whole: a split op never runs it, and generating it is most of a compile.
+  void prepare(const std::shared_ptr<ProviderState>& provider,
                const dnnl::primitive_desc_base& pd, bool bias, bool add,
                const memory::desc& given_src_md, OutputLayout output, const Dims& dst_dims,
                bool input_in_bands);
