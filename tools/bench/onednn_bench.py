@@ -12,7 +12,9 @@ Single layers (``layer_*``) and a 2048^3 GEMM compare GFLOP/s against ``torch.nn
 and ``torch.mm``. ``head_*``: a batch-1 classifier head with cold weights, as in a whole model
 (each call runs the next of ``HEAD_COPIES`` copies, together larger than L3, so its weights were
 evicted since they were last read): XNNPACK, the provider's ``RowGemm`` and oneDNN's GEMM
-(``ET_CPU_ROW_GEMM=0`` at prepare). After the harness table, a second table prints GFLOP/s per
+(``ET_CPU_ROW_GEMM=0`` at prepare). ``rows_MxKxN``: the same three on an M-row linear with warm
+weights (a decoder's projections at a short sequence), where RowGemm's row limit is decided.
+After the harness table, a second table prints GFLOP/s per
 variant and the provider's own memory (reordered weights, scratchpad, staging).
 
     bazel run //tools/bench:onednn_bench -- [--only resnet18] [--no-memory] [--threads 2]
@@ -533,7 +535,72 @@ def make_head_xnnpack(k: int, n: int) -> harness.Runner:
     return _rotating(calls)
 
 
+# Few-row linears with warm weights (a decoder's projections at a short sequence; the tokens are
+# the rows), the Llama-style decoders' shapes (dim 288 and 128): the provider's RowGemm (up to
+# kRowGemmMaxRows rows, row_gemm.h) against oneDNN's GEMM where their weights sit in cache, the
+# other end from the cold heads. Measured here (2026-12-04, 10 rounds): oneDNN 1.5-2.3x faster
+# at 4 rows, and RowGemm extended to more rows in blocks of 4 stayed near 45 GFLOP/s while
+# oneDNN reached 120-186 at 16-64 rows, so RowGemm stays a few-row kernel for cold weights.
+ROW_COUNTS = (1, 4, 16, 64)
+ROW_SHAPES = ((288, 288), (288, 768), (768, 288), (128, 256))
+
+
+def _linear_with_row_gemm(row_gemm: bool, make: Callable[[], Plan]) -> Plan:
+    """`make()` with ET_CPU_ROW_GEMM (read at prepare) set to "0" unless `row_gemm`."""
+    saved = os.environ.pop("ET_CPU_ROW_GEMM", None)
+    if not row_gemm:
+        os.environ["ET_CPU_ROW_GEMM"] = "0"
+    try:
+        return make()
+    finally:
+        os.environ.pop("ET_CPU_ROW_GEMM", None)
+        if saved is not None:
+            os.environ["ET_CPU_ROW_GEMM"] = saved
+
+
+def make_rows_provider(m: int, k: int, n: int, row_gemm: bool) -> harness.Runner:
+    """An m-row linear on the provider's LinearPlan: RowGemm or oneDNN (whichever it allows)."""
+    provider = Provider(num_threads=THREADS)
+    weight, bias = _head_weights(k, n, 0)
+    plan = _linear_with_row_gemm(row_gemm, lambda: provider.linear(m, weight, bias))
+    if plan.describe().startswith("row_gemm") and not row_gemm:
+        raise AssertionError(f"rows {m}x{k}x{n}: ET_CPU_ROW_GEMM=0 ran {plan.describe()}")
+    x, out = torch.randn(m, k), plan.new_output()
+    return functools.partial(plan.run_into, out, x)
+
+
+def make_rows_xnnpack(m: int, k: int, n: int) -> harness.Runner:
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.extension.pybindings import portable_lib
+
+    x = torch.randn(m, k)
+    layer = nn.Linear(k, n).eval()
+    weight, bias = _head_weights(k, n, 0)
+    with torch.no_grad():
+        layer.weight.copy_(weight)
+        layer.bias.copy_(bias)
+    program = torch.export.export(layer, (x,))
+    buffer = (
+        to_edge_transform_and_lower(program, partitioner=[XnnpackPartitioner()])
+        .to_executorch()
+        .buffer
+    )
+    KEEP.append(buffer)  # the runtime does not own the program's bytes (see FACTS.md)
+    module = portable_lib._load_for_executorch_from_buffer(buffer)
+    return functools.partial(module.forward, [x])
+
+
 GFLOP: dict[str, float] = {}
+
+
+def _product(
+    name: str, macs: int, baseline: str, notes: str | None, variants: list[harness.Variant]
+) -> harness.Benchmark:
+    """A matrix product's benchmark (`macs` multiply-adds, counted in GFLOP)."""
+    GFLOP[name] = 2 * macs / 1e9
+    notes = notes or f"{GFLOP[name]:.3f} GFLOP"
+    return harness.Benchmark(name=name, baseline=baseline, notes=notes, variants=variants)
 
 
 def benchmarks() -> list[harness.Benchmark]:
@@ -570,40 +637,32 @@ def benchmarks() -> list[harness.Benchmark]:
             )
         )
     for m, k, n in ((32, 1024, 2048), (2048, 2048, 2048)):
-        name = f"gemm_{m}x{k}x{n}"
-        GFLOP[name] = 2 * m * k * n / 1e9
         dims = {"m": m, "k": k, "n": n}
-        out.append(
-            harness.Benchmark(
-                name=name,
-                baseline="torch_mm",
-                notes=f"{GFLOP[name]:.3f} GFLOP",
-                variants=[
-                    harness.Variant("torch_mm", make_torch_mm, dims),
-                    harness.Variant("onednn_linear", make_onednn_linear, dims),
-                    harness.Variant("onednn_matmul", make_onednn_matmul, dims),
-                ],
-            )
-        )
+        variants = [
+            harness.Variant("torch_mm", make_torch_mm, dims),
+            harness.Variant("onednn_linear", make_onednn_linear, dims),
+            harness.Variant("onednn_matmul", make_onednn_matmul, dims),
+        ]
+        out.append(_product(f"gemm_{m}x{k}x{n}", m * k * n, "torch_mm", None, variants))
+    for m in ROW_COUNTS:
+        for k, n in ROW_SHAPES:
+            dims = {"m": m, "k": k, "n": n}
+            variants = [
+                harness.Variant("xnnpack", make_rows_xnnpack, dims),
+                harness.Variant("row_gemm", make_rows_provider, {**dims, "row_gemm": True}),
+                harness.Variant("onednn_gemm", make_rows_provider, {**dims, "row_gemm": False}),
+            ]
+            notes = f"{m} rows, warm weights"
+            out.append(_product(f"rows_{m}x{k}x{n}", m * k * n, "xnnpack", notes, variants))
     for k, n in HEADS:
-        name = f"head_{k}x{n}"
-        GFLOP[name] = 2 * k * n / 1e9
-        out.append(
-            harness.Benchmark(
-                name=name,
-                baseline="xnnpack",
-                notes=f"batch 1, cold weights ({HEAD_COPIES} copies in rotation)",
-                variants=[
-                    harness.Variant("xnnpack", make_head_xnnpack, {"k": k, "n": n}),
-                    harness.Variant(
-                        "row_gemm", make_head_provider, {"k": k, "n": n, "row_gemm": True}
-                    ),
-                    harness.Variant(
-                        "onednn_gemm", make_head_provider, {"k": k, "n": n, "row_gemm": False}
-                    ),
-                ],
-            )
-        )
+        dims = {"k": k, "n": n}
+        variants = [
+            harness.Variant("xnnpack", make_head_xnnpack, dims),
+            harness.Variant("row_gemm", make_head_provider, {**dims, "row_gemm": True}),
+            harness.Variant("onednn_gemm", make_head_provider, {**dims, "row_gemm": False}),
+        ]
+        notes = f"batch 1, cold weights ({HEAD_COPIES} copies in rotation)"
+        out.append(_product(f"head_{k}x{n}", k * n, "xnnpack", notes, variants))
     return out
 
 
