@@ -7,6 +7,7 @@ log; a channels-last activation times an (N, C, 1, 1) gate stays channels-last; 
 after a convolution is still fused into it.
 """
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -271,6 +272,50 @@ def test_flat_ops_equal_oneDNN_to_the_bit(shape: list[int]) -> None:
         (summary,) = [line for line in placement if line.startswith("Optimized(oneDNN): ")]
         ours = 8 if kernel == "1" else 0
         assert f"{ours} flat_binary" in summary, summary
+    for got, reference, want in zip(outputs["1"], outputs["0"], expected, strict=True):
+        assert torch.equal(got, reference)  # the same IEEE op per element: bit-exact
+        assert_close_scaled(got, want)
+
+
+class RowOps(torch.nn.Module):
+    """A block repeated along the leading dims (w: [D], or [S, D] against every head) and one
+    value per row ([..., 1]) in each order the provider takes (our row kernel, binary_plan.cc; a
+    broadcast dividend is declined)."""
+
+    def forward(
+        self, x: torch.Tensor, w: torch.Tensor, r: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        return (x * w, w + x, x - w, w - x, x / w, x * r, r - x, x / r, x + r)
+
+
+@pytest.mark.parametrize(
+    ("shape", "block"),
+    [([2, 5, 37], 1), ([4, 3000], 1), ([1, 6, 16, 64], 1), ([1, 6, 16, 64], 2)],
+    ids=["odd", "split", "heads", "rotary"],
+)
+def test_row_broadcasts_equal_oneDNN_to_the_bit(shape: list[int], block: int) -> None:
+    torch.manual_seed(len(shape) + shape[-1] + block)
+    (x,) = _inputs("mul", shape)
+    (w,) = _inputs("div", shape[-block:])
+    (r,) = _inputs("div", [*shape[:-1], 1])
+    inputs = (x, w, r)
+    with torch.no_grad():
+        expected = RowOps()(*inputs)
+    pte, _ = lower_to_pte(RowOps(), inputs)
+    outputs: dict[str, list[torch.Tensor]] = {}
+    for kernel in ("1", "0"):  # ours, oneDNN's
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("ET_CPU_CHANNEL_BINARY", kernel)
+            patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")  # split into rows where it can
+            out_opt, _, placement = run_pte_both(pte, inputs)
+        outputs[kernel] = list(out_opt)
+        (summary,) = [line for line in placement if line.startswith("Optimized(oneDNN): ")]
+        # A per-row value of a rank-3 output is also a per-channel one (channel_binary).
+        on_ours = sum(
+            int(re.search(rf"(\d+) {name}", summary)[1])  # type: ignore[index]
+            for name in ("row_binary", "channel_binary")
+        )
+        assert on_ours == (9 if kernel == "1" else 0), summary
     for got, reference, want in zip(outputs["1"], outputs["0"], expected, strict=True):
         assert torch.equal(got, reference)  # the same IEEE op per element: bit-exact
         assert_close_scaled(got, want)

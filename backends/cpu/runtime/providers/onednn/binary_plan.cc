@@ -121,6 +121,51 @@ std::optional<ChannelBinary> as_flat_binary(BinaryOp op, const Layout& full, con
   return flat;
 }
 
+// The op as a ChannelBinary over the rows of a plain output when the other operand, plain, is
+// one block repeated along the leading dims ([1, ..., 1, d_j, ..., d_last]: RMSNorm's scale,
+// rotary embeddings' cos/sin against every head) or one value per block of trailing dims
+// ([d_0, ..., d_j-1, 1, ..., 1]: RMSNorm's rsqrt): a transformer's broadcasts, which oneDNN
+// runs on jit:uni binary, a kernel generated per shape (at every new sequence length) and ~1 us
+// fixed cost per call.
+std::optional<ChannelBinary> as_row_binary(BinaryOp op, const Layout& full, const Layout& other,
+                                           const Layout& output, bool other_first) {
+  const std::vector<int64_t>& dims = output.dims();
+  const std::vector<int64_t>& v = other.dims();
+  if (!channel_binary_enabled() || dims.size() < 2 || v.size() != dims.size() ||
+      full != output || !output.is_plain() || !other.is_plain()) {
+    return std::nullopt;
+  }
+  const size_t rank = dims.size();
+  // Repeated block: leading ones, then the output's dims from `lead` on.
+  size_t lead = 0;
+  while (lead < rank && v[lead] == 1) ++lead;
+  bool repeated = lead > 0 && lead < rank;
+  for (size_t i = lead; i < rank && repeated; ++i) repeated = v[i] == dims[i];
+  // One value per block: the output's dims up to `tail`, then ones.
+  size_t tail = rank;
+  while (tail > 0 && v[tail - 1] == 1) --tail;
+  bool per_block = tail > 0 && tail < rank;
+  for (size_t i = 0; i < tail && per_block; ++i) per_block = v[i] == dims[i];
+  if (repeated == per_block) return std::nullopt;  // neither, or ambiguous (all ones: flat)
+  const size_t split = repeated ? lead : tail;
+  const int64_t width = static_cast<int64_t>(product(dims, split));
+  const int64_t count = static_cast<int64_t>(product(dims)) / width;
+  ChannelBinary rows;
+  rows.op = op;
+  rows.vector_first = other_first;
+  rows.images = 1;
+  if (repeated) {  // `count` rows of `width` channels that share the block
+    rows.channels_last = true;
+    rows.channels = width;
+    rows.pixels = count;
+  } else {  // `count` rows of `width` pixels, one channel (and value) each
+    rows.channels_last = false;
+    rows.channels = count;
+    rows.pixels = width;
+  }
+  return rows;
+}
+
 }  // namespace
 
 Support supports_binary(BinaryOp op, const std::vector<int64_t>& a, const std::vector<int64_t>& b,
@@ -287,6 +332,10 @@ BinaryPlan Provider::prepare_binary(BinaryOp op, const Layout& a, const Layout& 
     if (!impl->channel) {
       impl->channel = as_flat_binary(op, first, second, output, impl->swapped);
       kernel = "flat_binary:avx512";
+    }
+    if (!impl->channel) {
+      impl->channel = as_row_binary(op, first, second, output, impl->swapped);
+      kernel = "row_binary:avx512";
     }
     if (impl->channel) {
       impl->channel_tasks =

@@ -876,6 +876,7 @@ class OnednnSession final : public ProviderSession {
            std::to_string(count_implementation("row_gemm")) + " row_gemm, " +
            std::to_string(count_implementation("channel_binary")) + " channel_binary, " +
            std::to_string(count_implementation("flat_binary")) + " flat_binary, " +
+           std::to_string(count_implementation("row_binary")) + " row_binary, " +
            std::to_string(count_implementation("permute")) + " permute (" +
            std::to_string(count_implementation("permute:runs")) + " as contiguous runs), " +
            std::to_string(count_implementation("softmax:avx512")) + " softmax";
