@@ -253,15 +253,27 @@ class FlatOps(torch.nn.Module):
         return (x + y, x * y, x - y, x / y, x * s, s - x, x / s, s + x)
 
 
-@pytest.mark.parametrize("shape", [[128], [4, 3000], [2, 5, 7, 3]], ids=["small", "split", "odd"])
-def test_flat_ops_equal_oneDNN_to_the_bit(shape: list[int]) -> None:
-    torch.manual_seed(len(shape))
-    x, y = _inputs("div", shape, shape)
-    (s,) = _inputs("div", [1] * len(shape))
-    inputs = (x, y, s)
+def _kernels_in(summary: str, names: tuple[str, ...]) -> int:
+    """How many of the session summary's ops run on our kernels called `names`."""
+    total = 0
+    for name in names:
+        match = re.search(rf"(\d+) {name}\b", summary)
+        assert match is not None, (name, summary)
+        total += int(match[1])
+    return total
+
+
+def _assert_ours_equal_oneDNN(
+    model: torch.nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    kernels: tuple[str, ...],
+    ours: int,
+) -> None:
+    """`ours` ops on our `kernels` with them switched on (none off), and the outputs bit-exact
+    against oneDNN's binary: the same IEEE op per element."""
     with torch.no_grad():
-        expected = FlatOps()(*inputs)
-    pte, _ = lower_to_pte(FlatOps(), inputs)
+        expected = model(*inputs)
+    pte, _ = lower_to_pte(model, inputs)
     outputs: dict[str, list[torch.Tensor]] = {}
     for kernel in ("1", "0"):  # ours, oneDNN's
         with pytest.MonkeyPatch.context() as patch:
@@ -270,11 +282,18 @@ def test_flat_ops_equal_oneDNN_to_the_bit(shape: list[int]) -> None:
             out_opt, _, placement = run_pte_both(pte, inputs)
         outputs[kernel] = list(out_opt)
         (summary,) = [line for line in placement if line.startswith("Optimized(oneDNN): ")]
-        ours = 8 if kernel == "1" else 0
-        assert f"{ours} flat_binary" in summary, summary
+        assert _kernels_in(summary, kernels) == (ours if kernel == "1" else 0), summary
     for got, reference, want in zip(outputs["1"], outputs["0"], expected, strict=True):
-        assert torch.equal(got, reference)  # the same IEEE op per element: bit-exact
+        assert torch.equal(got, reference)
         assert_close_scaled(got, want)
+
+
+@pytest.mark.parametrize("shape", [[128], [4, 3000], [2, 5, 7, 3]], ids=["small", "split", "odd"])
+def test_flat_ops_equal_oneDNN_to_the_bit(shape: list[int]) -> None:
+    torch.manual_seed(len(shape))
+    x, y = _inputs("div", shape, shape)
+    (s,) = _inputs("div", [1] * len(shape))
+    _assert_ours_equal_oneDNN(FlatOps(), (x, y, s), ("flat_binary",), 8)
 
 
 class RowOps(torch.nn.Module):
@@ -298,27 +317,8 @@ def test_row_broadcasts_equal_oneDNN_to_the_bit(shape: list[int], block: int) ->
     (x,) = _inputs("mul", shape)
     (w,) = _inputs("div", shape[-block:])
     (r,) = _inputs("div", [*shape[:-1], 1])
-    inputs = (x, w, r)
-    with torch.no_grad():
-        expected = RowOps()(*inputs)
-    pte, _ = lower_to_pte(RowOps(), inputs)
-    outputs: dict[str, list[torch.Tensor]] = {}
-    for kernel in ("1", "0"):  # ours, oneDNN's
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setenv("ET_CPU_CHANNEL_BINARY", kernel)
-            patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")  # split into rows where it can
-            out_opt, _, placement = run_pte_both(pte, inputs)
-        outputs[kernel] = list(out_opt)
-        (summary,) = [line for line in placement if line.startswith("Optimized(oneDNN): ")]
-        # A per-row value of a rank-3 output is also a per-channel one (channel_binary).
-        on_ours = sum(
-            int(re.search(rf"(\d+) {name}", summary)[1])  # type: ignore[index]
-            for name in ("row_binary", "channel_binary")
-        )
-        assert on_ours == (9 if kernel == "1" else 0), summary
-    for got, reference, want in zip(outputs["1"], outputs["0"], expected, strict=True):
-        assert torch.equal(got, reference)  # the same IEEE op per element: bit-exact
-        assert_close_scaled(got, want)
+    # A per-row value of a rank-3 output is also a per-channel one (channel_binary).
+    _assert_ours_equal_oneDNN(RowOps(), (x, w, r), ("row_binary", "channel_binary"), 9)
 
 
 class Declined(torch.nn.Module):
