@@ -39,7 +39,9 @@ def test_profile_reports_the_slowest_ops_and_writes_the_files(tmp_path: Path) ->
     profile = json.loads((tmp_path / "report.json").read_text())["profile"]
     ops = profile["ops"]
     assert profile["runs"] == 3 and profile["warmup_runs"] == 1
-    assert len(ops) == 10  # the small resnet's 17 ops, 7 of them fused into others
+    # The small resnet's 17 ops: 7 fused into others, its flatten a view of the pooled
+    # intermediate (same bytes: never called).
+    assert len(ops) == 9
     assert all(op["ms"] > 0 and op["op"] != "-" for op in ops)
     assert 0.5 < sum(op["share"] for op in ops) <= 1.0
     assert profile["files"]["chart"] == str(files["profile.svg"])

@@ -120,6 +120,9 @@ class CompiledGraph {
     // ET_CPU_PROFILE: clock ticks its provider's `bind` took (primitive creation, weight
     // reorders), over the base graph and every graph compiled for a size (`sizes_compiled_`).
     uint64_t bind_ticks = 0;
+    // A view (view_copy, squeeze/unsqueeze copies) whose output shares its input's arena bytes
+    // (plan_arena): bound like any op, never run.
+    bool alias = false;
   };
   // ET_CPU_PROFILE: where compiling a graph for a new size goes (summed over those compiles).
   struct CompileTicks {
@@ -134,6 +137,9 @@ class CompiledGraph {
   // Its compile lines: the stages of init's compile and of a compile for a new size, and the
   // costliest binds.
   std::string compile_report() const;
+  // Whether op `op` is a view (same bytes under another shape) that runs on its own, and its
+  // input and output values.
+  bool view_operands(size_t op, int32_t* input, int32_t* output) const;
   // After binding: names each kernel call's profiling event from the nodes it covers.
   void name_profiling_events();
 

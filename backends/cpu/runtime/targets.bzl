@@ -353,6 +353,13 @@ def define_common_targets():
         deps = [":provider_compare"],
     )
 
+    # Views of intermediates share their bytes (plan_arena) instead of copying.
+    runtime.python_test(
+        name = "view_alias_test",
+        srcs = ["test/view_alias_test.py"],
+        deps = [":provider_compare"],
+    )
+
     # Attention-mask ops, reductions and embedding on the Optimized provider's own loops.
     runtime.python_test(
         name = "sequence_ops_provider_test",
