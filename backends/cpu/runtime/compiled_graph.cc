@@ -1,12 +1,12 @@
 #include "backends/cpu/runtime/compiled_graph.h"
 
 #include <algorithm>
-#include <iterator>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <unordered_set>
@@ -377,7 +377,10 @@ bool CompiledGraph::view_operands(size_t op, int32_t* input, int32_t* output) co
                                        "aten::squeeze_copy.out", "aten::squeeze_copy.dim_out",
                                        "aten::squeeze_copy.dims_out", "aten::unsqueeze_copy.out"};
   const OpSpec& spec = spec_.ops[op];
-  if (ops_[op].kernel == nullptr || fused_steps_[op] != 0 || spec.args.size() < 2 ||
+  // On Reference only: a provider's own view kernel may convert a layout it keeps (its bytes
+  // would then differ from its input's).
+  if (ops_[op].kernel == nullptr || ops_[op].provider != &reference_provider() ||
+      fused_steps_[op] != 0 || spec.args.size() < 2 ||
       std::none_of(std::begin(kViews), std::end(kViews),
                    [&spec](const char* view) { return spec.kernel == view; })) {
     return false;

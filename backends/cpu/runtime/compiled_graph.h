@@ -137,8 +137,8 @@ class CompiledGraph {
   // Its compile lines: the stages of init's compile and of a compile for a new size, and the
   // costliest binds.
   std::string compile_report() const;
-  // Whether op `op` is a view (same bytes under another shape) that runs on its own, and its
-  // input and output values.
+  // Whether op `op` is a view (same bytes under another shape) that runs on its own on the
+  // Reference provider, and its input and output values.
   bool view_operands(size_t op, int32_t* input, int32_t* output) const;
   // After binding: names each kernel call's profiling event from the nodes it covers.
   void name_profiling_events();
