@@ -131,6 +131,15 @@ class CompiledGraph {
     uint64_t bind = 0;        // bind_ops: the providers' plans
     uint64_t arena = 0;       // plan_arena
     uint64_t finalize = 0;    // finalize_sessions: layouts settled
+    uint64_t total() const { return specialize + tensors + bind + arena + finalize; }
+    CompileTicks& operator+=(const CompileTicks& other) {
+      specialize += other.specialize;
+      tensors += other.tensors;
+      bind += other.bind;
+      arena += other.arena;
+      finalize += other.finalize;
+      return *this;
+    }
   };
   // The per-op profile table (ET_CPU_PROFILE=1), printed when the graph is destroyed.
   std::string profile_report() const;
