@@ -19,7 +19,7 @@ def test_no_arguments_lowers_the_default_example_end_to_end(tmp_path: Path) -> N
     # Issue 21: nothing but our own lines: the tool's progress and the CPU runtime's init line
     # (dependencies' warnings, e.g. torchao's "Failed to load ...", are filtered; -v shows them).
     for line in proc.stderr.splitlines():
-        assert line.startswith(("[lower ", "[cpu_backend.cc:")), line
+        assert line.startswith(("[lower ", "[CpuBackend info] ")), line
 
 
 def test_a_missing_model_is_one_line_and_exit_2(tmp_path: Path) -> None:

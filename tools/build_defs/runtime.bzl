@@ -52,6 +52,9 @@ def _cxx_library(name, **kwargs):
 def _cxx_binary(name, **kwargs):
     native.cc_binary(name = name, **kwargs)
 
+def _cxx_test(name, **kwargs):
+    native.cc_test(name = name, **kwargs)
+
 def _filegroup(name, **kwargs):
     native.filegroup(name = name, **kwargs)
 
@@ -67,6 +70,7 @@ def _sh_binary(name, **kwargs):
 runtime = struct(
     cxx_binary = _cxx_binary,
     cxx_library = _cxx_library,
+    cxx_test = _cxx_test,
     filegroup = _filegroup,
     genrule = _genrule,
     python_binary = _python_binary,

@@ -13,8 +13,6 @@ def define_common_targets():
             "options.cc",
             "options.h",
             "runner_main.cc",
-            "tensor_io.cc",
-            "tensor_io.h",
         ],
         copts = ["-std=c++17", "-O2", "-Wall"],
         visibility = ["//visibility:public"],
@@ -23,10 +21,22 @@ def define_common_targets():
             # providers (alwayslink) with the wheel's libexecutorch.so.
             "//backends/cpu/runtime:runtime_lib",
             "//backends/cpu/runtime/providers/onednn:onednn_kernel_provider",
+            ":tensor_io",
             "@et_py//:executorch",
             "@et_runtime_libs//:etdump",
             "@et_runtime_libs//:kernels",
         ],
+    )
+
+    # Inputs from a method's metadata (random or raw files) and output checksums; also used by
+    # the runtime's concurrency stress test.
+    runtime.cxx_library(
+        name = "tensor_io",
+        srcs = ["tensor_io.cc"],
+        hdrs = ["tensor_io.h"],
+        copts = ["-std=c++17", "-O2", "-Wall"],
+        visibility = ["//backends/cpu/runtime:__pkg__"],
+        deps = ["@et_py//:executorch"],
     )
 
     # .pte files written by //tools/lower (a float and an integer example), run by the runner and

@@ -932,6 +932,17 @@ Error CompiledGraph::check_io(const EValue* given, int32_t id, const char* role,
 
 Error CompiledGraph::execute(Span<EValue*> args, MemoryAllocator* temp_allocator,
                              executorch::runtime::EventTracer* tracer) {
+  // The graph's tensors, arena and kernels' buffers are one call's: two at once would corrupt
+  // each other's results.
+  if (executing_.exchange(true, std::memory_order_acquire)) {
+    return report_error(Error::InvalidState,
+                        "this delegate is already executing on another thread: a loaded method "
+                        "runs one call at a time (load one module per thread to run in parallel)");
+  }
+  struct Done {
+    std::atomic<bool>& flag;
+    ~Done() { flag.store(false, std::memory_order_release); }
+  } done{executing_};
   if (spec_.is_dynamic()) return execute_dynamic(args, temp_allocator, tracer);
   return run(args, temp_allocator, tracer);
 }

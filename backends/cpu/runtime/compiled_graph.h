@@ -4,6 +4,7 @@
 // checking their dtype and shape.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -34,6 +35,8 @@ class CompiledGraph {
                                             std::unique_ptr<CompiledGraph>* out);
 
   // Runs the graph on the delegate's arguments: inputs first, then outputs, in payload order.
+  // One call at a time: while a call runs, a call from another thread fails with InvalidState
+  // (the runtime README's "Threads"); different graphs run on any threads at once.
   // With an event tracer (ETDump), logs one profiling event per kernel call, named after the
   // nodes it covers and its provider; without one (and without ET_CPU_PROFILE) no clock is read.
   executorch::runtime::Error execute(executorch::runtime::Span<executorch::runtime::EValue*> args,
@@ -179,6 +182,8 @@ class CompiledGraph {
   std::vector<Tensor> tensors_;  // one per value, never resized after build_tensors
   std::vector<Op> ops_;
   bool profile_ = false;  // ET_CPU_PROFILE=1: time every kernel call (read at compile)
+  // True while a thread is in execute(): a second thread's call is refused, never interleaved.
+  std::atomic<bool> executing_{false};
   CompileTicks compile_ticks_;        // this graph's own compile
   CompileTicks size_compile_ticks_;   // every graph compiled for a size (base graph only)
   size_t sizes_compiled_ = 0;

@@ -69,11 +69,11 @@ class CpuBackend final : public BackendInterface {
     // The graph copied what it needs from the payload: the program may drop the bytes now.
     processed->Free();
     if (error != Error::Ok) return error;
-    ET_LOG(Info,
-           "CpuBackend: compiled %zu ops (%zu on an optimized provider, %zu of them fused); "
-           "intermediate arena %zu bytes (%zu without reuse); provider memory %zu bytes",
-           graph->num_ops(), graph->num_ops_on_other_providers(), graph->num_fused_ops(),
-           graph->arena_bytes(), graph->unplanned_bytes(), graph->provider_bytes());
+    log_line(LogLevel::kInfo,
+             "compiled %zu ops (%zu on an optimized provider, %zu of them fused); intermediate "
+             "arena %zu bytes (%zu without reuse); provider memory %zu bytes",
+             graph->num_ops(), graph->num_ops_on_other_providers(), graph->num_fused_ops(),
+             graph->arena_bytes(), graph->unplanned_bytes(), graph->provider_bytes());
     last_arena_bytes = graph->arena_bytes();
     last_provider_bytes = graph->provider_bytes();
     {
@@ -169,6 +169,12 @@ __attribute__((visibility("default"))) size_t et_cpu_runtime_last_error(char* bu
 }  // extern "C"
 
 extern "C" {
+
+// Sends the runtime's log lines to stderr instead of ExecuTorch's PAL (error_report.h says why);
+// the Python loader calls it.
+__attribute__((visibility("default"))) void et_cpu_runtime_log_to_stderr() {
+  et_cpu_plugin::cpu::log_to_stderr();
+}
 
 // 0: the runtime can bind `kernel`; 1: no out-variant schema for it is known to this runtime;
 // 2: it is neither in ExecuTorch's operator registry of this process nor a built-in kernel.

@@ -1,5 +1,6 @@
 #include "backends/cpu/runtime/error_report.h"
 
+#include <atomic>
 #include <cstdarg>
 #include <cstdio>
 #include <mutex>
@@ -19,6 +20,19 @@ std::mutex& last_error_mutex() {
 std::string& last_error_storage() {
   static std::string message;
   return message;
+}
+
+std::atomic<bool> to_stderr{false};
+
+void emit(LogLevel level, const char* message) {
+  if (to_stderr.load(std::memory_order_relaxed)) {
+    std::fprintf(stderr, "[CpuBackend %s] %s\n", level == LogLevel::kError ? "error" : "info",
+                 message);  // one call: stdio keeps the line whole between threads
+  } else if (level == LogLevel::kError) {
+    ET_LOG(Error, "CpuBackend: %s", message);
+  } else {
+    ET_LOG(Info, "CpuBackend: %s", message);
+  }
 }
 
 // Length of the well-formed UTF-8 sequence at text[i] (RFC 3629: no overlong forms, no
@@ -79,11 +93,22 @@ executorch::runtime::Error report_error(executorch::runtime::Error code, const c
   // Names and keys come from the (possibly corrupted) file: only printable ASCII reaches the log,
   // whose Python sink (portable_lib) aborts the process on text that is not UTF-8.
   const std::string message = printable_text(buffer);
-  ET_LOG(Error, "CpuBackend: %s", message.c_str());
+  emit(LogLevel::kError, message.c_str());
   std::lock_guard<std::mutex> lock(last_error_mutex());
   last_error_storage() = message;
   return code;
 }
+
+void log_line(LogLevel level, const char* format, ...) {
+  char buffer[1024];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buffer, sizeof(buffer), format, args);
+  va_end(args);
+  emit(level, printable_text(buffer).c_str());
+}
+
+void log_to_stderr() { to_stderr.store(true); }
 
 std::string last_error_message() {
   std::lock_guard<std::mutex> lock(last_error_mutex());

@@ -1,5 +1,10 @@
-// Errors of the CPU delegate: each is logged through ExecuTorch's ET_LOG (what a user of the
-// runtime sees) and kept as the process's last error message (what tests and tools can query
+// The CPU delegate's log lines and errors. Every line goes through `log_line`: by default to
+// ExecuTorch's ET_LOG (the process's PAL: what a C++ user of the runtime sees), or, once
+// `log_to_stderr()` was called, straight to stderr as one write. The Python loader switches to
+// stderr: ExecuTorch's Python bindings send ET_LOG to std::cerr, which they point at a buffer of
+// the Python call in progress, and a line logged on one thread while another thread's call runs
+// lands in that call's buffer, or in a finished call's (issue 43: memory corruption).
+// Errors are also kept as the process's last error message (what tests and tools can query
 // through et_cpu_runtime_last_error(), see cpu_backend.cc).
 #pragma once
 
@@ -22,6 +27,14 @@ enum class TextSafety {
 
 // `text` with every byte it may not keep written as \xNN (control characters always are).
 std::string printable_text(std::string_view text, TextSafety safety = TextSafety::kAscii);
+
+enum class LogLevel { kInfo, kError };
+
+// Logs "CpuBackend: <message>" (formatted printf-style) to the current sink.
+void log_line(LogLevel level, const char* format, ...) __attribute__((format(printf, 2, 3)));
+
+// From now on, log_line writes to stderr instead of ExecuTorch's PAL (see above).
+void log_to_stderr();
 
 // Formats the message printf-style, logs it, records it and returns `code`.
 executorch::runtime::Error report_error(executorch::runtime::Error code, const char* format, ...)

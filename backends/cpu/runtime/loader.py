@@ -82,6 +82,10 @@ def load_cpu_backend(path: str | None = None) -> str:
             library.et_cpu_runtime_max_fused_steps.restype = ctypes.c_uint64
             library.et_cpu_runtime_shape_plan_hits.restype = ctypes.c_uint64
             library.et_cpu_runtime_shape_plan_misses.restype = ctypes.c_uint64
+            # The bindings send ExecuTorch's log to std::cerr, pointed at whichever Python call
+            # is in progress: not safe from other threads (issue 43). Our lines go to stderr.
+            library.et_cpu_runtime_log_to_stderr.restype = None
+            library.et_cpu_runtime_log_to_stderr()
             _loaded[resolved] = library
     return resolved
 

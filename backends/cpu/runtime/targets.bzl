@@ -23,6 +23,7 @@ _RUNTIME_SRCS = [
     "payload_reader.cc",
     "quantized_op_check.cc",
     "reference_provider.cc",
+    "stream_exit_guard.cc",
 ]
 
 _RUNTIME_HDRS = [
@@ -50,6 +51,9 @@ _FUZZ_COPTS = [
     "-DET_CPU_MAX_TENSOR_BYTES=(size_t{1}<<26)",
     "-DET_CPU_MAX_ARENA_BYTES=(size_t{1}<<28)",
 ]
+
+# The concurrency stress tests' programs (test/stress_programs.py).
+_STRESS_PROGRAMS = ["decoder", "dynamic_cnn", "float_cnn", "int8_cnn"]
 
 # What the int8 model tests share: quantize with PT2E, lower, compare with the undelegated program.
 _INT8_MODEL_TEST_DEPS = [
@@ -215,6 +219,72 @@ def define_common_targets():
             "//backends/cpu/serialization:graph_reader",
             "//backends/cpu/serialization:schema",
             "//tools/bench:zoo",
+        ],
+    )
+
+    # Issue 43: threads x programs x calls, to process exit. The programs (float CNN, int8 CNN,
+    # decoder, dynamic-batch CNN) are lowered once at build time; the C++ test runs them with
+    # ExecuTorch's Module and, under --config=asan / --config=tsan, is the sanitizer stress test;
+    # the Python test calls them from Python threads through ExecuTorch's bindings.
+    runtime.python_library(
+        name = "stress_programs_lib",
+        srcs = ["test/stress_programs.py"],
+        deps = [
+            "//backends/cpu:quantization",
+            "//backends/cpu:symbolic_dims",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//tools/bench:zoo",
+        ],
+    )
+
+    runtime.python_binary(
+        name = "stress_programs",
+        main = "test/stress_programs.py",
+        deps = [":stress_programs_lib"],
+    )
+
+    runtime.genrule(
+        name = "stress_program_files",
+        outs = ["stress_pte/%s.pte" % name for name in _STRESS_PROGRAMS],
+        cmd = "$(location :stress_programs) --out $(@D)/stress_pte",
+        tools = [":stress_programs"],
+    )
+
+    runtime.cxx_test(
+        name = "concurrent_runs_test",
+        size = "medium",
+        srcs = ["test/concurrent_runs.cc"],
+        args = [
+            "--threads",
+            "8",
+            "--calls",
+            "6",
+            "--min-task-flops",
+            "1",
+            "$(rootpaths :stress_program_files)",
+        ],
+        copts = _COPTS,
+        data = [":stress_program_files"],
+        deps = [
+            ":runtime_lib",
+            "//backends/cpu/runtime/providers/onednn:onednn_kernel_provider",
+            "//tools/runner:tensor_io",
+            "@et_py//:executorch",
+            "@et_runtime_libs//:kernels",
+        ],
+    )
+
+    runtime.python_test(
+        name = "concurrent_calls_test",
+        size = "medium",
+        srcs = [
+            "test/concurrent_calls.py",
+            "test/concurrent_calls_test.py",
+        ],
+        data = [":stress_program_files"],
+        deps = [
+            ":loader",
+            ":stress_programs_lib",
         ],
     )
 

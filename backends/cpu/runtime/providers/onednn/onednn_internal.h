@@ -169,7 +169,7 @@ struct ProviderState {
   // Prepared constants shared with the delegate instance's other Providers, or null.
   std::shared_ptr<WeightCache> weight_cache;
   // Work sharing: the pool, and one stream and scratchpad per pool thread (index 0 = caller).
-  std::unique_ptr<WorkPool> pool;
+  std::shared_ptr<WorkPool> pool;  // the process's pool of num_threads (WorkPool::shared)
   std::vector<dnnl::stream> piece_streams;
   std::vector<AlignedBuffer> piece_scratchpads;
   // Dense outputs of channel pieces (see split_conv), one per pool thread, copied out in place.

@@ -250,7 +250,7 @@ Error guarded(const char* what, Body body) {
   try {
     body();
   } catch (const std::exception& e) {
-    ET_LOG(Error, "CpuBackend: oneDNN %s failed: %s", what, e.what());
+    log_line(LogLevel::kError, "oneDNN %s failed: %s", what, e.what());
     return Error::Internal;
   }
   return Error::Ok;
@@ -933,14 +933,14 @@ class OnednnSession final : public ProviderSession {
       chained_ = chained.size();
       return Error::Ok;
     } catch (const std::exception& e) {
-      ET_LOG(Info, "CpuBackend: oneDNN layout chaining failed (%s); plain layouts", e.what());
+      log_line(LogLevel::kInfo, "oneDNN layout chaining failed (%s); plain layouts", e.what());
     }
     try {
       attempt([](const executorch::aten::TensorImpl*) { return false; });
       chained_ = 0;
       return Error::Ok;
     } catch (const std::exception& e) {
-      ET_LOG(Error, "CpuBackend: oneDNN kernels could not be prepared again: %s", e.what());
+      log_line(LogLevel::kError, "oneDNN kernels could not be prepared again: %s", e.what());
       return Error::Internal;
     }
   }
@@ -1143,8 +1143,7 @@ bool bind_block(const OpBinding& op, const ConvRecipe& head, const Tensor* input
   try {
     kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
   } catch (const std::exception& e) {
-    ET_LOG(Info, "CpuBackend: oneDNN block at %s not fused: %s",
-           printable_text(op.op_name).c_str(), e.what());
+    log_line(LogLevel::kInfo, "oneDNN block at %s not fused: %s", op.op_name, e.what());
     return false;
   }
   session.add(kernel.get());

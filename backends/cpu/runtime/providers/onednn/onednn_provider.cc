@@ -110,7 +110,7 @@ Provider::Provider(ProviderOptions options) : state_(std::make_shared<ProviderSt
   if (options.work_sharing) {
     state.omp_threads = 1;
     if (state.num_threads > 1) {  // one thread never splits: no pool, no per-thread buffers
-      state.pool = std::make_unique<WorkPool>(state.num_threads);
+      state.pool = WorkPool::shared(state.num_threads);
       for (int i = 0; i < state.num_threads; ++i) {
         state.piece_streams.emplace_back(state.engine);
       }

@@ -4,6 +4,8 @@
 #include <omp.h>
 #include <sched.h>
 
+#include <map>
+
 namespace et_cpu_plugin {
 namespace onednn {
 namespace {
@@ -35,6 +37,18 @@ bool wait_briefly(Ready ready) {
 }
 
 }  // namespace
+
+std::shared_ptr<WorkPool> WorkPool::shared(int threads) {
+  static std::mutex mutex;
+  static std::map<int, std::weak_ptr<WorkPool>>* pools = new std::map<int, std::weak_ptr<WorkPool>>;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::shared_ptr<WorkPool> pool = (*pools)[threads].lock();
+  if (pool == nullptr) {
+    pool = std::make_shared<WorkPool>(threads);
+    (*pools)[threads] = pool;
+  }
+  return pool;
+}
 
 WorkPool::WorkPool(int threads) {
   for (int worker = 1; worker < threads; ++worker) {
@@ -109,7 +123,8 @@ void WorkPool::worker_main(int worker) {
 
 void WorkPool::run(size_t tasks, const std::function<void(size_t, int)>& fn) {
   if (tasks == 0) return;
-  if (workers_.empty() || tasks == 1) {
+  std::unique_lock<std::mutex> turn(caller_, std::defer_lock);
+  if (workers_.empty() || tasks == 1 || !turn.try_lock()) {
     for (size_t task = 0; task < tasks; ++task) fn(task, 0);
     return;
   }

@@ -10,6 +10,12 @@
 // with other processes running). Here a descheduled worker delays at most the one task it holds;
 // the caller takes every task nobody else claims, so a loaded machine degrades towards one thread
 // instead of collapsing. oneDNN itself runs single-threaded inside each task.
+//
+// One pool per process and size (`shared`), not one per delegate: a server whose N threads each
+// run their own program would otherwise start N pools, N x (threads - 1) workers spinning for
+// the same cores. Callers take turns: a `run` that finds the pool busy with another caller's op
+// runs its tasks on its own thread instead of waiting (the pool's threads are busy anyway), so
+// N callers use at most N + threads - 1 threads, and none waits for another.
 #pragma once
 
 #include <atomic>
@@ -18,6 +24,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -30,6 +37,9 @@ class WorkPool {
   // `threads` counts the caller: threads - 1 workers are started (none for 1).
   explicit WorkPool(int threads);
   ~WorkPool();
+  // The process's pool of `threads` threads, started on first use and stopped when its last
+  // holder lets go.
+  static std::shared_ptr<WorkPool> shared(int threads);
   WorkPool(const WorkPool&) = delete;
   WorkPool& operator=(const WorkPool&) = delete;
 
@@ -37,7 +47,8 @@ class WorkPool {
 
   // Calls fn(task, worker) once for every task in [0, tasks); worker is 0 for the caller and
   // 1..size()-1 for the pool's threads (an index for per-thread scratch memory). Returns when
-  // every task has finished; rethrows the first exception a task threw. One run at a time.
+  // every task has finished; rethrows the first exception a task threw. Any thread may call it:
+  // while another caller's run holds the pool, every task runs on the calling thread (worker 0).
   void run(size_t tasks, const std::function<void(size_t task, int worker)>& fn);
 
  private:
@@ -48,6 +59,7 @@ class WorkPool {
   bool claim(size_t task) { return claimed_[task].exchange(1, std::memory_order_acq_rel) == 0; }
 
   std::vector<std::thread> workers_;
+  std::mutex caller_;  // held by the caller whose run has the pool's threads
   std::mutex mutex_;
   std::condition_variable wake_;      // workers wait for a new job
   std::condition_variable finished_;  // the caller waits for the last task and the last worker
