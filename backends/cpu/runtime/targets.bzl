@@ -100,7 +100,7 @@ def define_common_targets():
         visibility = ["//visibility:public"],
         deps = [
             ":runtime_lib",
-            "//backends/cpu/runtime/providers/onednn:onednn_kernel_provider",
+            "//backends/cpu/runtime/providers/optimized:provider",
         ],
     )
 
