@@ -1,6 +1,7 @@
-// What convolution-like plans share (ConvCore): staging between the caller's layouts and the
-// primitive's, running the primitive whole or in pieces, and the split into images or row bands.
-// ConvPlan and DeconvPlan build on it.
+// The convolution-like plan (ConvLikePlan on ConvCore), one for convolutions and transposed
+// convolutions: staging between the caller's layouts and the primitive's, running the primitive
+// whole or in pieces, and the split into images or row bands. conv_plan.cc and deconv_plan.cc
+// only choose the primitive, split it and reorder the weights.
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
 
 #include <cstring>
@@ -9,6 +10,23 @@
 
 namespace et_cpu_plugin {
 namespace onednn {
+
+ConvLikePlan::ConvLikePlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+const Layout& ConvLikePlan::input_layout() const { return impl_->input_layout; }
+const Layout& ConvLikePlan::output_layout() const { return impl_->output_layout; }
+std::vector<int64_t> ConvLikePlan::output_dims() const { return impl_->output_layout.dims(); }
+size_t ConvLikePlan::weights_bytes() const { return impl_->weights_bytes(); }
+size_t ConvLikePlan::scratchpad_bytes() const { return impl_->scratchpad_md.get_size(); }
+std::string ConvLikePlan::implementation() const { return impl_->implementation; }
+size_t ConvLikePlan::pieces() const {
+  if (impl_->row_gemm) return impl_->row_gemm->tasks;
+  return std::max<size_t>(1, impl_->pieces.size());
+}
+
+void ConvLikePlan::run(const float* input, float* output, const float* residual) const {
+  impl_->run(impl_->name, input, output, residual);
+}
 
 void ConvCore::prepare(const std::shared_ptr<ProviderState>& provider,
                        const dnnl::primitive_desc_base& pd, bool bias, bool add,

@@ -1,4 +1,5 @@
-// Convolution plans (ConvPlan): the primitive's layouts and the splits into rows, images, channels.
+// Convolutions (prepare_conv, a ConvLikePlan): the primitive's layouts, our row_gemm for a
+// product over one pixel, and the splits into row bands, images, output-channel blocks.
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
 
 #include <algorithm>
@@ -88,39 +89,6 @@ Support supports_conv(const ConvParams& p, const PostOps& post_ops) {
   return Support::yes();
 }
 
-// The primitive picks its own src/dst layouts (format `any`, the fast kernels want blocked or
-// channels-last); ConvCore stages the caller's where they differ.
-struct ConvPlan::Impl : ConvCore {};
-
-ConvPlan::ConvPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
-
-const Layout& ConvPlan::input_layout() const {
-  return impl_->input_layout;
-}
-const Layout& ConvPlan::output_layout() const {
-  return impl_->output_layout;
-}
-std::vector<int64_t> ConvPlan::output_dims() const {
-  return impl_->output_layout.dims();
-}
-size_t ConvPlan::weights_bytes() const {
-  return impl_->weights_bytes();
-}
-size_t ConvPlan::scratchpad_bytes() const {
-  return impl_->scratchpad_md.get_size();
-}
-std::string ConvPlan::implementation() const {
-  return impl_->implementation;
-}
-size_t ConvPlan::pieces() const {
-  if (impl_->row_gemm) return impl_->row_gemm->tasks;
-  return std::max<size_t>(1, impl_->pieces.size());
-}
-
-void ConvPlan::run(const float* input, float* output, const float* residual) const {
-  impl_->run("conv plan", input, output, residual);
-}
-
 namespace {
 
 // ET_CPU_CONV_BAND_WEIGHTS=0: row bands only take the whole op's weight layout (for measuring;
@@ -140,7 +108,7 @@ constexpr int64_t kConvChannels = 16;
 std::vector<Piece> split_conv_channels(
     ProviderState& state,
     const ConvParams& params,
-    const ConvPlan::Impl& plan,
+    const ConvLikePlan::Impl& plan,
     const Dims& src_dims,
     const Dims& dst_dims,
     const Dims& strides,
@@ -196,7 +164,7 @@ std::vector<Piece> split_conv_channels(
 std::vector<Piece> split_conv(
     ProviderState& state,
     const ConvParams& params,
-    const ConvPlan::Impl& plan,
+    const ConvLikePlan::Impl& plan,
     const Dims& src_dims,
     const Dims& dst_dims,
     const Dims& strides,
@@ -289,7 +257,7 @@ bool is_row_product(const ConvParams& p, const PostOps& post_ops, const memory::
 ConvPlan prepare_row_product(const std::shared_ptr<ProviderState>& state, const ConvParams& p,
                              const float* weight, const float* bias, const PostOps& post_ops,
                              const memory::desc& src_md, OutputLayout output) {
-  auto impl = std::make_shared<ConvPlan::Impl>();
+  auto impl = std::make_shared<ConvLikePlan::Impl>();
   impl->state = state;
   impl->row_gemm = prepare_row_gemm(*state, p.batch, p.in_channels, p.out_channels, weight,
                                     /*weight_is_k_by_n=*/false, bias, post_ops,
@@ -312,22 +280,17 @@ ConvPlan Provider::prepare_conv(
     const float* bias,
     const PostOps& post_ops,
     const ConvLayouts& layouts) {
-  const Support support = supports_conv(params, post_ops);
-  if (!support.ok) {
-    throw ProviderError("prepare_conv: " + support.reason);
-  }
-  if (weight == nullptr) {
-    throw ProviderError("prepare_conv: weight is null");
-  }
+  check_conv_like("prepare_conv", supports_conv(params, post_ops), weight);
   ProviderState& state = *state_;
   ThreadCountGuard threads(state.omp_threads);
-  const size_t rank = params.input_size.size();
-  const std::vector<int64_t> out_size = conv_output_size(params);
-
-  Dims src_dims{params.batch, params.in_channels};
-  src_dims.insert(src_dims.end(), params.input_size.begin(), params.input_size.end());
-  Dims dst_dims{params.batch, params.out_channels};
-  dst_dims.insert(dst_dims.end(), out_size.begin(), out_size.end());
+  const ConvLikeShape shape =
+      conv_like_shape("prepare_conv", "convolution", params, conv_output_size(params), layouts);
+  const Dims& src_dims = shape.src_dims;
+  const Dims& dst_dims = shape.dst_dims;
+  const Dims& strides = shape.strides;
+  const Dims& padding = shape.pad_left;
+  const Dims& dilation = shape.dilation;
+  const memory::desc& given_src_md = shape.given_src_md;
   // torch's [C_out, C_in/g, *k] is oneDNN's [g, C_out/g, C_in/g, *k] in the same memory order.
   Dims weight_dims;
   if (params.groups > 1) {
@@ -337,20 +300,6 @@ ConvPlan Provider::prepare_conv(
     weight_dims = {params.out_channels, params.in_channels};
   }
   weight_dims.insert(weight_dims.end(), params.kernel_size.begin(), params.kernel_size.end());
-
-  Dims strides(params.stride.begin(), params.stride.end());
-  Dims padding(params.padding.begin(), params.padding.end());
-  Dims dilation;
-  for (size_t i = 0; i < rank; ++i) {
-    dilation.push_back(params.dilation[i] - 1);  // oneDNN counts the gaps, torch the step
-  }
-
-  if (layouts.input && layouts.input->dims() != std::vector<int64_t>(src_dims)) {
-    throw ProviderError(
-        "prepare_conv: input layout dims " + dims_to_string(layouts.input->dims()) +
-        " != convolution input dims " + dims_to_string(src_dims));
-  }
-  const memory::desc given_src_md = layouts.input ? layouts.input->impl().md : plain_md(src_dims);
   if (is_row_product(params, post_ops, given_src_md)) {
     return prepare_row_product(state_, params, weight, bias, post_ops, given_src_md,
                                layouts.output);
@@ -358,7 +307,7 @@ ConvPlan Provider::prepare_conv(
   const memory::desc bias_md = bias ? any_md({params.out_channels}) : memory::desc();
 
   return wrap_dnnl("prepare_conv", [&] {
-    using Impl = ConvPlan::Impl;
+    using Impl = ConvLikePlan::Impl;
     const auto choose_pd = [&](const dnnl::primitive_attr& attr) {
       auto pd = conv_pd(state.engine, any_md(src_dims), any_md(weight_dims), bias_md,
                         any_md(dst_dims), strides, dilation, padding, padding, attr);

@@ -1,5 +1,6 @@
-// Transposed convolution plans (DeconvPlan) on oneDNN's deconvolution_forward: torch's weight
-// layout, the primitive's layouts, and the splits into images or bands of output rows.
+// Transposed convolutions (prepare_deconv, a ConvLikePlan) on oneDNN's deconvolution_forward:
+// torch's weight layout, the primitive's layouts (channels-last where a jit kernel takes it), and
+// the splits into images or bands of output rows.
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
 
 namespace et_cpu_plugin {
@@ -85,39 +86,6 @@ Support supports_deconv(const DeconvParams& p, const PostOps& post_ops) {
   return check_post_ops(post_ops);
 }
 
-// What the primitive reads and writes is channels-last, or oneDNN's choice where channels-last
-// only gets a generic kernel; ConvCore stages the caller's layouts where they differ. Pieces are
-// images or bands of output rows sharing the plan's weights; the input conversion stays whole.
-struct DeconvPlan::Impl : ConvCore {};
-
-DeconvPlan::DeconvPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
-
-const Layout& DeconvPlan::input_layout() const {
-  return impl_->input_layout;
-}
-const Layout& DeconvPlan::output_layout() const {
-  return impl_->output_layout;
-}
-std::vector<int64_t> DeconvPlan::output_dims() const {
-  return impl_->output_layout.dims();
-}
-size_t DeconvPlan::weights_bytes() const {
-  return impl_->weights_bytes();
-}
-size_t DeconvPlan::scratchpad_bytes() const {
-  return impl_->scratchpad_md.get_size();
-}
-std::string DeconvPlan::implementation() const {
-  return impl_->implementation;
-}
-size_t DeconvPlan::pieces() const {
-  return std::max<size_t>(1, impl_->pieces.size());
-}
-
-void DeconvPlan::run(const float* input, float* output, const float* residual) const {
-  impl_->run("deconv plan", input, output, residual);
-}
-
 namespace {
 
 // Splits a deconvolution whose primitive reads and writes channels-last data into images of the
@@ -130,7 +98,7 @@ namespace {
 std::vector<Piece> split_deconv(
     ProviderState& state,
     const DeconvParams& params,
-    const DeconvPlan::Impl& plan,
+    const ConvLikePlan::Impl& plan,
     const Dims& src_dims,
     const Dims& dst_dims,
     const Dims& strides,
@@ -182,22 +150,18 @@ DeconvPlan Provider::prepare_deconv(
     const float* bias,
     const PostOps& post_ops,
     const ConvLayouts& layouts) {
-  const Support support = supports_deconv(params, post_ops);
-  if (!support.ok) {
-    throw ProviderError("prepare_deconv: " + support.reason);
-  }
-  if (weight == nullptr) {
-    throw ProviderError("prepare_deconv: weight is null");
-  }
+  check_conv_like("prepare_deconv", supports_deconv(params, post_ops), weight);
   ProviderState& state = *state_;
   ThreadCountGuard threads(state.omp_threads);
   const size_t rank = params.input_size.size();
-  const std::vector<int64_t> out_size = deconv_output_size(params);
-
-  Dims src_dims{params.batch, params.in_channels};
-  src_dims.insert(src_dims.end(), params.input_size.begin(), params.input_size.end());
-  Dims dst_dims{params.batch, params.out_channels};
-  dst_dims.insert(dst_dims.end(), out_size.begin(), out_size.end());
+  const ConvLikeShape shape = conv_like_shape("prepare_deconv", "transposed convolution", params,
+                                              deconv_output_size(params), layouts);
+  const Dims& src_dims = shape.src_dims;
+  const Dims& dst_dims = shape.dst_dims;
+  const Dims& strides = shape.strides;
+  const Dims& pad_left = shape.pad_left;
+  const Dims& dilation = shape.dilation;
+  const memory::desc& given_src_md = shape.given_src_md;
 
   // torch's weight is [C_in, C_out/g, *k] = [g, C_in/g, C_out/g, *k] in memory; oneDNN's
   // deconvolution weights are [(g,) C_out/g, C_in/g, *k]: the same bytes with the two channel
@@ -226,26 +190,15 @@ DeconvPlan Provider::prepare_deconv(
     weight_strides.insert(weight_strides.end(), kernel_strides.begin(), kernel_strides.end());
   }
 
-  Dims strides(params.stride.begin(), params.stride.end());
-  Dims pad_left(params.padding.begin(), params.padding.end());
+  // output_padding adds rows at the end: less padding on the right (may go negative).
   Dims pad_right;
-  Dims dilation;
   for (size_t i = 0; i < rank; ++i) {
-    // output_padding adds rows at the end: less padding on the right (may go negative).
     pad_right.push_back(params.padding[i] - params.output_padding[i]);
-    dilation.push_back(params.dilation[i] - 1);  // oneDNN counts the gaps, torch the step
   }
-
-  if (layouts.input && layouts.input->dims() != std::vector<int64_t>(src_dims)) {
-    throw ProviderError("prepare_deconv: input layout dims " +
-                        dims_to_string(layouts.input->dims()) +
-                        " != transposed convolution input dims " + dims_to_string(src_dims));
-  }
-  const memory::desc given_src_md = layouts.input ? layouts.input->impl().md : plain_md(src_dims);
   const memory::desc bias_md = bias ? any_md({params.out_channels}) : memory::desc();
 
   return wrap_dnnl("prepare_deconv", [&] {
-    using Impl = DeconvPlan::Impl;
+    using Impl = ConvLikePlan::Impl;
     const auto choose_pd = [&](const dnnl::primitive_attr& attr) {
       // Channels-last in and out (brgemm-based deconvolution for fp32 on AVX-512, splittable
       // into row bands, and what neighbouring convolutions keep); oneDNN's own choice of layouts
@@ -271,6 +224,7 @@ DeconvPlan Provider::prepare_deconv(
     const dnnl::primitive_attr attr = make_attr(split.primitive);
 
     auto impl = std::make_shared<Impl>();
+    impl->name = "deconv plan";
     impl->prepare(state_, pd, bias != nullptr, has_add(post_ops), given_src_md, layouts.output,
                   dst_dims, /*input_in_bands=*/false);
     impl->tail = split.tail;

@@ -5,9 +5,9 @@
 //   onednn_provider.cc  Provider (threads, defaults, memory accounting, ISA), post-op attributes
 //   layout.cc           Layout, memory descriptors, reorders (ReorderPlan, weights, input bands)
 //   pieces.cc           running primitives on the pool's threads; slicing ops into pieces
-//   conv_common.cc      ConvCore: what ConvPlan and DeconvPlan share (staging, run, row bands)
-//   conv_plan.cc        ConvPlan and its splits (row bands, images, output-channel blocks)
-//   deconv_plan.cc      DeconvPlan: transposed convolution (images, bands of output rows)
+//   conv_common.cc      ConvLikePlan on ConvCore: staging, run, row bands (conv and deconv alike)
+//   conv_plan.cc        prepare_conv and its splits (row bands, images, output-channel blocks)
+//   deconv_plan.cc      prepare_deconv: transposed convolution (images, bands of output rows)
 //   linear_plan.cc      LinearPlan (column blocks)
 //   matmul_plan.cc      MatmulPlan (batches, row bands)
 //   block_plan.cc       BlockPlan: the inverted residual block in row bands
@@ -462,7 +462,8 @@ dnnl::convolution_forward::primitive_desc conv_pd(
     const dnnl::primitive_attr& attr);
 
 // ---------------------------------------------------------------------------------------------
-// Convolution-like plans (conv_common.cc): what ConvPlan and DeconvPlan share
+// Convolution-like plans (conv_common.cc): ConvLikePlan, the one plan type of convolutions and
+// transposed convolutions
 
 // One convolution-like primitive (convolution, transposed convolution) between the caller's
 // layouts: staging where they differ from the primitive's, and its pieces on the pool. The plans'
@@ -516,9 +517,58 @@ struct ConvCore {
   // Appends the pieces and input bands (if any) to `implementation`.
   void describe_split();
   size_t weights_bytes() const;
-  // Runs the op (`what` names the plan in errors); see ConvPlan::run.
+  // Runs the op (`what` names the plan in errors); see ConvLikePlan::run.
   void run(const char* what, const float* input, float* output, const float* residual) const;
 };
+
+// What prepare_conv and prepare_deconv return (onednn_provider.h): a ConvCore and the name its
+// errors give the plan.
+struct ConvLikePlan::Impl : ConvCore {
+  const char* name = "conv plan";
+};
+
+// What prepare_conv and prepare_deconv (`what`, in errors) give oneDNN of a convolution-like
+// op (`op`: "convolution", "transposed convolution") with ConvParams or DeconvParams `p`: src
+// {N, C_in, *in}, dst {N, C_out, *out_size}, strides, left padding, dilations (oneDNN counts the
+// gaps, torch the step), and the layout the input arrives in (plain when layouts.input is empty;
+// its dims must be src's).
+struct ConvLikeShape {
+  Dims src_dims;
+  Dims dst_dims;
+  Dims strides;
+  Dims pad_left;
+  Dims dilation;
+  memory::desc given_src_md;
+};
+template <typename Params>
+ConvLikeShape conv_like_shape(const char* what, const char* op, const Params& p,
+                              const std::vector<int64_t>& out_size, const ConvLayouts& layouts) {
+  ConvLikeShape shape;
+  shape.src_dims = {p.batch, p.in_channels};
+  shape.src_dims.insert(shape.src_dims.end(), p.input_size.begin(), p.input_size.end());
+  shape.dst_dims = {p.batch, p.out_channels};
+  shape.dst_dims.insert(shape.dst_dims.end(), out_size.begin(), out_size.end());
+  shape.strides.assign(p.stride.begin(), p.stride.end());
+  shape.pad_left.assign(p.padding.begin(), p.padding.end());
+  for (int64_t d : p.dilation) shape.dilation.push_back(d - 1);
+  if (layouts.input && layouts.input->dims() != std::vector<int64_t>(shape.src_dims)) {
+    throw ProviderError(std::string(what) + ": input layout dims " +
+                        dims_to_string(layouts.input->dims()) + " != " + op + " input dims " +
+                        dims_to_string(shape.src_dims));
+  }
+  shape.given_src_md = layouts.input ? layouts.input->impl().md : plain_md(shape.src_dims);
+  return shape;
+}
+
+// Throws ProviderError (`what`: the prepare_* function) unless `support` is ok and `weight` set.
+inline void check_conv_like(const char* what, const Support& support, const float* weight) {
+  if (!support.ok) {
+    throw ProviderError(std::string(what) + ": " + support.reason);
+  }
+  if (weight == nullptr) {
+    throw ProviderError(std::string(what) + ": weight is null");
+  }
+}
 
 // A band of output rows [begin, end) along the first spatial dim: the input rows [lo, hi) it
 // reads and its own padding there (`band(begin, end, &rows)` fills them; false: no input row).

@@ -325,8 +325,9 @@ class BlockPlan;
 class ConcatPlan;
 class PermutePlan;
 class LayerNormPlan;
-class ConvPlan;
-class DeconvPlan;
+class ConvLikePlan;
+using ConvPlan = ConvLikePlan;    // what prepare_conv returns
+using DeconvPlan = ConvLikePlan;  // what prepare_deconv returns
 class LinearPlan;
 class MatmulPlan;
 class ReorderPlan;
@@ -426,7 +427,9 @@ class Provider {
 };
 
 // The plans are cheap handles (shared ownership of the prepared primitive); copy freely.
-class ConvPlan {
+// A convolution or a transposed convolution: one plan type on one core (ConvCore,
+// conv_common.cc); prepare_conv and prepare_deconv differ only in the primitive and its splits.
+class ConvLikePlan {
  public:
   const Layout& input_layout() const;
   const Layout& output_layout() const;
@@ -442,29 +445,7 @@ class ConvPlan {
   void run(const float* input, float* output, const float* residual = nullptr) const;
 
   struct Impl;
-  explicit ConvPlan(std::shared_ptr<const Impl> impl);
-
- private:
-  std::shared_ptr<const Impl> impl_;
-};
-
-// A transposed convolution: the same interface as ConvPlan.
-class DeconvPlan {
- public:
-  const Layout& input_layout() const;
-  const Layout& output_layout() const;
-  std::vector<int64_t> output_dims() const;  // {N, C_out, *spatial}
-  size_t weights_bytes() const;
-  size_t scratchpad_bytes() const;
-  // oneDNN's implementation name plus ", N pieces" when split.
-  std::string implementation() const;
-  size_t pieces() const;
-  // `residual` is required iff the post-ops contain kAdd; it must be in output_layout(); it may be
-  // `output` itself.
-  void run(const float* input, float* output, const float* residual = nullptr) const;
-
-  struct Impl;
-  explicit DeconvPlan(std::shared_ptr<const Impl> impl);
+  explicit ConvLikePlan(std::shared_ptr<const Impl> impl);
 
  private:
   std::shared_ptr<const Impl> impl_;
