@@ -223,6 +223,27 @@ memory::desc slice_dim(const memory::desc& md, int dim, int64_t begin, int64_t e
   return memory::desc(piece, memory::data_type::f32, strides);
 }
 
+OuterSlices outer_slices(ProviderState& state, const memory::desc& dst,
+                         const std::vector<memory::desc>& srcs, int excluded,
+                         double flops_per_element) {
+  OuterSlices slices;
+  const int split = outermost_dim(dst);
+  if (split < 0 || split == excluded) return slices;
+  for (const memory::desc& md : srcs) {
+    if (md.get_dims()[split] != 1 && outermost_dim(md) != split) return slices;
+  }
+  const Dims dims = dst.get_dims();
+  slices.dim = split;
+  slices.units = dims[split];
+  slices.count = state.pieces_for(product(dims) * flops_per_element, dims[split]);
+  return slices;
+}
+
+memory::desc OuterSlices::slice(const memory::desc& md, size_t index, size_t* offset) const {
+  const auto [begin, end] = slice_of(units, count, index);
+  return slice_dim(md, dim, begin, end, offset);
+}
+
 std::vector<Piece> make_pieces(ProviderState& state, size_t count,
                                const std::function<bool(size_t index, Piece& piece)>& make) {
   if (count < 2) {

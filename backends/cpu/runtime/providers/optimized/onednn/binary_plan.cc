@@ -397,30 +397,16 @@ BinaryPlan Provider::prepare_binary(BinaryOp op, const Layout& a, const Layout& 
     };
     const dnnl::binary::primitive_desc whole = pd_of(src0, src1, dst);
     impl->implementation = whole.impl_info_str();
-    // Split along the output's outermost dim in memory, when every operand has it outermost too
-    // (or broadcasts it): each piece is then a dense slice of every operand.
-    const int split = outermost_dim(dst);
-    const Dims dims = dst.get_dims();
-    size_t count = 1;
-    if (split >= 0) {
-      const bool sliceable = [&] {
-        for (const memory::desc* md : {&src0, &src1}) {
-          if (md->get_dims()[split] != 1 && outermost_dim(*md) != split) return false;
-        }
-        return true;
-      }();
-      if (sliceable) {
-        count = state.pieces_for(product(dims) * kBinaryFlopsPerElement, dims[split]);
-      }
-    }
+    // Slices along the output's outermost dim in memory, when every operand has it outermost
+    // too (or broadcasts it): each piece is then a dense slice of every operand.
+    const OuterSlices slices = outer_slices(state, dst, {src0, src1}, -1, kBinaryFlopsPerElement);
     impl->parts = split_parts(
-        state, count, [&] { return make_part(whole, src0, src1, dst); }, &impl->implementation,
-        [&](size_t i) {
-      const auto [begin, end] = slice_of(dims[split], count, i);
+        state, slices.count, [&] { return make_part(whole, src0, src1, dst); },
+        &impl->implementation, [&](size_t i) {
       size_t o0 = 0, o1 = 0, od = 0;
-      const memory::desc s0 = slice_dim(src0, split, begin, end, &o0);
-      const memory::desc s1 = slice_dim(src1, split, begin, end, &o1);
-      const memory::desc d = slice_dim(dst, split, begin, end, &od);
+      const memory::desc s0 = slices.slice(src0, i, &o0);
+      const memory::desc s1 = slices.slice(src1, i, &o1);
+      const memory::desc d = slices.slice(dst, i, &od);
       auto part = make_part(pd_of(s0, s1, d), s0, s1, d);
       part.src0_offset = o0;
       part.src1_offset = o1;

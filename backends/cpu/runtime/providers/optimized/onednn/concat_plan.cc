@@ -202,30 +202,20 @@ ConcatPlan Provider::prepare_concat(const std::vector<Layout>& inputs, int64_t a
     }
     const dnnl::concat::primitive_desc whole = pd_of(srcs, dst);
     impl->implementation = whole.impl_info_str();
-    // Split along a dim other than the concatenated one that is outermost in memory in the
+    // Slices along a dim other than the concatenated one that is outermost in memory in the
     // output and every input (rows of channels-last images): each piece is a dense slice.
-    const int split = outermost_dim(dst);
-    size_t count = 1;
-    if (split >= 0 && split != axis) {
-      bool sliceable = true;
-      for (const memory::desc& md : srcs) sliceable = sliceable && outermost_dim(md) == split;
-      const Dims out_dims = dst.get_dims();
-      if (sliceable) {
-        count = state.pieces_for(product(out_dims) * kConcatFlopsPerElement, out_dims[split]);
-      }
-    }
-    // Every sliced dim is larger than 1 (outermost), so each slice is a real one.
+    const OuterSlices slices =
+        outer_slices(state, dst, srcs, static_cast<int>(axis), kConcatFlopsPerElement);
     impl->parts = split_parts(
-        state, count, [&] { return make_part(whole, srcs, dst); }, &impl->implementation,
+        state, slices.count, [&] { return make_part(whole, srcs, dst); }, &impl->implementation,
         [&](size_t i) {
-      const auto [begin, end] = slice_of(dst.get_dims()[split], count, i);
       std::vector<memory::desc> piece_srcs;
       std::vector<size_t> offsets(srcs.size(), 0);
       for (size_t s = 0; s < srcs.size(); ++s) {
-        piece_srcs.push_back(slice_dim(srcs[s], split, begin, end, &offsets[s]));
+        piece_srcs.push_back(slices.slice(srcs[s], i, &offsets[s]));
       }
       size_t dst_offset = 0;
-      const memory::desc piece_dst = slice_dim(dst, split, begin, end, &dst_offset);
+      const memory::desc piece_dst = slices.slice(dst, i, &dst_offset);
       auto part = make_part(pd_of(piece_srcs, piece_dst), piece_srcs, piece_dst);
       part.src_offsets = offsets;
       part.dst_offset = dst_offset;

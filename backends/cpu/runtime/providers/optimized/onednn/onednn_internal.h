@@ -408,6 +408,22 @@ int outermost_dim(const memory::desc& md);
 memory::desc slice_dim(const memory::desc& md, int dim, int64_t begin, int64_t end,
                        size_t* offset);
 
+// How an op over dense operands (binary ops, concatenation) splits for the pool: into `count`
+// slices along `dim`, the output's outermost dim in memory, which every source has outermost too
+// or broadcasts (size 1); count 1 when it does not split.
+struct OuterSlices {
+  int dim = -1;
+  size_t count = 1;
+  int64_t units = 0;  // the output's extent along dim
+  // Slice `index` of `md` along dim; where it starts (in floats) in *offset.
+  memory::desc slice(const memory::desc& md, size_t index, size_t* offset) const;
+};
+// The slices of an op writing `dst` from `srcs` at `flops_per_element` per output element;
+// `excluded`: a dim it must not split (concat's axis), or -1.
+OuterSlices outer_slices(ProviderState& state, const memory::desc& dst,
+                         const std::vector<memory::desc>& srcs, int excluded,
+                         double flops_per_element);
+
 // The parts of an op split into `count` slices (`make(index)` builds one; ", N pieces" goes on
 // `implementation`), their scratchpads reserved in every pool thread's buffer; or, when count < 2
 // or oneDNN refuses a slice, `make_whole()` alone with its scratchpad in the shared one (built
