@@ -1,6 +1,6 @@
-#pragma once
 // How an op's work is cut into near-equal pieces for the work pool: shared by the float plans and
 // the int8 kernels, so both split the same way.
+#pragma once
 
 #include <cstddef>
 #include <cstdint>

@@ -1,3 +1,5 @@
+// The per-tensor quantize / dequantize loops (see quantize_convert.h): AVX-512 where the CPU has
+// it, the same arithmetic in scalar code otherwise.
 #include "backends/cpu/runtime/providers/optimized/kernels/quantize_convert.h"
 
 #include <algorithm>

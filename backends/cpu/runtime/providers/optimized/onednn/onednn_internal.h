@@ -1,25 +1,27 @@
-// The provider's internals shared by its source files: ProviderState, buffers, pieces, helpers.
+// The plans' internals shared by their source files: ProviderState, buffers, pieces, helpers.
 //
-// Not part of the provider's interface (onednn_provider.h is): only the provider's own .cc files
-// include this. Where things live:
-//   onednn_provider.cc  Provider (threads, defaults, memory accounting, ISA), post-op attributes
-//   layout.cc           Layout, memory descriptors, reorders (ReorderPlan, weights, input bands)
-//   pieces.cc           running primitives on the pool's threads; slicing ops into pieces
-//   conv_common.cc      ConvLikePlan on ConvCore: staging, run, row bands (conv and deconv alike)
-//   conv_plan.cc        prepare_conv and its splits (row bands, images, output-channel blocks)
-//   deconv_plan.cc      prepare_deconv: transposed convolution (images, bands of output rows)
-//   linear_plan.cc      LinearPlan (column blocks)
-//   matmul_plan.cc      MatmulPlan (batches, row bands)
-//   block_plan.cc       BlockPlan: the inverted residual block in row bands
-//   pooling_plan.cc     PoolPlan: max pooling and global average pooling
-//   eltwise_plan.cc     EltwisePlan: activations; their oneDNN algorithms (post-ops use them too)
-//   binary_plan.cc      BinaryPlan: add/sub/mul/div with broadcasting
-//   resampling_plan.cc  ResamplePlan: nearest and linear resampling
-//   concat_plan.cc      ConcatPlan: concatenation
-//   permute_plan.cc     PermutePlan: permute_copy on our own copy loops
-//   layer_norm_plan.cc  LayerNormPlan: layer normalization
-//   work_pool.{h,cc}    the work-sharing pool
-//   weight_cache.{h,cc} prepared constants shared by a delegate instance's Providers
+// Not part of the plans' interface (onednn_provider.h is): only the plans' own .cc files include
+// this. Where things live (paths below providers/optimized/):
+//   onednn/onednn_provider.cc  Provider (threads, defaults, memory accounting, ISA), post-ops
+//   common/layout.cc           Layout, memory descriptors, reorders (ReorderPlan, weights, bands)
+//   common/pieces.cc           running primitives on the pool's threads; slicing ops into pieces
+//   common/work_pool.{h,cc}    the work-sharing pool
+//   common/weight_cache.{h,cc} prepared constants shared by a delegate instance's Providers
+//   onednn/conv_common.cc      ConvLikePlan on ConvCore: staging, run, row bands (conv, deconv)
+//   onednn/conv_plan.cc        prepare_conv and its splits (row bands, images, channel blocks)
+//   onednn/deconv_plan.cc      prepare_deconv: transposed convolution (images, output row bands)
+//   onednn/linear_plan.cc      LinearPlan (column blocks)
+//   onednn/matmul_plan.cc      MatmulPlan (batches, row bands)
+//   onednn/block_plan.cc       BlockPlan: the inverted residual block in row bands
+//   onednn/pooling_plan.cc     PoolPlan: max pooling and global average pooling
+//   onednn/eltwise_plan.cc     EltwisePlan: activations; their oneDNN algorithms (post-ops too)
+//   onednn/binary_plan.cc      BinaryPlan: add/sub/mul/div with broadcasting
+//   onednn/resampling_plan.cc  ResamplePlan: nearest and linear resampling
+//   onednn/concat_plan.cc      ConcatPlan: concatenation
+//   onednn/layer_norm_plan.cc  LayerNormPlan: layer normalization
+//   onednn/softmax_plan.cc     SoftmaxPlan: our own AVX-512 loops, else oneDNN's softmax
+//   kernels/permute_plan.cc    PermutePlan: permute_copy on our own copy loops
+//   kernels/row_gemm.cc, channel_binary.cc, vector_activations.cc: our own kernels the plans run
 #pragma once
 
 #include <omp.h>

@@ -1,4 +1,7 @@
-// The optimized provider of the CPU delegate: convolution, linear and matmul on oneDNN.
+// The plans of the CPU delegate's Optimized provider (onednn::Provider): convolutions, linears,
+// matmuls, pooling, resampling, concatenation, elementwise, binary, normalization, softmax and
+// permute plans, on oneDNN primitives or on our own kernels (kernels/) where those are faster.
+// The runtime's provider (../provider.cc and its binders) binds ops to these plans.
 //
 // Plain pointers and shapes only (no ExecuTorch or oneDNN types), so the runtime binds it in a few
 // lines. The life cycle mirrors the delegate's: `Provider` is created once per delegate instance in

@@ -1,3 +1,6 @@
+// The int8 kernels (see quantized_kernels.h): argument parsing, the oneDNN int8 convolution,
+// matmul and pooling with runtime scales and zero points, our own int8 add, their splits on the
+// work pool, and check_quantized / bind_quantized.
 #include "backends/cpu/runtime/providers/optimized/onednn/quantized_kernels.h"
 
 #include <cfloat>

@@ -1,3 +1,5 @@
+// The C ABI of onednn_c_api.h over the plans (onednn::Provider): handles, argument conversion,
+// errors kept per thread for etdnn_last_error().
 #include "backends/cpu/runtime/providers/optimized/test/onednn_c_api.h"
 
 #include <algorithm>
