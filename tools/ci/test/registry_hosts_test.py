@@ -51,7 +51,7 @@ def _tracked_files(root: Path) -> list[Path]:
         ).stdout.split("\0")
         return [root / p for p in listed if p and (root / p).is_file()]
     except (OSError, subprocess.CalledProcessError):
-        found = []
+        found: list[Path] = []
         for directory, subdirs, names in os.walk(root):
             subdirs[:] = [d for d in subdirs if d != ".git" and not d.startswith("bazel-")]
             found.extend(Path(directory) / name for name in names)

@@ -154,7 +154,8 @@ def test_activation_before_a_residual_add_stays_a_onednn_post_op(provider: Provi
 def test_switch_keeps_onednn_post_ops() -> None:
     # In a child, so the setting cannot leak into the other cases.
     code = (
-        "from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import Provider, PostOp, SILU\n"
+        "from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import (\n"
+        "    Provider, PostOp, SILU)\n"
         "import torch\n"
         "p = Provider(num_threads=1)\n"
         "print(p.has_vector_activation(SILU))\n"
