@@ -167,8 +167,12 @@ host_codename="$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")"
 MIRROR="${ET_CI_DEBIAN_MIRROR:-$(apt_source_uri "$host_codename")}"
 SECURITY_MIRROR="${ET_CI_DEBIAN_SECURITY_MIRROR:-$(apt_source_uri "$host_codename-security")}"
 readonly MIRROR SECURITY_MIRROR
-[[ -n $MIRROR ]] || usage_error "no apt source of this machine serves '$host_codename' (/etc/apt/sources.list, sources.list.d/*.list, *.sources); set ET_CI_DEBIAN_MIRROR"
-[[ -n $SECURITY_MIRROR ]] || usage_error "no apt source of this machine serves '$host_codename-security'; set ET_CI_DEBIAN_SECURITY_MIRROR"
+[[ -n $MIRROR ]] ||
+  usage_error "no apt source of this machine serves '$host_codename' (/etc/apt/sources.list," \
+    "sources.list.d/*.list, *.sources); set ET_CI_DEBIAN_MIRROR"
+[[ -n $SECURITY_MIRROR ]] ||
+  usage_error "no apt source of this machine serves '$host_codename-security';" \
+    "set ET_CI_DEBIAN_SECURITY_MIRROR"
 [[ ${#commands[@]} -gt 0 ]] || commands=("run //tools/lower" "test //...")
 
 # The root directory: absolute, no whitespace (findmnt output is parsed), and never a system

@@ -260,8 +260,8 @@ Error bind_mean(const OpBinding& op, OptimizedSession& session, std::unique_ptr<
 
 // aten::permute_copy.out(self, dims, *, out): float32, dims a permutation (negative dims count
 // from the end).
-Error bind_permute(const OpBinding& op, OptimizedSession& session, std::unique_ptr<BoundKernel>* out,
-                   Decline* decline) {
+Error bind_permute(const OpBinding& op, OptimizedSession& session,
+                   std::unique_ptr<BoundKernel>* out, Decline* decline) {
   const Tensor* input = tensor_arg(op, 0);
   Tensor* output = op.args.size() > 2 && op.args[2]->isTensor() ? &op.args[2]->toTensor() : nullptr;
   if (!is_f32(input) || !is_f32(output)) {

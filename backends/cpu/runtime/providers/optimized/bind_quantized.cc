@@ -61,7 +61,8 @@ class QuantizedChainKernel final : public OptimizedKernel {
     return quantized_output_chainable(kernel_name_) ? impl_of(output_) : nullptr;
   }
   // The int8 max pool's / add's output may be channels-last when all its inputs are.
-  const executorch::aten::TensorImpl* chainable_output_after(const Chained& chained) const override {
+  const executorch::aten::TensorImpl* chainable_output_after(
+      const Chained& chained) const override {
     if (quantized_layout_follows_input(kernel_name_)) {
       const bool inputs = chained.count(impl_of(input_)) > 0 &&
                           (second_ == nullptr || chained.count(impl_of(second_)) > 0);

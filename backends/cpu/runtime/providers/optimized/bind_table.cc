@@ -51,7 +51,9 @@ Error reduction(const R& r) {
   return bind_reduction(r.op, kReduction, r.session, r.out, r.decline);
 }
 Error embedding(const R& r) { return bind_embedding(r.op, r.session, r.out, r.decline); }
-Error quantize(const R& r) { return bind_quantize_convert(r.op, true, r.session, r.out, r.decline); }
+Error quantize(const R& r) {
+  return bind_quantize_convert(r.op, true, r.session, r.out, r.decline);
+}
 Error dequantize(const R& r) {
   return bind_quantize_convert(r.op, false, r.session, r.out, r.decline);
 }

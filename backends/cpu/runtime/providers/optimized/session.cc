@@ -65,8 +65,9 @@ size_t OptimizedSession::count_implementation(const std::string& prefix) const {
 }
 
 size_t OptimizedSession::split_count() const {
-  return static_cast<size_t>(std::count_if(kernels_.begin(), kernels_.end(),
-                                           [](const OptimizedKernel* k) { return k->pieces() > 1; }));
+  return static_cast<size_t>(
+      std::count_if(kernels_.begin(), kernels_.end(),
+                    [](const OptimizedKernel* k) { return k->pieces() > 1; }));
 }
 
 Error OptimizedSession::finalize(

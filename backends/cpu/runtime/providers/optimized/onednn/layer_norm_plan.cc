@@ -1,6 +1,6 @@
-// Layer normalization plans (LayerNormPlan): native_layer_norm (transformers' pre-norm, the final norm) on oneDNN's layer
-// normalization over the trailing features of each row, with torch's per-row mean and 1 / std as
-// the op's other two outputs.
+// Layer normalization plans (LayerNormPlan): native_layer_norm (transformers' pre-norm, the final
+// norm) on oneDNN's layer normalization over the trailing features of each row, with torch's
+// per-row mean and 1 / std as the op's other two outputs.
 #include <cmath>
 
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
