@@ -166,8 +166,9 @@ BUILTIN_KERNELS: frozenset[str] = frozenset(
 )
 
 # The delegate's int8 ops (quantized_ops.py): neither ExecuTorch's registry nor BUILTIN_KERNELS has
-# them; only the Optimized provider (oneDNN, runtime/providers/onednn/quantized_kernels.cc) runs
-# them, so there is no Reference fallback (init fails naming the op if oneDNN declines).
+# them; only the Optimized provider (oneDNN int8 kernels:
+# runtime/providers/optimized/onednn/quantized_kernels.cc) runs them, so there is no Reference
+# fallback (init fails naming the op if oneDNN declines).
 PROVIDER_KERNELS: frozenset[str] = frozenset(
     {
         "et_cpu_quant::conv2d.out",

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from backends.cpu.runtime.providers.onednn.onednn_ctypes import (
+from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import (
     ADD,
     CLAMP,
     RELU,

@@ -87,7 +87,7 @@ def define_common_targets():
         main = "onednn_bench.py",
         deps = [
             ":harness",
-            "//backends/cpu/runtime/providers/onednn:onednn_ctypes",
+            "//backends/cpu/runtime/providers/optimized/test:onednn_ctypes",
         ],
     )
 

@@ -14,8 +14,9 @@ script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 script_start=$SECONDS
 
 # --- settings -----------------------------------------------------------------------------------
-readonly MIRROR=http://deb.debian.org/debian
-readonly SECURITY_MIRROR=http://deb.debian.org/debian-security
+# The Debian mirror (and its security archive) come from this machine's own apt sources, or from
+# ET_CI_DEBIAN_MIRROR / ET_CI_DEBIAN_SECURITY_MIRROR: no package host is written here (see
+# apt_source_uri below).
 readonly CLONE_IN=/root/et_cpu_plugin          # where the clone lives inside the chroot
 readonly STATE_IN=/var/lib/et-ci               # our bookkeeping inside the chroot
 readonly RECIPE=3                              # bump when prepare_rootfs changes: re-prepares
@@ -36,6 +37,9 @@ Usage: $0 [OPTIONS]
 
 Proves that the README's two commands pass on Debian 13 (trixie), from a clean clone, inside a
 trixie root file system built with debootstrap on this (Debian 12) machine. Run as root.
+
+Debian mirror: the one this machine's apt sources use for its own release (and its -security
+suite), unless ET_CI_DEBIAN_MIRROR / ET_CI_DEBIAN_SECURITY_MIRROR name others.
 
 Steps: installs debootstrap on the host if missing; creates the trixie root file system (or reuses
 it); installs there Debian 12's python3.11 and python3.11-venv (as this machine kind's Debian 13
@@ -113,6 +117,62 @@ while [[ $# -gt 0 ]]; do
 done
 
 [[ $(id -u) -eq 0 ]] || usage_error "run as root (debootstrap, mount and chroot need it)"
+
+# The URI of the first enabled "deb" source on this machine that serves `suite`, from the
+# one-line format (/etc/apt/sources.list, sources.list.d/*.list: "deb [options] URI SUITE ...")
+# and the deb822 one (sources.list.d/*.sources: Types / URIs / Suites / Enabled stanzas); empty
+# when none does.
+apt_source_uri() {
+  local suite="$1" files=()
+  [[ ! -f /etc/apt/sources.list ]] || files+=(/etc/apt/sources.list)
+  local f
+  for f in /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
+    [[ ! -f $f ]] || files+=("$f")
+  done
+  [[ ${#files[@]} -gt 0 ]] || return 0
+  awk -v want="$suite" '
+    function has(list, word) { return index(" " list " ", " " word " ") > 0 }
+    function flush() {
+      if (!found && uri != "" && enabled != "no" && has(types, "deb") && has(suites, want)) {
+        print uri
+        found = 1
+      }
+      types = ""; suites = ""; uri = ""; enabled = ""
+    }
+    function rest(    i, out) { out = ""; for (i = 2; i <= NF; i++) out = out " " $i; return out }
+    FNR == 1 { flush() }
+    FILENAME ~ /\.sources$/ {
+      if ($0 ~ /^[[:space:]]*$/) { flush(); next }
+      if ($0 ~ /^[[:space:]]*#/) next
+      key = tolower($1)
+      if (key == "types:") types = rest()
+      else if (key == "uris:") uri = $2
+      else if (key == "suites:") suites = rest()
+      else if (key == "enabled:") enabled = tolower($2)
+      next
+    }
+    {
+      line = $0
+      sub(/#.*/, "", line)
+      gsub(/\[[^]]*\]/, "", line)
+      n = split(line, word, /[[:space:]]+/)
+      first = word[1] == "" ? 2 : 1
+      if (!found && word[first] == "deb" && word[first + 2] == want) { print word[first + 1]; found = 1 }
+    }
+    END { flush() }
+  ' "${files[@]}"
+}
+
+host_codename="$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")"
+MIRROR="${ET_CI_DEBIAN_MIRROR:-$(apt_source_uri "$host_codename")}"
+SECURITY_MIRROR="${ET_CI_DEBIAN_SECURITY_MIRROR:-$(apt_source_uri "$host_codename-security")}"
+readonly MIRROR SECURITY_MIRROR
+[[ -n $MIRROR ]] ||
+  usage_error "no apt source of this machine serves '$host_codename' (/etc/apt/sources.list," \
+    "sources.list.d/*.list, *.sources); set ET_CI_DEBIAN_MIRROR"
+[[ -n $SECURITY_MIRROR ]] ||
+  usage_error "no apt source of this machine serves '$host_codename-security';" \
+    "set ET_CI_DEBIAN_SECURITY_MIRROR"
 [[ ${#commands[@]} -gt 0 ]] || commands=("run //tools/lower" "test //...")
 
 # The root directory: absolute, no whitespace (findmnt output is parsed), and never a system

@@ -20,7 +20,7 @@ def define_common_targets():
             # The delegate, statically: its static initializers register CpuBackend and the
             # providers (alwayslink) with the wheel's libexecutorch.so.
             "//backends/cpu/runtime:runtime_lib",
-            "//backends/cpu/runtime/providers/onednn:onednn_kernel_provider",
+            "//backends/cpu/runtime/providers/optimized:provider",
             ":tensor_io",
             "@et_py//:executorch",
             "@et_runtime_libs//:etdump",

@@ -2,7 +2,7 @@
 // payload (Provider.Reference, Provider.Optimized, ...); at init the runtime asks that provider to
 // bind the op and falls back to the Reference provider (ExecuTorch's own kernels) when it declines.
 //
-// An optimized provider (e.g. providers/onednn/) implements KernelProvider and registers itself
+// An optimized provider (e.g. providers/optimized/) implements KernelProvider and registers itself
 // from a static initializer in a library linked into the runtime (`alwayslink = True`):
 //
 //   const bool registered = register_kernel_provider(/*Provider.Optimized*/ 1, &my_provider);

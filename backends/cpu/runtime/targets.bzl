@@ -104,7 +104,7 @@ def define_common_targets():
         visibility = ["//visibility:public"],
         deps = [
             ":runtime_lib",
-            "//backends/cpu/runtime/providers/onednn:onednn_kernel_provider",
+            "//backends/cpu/runtime/providers/optimized:provider",
         ],
     )
 
@@ -267,7 +267,7 @@ def define_common_targets():
         data = [":stress_program_files"],
         deps = [
             ":runtime_lib",
-            "//backends/cpu/runtime/providers/onednn:onednn_kernel_provider",
+            "//backends/cpu/runtime/providers/optimized:provider",
             "//tools/runner:tensor_io",
             "@et_py//:executorch",
             "@et_runtime_libs//:kernels",

@@ -1,0 +1,503 @@
+// Convolution-like binders: aten::convolution.out as a convolution, as a transposed convolution
+// (deconvolution), or, with the convolutions offered after it, as one inverted residual block
+// (1x1 expand, depthwise, 1x1 project: BlockPlan). ConvLikeKernel serves both convolution kinds
+// (one recipe, one layout-chaining behaviour); BlockKernel runs a fused block.
+#include "backends/cpu/runtime/providers/optimized/binders.h"
+
+#include <stdexcept>
+
+#include "backends/cpu/runtime/error_report.h"
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
+
+namespace et_cpu_plugin {
+namespace cpu {
+namespace optimized {
+
+namespace {
+
+// A convolution-like op's constants and post-ops (`Params`: ConvParams or DeconvParams).
+template <typename Params>
+struct ConvLikeRecipe {
+  Params params;
+  const float* weight = nullptr;  // the graph's constants: alive as long as the graph
+  const float* bias = nullptr;
+  onednn::PostOps post;
+};
+using ConvRecipe = ConvLikeRecipe<onednn::ConvParams>;
+using DeconvRecipe = ConvLikeRecipe<onednn::DeconvParams>;
+
+// What ConvLikeKernel needs to know of each op: its plan, how to prepare it, its name in errors.
+struct ConvOp {
+  using Recipe = ConvRecipe;
+  using Plan = onednn::ConvPlan;
+  static constexpr const char* kName = "convolution";
+  static Plan prepare(onednn::Provider& provider, const Recipe& recipe,
+                      const onednn::ConvLayouts& layouts) {
+    return provider.prepare_conv(recipe.params, recipe.weight, recipe.bias, recipe.post,
+                                 layouts);
+  }
+};
+struct DeconvOp {
+  using Recipe = DeconvRecipe;
+  using Plan = onednn::DeconvPlan;
+  static constexpr const char* kName = "transposed convolution";
+  static Plan prepare(onednn::Provider& provider, const Recipe& recipe,
+                      const onednn::ConvLayouts& layouts) {
+    return provider.prepare_deconv(recipe.params, recipe.weight, recipe.bias, recipe.post,
+                                   layouts);
+  }
+};
+
+// A convolution or transposed convolution; both take part in layout chaining the same way.
+template <typename Op>
+class ConvLikeKernel final : public OptimizedKernel {
+ public:
+  using Recipe = typename Op::Recipe;
+  using Plan = typename Op::Plan;
+
+  ConvLikeKernel(Recipe recipe, const Tensor* input, Tensor* output, const Tensor* residual)
+      : recipe_(std::move(recipe)), input_(input), output_(output), residual_(residual) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    onednn::ConvLayouts layouts;
+    if (channels_last(impl_of(input_))) {
+      layouts.input =
+          std::make_shared<onednn::Layout>(onednn::Layout::channels_last(dims_of(*input_)));
+    }
+    layouts.output = channels_last(impl_of(output_)) ? onednn::OutputLayout::kChannelsLast
+                                                     : onednn::OutputLayout::kPlain;
+    plan_ = std::make_unique<Plan>(Op::prepare(provider, recipe_, layouts));
+    residual_fix_.reset();
+    if (residual_ != nullptr) {
+      // The residual must arrive in the output's layout: convert it into the output buffer
+      // and add in place when its producer left it in the other one.
+      const std::vector<int64_t> dims = dims_of(*residual_);
+      const onednn::Layout given = channels_last(impl_of(residual_))
+                                       ? onednn::Layout::channels_last(dims)
+                                       : onednn::Layout::plain(dims);
+      if (given != plan_->output_layout()) {
+        residual_fix_ = std::make_unique<onednn::ReorderPlan>(
+            provider.prepare_reorder(given, plan_->output_layout()));
+      }
+    }
+  }
+
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return impl_of(output_);
+  }
+  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+  std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded(Op::kName, [&] {
+      float* out = output_->mutable_data_ptr<float>();
+      const float* residual = residual_ ? residual_->const_data_ptr<float>() : nullptr;
+      if (residual_fix_) {
+        residual_fix_->run(residual, out);
+        residual = out;
+      }
+      plan_->run(input_->const_data_ptr<float>(), out, residual);
+    });
+  }
+
+ private:
+  Recipe recipe_;
+  const Tensor* input_;
+  Tensor* output_;
+  const Tensor* residual_;
+  std::unique_ptr<Plan> plan_;
+  std::unique_ptr<onednn::ReorderPlan> residual_fix_;
+};
+using ConvKernel = ConvLikeKernel<ConvOp>;
+using DeconvKernel = ConvLikeKernel<DeconvOp>;
+
+// An inverted residual block (1x1 expand, depthwise, 1x1 project, optionally + its input) as one
+// kernel: see onednn::BlockParams. It reads and writes channels-last; where the graph keeps its
+// input or output plain (a graph input, a tensor a reference op reads) it converts through its
+// own buffer.
+class BlockKernel final : public OptimizedKernel {
+ public:
+  BlockKernel(onednn::BlockParams params, const onednn::BlockWeights& weights,
+              onednn::BlockPostOps post, const Tensor* input, Tensor* output)
+      : params_(std::move(params)), weights_(weights), post_(std::move(post)), input_(input),
+        output_(output) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    plan_ = std::make_unique<onednn::BlockPlan>(provider.prepare_block(params_, weights_, post_));
+    const std::vector<int64_t> in_dims = dims_of(*input_);
+    const std::vector<int64_t> out_dims = plan_->output_dims();
+    input_fix_.reset();
+    output_fix_.reset();
+    // Fresh vectors: clear() would keep the capacity of the bind-time (all plain) prepare.
+    staged_input_ = std::vector<float>();
+    staged_output_ = std::vector<float>();
+    if (!channels_last(impl_of(input_))) {
+      input_fix_ = std::make_unique<onednn::ReorderPlan>(provider.prepare_reorder(
+          onednn::Layout::plain(in_dims), onednn::Layout::channels_last(in_dims)));
+      staged_input_.resize(static_cast<size_t>(input_->numel()));
+    }
+    if (!channels_last(impl_of(output_))) {
+      output_fix_ = std::make_unique<onednn::ReorderPlan>(provider.prepare_reorder(
+          onednn::Layout::channels_last(out_dims), onednn::Layout::plain(out_dims)));
+      staged_output_.resize(static_cast<size_t>(output_->numel()));
+    }
+  }
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return impl_of(output_);
+  }
+  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+  size_t staging_bytes() const override {
+    return (staged_input_.size() + staged_output_.size()) * sizeof(float);
+  }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded("block", [&] {
+      const float* in = input_->const_data_ptr<float>();
+      if (input_fix_) {
+        input_fix_->run(in, staged_input_.data());
+        in = staged_input_.data();
+      }
+      float* out = output_fix_ ? staged_output_.data() : output_->mutable_data_ptr<float>();
+      plan_->run(in, out);
+      if (output_fix_) output_fix_->run(out, output_->mutable_data_ptr<float>());
+    });
+  }
+
+ private:
+  onednn::BlockParams params_;
+  onednn::BlockWeights weights_;  // the graph's constants: alive as long as the graph
+  onednn::BlockPostOps post_;
+  const Tensor* input_;
+  Tensor* output_;
+  std::unique_ptr<onednn::BlockPlan> plan_;
+  std::unique_ptr<onednn::ReorderPlan> input_fix_;
+  std::unique_ptr<onednn::ReorderPlan> output_fix_;
+  std::vector<float> staged_input_;
+  std::vector<float> staged_output_;
+};
+
+bool parse_conv(Span<EValue*> args, const bool* constant, ConvRecipe* recipe,
+                const Tensor** input_out, Tensor** output_out, Decline* decline);
+
+// ET_CPU_ONEDNN_BLOCKS=0 runs inverted residual blocks as three convolutions (for measuring).
+bool blocks_enabled() { return onednn::kernel_switched_on("ET_CPU_ONEDNN_BLOCKS"); }
+
+// ET_CPU_ONEDNN_SE_BLOCKS=0 leaves an expand + depthwise pair whose chain ends there (the
+// squeeze-excite blocks of MobileNetV3 and EfficientNet) as two convolutions (for measuring).
+bool se_blocks_enabled() { return onednn::kernel_switched_on("ET_CPU_ONEDNN_SE_BLOCKS"); }
+
+bool is_pointwise(const onednn::ConvParams& p) {
+  return p.input_size.size() == 2 && p.groups == 1 && p.kernel_size == std::vector<int64_t>{1, 1} &&
+         p.stride == std::vector<int64_t>{1, 1} && p.padding == std::vector<int64_t>{0, 0};
+}
+
+// Elementwise steps from `*index` on as post-ops, up to the next convolution or the end; false
+// on an add when `allow_add` is false (or a second add).
+bool block_post_ops(const OpBinding& op, size_t* index, bool allow_add, const Tensor* block_input,
+                    onednn::PostOps* post) {
+  for (; *index < op.fusable.size(); ++*index) {
+    const FusableStep& step = op.fusable[*index];
+    if (step.kind == FusableStep::Kind::kConv) return true;
+    if (step.kind == FusableStep::Kind::kAdd) {
+      // Only the block's own input, and nothing after it (the plan adds it last).
+      if (!allow_add || step.residual == nullptr || !step.residual->isTensor() ||
+          impl_of(&step.residual->toTensor()) != impl_of(block_input)) {
+        return false;
+      }
+      post->push_back(onednn::PostOp::add());
+      ++*index;
+      return true;
+    }
+    const Tensor* no_residual = nullptr;  // adds are handled above
+    if (!append_post_op(step, post, &no_residual)) return false;
+  }
+  return true;
+}
+
+// The convolution offered as step `*index` (then the next), or false.
+bool conv_step(const OpBinding& op, size_t* index, ConvRecipe* recipe) {
+  if (*index >= op.fusable.size() || op.fusable[*index].kind != FusableStep::Kind::kConv) {
+    return false;
+  }
+  const FusableStep& step = op.fusable[(*index)++];
+  const Tensor* input = nullptr;
+  Tensor* output = nullptr;
+  Decline ignored;
+  return parse_conv(step.args, step.arg_is_constant, recipe, &input, &output, &ignored);
+}
+
+// Takes this convolution and the steps after it as one inverted residual block when they are
+// one: pointwise [eltwise...] depthwise [eltwise...] pointwise [add of the block's input], the
+// same without the expand (this convolution is the depthwise), or without the project when the
+// offered steps end after the depthwise's activations (squeeze-excite: the depthwise output
+// feeds the pool and the gate multiply). False (nothing bound, nothing changed) otherwise; the
+// caller then binds the convolution alone.
+bool bind_block(const OpBinding& op, const ConvRecipe& head, const Tensor* input,
+                OptimizedSession& session, std::unique_ptr<BoundKernel>* out, size_t* fused) {
+  if (!blocks_enabled() || op.fusable.empty()) return false;
+  onednn::BlockPostOps post;
+  size_t index = 0;
+  const bool has_expand = is_pointwise(head.params);
+  ConvRecipe depthwise = head;
+  if (has_expand && (head.params.dilation != std::vector<int64_t>{1, 1} ||
+                     !block_post_ops(op, &index, false, input, &post.expand) ||
+                     !conv_step(op, &index, &depthwise))) {
+    return false;
+  }
+  const onednn::ConvParams& d = depthwise.params;
+  const int64_t hidden = has_expand ? head.params.out_channels : head.params.in_channels;
+  if (d.input_size.size() != 2 || d.groups != hidden || d.in_channels != hidden ||
+      d.out_channels != hidden || d.kernel_size[0] != d.kernel_size[1] ||
+      d.stride[0] != d.stride[1] || d.padding[0] != d.padding[1] || d.dilation[0] != 1 ||
+      d.dilation[1] != 1) {
+    return false;
+  }
+  if (!block_post_ops(op, &index, false, input, &post.depthwise)) return false;
+  ConvRecipe project;
+  const bool has_project = index < op.fusable.size();
+  if (!has_project && (!has_expand || !se_blocks_enabled())) return false;
+  if (has_project &&
+      (!conv_step(op, &index, &project) || !is_pointwise(project.params) ||
+       project.params.in_channels != hidden ||
+       project.params.dilation != std::vector<int64_t>{1, 1} ||
+       !block_post_ops(op, &index, true, input, &post.project))) {
+    return false;
+  }
+  onednn::BlockParams params;
+  params.batch = head.params.batch;
+  params.in_channels = head.params.in_channels;
+  params.expand = has_expand;
+  params.hidden_channels = hidden;
+  params.project = has_project;
+  params.out_channels = has_project ? project.params.out_channels : hidden;
+  params.input_size = head.params.input_size;
+  params.kernel = d.kernel_size[0];
+  params.stride = d.stride[0];
+  params.padding = d.padding[0];
+  if (!onednn::supports_block(params, post).ok) return false;
+  const onednn::BlockWeights weights{has_expand ? head.weight : nullptr,
+                                     has_expand ? head.bias : nullptr,
+                                     depthwise.weight,
+                                     depthwise.bias,
+                                     has_project ? project.weight : nullptr,
+                                     has_project ? project.bias : nullptr};
+  auto kernel = std::make_unique<BlockKernel>(params, weights, post, input,
+                                              &op.fusable[index - 1].output->toTensor());
+  try {
+    kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
+  } catch (const std::exception& e) {
+    log_line(LogLevel::kInfo, "oneDNN block at %s not fused: %s", op.op_name, e.what());
+    return false;
+  }
+  session.add(kernel.get());
+  session.count_block();
+  *out = std::move(kernel);
+  *fused = index;
+  return true;
+}
+
+// aten::convolution.out(input, weight, bias?, stride, padding, dilation, transposed,
+// output_padding, groups, *, out), from `args` (an op's or a fused step's) with `constant`
+// flags parallel to them. False with the reason in `decline` when oneDNN cannot take it.
+bool parse_conv(Span<EValue*> args, const bool* constant, ConvRecipe* recipe,
+                const Tensor** input_out, Tensor** output_out, Decline* decline) {
+  const Tensor* input = tensor_arg(args, 0);
+  const Tensor* weight = tensor_arg(args, 1);
+  const Tensor* bias = tensor_arg(args, 2);
+  if (args.size() < 10 || !is_f32(input) || !is_f32(weight) || !is_f32(tensor_arg(args, 9)) ||
+      (bias != nullptr && !is_f32(bias))) {
+    decline->reason = "convolution: only float32 input, weight, bias and output";
+    return false;
+  }
+  if (constant == nullptr || !constant[1] || (bias != nullptr && !constant[2])) {
+    decline->reason = "convolution: weight and bias must be constants (reordered once at init)";
+    return false;
+  }
+  if (!args[6]->isBool() || args[6]->toBool()) {
+    decline->reason = "convolution: transposed convolution is not supported by the provider";
+    return false;
+  }
+  const ssize_t rank = input->dim();
+  if (rank < 3 || rank > 5 || weight->dim() != rank) {
+    decline->reason = "convolution: input must be 3D, 4D or 5D (conv1d/2d/3d)";
+    return false;
+  }
+  const size_t spatial = static_cast<size_t>(rank - 2);
+  onednn::ConvParams params;
+  params.batch = input->size(0);
+  params.in_channels = input->size(1);
+  params.out_channels = weight->size(0);
+  if (!args[8]->isInt()) {
+    decline->reason = "convolution: groups is not an int";
+    return false;
+  }
+  params.groups = args[8]->toInt();
+  // oneDNN lays the weights out from these numbers: they must be the weight tensor's own
+  // (issue 22: a damaged input shape made the weight reorder read far past the weights).
+  if (params.groups < 1 || params.in_channels % params.groups != 0 ||
+      params.out_channels % params.groups != 0 ||
+      weight->size(1) * params.groups != params.in_channels) {
+    decline->reason = "convolution: weight channels do not match the input's and groups";
+    return false;
+  }
+  if (bias != nullptr && (bias->dim() != 1 || bias->size(0) != params.out_channels)) {
+    decline->reason = "convolution: bias is not [out_channels]";
+    return false;
+  }
+  for (size_t d = 0; d < spatial; ++d) {
+    params.input_size.push_back(input->size(static_cast<ssize_t>(d + 2)));
+    params.kernel_size.push_back(weight->size(static_cast<ssize_t>(d + 2)));
+  }
+  if (!int_list(args[3], spatial, &params.stride) ||
+      !int_list(args[4], spatial, &params.padding) ||
+      !int_list(args[5], spatial, &params.dilation)) {
+    decline->reason = "convolution: stride, padding and dilation must have 1 or " +
+                      std::to_string(spatial) + " entries";
+    return false;
+  }
+  // conv_output_size divides by the strides (issue 22, pte_fuzz cnn:0:9440: a stride of 0);
+  // Reference's argument checks then refuse the op with a message naming the argument.
+  for (size_t d = 0; d < spatial; ++d) {
+    if (params.stride[d] < 1 || params.dilation[d] < 1 || params.padding[d] < 0) {
+      decline->reason = "convolution: stride and dilation must be >= 1, padding >= 0";
+      return false;
+    }
+  }
+  // The output shape the graph planned must be the one oneDNN computes.
+  const Tensor* planned = tensor_arg(args, 9);
+  std::vector<int64_t> expected{params.batch, params.out_channels};
+  for (int64_t size : onednn::conv_output_size(params)) expected.push_back(size);
+  if (dims_of(*planned) != expected) {
+    decline->reason = "convolution: output shape differs from the convolution's";
+    return false;
+  }
+  onednn::Support base = onednn::supports_conv(params, {});
+  if (!base.ok) {
+    decline->reason = base.reason;
+    return false;
+  }
+  recipe->params = std::move(params);
+  recipe->weight = weight->const_data_ptr<float>();
+  recipe->bias = bias ? bias->const_data_ptr<float>() : nullptr;
+  *input_out = input;
+  *output_out = &args[9]->toTensor();
+  return true;
+}
+
+// ET_CPU_ONEDNN_DECONV=0 leaves transposed convolutions to the Reference provider (for measuring).
+bool deconv_enabled() { return onednn::kernel_switched_on("ET_CPU_ONEDNN_DECONV"); }
+
+// aten::convolution.out with transposed=True: oneDNN's deconvolution, with the offered ReLU /
+// clamp / residual-add steps as post-ops.
+Error bind_deconv(const OpBinding& op, OptimizedSession& session, std::unique_ptr<BoundKernel>* out,
+                  Decline* decline, size_t* fused) {
+  Span<EValue*> args = op.args;
+  const Tensor* input = tensor_arg(args, 0);
+  const Tensor* weight = tensor_arg(args, 1);
+  const Tensor* bias = tensor_arg(args, 2);
+  if (args.size() < 10 || !is_f32(input) || !is_f32(weight) || !is_f32(tensor_arg(args, 9)) ||
+      (bias != nullptr && !is_f32(bias))) {
+    decline->reason = "transposed convolution: only float32 input, weight, bias and output";
+    return Error::NotSupported;
+  }
+  if (!is_constant(op, 1) || (bias != nullptr && !is_constant(op, 2))) {
+    decline->reason =
+        "transposed convolution: weight and bias must be constants (reordered once at init)";
+    return Error::NotSupported;
+  }
+  const ssize_t rank = input->dim();
+  if (rank < 3 || rank > 5 || weight->dim() != rank) {
+    decline->reason = "transposed convolution: input must be 3D, 4D or 5D";
+    return Error::NotSupported;
+  }
+  if (!args[8]->isInt()) {
+    decline->reason = "transposed convolution: groups is not an int";
+    return Error::NotSupported;
+  }
+  const size_t spatial = static_cast<size_t>(rank - 2);
+  DeconvRecipe recipe;
+  onednn::DeconvParams& params = recipe.params;
+  params.batch = input->size(0);
+  params.in_channels = input->size(1);
+  params.groups = args[8]->toInt();
+  // Checked before the product below: a hostile groups overflowed it or divided by zero later.
+  if (params.in_channels < 1 || params.groups < 1 || params.in_channels % params.groups != 0) {
+    decline->reason = "transposed convolution: groups does not divide the input channels";
+    return Error::NotSupported;
+  }
+  // torch's transposed weight: [C_in, C_out / groups, *kernel].
+  params.out_channels = weight->size(1) * params.groups;
+  if (weight->size(0) != params.in_channels) {
+    decline->reason = "transposed convolution: weight's first dim differs from input channels";
+    return Error::NotSupported;
+  }
+  if (bias != nullptr && (bias->dim() != 1 || bias->size(0) != params.out_channels)) {
+    decline->reason = "transposed convolution: bias is not a vector of the output channels";
+    return Error::NotSupported;
+  }
+  for (size_t d = 0; d < spatial; ++d) {
+    params.input_size.push_back(input->size(static_cast<ssize_t>(d + 2)));
+    params.kernel_size.push_back(weight->size(static_cast<ssize_t>(d + 2)));
+  }
+  if (!int_list(args[3], spatial, &params.stride) ||
+      !int_list(args[4], spatial, &params.padding) ||
+      !int_list(args[5], spatial, &params.dilation) ||
+      !int_list(args[7], spatial, &params.output_padding)) {
+    decline->reason = "transposed convolution: stride, padding, dilation and output_padding "
+                      "must have 1 or " + std::to_string(spatial) + " entries";
+    return Error::NotSupported;
+  }
+  const onednn::Support base = onednn::supports_deconv(params, {});
+  if (!base.ok) {
+    decline->reason = base.reason;
+    return Error::NotSupported;
+  }
+  const Tensor* planned = tensor_arg(args, 9);
+  std::vector<int64_t> expected{params.batch, params.out_channels};
+  for (int64_t size : onednn::deconv_output_size(params)) expected.push_back(size);
+  if (dims_of(*planned) != expected) {
+    decline->reason = "transposed convolution: output shape differs from the op's";
+    return Error::NotSupported;
+  }
+  recipe.weight = weight->const_data_ptr<float>();
+  recipe.bias = bias ? bias->const_data_ptr<float>() : nullptr;
+  const Tensor* residual = nullptr;
+  *fused = longest_supported_prefix(
+      op, [&](const onednn::PostOps& p) { return onednn::supports_deconv(params, p); },
+      &recipe.post, &residual);
+  auto kernel = std::make_unique<DeconvKernel>(std::move(recipe), input,
+                                               final_output(op, 9, *fused), residual);
+  return bind_prepared(std::move(kernel), session, out);
+}
+
+}  // namespace
+
+Error bind_conv(const OpBinding& op, OptimizedSession& session, std::unique_ptr<BoundKernel>* out,
+                Decline* decline, size_t* fused) {
+  if (op.args.size() > 6 && op.args[6]->isBool() && op.args[6]->toBool()) {
+    if (!deconv_enabled()) {
+      decline->reason = "transposed convolution: off (ET_CPU_ONEDNN_DECONV=0)";
+      return Error::NotSupported;
+    }
+    return bind_deconv(op, session, out, decline, fused);
+  }
+  ConvRecipe recipe;
+  const Tensor* input = nullptr;
+  Tensor* output = nullptr;
+  if (!parse_conv(op.args, op.arg_is_constant, &recipe, &input, &output, decline)) {
+    return Error::NotSupported;
+  }
+  if (bind_block(op, recipe, input, session, out, fused)) return Error::Ok;
+  const Tensor* residual = nullptr;
+  const onednn::ConvParams& params = recipe.params;
+  *fused = longest_supported_prefix(
+      op, [&](const onednn::PostOps& p) { return onednn::supports_conv(params, p); },
+      &recipe.post, &residual);
+  auto kernel = std::make_unique<ConvKernel>(std::move(recipe), input,
+                                             final_output(op, 9, *fused), residual);
+  return bind_prepared(std::move(kernel), session, out);
+}
+
+}  // namespace optimized
+}  // namespace cpu
+}  // namespace et_cpu_plugin

@@ -1,0 +1,201 @@
+// Linear and matrix-product binders: aten::linear.out and aten::addmm.out with a constant weight
+// (LinearPlan: oneDNN's matmul or our row_gemm for a few rows), aten::mm.out and aten::bmm.out
+// (MatmulPlan), each with the offered ReLU / clamp / activation / residual-add steps as
+// post-ops. Their operands are read plain.
+#include "backends/cpu/runtime/providers/optimized/binders.h"
+
+namespace et_cpu_plugin {
+namespace cpu {
+namespace optimized {
+
+namespace {
+
+class LinearKernel final : public OptimizedKernel {
+ public:
+  LinearKernel(onednn::LinearParams params, const float* weight, const float* bias,
+               onednn::PostOps post, const Tensor* input, Tensor* output, const Tensor* residual)
+      : params_(params), weight_(weight), bias_(bias), post_(std::move(post)), input_(input),
+        output_(output), residual_(residual) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast&) override {
+    plan_ = std::make_unique<onednn::LinearPlan>(
+        provider.prepare_linear(params_, weight_, bias_, post_));
+  }
+  std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
+    return {impl_of(input_), impl_of(residual_)};
+  }
+  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+  std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded("linear", [&] {
+      plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>(),
+                 residual_ ? residual_->const_data_ptr<float>() : nullptr);
+    });
+  }
+
+ private:
+  onednn::LinearParams params_;
+  const float* weight_;
+  const float* bias_;
+  onednn::PostOps post_;
+  const Tensor* input_;
+  Tensor* output_;
+  const Tensor* residual_;
+  std::unique_ptr<onednn::LinearPlan> plan_;
+};
+
+class MatmulKernel final : public OptimizedKernel {
+ public:
+  MatmulKernel(onednn::MatmulParams params, onednn::PostOps post, const Tensor* a,
+               const Tensor* b, Tensor* output, const Tensor* residual)
+      : params_(params), post_(std::move(post)), a_(a), b_(b), output_(output),
+        residual_(residual) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast&) override {
+    plan_ = std::make_unique<onednn::MatmulPlan>(provider.prepare_matmul(params_, post_));
+  }
+  std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
+    return {impl_of(a_), impl_of(b_), impl_of(residual_)};
+  }
+  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded("matmul", [&] {
+      plan_->run(a_->const_data_ptr<float>(), b_->const_data_ptr<float>(),
+                 output_->mutable_data_ptr<float>(),
+                 residual_ ? residual_->const_data_ptr<float>() : nullptr);
+    });
+  }
+
+ private:
+  onednn::MatmulParams params_;
+  onednn::PostOps post_;
+  const Tensor* a_;
+  const Tensor* b_;
+  Tensor* output_;
+  const Tensor* residual_;
+  std::unique_ptr<onednn::MatmulPlan> plan_;
+};
+
+bool bias_is_vector(const Tensor* bias, int64_t n) {
+  if (bias == nullptr) return true;
+  if (bias->dim() == 1) return bias->size(0) == n;
+  return bias->dim() == 2 && bias->size(0) == 1 && bias->size(1) == n;
+}
+
+}  // namespace
+
+// aten::linear.out(input, weight, bias?, *, out) and
+// aten::addmm.out(self, mat1, mat2, *, beta, alpha, out) with a constant [K, N] mat2.
+Error bind_linear(const OpBinding& op, bool is_addmm, OptimizedSession& session,
+                  std::unique_ptr<BoundKernel>* out, Decline* decline, size_t* fused) {
+  const size_t input_index = is_addmm ? 1 : 0;
+  const size_t weight_index = is_addmm ? 2 : 1;
+  const size_t bias_index = is_addmm ? 0 : 2;
+  const size_t out_index = is_addmm ? 5 : 3;
+  const char* what = is_addmm ? "addmm" : "linear";
+  if (op.args.size() <= out_index) {
+    decline->reason = std::string(what) + ": unexpected argument count";
+    return Error::NotSupported;
+  }
+  const Tensor* input = tensor_arg(op, input_index);
+  const Tensor* weight = tensor_arg(op, weight_index);
+  const Tensor* bias = tensor_arg(op, bias_index);
+  const Tensor* output = tensor_arg(op, out_index);
+  if (!is_f32(input) || !is_f32(weight) || !is_f32(output) || (bias && !is_f32(bias))) {
+    decline->reason = std::string(what) + ": only float32 tensors";
+    return Error::NotSupported;
+  }
+  if (!is_constant(op, weight_index) || (bias != nullptr && !is_constant(op, bias_index))) {
+    decline->reason = std::string(what) + ": weight and bias must be constants";
+    return Error::NotSupported;
+  }
+  if (is_addmm) {
+    double beta = 0.0;
+    double alpha = 0.0;
+    if (!scalar_of(op.args[3], &beta) || !scalar_of(op.args[4], &alpha) || beta != 1.0 ||
+        alpha != 1.0) {
+      decline->reason = "addmm: beta and alpha must be 1";
+      return Error::NotSupported;
+    }
+  }
+  if (weight->dim() != 2 || input->dim() < 1 || (is_addmm && input->dim() != 2)) {
+    decline->reason = std::string(what) + ": weight must be 2D" + (is_addmm ? ", mat1 2D" : "");
+    return Error::NotSupported;
+  }
+  onednn::LinearParams params;
+  params.weight_is_k_by_n = is_addmm;
+  params.in_features = input->size(input->dim() - 1);
+  params.out_features = is_addmm ? weight->size(1) : weight->size(0);
+  if ((is_addmm ? weight->size(0) : weight->size(1)) != params.in_features ||
+      !bias_is_vector(bias, params.out_features)) {
+    decline->reason = std::string(what) + ": shapes are not [M, K] x weight + bias[N]";
+    return Error::NotSupported;
+  }
+  params.rows = params.in_features > 0 ? input->numel() / params.in_features : 0;
+  if (static_cast<int64_t>(output->numel()) != params.rows * params.out_features) {
+    decline->reason = std::string(what) + ": output size differs from M x N";
+    return Error::NotSupported;
+  }
+  onednn::Support base = onednn::supports_linear(params, {});
+  if (!base.ok) {
+    decline->reason = base.reason;
+    return Error::NotSupported;
+  }
+  onednn::PostOps post;
+  const Tensor* residual = nullptr;
+  *fused = longest_supported_prefix(
+      op, [&](const onednn::PostOps& p) { return onednn::supports_linear(params, p); }, &post,
+      &residual);
+  auto kernel = std::make_unique<LinearKernel>(
+      params, weight->const_data_ptr<float>(), bias ? bias->const_data_ptr<float>() : nullptr,
+      post, input, final_output(op, out_index, *fused), residual);
+  kernel->prepare(session.provider(), {});
+  session.add(kernel.get());
+  *out = std::move(kernel);
+  return Error::Ok;
+}
+
+// aten::mm.out(self, mat2, *, out) and aten::bmm.out(self, mat2, *, out).
+Error bind_matmul(const OpBinding& op, bool batched, OptimizedSession& session,
+                  std::unique_ptr<BoundKernel>* out, Decline* decline, size_t* fused) {
+  const Tensor* a = tensor_arg(op, 0);
+  const Tensor* b = tensor_arg(op, 1);
+  const Tensor* output = tensor_arg(op, 2);
+  const ssize_t rank = batched ? 3 : 2;
+  if (!is_f32(a) || !is_f32(b) || !is_f32(output) || a->dim() != rank || b->dim() != rank) {
+    decline->reason = std::string(batched ? "bmm" : "mm") + ": only float32 operands of rank " +
+                      std::to_string(rank);
+    return Error::NotSupported;
+  }
+  onednn::MatmulParams params;
+  params.batch = batched ? a->size(0) : 1;
+  params.m = a->size(rank - 2);
+  params.k = a->size(rank - 1);
+  params.n = b->size(rank - 1);
+  if (b->size(rank - 2) != params.k || (batched && b->size(0) != params.batch)) {
+    decline->reason = std::string(batched ? "bmm" : "mm") + ": operand shapes do not match";
+    return Error::NotSupported;
+  }
+  onednn::Support base = onednn::supports_matmul(params, {});
+  if (!base.ok) {
+    decline->reason = base.reason;
+    return Error::NotSupported;
+  }
+  onednn::PostOps post;
+  const Tensor* residual = nullptr;
+  *fused = longest_supported_prefix(
+      op, [&](const onednn::PostOps& p) { return onednn::supports_matmul(params, p); }, &post,
+      &residual);
+  auto kernel =
+      std::make_unique<MatmulKernel>(params, post, a, b, final_output(op, 2, *fused), residual);
+  kernel->prepare(session.provider(), {});
+  session.add(kernel.get());
+  *out = std::move(kernel);
+  return Error::Ok;
+}
+
+}  // namespace optimized
+}  // namespace cpu
+}  // namespace et_cpu_plugin

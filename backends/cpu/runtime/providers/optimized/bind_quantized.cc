@@ -1,0 +1,152 @@
+// Quantized binders: the delegate's int8 ops (et_cpu_quant::conv2d / linear / max_pool2d / add,
+// onednn/quantized_kernels.cc), which bind only checks and finalize prepares once the layouts are
+// known (QuantizedChainKernel), and the per-tensor quantize / dequantize loops
+// (kernels/quantize_convert.h).
+#include "backends/cpu/runtime/providers/optimized/binders.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/quantize_convert.h"
+#include "backends/cpu/runtime/providers/optimized/onednn/quantized_kernels.h"
+
+namespace et_cpu_plugin {
+namespace cpu {
+namespace optimized {
+
+namespace {
+
+// An int8 op (quantized_kernels.cc) taking part in the layout chaining: bind only checks it,
+// finalize binds it with its int8 input / output NHWC where only layout-aware int8 kernels touch
+// them, so the reorders between oneDNN's NHWC int8 kernels and NCHW buffers go away.
+class QuantizedChainKernel final : public OptimizedKernel {
+ public:
+  explicit QuantizedChainKernel(const OpBinding& op)
+      : args_(op.args.begin(), op.args.end()), kernel_name_(op.kernel), op_(op) {
+    op_.args = Span<EValue*>(args_.data(), args_.size());
+    op_.kernel = kernel_name_.c_str();
+    op_.decline_reason = nullptr;
+    op_.fused_steps = nullptr;
+    op_.session = nullptr;
+    input_ = &args_[0]->toTensor();
+    output_ = &args_[args_.size() - 2]->toTensor();
+    const int second = quantized_second_input(kernel_name_);
+    if (second >= 0) second_ = &args_[static_cast<size_t>(second)]->toTensor();
+  }
+  Error run(KernelRuntimeContext& context) override {
+    if (!kernel_) {  // finalize did not prepare it (never expected)
+      context.fail(Error::Internal);
+      return Error::Internal;
+    }
+    return kernel_->run(context);
+  }
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    std::string reason;
+    std::unique_ptr<BoundKernel> fresh;
+    if (bind_quantized(op_, &fresh, &reason, channels_last(impl_of(input_)),
+                       channels_last(impl_of(output_)), provider.work_pool(),
+                       second_ != nullptr && channels_last(impl_of(second_))) != Error::Ok) {
+      throw std::runtime_error("int8 kernel: " + reason);
+    }
+    kernel_ = std::move(fresh);
+  }
+  std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
+    if (quantized_output_chainable(kernel_name_) || quantized_layout_follows_input(kernel_name_)) {
+      return {};
+    }
+    return {impl_of(input_)};  // the linear reads its 2-D input plain
+  }
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return quantized_output_chainable(kernel_name_) ? impl_of(output_) : nullptr;
+  }
+  // The int8 max pool's / add's output may be channels-last when all its inputs are.
+  const executorch::aten::TensorImpl* chainable_output_after(
+      const Chained& chained) const override {
+    if (quantized_layout_follows_input(kernel_name_)) {
+      const bool inputs = chained.count(impl_of(input_)) > 0 &&
+                          (second_ == nullptr || chained.count(impl_of(second_)) > 0);
+      return inputs ? impl_of(output_) : nullptr;
+    }
+    return chainable_output();
+  }
+
+ private:
+  std::vector<EValue*> args_;
+  std::string kernel_name_;
+  OpBinding op_;
+  std::unique_ptr<BoundKernel> kernel_;
+  const Tensor* input_ = nullptr;
+  const Tensor* second_ = nullptr;  // the add's second operand
+  const Tensor* output_ = nullptr;
+};
+
+}  // namespace
+
+// et_cpu_quant::{conv2d,linear,max_pool2d,add}.out: checked only; finalize binds it (prepare)
+// once the layouts are known.
+Error bind_int8(const OpBinding& op, OptimizedSession& session, std::unique_ptr<BoundKernel>* out,
+                Decline* decline) {
+  const Error error = check_quantized(op, &decline->reason);
+  if (error == Error::Ok) {
+    auto kernel = std::make_unique<QuantizedChainKernel>(op);
+    session.add_unprepared(kernel.get());
+    *out = std::move(kernel);
+  }
+  return error;
+}
+
+// quantized_decomposed::quantize_per_tensor.out (input, scale, zero_point, quant_min, quant_max,
+// dtype, *, out) and dequantize_per_tensor.out (the same, *, out_dtype, out) on our own loops
+// (quantize_convert.h): float32 <-> int8 / uint8 over a range within the dtype, a scale that is
+// a float32 (the loops multiply in float32, as the portable kernels do).
+// ET_CPU_ONEDNN_QUANTIZE_LOOPS=0 declines them (the portable kernels run: the A/B).
+Error bind_quantize_convert(const OpBinding& op, bool quantize, OptimizedSession& session,
+                            std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  if (!onednn::kernel_switched_on("ET_CPU_ONEDNN_QUANTIZE_LOOPS")) {
+    decline->reason = "quantize/dequantize loops switched off (ET_CPU_ONEDNN_QUANTIZE_LOOPS=0)";
+    return Error::NotSupported;
+  }
+  const Tensor* input = tensor_arg(op, 0);
+  Tensor* output = out_arg(op);
+  const Tensor* quantized = quantize ? output : input;
+  const Tensor* real = quantize ? input : output;
+  double scale = 0.0, zero_point = 0.0, low = 0.0, high = 0.0;
+  const bool scalars = schema_args(op) >= 7 && scalar_of(op.args[1], &scale) &&
+                       scalar_of(op.args[2], &zero_point) && scalar_of(op.args[3], &low) &&
+                       scalar_of(op.args[4], &high);
+  const bool is_signed = has_dtype(quantized, ScalarType::Char);
+  const double type_low = is_signed ? -128 : 0, type_high = is_signed ? 127 : 255;
+  if (!scalars || !has_dtype(real, ScalarType::Float) ||
+      !(is_signed || has_dtype(quantized, ScalarType::Byte)) ||
+      input->numel() != output->numel() || !(type_low <= low && low <= high && high <= type_high) ||
+      !(scale > 0.0) || static_cast<double>(static_cast<float>(scale)) != scale ||
+      std::abs(zero_point) > 1e6 || zero_point != std::floor(zero_point)) {
+    decline->reason = "quantize/dequantize: float32 <-> int8/uint8 within the dtype's range, a "
+                      "float32 scale, an integer zero point";
+    return Error::NotSupported;
+  }
+  onednn::TensorQuantization q;
+  q.scale = static_cast<float>(scale);
+  q.zero_point = static_cast<int32_t>(zero_point);
+  q.quant_min = static_cast<int32_t>(low);
+  q.quant_max = static_cast<int32_t>(high);
+  q.is_signed = is_signed;
+  const int64_t n = input->numel();
+  if (quantize) {
+    return bind_loop(session, out, "quantize", {input}, [=] {
+      onednn::quantize_per_tensor(q, input->const_data_ptr<float>(), n,
+                                  output->mutable_data_ptr());
+      return Error::Ok;
+    });
+  }
+  return bind_loop(session, out, "dequantize", {input}, [=] {
+    onednn::dequantize_per_tensor(q, input->const_data_ptr(), n,
+                                  output->mutable_data_ptr<float>());
+    return Error::Ok;
+  });
+}
+
+}  // namespace optimized
+}  // namespace cpu
+}  // namespace et_cpu_plugin

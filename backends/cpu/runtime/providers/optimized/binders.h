@@ -1,0 +1,73 @@
+// The Optimized provider's binders, one file per op family; bind_table.cc maps each routed
+// kernel name to one of them. A binder checks the op's arguments, makes the kernel (an
+// OptimizedKernel on a oneDNN plan or on our own loops), prepares it on the session and hands it
+// to the runtime in *out, or declines with the reason in decline->reason (Error::NotSupported)
+// so the runtime falls back to the Reference provider. `fused` (where a binder takes it): how
+// many of the offered fusable steps became post-ops of the kernel.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "backends/cpu/runtime/providers/optimized/binding.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/mask_ops.h"
+
+namespace et_cpu_plugin {
+namespace cpu {
+namespace optimized {
+
+using Out = std::unique_ptr<BoundKernel>*;
+
+// bind_convolution.cc: aten::convolution.out, plain (and fused into inverted residual blocks)
+// or transposed.
+Error bind_conv(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline,
+                size_t* fused);
+
+// bind_linear.cc: aten::linear.out / aten::addmm.out (`is_addmm`), aten::mm.out / aten::bmm.out
+// (`batched`).
+Error bind_linear(const OpBinding& op, bool is_addmm, OptimizedSession& session, Out out,
+                  Decline* decline, size_t* fused);
+Error bind_matmul(const OpBinding& op, bool batched, OptimizedSession& session, Out out,
+                  Decline* decline, size_t* fused);
+
+// bind_pooling.cc: pooling, global average (mean), resampling, concatenation, permute.
+Error bind_max_pool(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
+Error bind_avg_pool(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
+Error bind_adaptive_avg_pool(const OpBinding& op, OptimizedSession& session, Out out,
+                             Decline* decline);
+Error bind_mean(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
+Error bind_upsample(const OpBinding& op, bool linear, OptimizedSession& session, Out out,
+                    Decline* decline);
+Error bind_cat(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
+Error bind_permute(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
+
+// bind_elementwise.cc: activations and the scalar arithmetic they express, binary ops with
+// broadcasting.
+Error bind_eltwise(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
+Error bind_binary(const OpBinding& op, onednn::BinaryOp kind, const char* what,
+                  OptimizedSession& session, Out out, Decline* decline);
+
+// bind_normalization.cc: layer norm, softmax and log-softmax.
+Error bind_layer_norm(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
+Error bind_softmax(const OpBinding& op, bool log, OptimizedSession& session, Out out,
+                   Decline* decline);
+
+// bind_reductions.cc: reductions, attention-mask ops and the embedding gather, on our own loops.
+enum class Reduction { kMax, kMin, kArgmax, kArgmin, kAny };
+Error bind_reduction(const OpBinding& op, Reduction kind, OptimizedSession& session, Out out,
+                     Decline* decline);
+Error bind_compare_scalar(const OpBinding& op, onednn::Compare compare, OptimizedSession& session,
+                          Out out, Decline* decline);
+Error bind_logical_not(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
+Error bind_where(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
+Error bind_embedding(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
+
+// bind_quantized.cc: the delegate's int8 ops (checked at bind, prepared by finalize) and the
+// per-tensor quantize / dequantize loops.
+Error bind_int8(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
+Error bind_quantize_convert(const OpBinding& op, bool quantize, OptimizedSession& session,
+                            Out out, Decline* decline);
+
+}  // namespace optimized
+}  // namespace cpu
+}  // namespace et_cpu_plugin

@@ -1,0 +1,181 @@
+// What every binder of the Optimized provider uses: reading an op's arguments (tensor_arg,
+// int_list, ...), turning the offered fusable steps into post-ops, why an op is declined
+// (Decline), preparing a kernel and handing it to the runtime (bind_prepared), and the two
+// generic kernels: LayoutKernel (one activation to another through one plan) and LoopKernel (an
+// op on our own loops). The binders themselves are declared in binders.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <executorch/runtime/core/evalue.h>
+
+#include "backends/cpu/runtime/error_report.h"
+#include "backends/cpu/runtime/kernel_provider.h"
+#include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
+#include "backends/cpu/runtime/providers/optimized/session.h"
+
+namespace et_cpu_plugin {
+namespace cpu {
+namespace optimized {
+
+using executorch::aten::ScalarType;
+using executorch::aten::Tensor;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+using executorch::runtime::KernelRuntimeContext;
+using executorch::runtime::Span;
+
+// Why an op is declined; bind() copies it into the binding's decline_reason.
+struct Decline {
+  std::string reason;
+};
+
+// ---- Arguments ----
+
+const Tensor* tensor_arg(Span<EValue*> args, size_t index);
+const Tensor* tensor_arg(const OpBinding& op, size_t index);
+bool is_f32(const Tensor* tensor);
+bool has_dtype(const Tensor* tensor, ScalarType dtype);
+bool is_constant(const OpBinding& op, size_t index);
+std::vector<int64_t> dims_of(const Tensor& tensor);
+// An int or a double argument as a double; false otherwise.
+bool scalar_of(const EValue* value, double* out);
+// An int list argument of length 1 or `rank`, broadcast to `rank`; false otherwise.
+bool int_list(const EValue* value, size_t rank, std::vector<int64_t>* out);
+// The out tensor: the last argument of the out-variant schema (the runtime appends one more
+// slot, for the kernel wrapper's result, after it).
+Tensor* out_arg(const OpBinding& op);
+// The number of schema arguments, outs included (without the runtime's result slot).
+size_t schema_args(const OpBinding& op);
+
+// ---- Fusable steps as post-ops ----
+
+// The provider's activation for an offered kEltwise step; false when it has none.
+bool activation_of_step(const FusableStep& step, onednn::Activation* out);
+// Appends the post-op of one offered step; an add also sets *residual (false if one is already
+// set). False when the step cannot be expressed (a NaN clamp bound, a second add, a convolution).
+bool append_post_op(const FusableStep& step, onednn::PostOps* post, const Tensor** residual);
+// The post-ops for the first `count` offered steps, and the residual tensor if one is an add;
+// false when the steps cannot be expressed.
+bool post_ops_for(const OpBinding& op, size_t count, onednn::PostOps* post,
+                  const Tensor** residual);
+// The tensor the kernel writes: the op's out argument, or the last fused step's output.
+Tensor* final_output(const OpBinding& op, size_t out_index, size_t fused);
+
+// Tries the longest offered prefix of fusable steps the provider accepts, then fewer.
+template <typename Check>
+size_t longest_supported_prefix(const OpBinding& op, Check check, onednn::PostOps* post,
+                                const Tensor** residual) {
+  for (size_t count = op.fusable.size() + 1; count-- > 0;) {
+    if (post_ops_for(op, count, post, residual) && check(*post).ok) return count;
+  }
+  post->clear();
+  *residual = nullptr;
+  return 0;
+}
+
+// ---- Kernels ----
+
+// Runs a kernel's `body`; a provider exception becomes Error::Internal with a log line.
+template <typename Body>
+Error guarded(const char* what, Body body) {
+  try {
+    body();
+  } catch (const std::exception& e) {
+    log_line(LogLevel::kError, "oneDNN %s failed: %s", what, e.what());
+    return Error::Internal;
+  }
+  return Error::Ok;
+}
+
+const executorch::aten::TensorImpl* impl_of(const Tensor* tensor);
+
+// `t`'s layout as the session keeps it: channels-last or plain.
+onednn::Layout session_layout(const OptimizedKernel::InChannelsLast& channels_last,
+                              const Tensor* t);
+
+// Prepares `kernel` with plain activations (finalize may prepare it again with chained ones),
+// adds it to the session and hands it to the runtime.
+Error bind_prepared(std::unique_ptr<OptimizedKernel> kernel, OptimizedSession& session,
+                    std::unique_ptr<BoundKernel>* out);
+
+// One activation to another, each in the layout the session keeps it (plain or channels-last),
+// its output chainable: max / average pooling and resampling. `make` prepares the plan. With
+// `output_follows_input` the output stays channels-last only after a channels-last input
+// (softmax: from a plain input a channels-last output would only cost a conversion).
+template <typename Plan>
+class LayoutKernel final : public OptimizedKernel {
+ public:
+  using Make = std::function<Plan(onednn::Provider&, const onednn::Layout& input,
+                                  const onednn::Layout& output)>;
+  LayoutKernel(const char* what, Make make, const Tensor* input, Tensor* output,
+               bool output_follows_input = false)
+      : what_(what),
+        make_(std::move(make)),
+        input_(input),
+        output_(output),
+        output_follows_input_(output_follows_input) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    plan_ = std::make_unique<Plan>(make_(provider, session_layout(channels_last, input_),
+                                         session_layout(channels_last, output_)));
+  }
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return impl_of(output_);
+  }
+  const executorch::aten::TensorImpl* chainable_output_after(
+      const Chained& chained) const override {
+    if (output_follows_input_ && chained.count(impl_of(input_)) == 0) return nullptr;
+    return chainable_output();
+  }
+
+  std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded(what_, [&] {
+      plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>());
+    });
+  }
+
+ private:
+  const char* what_;
+  Make make_;
+  const Tensor* input_;
+  Tensor* output_;
+  bool output_follows_input_;
+  std::unique_ptr<Plan> plan_;
+};
+
+// An op on our own loops (mask_ops.h, reductions.h, embedding.h, quantize_convert.h): nothing to
+// prepare, every tensor it reads plain; `body` runs it and returns an error for bad data
+// (embedding ids).
+class LoopKernel final : public OptimizedKernel {
+ public:
+  using Body = std::function<Error()>;
+  LoopKernel(std::string what, std::vector<const Tensor*> reads, Body body)
+      : what_(std::move(what)), reads_(std::move(reads)), body_(std::move(body)) {}
+
+  void prepare(onednn::Provider&, const InChannelsLast&) override {}
+  std::vector<const executorch::aten::TensorImpl*> plain_reads() const override;
+  std::string implementation() const override { return "loops:" + what_; }
+  Error run(KernelRuntimeContext&) override { return body_(); }
+
+ private:
+  std::string what_;
+  std::vector<const Tensor*> reads_;
+  Body body_;
+};
+
+// Binds a LoopKernel (see bind_prepared).
+Error bind_loop(OptimizedSession& session, std::unique_ptr<BoundKernel>* out, std::string what,
+                std::vector<const Tensor*> reads, LoopKernel::Body body);
+
+}  // namespace optimized
+}  // namespace cpu
+}  // namespace et_cpu_plugin

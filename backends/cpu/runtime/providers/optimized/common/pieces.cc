@@ -1,0 +1,277 @@
+// Split plans' pieces: running primitives on the pool's threads, slicing ops, making splits.
+#include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
+
+#include <cstring>
+
+#include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/vector_activations.h"
+
+namespace et_cpu_plugin {
+namespace onednn {
+
+namespace {
+
+// Bytes of `md` if it held its elements and nothing else.
+size_t dense_bytes(const memory::desc& md) {
+  return static_cast<size_t>(product(md.get_dims())) * sizeof(float);
+}
+
+// The tail over `md`'s elements at `dst`, in place (tail_fits(md) was checked at prepare).
+void apply_tail(const Activation& tail, const memory::desc& md, float* dst) {
+  if (md.get_size() == dense_bytes(md)) {
+    apply_vector_activation(tail, dst, dst, dense_bytes(md) / sizeof(float));
+    return;
+  }
+  const Dims dims = md.get_dims();
+  const Dims strides = md.get_strides();
+  for (int64_t row = 0; row < dims[0]; ++row) {
+    float* at = dst + row * strides[0];
+    apply_vector_activation(tail, at, at, static_cast<size_t>(dims[1]));
+  }
+}
+
+// Runs `primitive` on `stream` with `scratchpad`, re-pointing the memory objects in `args` (made
+// on first use) at `data`. One thread uses `args` at a time, so no lock.
+void execute_with(ProviderState& state, const dnnl::primitive& primitive,
+                  std::unordered_map<int, memory>& args, const memory::desc& src_md,
+                  const memory::desc& dst_md, const memory::desc& scratchpad_md,
+                  dnnl::stream& stream, void* scratchpad, const PieceData& data) {
+  point(args, DNNL_ARG_SRC, src_md, state.engine, data.src);
+  point(args, DNNL_ARG_DST, dst_md, state.engine, data.dst);
+  point(args, DNNL_ARG_SCRATCHPAD, scratchpad_md, state.engine, scratchpad);
+  if (data.weights != nullptr) {
+    point(args, DNNL_ARG_WEIGHTS, *data.weights_md, state.engine, data.weights);
+  }
+  if (data.bias != nullptr) {
+    point(args, DNNL_ARG_BIAS, *data.bias_md, state.engine, data.bias);
+  }
+  primitive.execute(stream, args);
+  stream.wait();
+  if (data.tail != nullptr) apply_tail(*data.tail, dst_md, data.dst);
+}
+
+const float* data_of(const OwnedTensor& tensor) {
+  return tensor.bytes ? static_cast<const float*>(tensor.bytes->data()) : nullptr;
+}
+
+}  // namespace
+
+SplitPostOps split_tail(const PostOps& post_ops, bool keep) {
+  SplitPostOps split{post_ops, std::nullopt};
+  if (keep || post_ops.empty()) return split;
+  const PostOp& last = post_ops.back();
+  if (last.kind == PostOp::Kind::kActivation && has_vector_activation(last.activation)) {
+    split.tail = last.activation;
+    split.primitive.pop_back();
+  }
+  return split;
+}
+
+bool tail_fits(const memory::desc& md) {
+  if (md.get_data_type() != memory::data_type::f32 ||
+      md.get_format_kind() != dnnl::memory::format_kind::blocked) {
+    return false;
+  }
+  if (md.get_size() == dense_bytes(md)) return true;
+  const Dims strides = md.get_strides();
+  return md.get_ndims() == 2 && md.get_inner_nblks() == 0 && strides[1] == 1 &&
+         strides[0] >= md.get_dims()[1];
+}
+
+memory& point(std::unordered_map<int, memory>& memories, int key, const memory::desc& md,
+              const dnnl::engine& engine, const void* data) {
+  auto found = memories.find(key);
+  if (found == memories.end()) {
+    return memories.emplace(key, memory(md, engine, const_cast<void*>(data))).first->second;
+  }
+  // Re-pointing is not free: oneDNN 3.2 zero-fills the padding of a padded layout (blocked
+  // weights) on every set_data_handle. The arena and the weights mostly stay put between runs.
+  if (found->second.get_data_handle() != data) {
+    found->second.set_data_handle(const_cast<void*>(data));
+  }
+  return found->second;
+}
+
+void execute_on_worker(ProviderState& state, const dnnl::primitive& primitive,
+                       std::unordered_map<int, memory>& args, const memory::desc& src_md,
+                       const memory::desc& dst_md, const memory::desc& scratchpad_md, int worker,
+                       const PieceData& data) {
+  const bool pooled = !state.piece_streams.empty();
+  const size_t index = static_cast<size_t>(worker);
+  execute_with(state, primitive, args, src_md, dst_md, scratchpad_md,
+               pooled ? state.piece_streams[index] : state.stream,
+               pooled ? state.piece_scratchpads[index].data() : state.scratchpad.data(), data);
+}
+
+void execute_whole(ProviderState& state, const dnnl::primitive& primitive,
+                   std::unordered_map<int, memory>& args, const memory::desc& src_md,
+                   const memory::desc& dst_md, const memory::desc& scratchpad_md,
+                   const PieceData& data) {
+  wrap_dnnl("execute", [&] {
+    execute_with(state, primitive, args, src_md, dst_md, scratchpad_md, state.stream,
+                 state.scratchpad.data(), data);
+  });
+}
+
+void WholeOp::run(const float* input, float* output) const {
+  ThreadCountGuard threads(state->omp_threads);
+  PieceData data;
+  data.src = input;
+  data.dst = output;
+  execute_whole(*state, primitive, args, src, dst, scratchpad_md, data);
+}
+
+void execute_piece(ProviderState& state, const Piece& piece, int worker, const PieceData& data) {
+  wrap_dnnl("execute piece", [&] {
+    execute_on_worker(state, piece.primitive, piece.args, piece.src_md, piece.dst_md,
+                      piece.scratchpad_md, worker, data);
+  });
+}
+
+void copy_rows(const float* from, int64_t from_stride, float* to, int64_t to_stride,
+               int64_t rows, int64_t width) {
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(to + r * to_stride, from + r * from_stride, static_cast<size_t>(width) * 4);
+  }
+}
+
+void run_pieces(ProviderState& state, const std::vector<Piece>& pieces,
+                const std::function<PieceData(const Piece&)>& data) {
+  state.pool->run(pieces.size(), [&](size_t index, int worker) {
+    execute_piece(state, pieces[index], worker, data(pieces[index]));
+  });
+}
+
+std::string pieces_note(size_t count) {
+  return count > 1 ? ", " + std::to_string(count) + " pieces" : std::string();
+}
+
+RowGemmRun prepare_row_gemm(ProviderState& state, int64_t rows, int64_t k, int64_t n,
+                            const float* weight, bool weight_is_k_by_n, const float* bias,
+                            const PostOps& post_ops, std::string* implementation) {
+  RowGemmRun run;
+  auto gemm = std::make_shared<RowGemm>(
+      rows, cached_row_gemm_weights(state.weight_cache.get(), k, n, weight, weight_is_k_by_n, bias),
+      post_ops);
+  run.tasks = state.pieces_for(2.0 * static_cast<double>(rows * k * n), gemm->groups());
+  state.weights_bytes += gemm->weights_bytes();
+  run.gemm = std::move(gemm);
+  *implementation = "row_gemm:avx512" + pieces_note(run.tasks);
+  return run;
+}
+
+void run_row_gemm(ProviderState& state, const RowGemmRun& run, const float* x, float* y,
+                  const float* residual) {
+  const RowGemm& gemm = *run.gemm;
+  if (run.tasks < 2) {
+    gemm.run(x, y, residual, 0, gemm.groups());
+    return;
+  }
+  state.pool->run(run.tasks, [&](size_t index, int) {
+    const auto [first, last] = slice_of(gemm.groups(), run.tasks, index);
+    gemm.run(x, y, residual, first, last);
+  });
+}
+
+PieceData piece_data(const float* src, float* dst, const OwnedTensor& weights,
+                     const OwnedTensor* bias) {
+  PieceData data;
+  data.src = src;
+  data.dst = dst;
+  data.weights_md = &weights.md;
+  data.weights = data_of(weights);
+  if (bias != nullptr) {
+    data.bias_md = &bias->md;
+    data.bias = data_of(*bias);
+  }
+  return data;
+}
+
+std::pair<int64_t, int64_t> slice_of(int64_t units, size_t count, size_t index) {
+  const int64_t n = static_cast<int64_t>(count);
+  const int64_t i = static_cast<int64_t>(index);
+  return {units * i / n, units * (i + 1) / n};
+}
+
+std::pair<int64_t, int64_t> block_slice(int64_t total, int64_t block, size_t count, size_t index) {
+  const auto [begin, end] = slice_of(total / block, count, index);
+  return {begin * block, index + 1 == count ? total : end * block};
+}
+
+int outermost_dim(const memory::desc& md) {
+  const Dims dims = md.get_dims();
+  const Dims strides = md.get_strides();
+  int best = -1;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] > 1 && (best < 0 || strides[i] > strides[static_cast<size_t>(best)])) {
+      best = static_cast<int>(i);
+    }
+  }
+  return best;
+}
+
+memory::desc slice_dim(const memory::desc& md, int dim, int64_t begin, int64_t end,
+                       size_t* offset) {
+  Dims piece = md.get_dims();
+  if (piece[dim] == 1) {
+    *offset = 0;
+    return md;
+  }
+  const Dims strides = md.get_strides();
+  piece[dim] = end - begin;
+  *offset = static_cast<size_t>(begin * strides[dim]);
+  return memory::desc(piece, memory::data_type::f32, strides);
+}
+
+OuterSlices outer_slices(ProviderState& state, const memory::desc& dst,
+                         const std::vector<memory::desc>& srcs, int excluded,
+                         double flops_per_element) {
+  OuterSlices slices;
+  const int split = outermost_dim(dst);
+  if (split < 0 || split == excluded) return slices;
+  for (const memory::desc& md : srcs) {
+    if (md.get_dims()[split] != 1 && outermost_dim(md) != split) return slices;
+  }
+  const Dims dims = dst.get_dims();
+  slices.dim = split;
+  slices.units = dims[split];
+  slices.count = state.pieces_for(product(dims) * flops_per_element, dims[split]);
+  return slices;
+}
+
+memory::desc OuterSlices::slice(const memory::desc& md, size_t index, size_t* offset) const {
+  const auto [begin, end] = slice_of(units, count, index);
+  return slice_dim(md, dim, begin, end, offset);
+}
+
+std::vector<Piece> make_pieces(ProviderState& state, size_t count,
+                               const std::function<bool(size_t index, Piece& piece)>& make) {
+  if (count < 2) {
+    return {};
+  }
+  const size_t weights_before = state.weights_bytes;
+  std::vector<Piece> pieces;
+  try {
+    for (size_t i = 0; i < count; ++i) {
+      Piece piece;
+      if (!make(i, piece)) {
+        pieces.clear();
+        break;
+      }
+      pieces.push_back(std::move(piece));
+    }
+  } catch (const dnnl::error&) {
+    pieces.clear();
+  }
+  if (pieces.empty()) {
+    state.weights_bytes = weights_before;
+    return {};
+  }
+  for (const Piece& piece : pieces) {
+    state.reserve_piece_scratchpad(piece.scratchpad_md);
+  }
+  return pieces;
+}
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin

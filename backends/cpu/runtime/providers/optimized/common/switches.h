@@ -1,0 +1,20 @@
+// The one reading of an on/off environment switch (ET_CPU_ROW_GEMM, ET_CPU_ONEDNN_CHAIN and the
+// like): every switch of the Optimized provider, its plans and its kernels goes through it.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+namespace et_cpu_plugin {
+namespace onednn {
+
+// Whether the environment leaves a kernel or a behaviour on: `variable` unset or anything but
+// "0" ("0" turns it off, for measuring). Read at each call, so a benchmark can prepare plans both
+// ways in one process.
+inline bool kernel_switched_on(const char* variable) {
+  const char* value = std::getenv(variable);
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin

@@ -1,0 +1,123 @@
+// WeightCache (see weight_cache.h): weak references to prepared constants, found by the
+// constant's address and the layouts (oneDNN reorders) or k and n (RowGemm packing).
+#include "backends/cpu/runtime/providers/optimized/common/weight_cache.h"
+
+#include <mutex>
+
+#include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
+
+namespace et_cpu_plugin {
+namespace onednn {
+
+struct WeightCache::Impl {
+  // A reordered constant: `data` read as `from`, written as `to`.
+  struct Reordered {
+    const float* data;
+    memory::desc from;
+    memory::desc to;
+    std::weak_ptr<AlignedBuffer> bytes;
+  };
+  struct Packed {
+    const float* weight;
+    const float* bias;
+    int64_t k;
+    int64_t n;
+    bool weight_is_k_by_n;
+    std::weak_ptr<const RowGemm::Packed> packed;
+  };
+  mutable std::mutex mutex;
+  std::vector<Reordered> reordered;
+  std::vector<Packed> packed;
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+
+  // Drops the entries no plan holds any more (called on a miss: they only add up then).
+  void prune() {
+    reordered.erase(std::remove_if(reordered.begin(), reordered.end(),
+                                   [](const Reordered& e) { return e.bytes.expired(); }),
+                    reordered.end());
+    packed.erase(std::remove_if(packed.begin(), packed.end(),
+                                [](const Packed& e) { return e.packed.expired(); }),
+                 packed.end());
+  }
+};
+
+WeightCache::WeightCache() : impl_(std::make_unique<Impl>()) {}
+WeightCache::~WeightCache() = default;
+
+uint64_t WeightCache::hits() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->hits;
+}
+uint64_t WeightCache::misses() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->misses;
+}
+size_t WeightCache::live_bytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  size_t bytes = 0;
+  for (const Impl::Reordered& e : impl_->reordered) {
+    if (!e.bytes.expired()) bytes += e.to.get_size();
+  }
+  for (const Impl::Packed& e : impl_->packed) {
+    if (auto packed = e.packed.lock()) bytes += packed->bytes();
+  }
+  return bytes;
+}
+
+bool weight_cache_enabled() { return kernel_switched_on("ET_CPU_WEIGHT_CACHE"); }
+
+OwnedTensor cached_constant(WeightCache* cache, const memory::desc& from, const float* data,
+                            const memory::desc& to, const std::function<OwnedTensor()>& make) {
+  if (cache == nullptr) return make();
+  WeightCache::Impl& impl = cache->impl();
+  {
+    std::lock_guard<std::mutex> lock(impl.mutex);
+    for (const WeightCache::Impl::Reordered& e : impl.reordered) {
+      if (e.data != data || e.from != from || e.to != to) continue;
+      if (auto bytes = e.bytes.lock()) {
+        ++impl.hits;
+        return OwnedTensor{to, std::move(bytes)};
+      }
+    }
+  }
+  OwnedTensor made = make();  // outside the lock: a reorder takes a while
+  std::lock_guard<std::mutex> lock(impl.mutex);
+  ++impl.misses;
+  impl.prune();
+  impl.reordered.push_back({data, from, to, made.bytes});
+  return made;
+}
+
+std::shared_ptr<const RowGemm::Packed> cached_row_gemm_weights(WeightCache* cache, int64_t k,
+                                                               int64_t n, const float* weight,
+                                                               bool weight_is_k_by_n,
+                                                               const float* bias) {
+  if (cache == nullptr) return RowGemm::pack(k, n, weight, weight_is_k_by_n, bias);
+  WeightCache::Impl& impl = cache->impl();
+  {
+    std::lock_guard<std::mutex> lock(impl.mutex);
+    for (const WeightCache::Impl::Packed& e : impl.packed) {
+      if (e.weight != weight || e.bias != bias || e.k != k || e.n != n ||
+          e.weight_is_k_by_n != weight_is_k_by_n) {
+        continue;
+      }
+      if (auto packed = e.packed.lock()) {
+        ++impl.hits;
+        return packed;
+      }
+    }
+  }
+  std::shared_ptr<const RowGemm::Packed> packed =
+      RowGemm::pack(k, n, weight, weight_is_k_by_n, bias);
+  std::lock_guard<std::mutex> lock(impl.mutex);
+  ++impl.misses;
+  impl.prune();
+  impl.packed.push_back({weight, bias, k, n, weight_is_k_by_n, packed});
+  return packed;
+}
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin

@@ -1,0 +1,245 @@
+// RowGemm (see row_gemm.h): packing, the register-blocked kernel and its in-register epilogue.
+#include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
+
+#include <algorithm>
+#include <string>
+
+#include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
+
+namespace et_cpu_plugin {
+namespace onednn {
+namespace {
+
+constexpr int64_t kLanes = 16;               // floats per AVX-512 vector
+constexpr int64_t kGroupPanels = 4;          // vectors per column group
+constexpr int64_t kGroupColumns = kLanes * kGroupPanels;
+// Floats ahead of the current weight row that the kernel asks the cache for: far enough to
+// cover memory latency at the rate one core streams (~4 KB), near enough to stay in L1.
+constexpr int64_t kPrefetchFloats = 1024;
+
+bool activation_in_registers(Activation::Kind kind) {
+  switch (kind) {
+    case Activation::Kind::kRelu:
+    case Activation::Kind::kLeakyRelu:
+    case Activation::Kind::kClamp:
+    case Activation::Kind::kHardswish:
+    case Activation::Kind::kHardsigmoid:
+    case Activation::Kind::kSigmoid:
+    case Activation::Kind::kSilu:
+      return true;
+    default:
+      return false;
+  }
+}
+
+ET_AVX512 inline __m512 clamp16(__m512 v, float lo, float hi) {
+  return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
+}
+
+// relu6(x + 3) / 6
+ET_AVX512 inline __m512 hardsigmoid16(__m512 v) {
+  return _mm512_mul_ps(clamp16(_mm512_add_ps(v, _mm512_set1_ps(3.0f)), 0.0f, 6.0f),
+                       _mm512_set1_ps(1.0f / 6.0f));
+}
+
+ET_AVX512 inline __m512 activation16(const Activation& a, __m512 v) {
+  switch (a.kind) {
+    case Activation::Kind::kRelu:
+      return _mm512_max_ps(v, _mm512_setzero_ps());
+    case Activation::Kind::kLeakyRelu: {
+      const __mmask16 negative = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
+      return _mm512_mask_mul_ps(v, negative, v, _mm512_set1_ps(a.alpha));
+    }
+    case Activation::Kind::kClamp:
+      return clamp16(v, a.alpha, a.beta);
+    case Activation::Kind::kHardswish:
+      return _mm512_mul_ps(v, hardsigmoid16(v));
+    case Activation::Kind::kHardsigmoid:
+      return hardsigmoid16(v);
+    case Activation::Kind::kSigmoid:
+      return sigmoid16(v);
+    case Activation::Kind::kSilu:
+      return silu16(v);
+    default:
+      return v;  // excluded by row_gemm_supports
+  }
+}
+
+// The post-ops on one vector of output columns; `residual` points at the same columns.
+ET_AVX512 inline __m512 epilogue16(const PostOps& post_ops, __m512 v, const float* residual,
+                                   __mmask16 mask) {
+  for (const PostOp& op : post_ops) {
+    switch (op.kind) {
+      case PostOp::Kind::kAdd:
+        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual));
+        break;
+      case PostOp::Kind::kRelu:
+        v = _mm512_max_ps(v, _mm512_setzero_ps());
+        break;
+      case PostOp::Kind::kClamp:
+        v = clamp16(v, op.min, op.max);
+        break;
+      case PostOp::Kind::kActivation:
+        v = activation16(op.activation, v);
+        break;
+    }
+  }
+  return v;
+}
+
+// One column group of kPanels vectors for kRows rows: acc[r][p] over all k, then the epilogue.
+// The group's weights are one contiguous [k][kPanels * 16] stream.
+template <int kRows, int kPanels>
+ET_AVX512 void group_kernel(const float* x, int64_t k, const float* weights, const float* bias,
+                            const PostOps& post_ops, int64_t columns, int64_t n,
+                            const float* residual, float* y) {
+  __m512 acc[kRows][kPanels];
+  for (int p = 0; p < kPanels; ++p) {
+    const __m512 b = _mm512_loadu_ps(bias + p * kLanes);
+    for (int r = 0; r < kRows; ++r) acc[r][p] = b;
+  }
+  const float* w = weights;
+  for (int64_t i = 0; i < k; ++i, w += kPanels * kLanes) {
+    for (int p = 0; p < kPanels; ++p) {  // one cache line per vector
+      _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchFloats + p * kLanes), _MM_HINT_T0);
+    }
+    for (int r = 0; r < kRows; ++r) {
+      const __m512 xr = _mm512_set1_ps(x[r * k + i]);
+      for (int p = 0; p < kPanels; ++p) {
+        acc[r][p] = _mm512_fmadd_ps(xr, _mm512_load_ps(w + p * kLanes), acc[r][p]);
+      }
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int p = 0; p < kPanels; ++p) {
+      const int64_t left = columns - p * kLanes;
+      const __mmask16 mask =
+          left >= kLanes ? static_cast<__mmask16>(0xFFFF)
+                         : static_cast<__mmask16>((1u << std::max<int64_t>(left, 0)) - 1u);
+      const int64_t at = r * n + p * kLanes;
+      const __m512 v = epilogue16(post_ops, acc[r][p], residual ? residual + at : nullptr, mask);
+      _mm512_mask_storeu_ps(y + at, mask, v);
+    }
+  }
+}
+
+using GroupKernel = void (*)(const float*, int64_t, const float*, const float*, const PostOps&,
+                             int64_t, int64_t, const float*, float*);
+
+template <int kRows>
+GroupKernel kernel_for_panels(int64_t panels) {
+  switch (panels) {
+    case 1:
+      return group_kernel<kRows, 1>;
+    case 2:
+      return group_kernel<kRows, 2>;
+    case 3:
+      return group_kernel<kRows, 3>;
+    default:
+      return group_kernel<kRows, 4>;
+  }
+}
+
+GroupKernel kernel_for(int64_t rows, int64_t panels) {
+  switch (rows) {
+    case 1:
+      return kernel_for_panels<1>(panels);
+    case 2:
+      return kernel_for_panels<2>(panels);
+    case 3:
+      return kernel_for_panels<3>(panels);
+    default:
+      return kernel_for_panels<4>(panels);
+  }
+}
+
+int64_t group_columns(int64_t n, int64_t group) {
+  return std::min(kGroupColumns, n - group * kGroupColumns);
+}
+
+int64_t panels_of(int64_t columns) {
+  return (columns + kLanes - 1) / kLanes;
+}
+
+}  // namespace
+
+bool row_gemm_supports(int64_t rows, const PostOps& post_ops) {
+  if (rows < 1 || rows > kRowGemmMaxRows || !kernel_switched_on("ET_CPU_ROW_GEMM") ||
+      !cpu_has_avx512()) return false;
+  for (const PostOp& op : post_ops) {
+    if (op.kind == PostOp::Kind::kActivation && !activation_in_registers(op.activation.kind)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::shared_ptr<const RowGemm::Packed> RowGemm::pack(int64_t k, int64_t n, const float* weight,
+                                                    bool weight_is_k_by_n, const float* bias) {
+  if (k < 1 || n < 1 || weight == nullptr) {
+    throw ProviderError("row gemm: k " + std::to_string(k) + " and n " + std::to_string(n) +
+                        " must be positive and the weight non-null");
+  }
+  auto packed = std::make_shared<Packed>();
+  packed->k = k;
+  packed->n = n;
+  const int64_t groups = (n + kGroupColumns - 1) / kGroupColumns;
+  // Each group starts on a cache line (64 bytes) so the kernel's loads are aligned.
+  size_t total = 0;
+  for (int64_t g = 0; g < groups; ++g) {
+    packed->group_offset.push_back(total);
+    total += static_cast<size_t>(k * panels_of(group_columns(n, g)) * kLanes);
+  }
+  packed->weights.assign(total + kLanes, 0.0f);
+  const size_t misalignment =
+      reinterpret_cast<uintptr_t>(packed->weights.data()) % 64 / sizeof(float);
+  const size_t shift = misalignment ? kLanes - misalignment : 0;
+  packed->bias.assign(static_cast<size_t>(groups * kGroupColumns), 0.0f);
+  for (int64_t g = 0; g < groups; ++g) {
+    packed->group_offset[g] += shift;
+    const int64_t width = panels_of(group_columns(n, g)) * kLanes;
+    float* out = packed->weights.data() + packed->group_offset[g];
+    for (int64_t c = 0; c < group_columns(n, g); ++c) {
+      const int64_t column = g * kGroupColumns + c;
+      for (int64_t i = 0; i < k; ++i) {
+        out[i * width + c] = weight_is_k_by_n ? weight[i * n + column] : weight[column * k + i];
+      }
+      if (bias) packed->bias[column] = bias[column];
+    }
+  }
+  return packed;
+}
+
+RowGemm::RowGemm(int64_t rows, std::shared_ptr<const Packed> packed, PostOps post_ops)
+    : rows_(rows), k_(packed ? packed->k : 0), n_(packed ? packed->n : 0),
+      groups_((n_ + kGroupColumns - 1) / kGroupColumns), post_ops_(std::move(post_ops)),
+      has_add_(onednn::has_add(post_ops_)), packed_(std::move(packed)) {
+  if (!row_gemm_supports(rows, post_ops_)) {
+    throw ProviderError("row gemm: " + std::to_string(rows) +
+                        " rows or these post-ops are not supported here");
+  }
+  if (packed_ == nullptr) throw ProviderError("row gemm: no packed weights");
+}
+
+RowGemm::RowGemm(int64_t rows, int64_t k, int64_t n, const float* weight, bool weight_is_k_by_n,
+                 const float* bias, PostOps post_ops)
+    : RowGemm(rows, pack(k, n, weight, weight_is_k_by_n, bias), std::move(post_ops)) {}
+
+void RowGemm::run(const float* x, float* y, const float* residual, int64_t first,
+                  int64_t last) const {
+  if (has_add_ && residual == nullptr) {
+    throw ProviderError("row gemm: post-op add needs a residual tensor, got null");
+  }
+  for (int64_t g = first; g < last; ++g) {
+    const int64_t columns = group_columns(n_, g);
+    const int64_t at = g * kGroupColumns;
+    const float* weights = packed_->weights.data() + packed_->group_offset[g];
+    kernel_for(rows_, panels_of(columns))(x, k_, weights, packed_->bias.data() + at, post_ops_,
+                                          columns, n_,
+                                          residual ? residual + at : nullptr, y + at);
+  }
+}
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin

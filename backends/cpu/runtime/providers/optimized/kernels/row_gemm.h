@@ -1,0 +1,84 @@
+// Our own AVX-512 kernel for matrix products with a few rows: batch-1 linears (a classifier
+// head) and 1x1 convolutions over one pixel (squeeze-excite). Such a product reads every weight
+// once and does two flops with it, so it runs at the speed the weights stream in. oneDNN 3.2's
+// jit GEMM reads them in panels that leave half the machine's bandwidth unused when they come
+// from memory (MobileNetV3's 1024 -> 1000 head: 0.9 ms cold against XNNPACK's 0.5 ms, see the
+// provider README); here they are packed once into one contiguous stream per column group, and
+// bias, post-ops and the residual add are applied in registers before the only store.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
+
+namespace et_cpu_plugin {
+namespace onednn {
+
+// Rows (M) a RowGemm takes at most: its accumulators (rows x 4 vectors) fill the registers.
+constexpr int64_t kRowGemmMaxRows = 4;
+
+// Whether RowGemm runs `rows` rows with these post-ops on this CPU: AVX-512F, rows in
+// [1, kRowGemmMaxRows], every post-op with an in-register form (add, relu, clamp and the
+// activations relu, leaky relu, clamp, hardswish, hardsigmoid, sigmoid, SiLU), and
+// ET_CPU_ROW_GEMM is not "0" ("0" keeps oneDNN's kernels, for measuring; read at each call).
+bool row_gemm_supports(int64_t rows, const PostOps& post_ops);
+
+class RowGemm {
+ public:
+  // The weights and bias packed per column group: they depend on the constants, k and n only,
+  // so the RowGemms of one weight at several row counts (a decoder's sizes) share them.
+  struct Packed {
+    int64_t k = 0;
+    int64_t n = 0;
+    // Group g: k rows of its (up to 64, zero-padded to whole vectors) columns, contiguous,
+    // from group_offset[g] (on a cache line); the bias of all groups, zero-padded alike.
+    std::vector<float> weights;
+    std::vector<size_t> group_offset;
+    std::vector<float> bias;
+    size_t bytes() const { return (weights.size() + bias.size()) * sizeof(float); }
+  };
+  // `weight` is [n, k] (linear's and a 1x1 convolution's layout) or [k, n] when
+  // `weight_is_k_by_n`; `bias` is [n] or null. Throws ProviderError on a null weight or a
+  // non-positive k or n.
+  static std::shared_ptr<const Packed> pack(int64_t k, int64_t n, const float* weight,
+                                            bool weight_is_k_by_n, const float* bias);
+
+  // y[r, c] = post_ops(sum_k x[r, k] * w(k, c) + bias[c]), x [rows, k] and y [rows, n] row-major,
+  // on weights from pack(). Throws ProviderError unless row_gemm_supports(rows, post_ops).
+  RowGemm(int64_t rows, std::shared_ptr<const Packed> packed, PostOps post_ops);
+  // The same, packing `weight` and `bias` (see pack) for this RowGemm alone.
+  RowGemm(int64_t rows, int64_t k, int64_t n, const float* weight, bool weight_is_k_by_n,
+          const float* bias, PostOps post_ops);
+
+  // Column groups (64 columns each, the last may be narrower): the unit of work sharing.
+  int64_t groups() const { return groups_; }
+  size_t weights_bytes() const { return packed_->bytes(); }
+  bool has_add() const { return has_add_; }
+
+  // Computes y's columns of groups [first, last) for every row. `residual` ([rows, n], may be
+  // `y` itself) is required iff the post-ops hold an add.
+  void run(const float* x, float* y, const float* residual, int64_t first, int64_t last) const;
+
+ private:
+  int64_t rows_;
+  int64_t k_;
+  int64_t n_;
+  int64_t groups_;
+  PostOps post_ops_;
+  bool has_add_;
+  std::shared_ptr<const Packed> packed_;
+};
+
+class WeightCache;
+// The packed weights of `weight` and `bias` (see RowGemm::pack) that `cache` holds alive, or new
+// ones remembered there (weight_cache.cc); packed anew when `cache` is null.
+std::shared_ptr<const RowGemm::Packed> cached_row_gemm_weights(WeightCache* cache, int64_t k,
+                                                               int64_t n, const float* weight,
+                                                               bool weight_is_k_by_n,
+                                                               const float* bias);
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin

@@ -1,0 +1,94 @@
+// Vector math shared by the provider's own AVX-512 kernels (vector_activations.cc, row_gemm.cc,
+// softmax_plan.cc, reductions.cc), and the CPU check they need; the on/off switches they read
+// come from common/switches.h.
+// Every function here carries the avx512f target: call them only from code that checked
+// cpu_has_avx512(), so the library still loads on CPUs without AVX-512.
+#pragma once
+
+// GCC 12 reports the self-initialised `__Y` inside its own AVX-512 intrinsics (_mm512_max_ps
+// and the like) as maybe uninitialized once they are inlined (GCC bug 105593, fixed in 13).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
+
+namespace et_cpu_plugin {
+namespace onednn {
+
+#define ET_AVX512 __attribute__((target("avx512f")))
+
+// exp(z) for 16 floats z in [-87, 0] (NaN gives NaN): 2^n * exp(r) with n = round(z / ln 2),
+// r = z - n ln 2 in [-ln 2 / 2, ln 2 / 2] (ln 2 split in two so the reduction stays exact),
+// exp(r) by its Taylor polynomial to r^5; n >= -126, so 2^n is a normal float.
+ET_AVX512 inline __m512 exp_nonpositive16(__m512 z) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(z, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693145751953125f), z);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-1.428606765330187e-06f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 120.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, one);
+  p = _mm512_fmadd_ps(p, r, one);
+  const __m512i exponent =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(exponent));
+}
+
+// sigmoid(x) for 16 floats. With z = -|x| (clamped where exp(z) would underflow), e = exp(z) is
+// in (0, 1], so s = e / (1 + e) = sigmoid(-|x|) never overflows, and sigmoid(x) = 1 - s for
+// x > 0.
+ET_AVX512 inline __m512 sigmoid16(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 z = _mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)),
+                                 _mm512_set1_ps(-87.0f));
+  const __m512 e = exp_nonpositive16(z);
+  const __m512 s = _mm512_div_ps(e, _mm512_add_ps(e, one));
+  const __mmask16 positive = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);
+  const __m512 result = _mm512_mask_sub_ps(s, positive, one, s);
+  // max(NaN, -87) is -87: give NaN back as torch does.
+  return _mm512_mask_mov_ps(result, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
+}
+
+ET_AVX512 inline __m512 silu16(__m512 x) {
+  return _mm512_mul_ps(x, sigmoid16(x));
+}
+
+enum class Horizontal { kMax, kMin, kSum };
+
+// The max, min or sum of the 16 lanes of `v`, as a tree in registers (halves, quarters, pairs,
+// neighbours). The zero-masked shuffles on purpose: GCC 12's _mm512_reduce_* and unmasked
+// shuffles read a self-initialised undefined vector that -Wuninitialized reports. A sum may
+// differ from a left-to-right one in the last bit.
+template <Horizontal kind>
+ET_AVX512 inline __m512 combine16(__m512 a, __m512 b) {
+  if constexpr (kind == Horizontal::kMax) return _mm512_max_ps(a, b);
+  if constexpr (kind == Horizontal::kMin) return _mm512_min_ps(a, b);
+  return _mm512_add_ps(a, b);
+}
+
+template <Horizontal kind>
+ET_AVX512 inline float horizontal16(__m512 v) {
+  constexpr __mmask16 kAll = 0xFFFF;
+  v = combine16<kind>(v, _mm512_maskz_shuffle_f32x4(kAll, v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  v = combine16<kind>(v, _mm512_maskz_shuffle_f32x4(kAll, v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  v = combine16<kind>(v, _mm512_maskz_permute_ps(kAll, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  v = combine16<kind>(v, _mm512_maskz_permute_ps(kAll, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm512_cvtss_f32(v);
+}
+
+// Whether this CPU runs AVX-512F (checked once).
+inline bool cpu_has_avx512() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") != 0;
+  }();
+  return has;
+}
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin

@@ -1,0 +1,466 @@
+// The inverted residual block plan (BlockPlan): expand, depthwise, project in row bands.
+#include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
+
+#include <cstring>
+#include <optional>
+#include <tuple>
+
+namespace et_cpu_plugin {
+namespace onednn {
+
+namespace {
+
+// Bytes of one thread's expanded rows plus depthwise rows per step: half of the 2 MiB L2 of
+// the project's machines (Sapphire Rapids), leaving the rest for the weights, the step's input
+// and output rows and the kernels' own blocking.
+constexpr double kBlockStepBytes = 1 << 20;
+// Output rows a piece has at least: a piece's first step computes its top halo of expanded
+// rows again (the piece above has them), so pieces of fewer rows waste more of the expand.
+constexpr int64_t kBlockMinPieceRows = 4;
+
+// One primitive shape of a stage, with each thread's memory objects (made on first use).
+struct BlockStage {
+  dnnl::primitive primitive;
+  memory::desc src_md;
+  memory::desc dst_md;
+  memory::desc scratchpad_md;
+  std::string implementation;
+  mutable std::vector<std::unordered_map<int, memory>> args;  // per thread
+};
+
+// One step of a piece: output rows [out_begin, out_end) of the block. The step keeps the
+// expanded rows it shares with the previous step (moved to the buffer's front), expands input
+// rows [expand_begin, expand_end) after them, runs the depthwise over all of them, then the
+// project into the output rows.
+struct BlockStep {
+  int64_t out_begin = 0;
+  int64_t out_end = 0;
+  int64_t kept = 0;       // expanded rows carried over from the previous step
+  int64_t kept_from = 0;  // where they start in the buffer
+  int64_t expand_begin = 0;
+  int64_t expand_end = 0;
+  int expand = -1;  // stage indices (-1: no new rows to expand)
+  int depthwise = -1;
+  int project = -1;
+};
+
+struct BlockPiece {
+  int64_t image = 0;
+  std::vector<BlockStep> steps;
+};
+
+}  // namespace
+
+struct BlockPlan::Impl {
+  std::shared_ptr<ProviderState> state;
+  BlockParams params;
+  int64_t out_h = 0;
+  int64_t out_w = 0;
+  bool has_add = false;
+  // Trailing sigmoid / SiLU of each stage, run by our vector kernel on the stage's rows right
+  // after the stage (split_tail): oneDNN's swish post-op costs ~2.6x ours per element.
+  std::optional<Activation> expand_tail, depthwise_tail, project_tail;
+  std::vector<BlockStage> expand;
+  std::vector<BlockStage> depthwise;
+  std::vector<BlockStage> project;
+  OwnedTensor expand_weights, expand_bias;
+  OwnedTensor depthwise_weights, depthwise_bias;
+  OwnedTensor project_weights, project_bias;
+  std::vector<BlockPiece> pieces;
+  int64_t step_rows = 0;
+  std::string implementation;
+};
+
+BlockPlan::BlockPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+std::vector<int64_t> BlockPlan::output_dims() const {
+  const Impl& p = *impl_;
+  return {p.params.batch, p.params.out_channels, p.out_h, p.out_w};
+}
+size_t BlockPlan::weights_bytes() const {
+  const Impl& p = *impl_;
+  size_t total = 0;
+  for (const OwnedTensor* t : {&p.expand_weights, &p.expand_bias, &p.depthwise_weights,
+                               &p.depthwise_bias, &p.project_weights, &p.project_bias}) {
+    if (t->bytes) total += t->md.get_size();
+  }
+  return total;
+}
+std::string BlockPlan::implementation() const {
+  return impl_->implementation;
+}
+size_t BlockPlan::pieces() const {
+  return impl_->pieces.size();
+}
+
+std::vector<int64_t> block_output_size(const BlockParams& p) {
+  std::vector<int64_t> out;
+  for (int64_t size : p.input_size) {
+    out.push_back((size + 2 * p.padding - p.kernel) / std::max<int64_t>(p.stride, 1) + 1);
+  }
+  return out;
+}
+
+Support supports_block(const BlockParams& p, const BlockPostOps& post_ops) {
+  if (p.batch < 1 || p.in_channels < 1 || p.hidden_channels < 1 || p.out_channels < 1) {
+    return Support::no("block: batch and channel counts must be positive");
+  }
+  if (!p.expand && p.hidden_channels != p.in_channels) {
+    return Support::no("block: without expand the depthwise has the input's channels");
+  }
+  if (!p.expand && !post_ops.expand.empty()) {
+    return Support::no("block: post-ops for an expand the block does not have");
+  }
+  if (!p.project) {
+    // Without both 1x1 convolutions it is a lone depthwise: nothing to fuse.
+    if (!p.expand) return Support::no("block: neither expand nor project");
+    if (p.out_channels != p.hidden_channels) {
+      return Support::no("block: without project the output has the depthwise's channels");
+    }
+    if (!post_ops.project.empty()) {
+      return Support::no("block: post-ops for a project the block does not have");
+    }
+  }
+  if (p.input_size.size() != 2 || p.input_size[0] < 1 || p.input_size[1] < 1) {
+    return Support::no("block: input_size must be {H, W} with positive extents");
+  }
+  if (p.kernel < 1 || p.stride < 1 || p.padding < 0 || p.padding >= p.kernel) {
+    return Support::no("block: depthwise kernel, stride and padding out of range (kernel " +
+                       std::to_string(p.kernel) + ", stride " + std::to_string(p.stride) +
+                       ", padding " + std::to_string(p.padding) + ")");
+  }
+  for (int64_t size : block_output_size(p)) {
+    if (size < 1) return Support::no("block: the depthwise output would be empty");
+  }
+  const PostOps* stages[] = {&post_ops.expand, &post_ops.depthwise, &post_ops.project};
+  const char* names[] = {"expand", "depthwise", "project"};
+  for (int i = 0; i < 3; ++i) {
+    const Support ok = check_post_ops(*stages[i]);
+    if (!ok.ok) return Support::no(std::string("block ") + names[i] + ": " + ok.reason);
+    if (i < 2 && has_add(*stages[i])) {
+      return Support::no(std::string("block ") + names[i] + ": only the project may add");
+    }
+  }
+  if (has_add(post_ops.project)) {
+    if (p.stride != 1 || p.in_channels != p.out_channels ||
+        block_output_size(p) != p.input_size) {
+      return Support::no(
+          "block project: the residual add needs the output shaped like the input (stride 1, "
+          "in_channels == out_channels, size-preserving padding)");
+    }
+    if (post_ops.project.size() > 1) {
+      return Support::no("block project: an add may not be combined with other post-ops");
+    }
+  }
+  return Support::yes();
+}
+
+namespace {
+
+// A stage primitive for `src_dims` -> `dst_dims` with the plan's weights layout.
+BlockStage make_block_stage(ProviderState& state, const Dims& src_dims, const Dims& dst_dims,
+                            const memory::desc& weights_md, const memory::desc& bias_md,
+                            const Dims& strides, const Dims& pad_l, const Dims& pad_r,
+                            const dnnl::primitive_attr& attr) {
+  BlockStage stage;
+  stage.src_md = channels_last_md(src_dims);
+  stage.dst_md = channels_last_md(dst_dims);
+  const auto pd = conv_pd(state.engine, stage.src_md, weights_md, bias_md, stage.dst_md, strides,
+                          Dims{0, 0}, pad_l, pad_r, attr);
+  stage.primitive = dnnl::convolution_forward(pd);
+  stage.scratchpad_md = pd.scratchpad_desc();
+  stage.implementation = pd.impl_info_str();
+  stage.args.resize(state.block_expanded.size());
+  return stage;
+}
+
+// The weights (and bias) layout oneDNN picks for a stage over the whole image, reordered from
+// torch's, and the implementation it picks; every band of the stage then uses this layout.
+std::tuple<OwnedTensor, OwnedTensor, std::string> block_weights(
+    ProviderState& state, const Dims& src_dims, const Dims& dst_dims, const Dims& weight_dims,
+    const float* weight, const float* bias, const Dims& strides, const Dims& padding,
+    const dnnl::primitive_attr& attr) {
+  const int64_t channels = dst_dims[1];
+  const auto pd = conv_pd(state.engine, channels_last_md(src_dims), any_md(weight_dims),
+                          bias ? any_md({channels}) : memory::desc(), channels_last_md(dst_dims),
+                          strides, Dims{0, 0}, padding, padding, attr);
+  OwnedTensor w = reorder_constant(state, plain_md(weight_dims), weight, pd.weights_desc());
+  OwnedTensor b;
+  if (bias) b = reorder_constant(state, plain_md({channels}), bias, pd.bias_desc());
+  return {w, b, pd.impl_info_str()};
+}
+
+// `stage` unless oneDNN gave the band a different (slower) kernel than the whole image gets;
+// e.g. a 1x1 band of 3 rows with the whole image's weights layout falls to "ref:any", 100x
+// slower. Then the block is not fused (the caller runs the three convolutions).
+BlockStage checked(BlockStage stage, const std::string& whole, const char* what) {
+  if (stage.implementation != whole) {
+    throw ProviderError(std::string("prepare_block: a band of the ") + what + " would run " +
+                        stage.implementation + " instead of " + whole);
+  }
+  return stage;
+}
+
+// Index of the stage keyed `key` in `stages`, made by `make` the first time.
+template <typename Key, typename Make>
+int stage_index(std::vector<std::pair<Key, int>>& keys, std::vector<BlockStage>& stages,
+                const Key& key, Make make) {
+  for (const auto& [k, index] : keys) {
+    if (k == key) return index;
+  }
+  stages.push_back(make());
+  keys.emplace_back(key, static_cast<int>(stages.size() - 1));
+  return static_cast<int>(stages.size() - 1);
+}
+
+}  // namespace
+
+BlockPlan Provider::prepare_block(
+    const BlockParams& params, const BlockWeights& weights, const BlockPostOps& post_ops) {
+  const Support support = supports_block(params, post_ops);
+  if (!support.ok) {
+    throw ProviderError("prepare_block: " + support.reason);
+  }
+  if ((params.expand && !weights.expand) || !weights.depthwise ||
+      (params.project && !weights.project)) {
+    throw ProviderError("prepare_block: a weight is null");
+  }
+  ProviderState& state = *state_;
+  if (state.omp_threads != 1 || state.block_expanded.empty()) {
+    throw ProviderError("prepare_block: needs work sharing (ET_CPU_ONEDNN_WORK_SHARING=0 is set)");
+  }
+  ThreadCountGuard threads(state.omp_threads);
+  return wrap_dnnl("prepare_block", [&] {
+    auto impl = std::make_shared<BlockPlan::Impl>();
+    BlockPlan::Impl& p = *impl;
+    p.state = state_;
+    p.params = params;
+    const int64_t h = params.input_size[0];
+    const int64_t w = params.input_size[1];
+    const std::vector<int64_t> out_size = block_output_size(params);
+    p.out_h = out_size[0];
+    p.out_w = out_size[1];
+    p.has_add = has_add(post_ops.project);
+    const int64_t cin = params.in_channels;
+    const int64_t hid = params.hidden_channels;
+    const int64_t cout = params.out_channels;
+    const int64_t k = params.kernel;
+    const int64_t s = params.stride;
+    const int64_t pad = params.padding;
+    // Every stage writes dense channels-last rows, which suit a vector tail (tail_fits).
+    const SplitPostOps expand_post = split_tail(post_ops.expand);
+    const SplitPostOps depthwise_post = split_tail(post_ops.depthwise);
+    const SplitPostOps project_post = split_tail(post_ops.project);
+    p.expand_tail = expand_post.tail;
+    p.depthwise_tail = depthwise_post.tail;
+    p.project_tail = project_post.tail;
+    const dnnl::primitive_attr expand_attr = make_attr(expand_post.primitive);
+    const dnnl::primitive_attr depthwise_attr = make_attr(depthwise_post.primitive);
+    const dnnl::primitive_attr project_attr = make_attr(project_post.primitive);
+
+    // Weights in the layouts the whole-image stages pick.
+    std::string expand_impl;
+    std::string depthwise_impl;
+    std::string project_impl;
+    if (params.expand) {
+      std::tie(p.expand_weights, p.expand_bias, expand_impl) = block_weights(
+          state, {1, cin, h, w}, {1, hid, h, w}, {hid, cin, 1, 1}, weights.expand,
+          weights.expand_bias, {1, 1}, {0, 0}, expand_attr);
+    }
+    std::tie(p.depthwise_weights, p.depthwise_bias, depthwise_impl) = block_weights(
+        state, {1, hid, h, w}, {1, hid, p.out_h, p.out_w}, {hid, 1, 1, k, k}, weights.depthwise,
+        weights.depthwise_bias, {s, s}, {pad, pad}, depthwise_attr);
+    if (params.project) {
+      std::tie(p.project_weights, p.project_bias, project_impl) = block_weights(
+          state, {1, hid, p.out_h, p.out_w}, {1, cout, p.out_h, p.out_w}, {cout, hid, 1, 1},
+          weights.project, weights.project_bias, {1, 1}, {0, 0}, project_attr);
+    }
+
+    // Rows per step: what fits kBlockStepBytes of expanded (or input) plus depthwise rows.
+    const double row_bytes = 4.0 * static_cast<double>(hid) * static_cast<double>(s * w + p.out_w);
+    p.step_rows = std::max<int64_t>(1, static_cast<int64_t>(kBlockStepBytes / row_bytes));
+    p.step_rows = std::min(p.step_rows, p.out_h);
+
+    // Pieces: per image, bands of output rows; as many as the pool's rule gives, but a multiple
+    // of the threads (each gets an equal share) and no thinner than kBlockMinPieceRows.
+    const int threads_n = state.pool ? state.pool->size() : 1;
+    const double expand_flops = params.expand ? static_cast<double>(h * w * cin * hid) : 0.0;
+    const double rest_flops =
+        static_cast<double>(p.out_h * p.out_w) * hid * (k * k + (params.project ? cout : 0));
+    const double flops = 2.0 * static_cast<double>(params.batch) * (expand_flops + rest_flops);
+    int64_t per_image = static_cast<int64_t>(state.pieces_for(flops / params.batch, p.out_h));
+    per_image = std::min(per_image, std::max<int64_t>(1, p.out_h / kBlockMinPieceRows));
+    if (per_image > 1 && threads_n > 1) {
+      per_image = std::max<int64_t>(threads_n, per_image / threads_n * threads_n);
+    }
+
+    std::vector<std::pair<int64_t, int>> expand_keys;
+    std::vector<std::pair<std::vector<int64_t>, int>> depthwise_keys;
+    std::vector<std::pair<int64_t, int>> project_keys;
+    int64_t max_expanded_rows = 0;
+    int64_t max_step_rows = 0;
+    for (int64_t image = 0; image < params.batch; ++image) {
+      for (size_t i = 0; i < static_cast<size_t>(per_image); ++i) {
+        const auto [begin, end] = slice_of(p.out_h, static_cast<size_t>(per_image), i);
+        BlockPiece piece;
+        piece.image = image;
+        int64_t buf_lo = 0;
+        int64_t buf_hi = 0;  // expanded rows [buf_lo, buf_hi) in the buffer; empty at first
+        // Near-equal steps of at most step_rows rows (no thin remainder: thin bands are where
+        // oneDNN's fast kernels stop applying).
+        const size_t steps = static_cast<size_t>((end - begin + p.step_rows - 1) / p.step_rows);
+        for (size_t j = 0; j < steps; ++j) {
+          const auto [step_begin, step_end] = slice_of(end - begin, steps, j);
+          const int64_t r0 = begin + step_begin;
+          BlockStep step;
+          step.out_begin = r0;
+          step.out_end = begin + step_end;
+          const int64_t rows = step.out_end - step.out_begin;
+          const int64_t first = r0 * s - pad;
+          const int64_t last = (step.out_end - 1) * s - pad + k;
+          const int64_t lo = std::max<int64_t>(0, first);
+          const int64_t hi = std::min<int64_t>(h, last);
+          if (hi <= lo) {
+            throw ProviderError("prepare_block: a step would read only padding");
+          }
+          if (buf_hi > lo && params.expand) {
+            step.kept = buf_hi - lo;
+            step.kept_from = lo - buf_lo;
+          }
+          // Without expand these are the input rows the depthwise reads in place.
+          step.expand_begin = lo + step.kept;
+          step.expand_end = hi;
+          const int64_t new_rows = step.expand_end - step.expand_begin;
+          if (new_rows > 0 && params.expand) {
+            step.expand = stage_index(expand_keys, p.expand, new_rows, [&] {
+              return checked(
+                  make_block_stage(state, {1, cin, new_rows, w}, {1, hid, new_rows, w},
+                                   p.expand_weights.md,
+                                   weights.expand_bias ? p.expand_bias.md : memory::desc(),
+                                   {1, 1}, {0, 0}, {0, 0}, expand_attr),
+                  expand_impl, "expand");
+            });
+          }
+          const int64_t top = lo - first;
+          const int64_t bottom = last - hi;
+          step.depthwise = stage_index(
+              depthwise_keys, p.depthwise, std::vector<int64_t>{hi - lo, top, bottom, rows}, [&] {
+                return checked(
+                    make_block_stage(state, {1, hid, hi - lo, w}, {1, hid, rows, p.out_w},
+                                     p.depthwise_weights.md,
+                                     weights.depthwise_bias ? p.depthwise_bias.md
+                                                            : memory::desc(),
+                                     {s, s}, {top, pad}, {bottom, pad}, depthwise_attr),
+                    depthwise_impl, "depthwise");
+              });
+          if (params.project) {
+            step.project = stage_index(project_keys, p.project, rows, [&] {
+              return checked(
+                  make_block_stage(state, {1, hid, rows, p.out_w}, {1, cout, rows, p.out_w},
+                                   p.project_weights.md,
+                                   weights.project_bias ? p.project_bias.md : memory::desc(),
+                                   {1, 1}, {0, 0}, {0, 0}, project_attr),
+                  project_impl, "project");
+            });
+          }
+          max_expanded_rows = std::max(max_expanded_rows, hi - lo);
+          max_step_rows = std::max(max_step_rows, rows);
+          buf_lo = lo;
+          buf_hi = hi;
+          piece.steps.push_back(step);
+        }
+        p.pieces.push_back(std::move(piece));
+      }
+    }
+    if (params.expand) {
+      for (AlignedBuffer& buffer : state.block_expanded) {
+        buffer.reserve(static_cast<size_t>(max_expanded_rows * w * hid) * sizeof(float));
+      }
+    }
+    if (params.project) {  // without it the depthwise writes the output rows
+      for (AlignedBuffer& buffer : state.block_depthwise) {
+        buffer.reserve(static_cast<size_t>(max_step_rows * p.out_w * hid) * sizeof(float));
+      }
+    }
+    for (const std::vector<BlockStage>* stages : {&p.expand, &p.depthwise, &p.project}) {
+      for (const BlockStage& stage : *stages) {
+        if (state.pool) {
+          state.reserve_piece_scratchpad(stage.scratchpad_md);
+        } else {
+          state.reserve_scratchpad(stage.scratchpad_md);
+        }
+      }
+    }
+    const bool tails = p.expand_tail || p.depthwise_tail || p.project_tail;
+    p.implementation =
+        "block " + (params.expand ? p.expand.front().implementation + " + " : std::string()) +
+        p.depthwise.front().implementation +
+        (params.project ? " + " + p.project.front().implementation : std::string(" (no project)")) +
+        (tails ? " + vector tails" : "") + ", " + std::to_string(p.pieces.size()) +
+        " pieces in steps of <= " + std::to_string(p.step_rows) + " rows";
+    return BlockPlan(std::move(impl));
+  });
+}
+
+void BlockPlan::run(const float* input, float* output) const {
+  const Impl& p = *impl_;
+  ProviderState& state = *p.state;
+  ThreadCountGuard threads(state.omp_threads);
+  const BlockParams& bp = p.params;
+  const int64_t h = bp.input_size[0];
+  const int64_t w = bp.input_size[1];
+  const int64_t in_row = w * bp.in_channels;         // floats per input row
+  const int64_t hidden_row = w * bp.hidden_channels;  // per expanded row
+  const int64_t out_row = p.out_w * bp.out_channels;  // per output row
+  auto run_stage = [&](const BlockStage& stage, int worker, const float* src, float* dst,
+                       const OwnedTensor& weights, const OwnedTensor& bias,
+                       const std::optional<Activation>& tail) {
+    PieceData data = piece_data(src, dst, weights, bias.bytes ? &bias : nullptr);
+    if (tail) data.tail = &*tail;
+    execute_on_worker(state, stage.primitive, stage.args[static_cast<size_t>(worker)],
+                      stage.src_md, stage.dst_md, stage.scratchpad_md, worker, data);
+  };
+  auto run_piece = [&](size_t index, int worker) {
+    wrap_dnnl("block", [&] {
+      const BlockPiece& piece = p.pieces[index];
+      const float* x = input + piece.image * h * in_row;
+      float* y = output + piece.image * p.out_h * out_row;
+      const size_t w_index = static_cast<size_t>(worker);
+      float* expanded = static_cast<float*>(state.block_expanded[w_index].data());
+      float* depthwise = static_cast<float*>(state.block_depthwise[w_index].data());
+      for (const BlockStep& step : piece.steps) {
+        if (step.kept > 0 && step.kept_from > 0) {
+          std::memmove(expanded, expanded + step.kept_from * hidden_row,
+                       static_cast<size_t>(step.kept * hidden_row) * sizeof(float));
+        }
+        if (step.expand >= 0) {
+          run_stage(p.expand[static_cast<size_t>(step.expand)], worker,
+                    x + step.expand_begin * in_row, expanded + step.kept * hidden_row,
+                    p.expand_weights, p.expand_bias, p.expand_tail);
+        }
+        const float* depthwise_in = bp.expand ? expanded : x + step.expand_begin * in_row;
+        float* out = y + step.out_begin * out_row;
+        run_stage(p.depthwise[static_cast<size_t>(step.depthwise)], worker, depthwise_in,
+                  bp.project ? depthwise : out, p.depthwise_weights, p.depthwise_bias,
+                  p.depthwise_tail);
+        if (!bp.project) continue;
+        if (p.has_add) {
+          // The sum post-op adds what the output rows hold: the block's input rows.
+          std::memcpy(out, x + step.out_begin * in_row,
+                      static_cast<size_t>((step.out_end - step.out_begin) * out_row) *
+                          sizeof(float));
+        }
+        run_stage(p.project[static_cast<size_t>(step.project)], worker, depthwise, out,
+                  p.project_weights, p.project_bias, p.project_tail);
+      }
+    });
+  };
+  if (state.pool) {
+    state.pool->run(p.pieces.size(), run_piece);
+  } else {
+    for (size_t i = 0; i < p.pieces.size(); ++i) run_piece(i, 0);
+  }
+}
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin

@@ -1,0 +1,228 @@
+// The convolution-like plan (ConvLikePlan on ConvCore), one for convolutions and transposed
+// convolutions: staging between the caller's layouts and the primitive's, running the primitive
+// whole or in pieces, and the split into images or row bands. conv_plan.cc and deconv_plan.cc
+// only choose the primitive, split it and reorder the weights.
+#include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
+
+#include <cstring>
+
+#include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
+
+namespace et_cpu_plugin {
+namespace onednn {
+
+ConvLikePlan::ConvLikePlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+const Layout& ConvLikePlan::input_layout() const { return impl_->input_layout; }
+const Layout& ConvLikePlan::output_layout() const { return impl_->output_layout; }
+std::vector<int64_t> ConvLikePlan::output_dims() const { return impl_->output_layout.dims(); }
+size_t ConvLikePlan::weights_bytes() const { return impl_->weights_bytes(); }
+size_t ConvLikePlan::scratchpad_bytes() const { return impl_->scratchpad_md.get_size(); }
+std::string ConvLikePlan::implementation() const { return impl_->implementation; }
+size_t ConvLikePlan::pieces() const {
+  if (impl_->row_gemm) return impl_->row_gemm->tasks;
+  return std::max<size_t>(1, impl_->pieces.size());
+}
+
+void ConvLikePlan::run(const float* input, float* output, const float* residual) const {
+  impl_->run(impl_->name, input, output, residual);
+}
+
+void ConvCore::prepare(const std::shared_ptr<ProviderState>& provider,
+                       const dnnl::primitive_desc_base& pd, bool bias, bool add,
+                       const memory::desc& given_src_md, OutputLayout output,
+                       const Dims& dst_dims, bool input_in_bands) {
+  ProviderState& s = *provider;
+  state = provider;
+  implementation = pd.impl_info_str();
+  scratchpad_md = pd.scratchpad_desc();
+  s.reserve_scratchpad(scratchpad_md);
+  has_bias = bias;
+  has_add = add;
+  primitive_src_md = pd.src_desc();
+  primitive_dst_md = pd.dst_desc();
+  const memory::desc out_md = output == OutputLayout::kBest
+      ? primitive_dst_md
+      : output == OutputLayout::kChannelsLast ? channels_last_md(dst_dims) : plain_md(dst_dims);
+  input_layout = layout_of(given_src_md);
+  output_layout = layout_of(out_md);
+  const auto make_reorder = [&](const memory::desc& from, const memory::desc& to) {
+    return dnnl::reorder(dnnl::reorder::primitive_desc(s.engine, from, s.engine, to));
+  };
+  if (primitive_src_md != given_src_md) {
+    reorder_input = true;
+    input_reorder = make_reorder(given_src_md, primitive_src_md);
+    staged_input = std::make_shared<AlignedBuffer>();
+    staged_input->reserve(primitive_src_md.get_size());
+    s.staging_bytes += primitive_src_md.get_size();
+    if (input_in_bands) {
+      input_bands = split_reorder(s, given_src_md, primitive_src_md);
+      band_memories.resize(input_bands.size());
+    }
+  }
+  if (primitive_dst_md != out_md) {
+    reorder_output = true;
+    output_reorder = make_reorder(primitive_dst_md, out_md);
+    residual_reorder = make_reorder(out_md, primitive_dst_md);
+    staged_output = std::make_shared<AlignedBuffer>();
+    staged_output->reserve(primitive_dst_md.get_size());
+    s.staging_bytes += primitive_dst_md.get_size();
+  }
+}
+
+void ConvCore::describe_split() {
+  implementation += pieces_note(pieces.size());
+  if (!input_bands.empty()) {
+    implementation += ", input reordered in " + std::to_string(input_bands.size()) + " bands";
+  }
+}
+
+size_t ConvCore::weights_bytes() const {
+  if (row_gemm) return row_gemm->gemm->weights_bytes();
+  size_t total = weights.md.get_size() + (has_bias ? bias.md.get_size() : 0);
+  // Channel pieces own their weight blocks; other pieces' weights are empty (the plan's).
+  for (const Piece& piece : pieces) {
+    total += piece.weights.md.get_size() + (piece.channels > 0 && has_bias
+                                                ? piece.bias.md.get_size()
+                                                : 0);
+  }
+  return total;
+}
+
+std::vector<Piece> split_images_or_rows(ProviderState& state, const Dims& src_dims,
+                                        const Dims& dst_dims, double flops, const Dims& pad_left,
+                                        const Dims& pad_right, const BandOf& band,
+                                        const MakePiecePrimitive& make) {
+  const bool by_batch = src_dims[0] > 1;
+  const int64_t units = by_batch ? src_dims[0] : dst_dims[2];
+  const size_t count = state.pieces_for(flops, units);
+  // Floats per image, and per row of the first spatial dim (channels-last: contiguous).
+  const int64_t src_row = static_cast<int64_t>(product(src_dims, 3)) * src_dims[1];
+  const int64_t dst_row = static_cast<int64_t>(product(dst_dims, 3)) * dst_dims[1];
+  const int64_t src_image = src_row * src_dims[2];
+  const int64_t dst_image = dst_row * dst_dims[2];
+  return make_pieces(state, count, [&](size_t i, Piece& piece) {
+    const auto [begin, end] = slice_of(units, count, i);
+    Dims piece_src = src_dims;
+    Dims piece_dst = dst_dims;
+    Dims left = pad_left;
+    Dims right = pad_right;
+    if (by_batch) {
+      piece_src[0] = piece_dst[0] = end - begin;
+      piece.src_offset = static_cast<size_t>(begin * src_image);
+      piece.dst_offset = static_cast<size_t>(begin * dst_image);
+    } else {
+      BandRows rows;
+      if (!band(begin, end, &rows)) {
+        return false;
+      }
+      piece_src[2] = rows.hi - rows.lo;
+      piece_dst[2] = end - begin;
+      left[0] = rows.pad_left;
+      right[0] = rows.pad_right;
+      piece.src_offset = static_cast<size_t>(rows.lo * src_row);
+      piece.dst_offset = static_cast<size_t>(begin * dst_row);
+    }
+    piece.src_md = channels_last_md(piece_src);
+    piece.dst_md = channels_last_md(piece_dst);
+    return make(piece, left, right);
+  });
+}
+
+void ConvCore::run(const char* what, const float* input, float* output,
+                   const float* residual) const {
+  const ConvCore& p = *this;
+  ProviderState& state = *p.state;
+  if (p.has_add && residual == nullptr) {
+    throw ProviderError(std::string(what) + ": post-op add needs a residual tensor, got null");
+  }
+  if (p.row_gemm) {
+    run_row_gemm(state, *p.row_gemm, input, output, residual);
+    return;
+  }
+  ThreadCountGuard threads(state.omp_threads);
+  const memory::desc& input_md = p.input_layout.impl().md;
+  const memory::desc& output_md = p.output_layout.impl().md;
+  // What the primitive reads and writes: the caller's buffers, or the staging buffers.
+  const float* src_data = p.reorder_input ? static_cast<const float*>(p.staged_input->data())
+                                          : input;
+  float* dst_data = p.reorder_output ? static_cast<float*>(p.staged_output->data()) : output;
+  // With pieces and no staging, each piece copies its own slice of the residual (in parallel).
+  const bool copy_residual_per_piece =
+      !p.pieces.empty() && p.has_add && !p.reorder_output && residual != output;
+  wrap_dnnl("layout conversion", [&] {
+    if (p.reorder_input) {
+      if (p.input_bands.empty()) {
+        p.input_reorder.execute(
+            state.stream, point(p.conversions, kInput, input_md, state.engine, input),
+            point(p.conversions, kStagedInput, p.primitive_src_md, state.engine, src_data));
+      } else {
+        state.pool->run(p.input_bands.size(), [&](size_t index, int worker) {
+          wrap_dnnl("input reorder band", [&] {
+            std::unordered_map<int, memory>& memories = p.band_memories[index];
+            p.input_bands[index].execute(
+                state.piece_streams[worker],
+                point(memories, DNNL_ARG_FROM, input_md, state.engine, input),
+                point(memories, DNNL_ARG_TO, p.primitive_src_md, state.engine, src_data));
+            state.piece_streams[worker].wait();
+          });
+        });
+      }
+    }
+    if (p.has_add) {
+      // The sum post-op adds what dst holds before the call.
+      if (p.reorder_output) {
+        p.residual_reorder.execute(
+            state.stream, point(p.conversions, kResidual, output_md, state.engine, residual),
+            point(p.conversions, kStagedOutput, p.primitive_dst_md, state.engine, dst_data));
+      } else if (residual != output && !copy_residual_per_piece) {
+        std::memcpy(output, residual, p.output_layout.size_bytes());
+      }
+    }
+    state.stream.wait();
+  });
+  if (!p.pieces.empty()) {
+    const int64_t out_channels = p.output_layout.dims()[1];
+    // Where a channel piece reads its residual slice: the staged output already holds it.
+    const float* residual_rows = p.reorder_output ? dst_data : residual;
+    state.pool->run(p.pieces.size(), [&](size_t index, int worker) {
+      const Piece& piece = p.pieces[index];
+      const bool channel_piece = piece.channels > 0;
+      float* piece_dst = channel_piece ? static_cast<float*>(state.piece_outputs[worker].data())
+                                       : dst_data + piece.dst_offset;
+      if (channel_piece && p.has_add) {
+        copy_rows(residual_rows + piece.first_channel, out_channels, piece_dst, piece.channels,
+                  piece.pixels, piece.channels);
+      } else if (copy_residual_per_piece) {
+        std::memcpy(piece_dst, residual + piece.dst_offset, piece.dst_md.get_size());
+      }
+      const OwnedTensor& piece_weights = channel_piece ? piece.weights : p.weights;
+      const OwnedTensor& piece_bias = channel_piece ? piece.bias : p.bias;
+      PieceData data = piece_data(src_data + piece.src_offset, piece_dst, piece_weights,
+                                  p.has_bias ? &piece_bias : nullptr);
+      data.tail = tail_of(p.tail);
+      execute_piece(state, piece, worker, data);
+      if (channel_piece) {
+        copy_rows(piece_dst, piece.channels, dst_data + piece.first_channel, out_channels,
+                  piece.pixels, piece.channels);
+      }
+    });
+  } else {
+    PieceData data = piece_data(src_data, dst_data, p.weights, p.has_bias ? &p.bias : nullptr);
+    data.tail = tail_of(p.tail);
+    execute_whole(state, p.primitive, p.args, p.primitive_src_md, p.primitive_dst_md,
+                  p.scratchpad_md, data);
+  }
+  if (p.reorder_output) {
+    wrap_dnnl("output reorder", [&] {
+      p.output_reorder.execute(
+          state.stream,
+          point(p.conversions, kStagedOutput, p.primitive_dst_md, state.engine, dst_data),
+          point(p.conversions, kOutput, output_md, state.engine, output));
+      state.stream.wait();
+    });
+  }
+}
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin

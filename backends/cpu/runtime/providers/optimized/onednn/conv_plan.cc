@@ -1,0 +1,361 @@
+// Convolutions (prepare_conv, a ConvLikePlan): the primitive's layouts, our row_gemm for a
+// product over one pixel, and the splits into row bands, images, output-channel blocks.
+#include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
+
+#include <algorithm>
+
+#include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
+
+namespace et_cpu_plugin {
+namespace onednn {
+
+dnnl::convolution_forward::primitive_desc conv_pd(
+    const dnnl::engine& engine, const memory::desc& src, const memory::desc& weights,
+    const memory::desc& bias, const memory::desc& dst, const Dims& strides,
+    const Dims& dilation, const Dims& pad_left, const Dims& pad_right,
+    const dnnl::primitive_attr& attr) {
+  return dnnl::convolution_forward::primitive_desc(
+      engine, dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
+      weights, bias, dst, strides, dilation, pad_left, pad_right, attr);
+}
+
+std::vector<int64_t> conv_output_size(const ConvParams& p) {
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < p.input_size.size(); ++i) {
+    const int64_t effective_kernel = p.dilation[i] * (p.kernel_size[i] - 1) + 1;
+    out.push_back((p.input_size[i] + 2 * p.padding[i] - effective_kernel) / p.stride[i] + 1);
+  }
+  return out;
+}
+
+Support supports_conv(const ConvParams& p, const PostOps& post_ops) {
+  const size_t rank = p.input_size.size();
+  if (rank < 1 || rank > 3) {
+    return Support::no(
+        "conv: input_size " + dims_to_string(p.input_size) + " must have 1 to 3 spatial dims");
+  }
+  const std::pair<const char*, const std::vector<int64_t>*> fields[] = {
+      {"kernel_size", &p.kernel_size},
+      {"stride", &p.stride},
+      {"padding", &p.padding},
+      {"dilation", &p.dilation}};
+  for (const auto& field : fields) {
+    if (field.second->size() != rank) {
+      return Support::no(
+          std::string("conv: ") + field.first + " " + dims_to_string(*field.second) + " has " +
+          std::to_string(field.second->size()) + " dims, input_size has " +
+          std::to_string(rank));
+    }
+  }
+  if (p.batch < 1 || p.in_channels < 1 || p.out_channels < 1 || p.groups < 1) {
+    return Support::no("conv: batch, in_channels, out_channels and groups must be positive");
+  }
+  if (p.in_channels % p.groups || p.out_channels % p.groups) {
+    return Support::no(
+        "conv: groups " + std::to_string(p.groups) + " must divide in_channels " +
+        std::to_string(p.in_channels) + " and out_channels " + std::to_string(p.out_channels));
+  }
+  for (size_t i = 0; i < rank; ++i) {
+    if (p.input_size[i] < 1 || p.kernel_size[i] < 1 || p.stride[i] < 1 || p.padding[i] < 0 ||
+        p.dilation[i] < 1) {
+      return Support::no("conv: bad size/kernel/stride/padding/dilation at spatial dim " +
+                         std::to_string(i));
+    }
+  }
+  for (int64_t size : conv_output_size(p)) {
+    if (size < 1) {
+      return Support::no("conv: empty output for input_size " + dims_to_string(p.input_size));
+    }
+  }
+  const Support post_ops_ok = check_post_ops(post_ops);
+  if (!post_ops_ok.ok) {
+    return post_ops_ok;
+  }
+  // oneDNN 2.6's brgconv segfaulted (seen here, 1D to 3D) when padding covers a whole kernel
+  // extent (output points that see only padding) and a residual add is fused with another
+  // post-op. oneDNN 3.2 ran all 1,944 such shapes of a probe without crashing, but the decline
+  // stays until tests cover those shapes against eager: real networks never pad like that, and
+  // the reference provider runs them.
+  if (has_add(post_ops) && post_ops.size() > 1) {
+    for (size_t i = 0; i < rank; ++i) {
+      if (p.padding[i] >= p.dilation[i] * (p.kernel_size[i] - 1) + 1) {
+        return Support::no(
+            "conv: padding " + dims_to_string(p.padding) +
+            " covers a whole kernel extent with add + another post-op (crashes oneDNN 2.6)");
+      }
+    }
+  }
+  return Support::yes();
+}
+
+namespace {
+
+// ET_CPU_CONV_BAND_WEIGHTS=0: row bands only take the whole op's weight layout (for measuring;
+// a 1x1 convolution whose bands want another then runs whole).
+bool band_weights_enabled() {
+  return kernel_switched_on("ET_CPU_CONV_BAND_WEIGHTS");
+}
+
+// Output channels per channel piece at least (one AVX-512 register of fp32).
+constexpr int64_t kConvChannels = 16;
+
+// Splits a weight-heavy convolution (weights larger than its activations: the deep layers of a
+// CNN) into blocks of output channels, so each piece streams only its share of the weights.
+// Each piece owns its block, reordered here from torch's layout (the plan then keeps no whole
+// copy), reads the whole input and computes a dense channels-last output of its channels, which
+// run() copies into place. Empty result: no such split.
+std::vector<Piece> split_conv_channels(
+    ProviderState& state,
+    const ConvParams& params,
+    const ConvLikePlan::Impl& plan,
+    const Dims& src_dims,
+    const Dims& dst_dims,
+    const Dims& strides,
+    const Dims& dilation,
+    const dnnl::primitive_attr& attr,
+    const float* weight,
+    const float* bias,
+    double flops) {
+  const int64_t per_channel = static_cast<int64_t>(product(params.kernel_size)) *
+                              params.in_channels;
+  const size_t count = state.pieces_for(flops, params.out_channels / kConvChannels);
+  std::vector<Piece> pieces = make_pieces(state, count, [&](size_t i, Piece& piece) {
+    const auto [begin, end] = block_slice(params.out_channels, kConvChannels, count, i);
+    piece.first_channel = begin;
+    piece.channels = end - begin;
+    piece.pixels = static_cast<int64_t>(product(dst_dims)) / params.out_channels;
+    Dims piece_dst = dst_dims;
+    piece_dst[1] = piece.channels;
+    Dims weight_dims{piece.channels, params.in_channels};
+    weight_dims.insert(weight_dims.end(), params.kernel_size.begin(), params.kernel_size.end());
+    piece.src_md = plan.primitive_src_md;
+    piece.dst_md = channels_last_md(piece_dst);
+    const Dims padding(params.padding.begin(), params.padding.end());
+    const auto pd = conv_pd(state.engine, piece.src_md, any_md(weight_dims),
+                            bias ? any_md({piece.channels}) : memory::desc(), piece.dst_md,
+                            strides, dilation, padding, padding, attr);
+    if (pd.impl_info_str() != plan.implementation) {
+      return false;
+    }
+    set_primitive<dnnl::convolution_forward>(piece, pd);
+    piece.weights = reorder_constant(
+        state, plain_md(weight_dims), weight + begin * per_channel, pd.weights_desc());
+    if (bias) {
+      piece.bias =
+          reorder_constant(state, plain_md({piece.channels}), bias + begin, pd.bias_desc());
+    }
+    return true;
+  });
+  for (const Piece& piece : pieces) {
+    state.reserve_piece_output(piece.dst_md.get_size());
+  }
+  return pieces;
+}
+
+// Splits a convolution whose primitive reads and writes channels-last data into pieces: blocks
+// of output channels when its weights outweigh its activations (split_conv_channels), else
+// images of the batch or (batch 1) bands of output rows along the first spatial dim, each band
+// reading the input rows it needs with its own top/bottom padding. Bands share the plan's
+// reordered weights, so each must accept one weight layout with the same implementation: the
+// whole op's, else (band_weights_enabled) the one the first band picks, which *weights_md then
+// names (the plan reorders its weights into it). If no layout suits every band, the plan stays
+// whole (empty result).
+std::vector<Piece> split_conv(
+    ProviderState& state,
+    const ConvParams& params,
+    const ConvLikePlan::Impl& plan,
+    const Dims& src_dims,
+    const Dims& dst_dims,
+    const Dims& strides,
+    const Dims& dilation,
+    const dnnl::primitive_attr& attr,
+    const dnnl::convolution_forward::primitive_desc& whole,
+    const Dims& weight_dims,
+    const float* weight,
+    const float* bias,
+    memory::desc* weights_md) {
+  *weights_md = whole.weights_desc();
+  if (plan.primitive_src_md != channels_last_md(src_dims) ||
+      plan.primitive_dst_md != channels_last_md(dst_dims)) {
+    return {};
+  }
+  const double flops = 2.0 * product(dst_dims) * (params.in_channels / params.groups) *
+                       product(params.kernel_size);
+  const size_t activation_bytes =
+      plan.primitive_src_md.get_size() + plan.primitive_dst_md.get_size();
+  if (params.groups == 1 && whole.weights_desc().get_size() > activation_bytes) {
+    std::vector<Piece> pieces = split_conv_channels(
+        state, params, plan, src_dims, dst_dims, strides, dilation, attr, weight, bias, flops);
+    if (!pieces.empty()) {
+      return pieces;
+    }
+  }
+  const Dims padding(params.padding.begin(), params.padding.end());
+  // Input rows [first, last) that output rows [begin, end) read, padding included.
+  const auto band = [&](int64_t begin, int64_t end, BandRows* rows) {
+    const int64_t first = begin * params.stride[0] - params.padding[0];
+    const int64_t last = (end - 1) * params.stride[0] - params.padding[0] +
+                         params.dilation[0] * (params.kernel_size[0] - 1) + 1;
+    rows->lo = std::max<int64_t>(0, first);
+    rows->hi = std::min<int64_t>(params.input_size[0], last);
+    if (rows->hi <= rows->lo) {
+      return false;  // a band that sees only padding: not worth a special case
+    }
+    rows->pad_left = rows->lo - first;
+    rows->pad_right = last - rows->hi;
+    return true;
+  };
+  // The weight layout every band must take; `any` until the first band of a retry picks one.
+  memory::desc shared = whole.weights_desc();
+  const auto make = [&](Piece& piece, const Dims& pad_left, const Dims& pad_right) {
+    const memory::desc weights = shared.is_zero() ? any_md(weight_dims) : shared;
+    const auto pd = conv_pd(state.engine, piece.src_md, weights,
+                            plan.has_bias ? whole.bias_desc() : memory::desc(), piece.dst_md,
+                            strides, dilation, pad_left, pad_right, attr);
+    if (pd.impl_info_str() != plan.implementation) {
+      return false;  // the band would run a slower kernel: keep the op whole
+    }
+    shared = pd.weights_desc();
+    set_primitive<dnnl::convolution_forward>(piece, pd);
+    return true;
+  };
+  std::vector<Piece> pieces =
+      split_images_or_rows(state, src_dims, dst_dims, flops, padding, padding, band, make);
+  // oneDNN's 1x1 kernels block the weights by the shape they see: a band with fewer rows wants
+  // another blocking than the whole op, and with the whole op's it falls to a slower kernel.
+  // Then the bands take the first band's blocking (the plan reorders its weights into it once).
+  if (pieces.empty() && band_weights_enabled()) {
+    shared = memory::desc();
+    pieces = split_images_or_rows(state, src_dims, dst_dims, flops, padding, padding, band, make);
+    if (!pieces.empty()) {
+      *weights_md = shared;
+    }
+  }
+  return pieces;
+}
+
+// Whether the convolution is a product over one pixel per image that RowGemm runs: a dense 1x1
+// kernel on a 1x1 input (squeeze-excite's convolutions after the global pool), the input in a
+// layout where each image's channels are contiguous (plain and channels-last coincide there).
+bool is_row_product(const ConvParams& p, const PostOps& post_ops, const memory::desc& src_md) {
+  const auto ones = [](const std::vector<int64_t>& v) {
+    return std::all_of(v.begin(), v.end(), [](int64_t x) { return x == 1; });
+  };
+  const bool no_padding = std::all_of(p.padding.begin(), p.padding.end(),
+                                      [](int64_t x) { return x == 0; });
+  if (p.groups != 1 || !ones(p.input_size) || !ones(p.kernel_size) || !no_padding) {
+    return false;
+  }
+  Dims src_dims{p.batch, p.in_channels};
+  src_dims.insert(src_dims.end(), p.input_size.begin(), p.input_size.end());
+  const bool dense = src_md == plain_md(src_dims) || src_md == channels_last_md(src_dims);
+  return dense && row_gemm_supports(p.batch, post_ops);
+}
+
+// The plan of a row product (is_row_product): our kernel, the caller's layouts as they are.
+ConvPlan prepare_row_product(const std::shared_ptr<ProviderState>& state, const ConvParams& p,
+                             const float* weight, const float* bias, const PostOps& post_ops,
+                             const memory::desc& src_md, OutputLayout output) {
+  auto impl = std::make_shared<ConvLikePlan::Impl>();
+  impl->state = state;
+  impl->row_gemm = prepare_row_gemm(*state, p.batch, p.in_channels, p.out_channels, weight,
+                                    /*weight_is_k_by_n=*/false, bias, post_ops,
+                                    &impl->implementation);
+  impl->has_bias = bias != nullptr;
+  impl->has_add = has_add(post_ops);
+  Dims dst_dims{p.batch, p.out_channels};
+  dst_dims.insert(dst_dims.end(), p.input_size.size(), 1);
+  impl->input_layout = layout_of(src_md);
+  impl->output_layout = layout_of(output == OutputLayout::kPlain ? plain_md(dst_dims)
+                                                                 : channels_last_md(dst_dims));
+  return ConvPlan(std::move(impl));
+}
+
+}  // namespace
+
+ConvPlan Provider::prepare_conv(
+    const ConvParams& params,
+    const float* weight,
+    const float* bias,
+    const PostOps& post_ops,
+    const ConvLayouts& layouts) {
+  check_conv_like("prepare_conv", supports_conv(params, post_ops), weight);
+  ProviderState& state = *state_;
+  ThreadCountGuard threads(state.omp_threads);
+  const ConvLikeShape shape =
+      conv_like_shape("prepare_conv", "convolution", params, conv_output_size(params), layouts);
+  const Dims& src_dims = shape.src_dims;
+  const Dims& dst_dims = shape.dst_dims;
+  const Dims& strides = shape.strides;
+  const Dims& padding = shape.pad_left;
+  const Dims& dilation = shape.dilation;
+  const memory::desc& given_src_md = shape.given_src_md;
+  // torch's [C_out, C_in/g, *k] is oneDNN's [g, C_out/g, C_in/g, *k] in the same memory order.
+  Dims weight_dims;
+  if (params.groups > 1) {
+    weight_dims = {
+        params.groups, params.out_channels / params.groups, params.in_channels / params.groups};
+  } else {
+    weight_dims = {params.out_channels, params.in_channels};
+  }
+  weight_dims.insert(weight_dims.end(), params.kernel_size.begin(), params.kernel_size.end());
+  if (is_row_product(params, post_ops, given_src_md)) {
+    return prepare_row_product(state_, params, weight, bias, post_ops, given_src_md,
+                               layouts.output);
+  }
+  const memory::desc bias_md = bias ? any_md({params.out_channels}) : memory::desc();
+
+  return wrap_dnnl("prepare_conv", [&] {
+    using Impl = ConvLikePlan::Impl;
+    const auto choose_pd = [&](const dnnl::primitive_attr& attr) {
+      auto pd = conv_pd(state.engine, any_md(src_dims), any_md(weight_dims), bias_md,
+                        any_md(dst_dims), strides, dilation, padding, padding, attr);
+      // oneDNN 3.x has no brgconv for 1 to 4 input channels (fp32, 1D/2D: the stem on the
+      // graph input); for `any` its jit "first convolution" kernel reads the plain input and
+      // writes nChw16c, which row bands cannot split and a channels-last consumer must reorder.
+      // The same kernel runs channels-last in and out at the same speed (7x7 3 -> 64 @224:
+      // 2.06 ms on one core either way, as oneDNN 2.6's brgconv, which chose channels-last):
+      // take that, so the input reorder splits into bands and the convolution into row pieces.
+      if (pd.src_desc() == plain_md(src_dims) && pd.dst_desc().get_inner_nblks() > 0) {
+        try {
+          const auto channels_last =
+              conv_pd(state.engine, channels_last_md(src_dims), any_md(weight_dims), bias_md,
+                      channels_last_md(dst_dims), strides, dilation, padding, padding, attr);
+          if (std::string(channels_last.impl_info_str()) == pd.impl_info_str()) {
+            pd = channels_last;
+          }
+        } catch (const dnnl::error&) {
+          // keep oneDNN's choice
+        }
+      }
+      return pd;
+    };
+    SplitPostOps split;
+    auto pd = choose_with_tail(post_ops, &split, choose_pd);
+
+    auto impl = std::make_shared<Impl>();
+    impl->prepare(state_, pd, bias != nullptr, has_add(post_ops), given_src_md, layouts.output,
+                  dst_dims, /*input_in_bands=*/true);
+    impl->tail = split.tail;
+    memory::desc weights_md;
+    impl->pieces = split_conv(state, params, *impl, src_dims, dst_dims, strides, dilation,
+                              make_attr(split.primitive), pd, weight_dims, weight, bias,
+                              &weights_md);
+    if (impl->pieces.empty()) impl->primitive = dnnl::convolution_forward(pd);
+    impl->implementation += split.note();
+    impl->describe_split();
+    // Channel pieces own their weight blocks; the whole op and row bands use the plan's.
+    if (impl->pieces.empty() || impl->pieces.front().channels == 0) {
+      impl->weights = reorder_constant(state, plain_md(weight_dims), weight, weights_md);
+      if (bias) {
+        impl->bias =
+            reorder_constant(state, plain_md({params.out_channels}), bias, pd.bias_desc());
+      }
+    }
+    return ConvPlan(std::move(impl));
+  });
+}
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin

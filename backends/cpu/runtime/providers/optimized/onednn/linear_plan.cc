@@ -1,0 +1,252 @@
+// Linear / addmm plans (LinearPlan) on oneDNN's matmul, split into bands of rows (many rows:
+// transformer tokens) or output column blocks (few rows: MLP batches).
+#include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
+
+#include <cstring>
+
+#include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
+
+namespace et_cpu_plugin {
+namespace onednn {
+
+Support supports_linear(const LinearParams& p, const PostOps& post_ops) {
+  if (p.rows < 1 || p.in_features < 1 || p.out_features < 1) {
+    return Support::no(
+        "linear: rows " + std::to_string(p.rows) + ", in_features " +
+        std::to_string(p.in_features) + ", out_features " + std::to_string(p.out_features) +
+        " must be positive");
+  }
+  return check_post_ops(post_ops);
+}
+
+struct LinearPlan::Impl {
+  std::shared_ptr<ProviderState> state;
+  dnnl::matmul primitive;
+  std::string implementation;
+  memory::desc scratchpad_md;
+  memory::desc src_md;
+  memory::desc dst_md;
+  OwnedTensor weights;
+  OwnedTensor bias;
+  bool has_bias = false;
+  bool has_add = false;
+  std::optional<Activation> tail;  // run by the plan after each call (split_tail)
+  // Work sharing: column blocks of the output, each with its own weights, or (`row_bands`) bands
+  // of rows of the input and output that share the plan's weights; empty = one call.
+  std::vector<Piece> pieces;
+  bool row_bands = false;
+  // A few rows (batch-1 heads): our own kernel instead of the primitive (row_gemm.h).
+  std::optional<RowGemmRun> row_gemm;
+  size_t weights_bytes = 0;
+  mutable std::unordered_map<int, memory> args;  // the whole op's, made on the first run
+};
+
+LinearPlan::LinearPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+
+size_t LinearPlan::weights_bytes() const {
+  return impl_->weights_bytes;
+}
+size_t LinearPlan::scratchpad_bytes() const {
+  return impl_->scratchpad_md.get_size();
+}
+std::string LinearPlan::implementation() const {
+  return impl_->implementation;
+}
+size_t LinearPlan::pieces() const {
+  if (impl_->row_gemm) return impl_->row_gemm->tasks;
+  return std::max<size_t>(1, impl_->pieces.size());
+}
+
+void LinearPlan::run(const float* input, float* output, const float* residual) const {
+  const Impl& p = *impl_;
+  ProviderState& state = *p.state;
+  if (p.has_add && residual == nullptr) {
+    throw ProviderError("linear plan: post-op add needs a residual tensor, got null");
+  }
+  if (p.row_gemm) {
+    run_row_gemm(state, *p.row_gemm, input, output, residual);
+    return;
+  }
+  ThreadCountGuard threads(state.omp_threads);
+  if (p.has_add && residual != output) {
+    std::memcpy(output, residual, p.dst_md.get_size());
+  }
+  if (!p.pieces.empty()) {
+    run_pieces(state, p.pieces, [&](const Piece& piece) {
+      PieceData data =
+          p.row_bands
+              ? piece_data(input + piece.src_offset, output + piece.dst_offset, p.weights,
+                           p.has_bias ? &p.bias : nullptr)
+              : piece_data(input, output + piece.dst_offset, piece.weights,
+                           p.has_bias ? &piece.bias : nullptr);
+      data.tail = tail_of(p.tail);
+      return data;
+    });
+    return;
+  }
+  PieceData data = piece_data(input, output, p.weights, p.has_bias ? &p.bias : nullptr);
+  data.tail = tail_of(p.tail);
+  execute_whole(state, p.primitive, p.args, p.src_md, p.dst_md, p.scratchpad_md, data);
+}
+
+namespace {
+
+// Rows per band at least: below this oneDNN's brgemm runs short of rows to block over, and a
+// column split (which keeps every row) is the better choice.
+constexpr int64_t kLinearRows = 32;
+
+// Splits a linear into bands of rows: each piece reads its rows of the input and writes the same
+// rows of the output with the whole weight matrix, which the pieces share (the plan's, in the
+// layout the whole op's primitive chose). Dense slices keep oneDNN's brgemm kernels, which a
+// column block's strided output loses. Empty result: no split this way (too few rows, or a
+// band's primitive would want another weight layout or kernel).
+std::vector<Piece> split_linear_rows(ProviderState& state, const LinearParams& params,
+                                     const dnnl::matmul::primitive_desc& whole,
+                                     const dnnl::primitive_attr& attr, bool has_bias) {
+  const int64_t m = params.rows;
+  const int64_t k = params.in_features;
+  const int64_t n = params.out_features;
+  const size_t count = state.pieces_for(2.0 * m * k * n, m / kLinearRows);
+  const std::string whole_implementation = whole.impl_info_str();
+  const memory::desc whole_weights = whole.weights_desc();
+  return make_pieces(state, count, [&](size_t i, Piece& piece) {
+    const auto [begin, end] = block_slice(m, kLinearRows, count, i);
+    piece.src_md = plain_md({end - begin, k});
+    piece.dst_md = plain_md({end - begin, n});
+    piece.src_offset = static_cast<size_t>(begin * k);
+    piece.dst_offset = static_cast<size_t>(begin * n);
+    const memory::desc bias_md = has_bias ? plain_md({1, n}) : memory::desc();
+    const dnnl::matmul::primitive_desc pd(state.engine, piece.src_md, any_md({k, n}), bias_md,
+                                          piece.dst_md, attr);
+    if (pd.weights_desc() != whole_weights || pd.impl_info_str() != whole_implementation) {
+      return false;
+    }
+    set_primitive<dnnl::matmul>(piece, pd);
+    return true;
+  });
+}
+
+// Splits a linear into column blocks of its output: each piece reads the whole input, owns its
+// block of the weights (reordered once here, so the weights are not duplicated) and writes its
+// columns of the row-major output. Empty result: the plan stays whole.
+std::vector<Piece> split_linear(
+    ProviderState& state,
+    const LinearParams& params,
+    const memory::desc& src_md,
+    const float* weight,
+    const float* bias,
+    const dnnl::primitive_attr& attr,
+    const std::string& whole_implementation) {
+  const int64_t m = params.rows;
+  const int64_t k = params.in_features;
+  const int64_t n = params.out_features;
+  const size_t count = state.pieces_for(2.0 * m * k * n, n / kLinearColumns);
+  return make_pieces(state, count, [&](size_t i, Piece& piece) {
+    const auto [begin, end] = block_slice(n, kLinearColumns, count, i);
+    const int64_t width = end - begin;
+    piece.src_md = src_md;
+    piece.dst_md = memory::desc({m, width}, memory::data_type::f32, Dims{n, 1});
+    piece.dst_offset = static_cast<size_t>(begin);
+    // This block of the weight as a logical [K, width] matrix.
+    const memory::desc user_weight_md = params.weight_is_k_by_n
+        ? memory::desc({k, width}, memory::data_type::f32, Dims{n, 1})
+        : memory::desc({k, width}, memory::data_type::f32, Dims{1, k});
+    const float* user_weight = params.weight_is_k_by_n ? weight + begin : weight + begin * k;
+    const memory::desc bias_md = bias ? plain_md({1, width}) : memory::desc();
+    const dnnl::matmul::primitive_desc pd(state.engine, piece.src_md, any_md({k, width}),
+                                          bias_md, piece.dst_md, attr);
+    // A column block writes a strided output, which oneDNN's brgemm matmul refuses (2.6 and
+    // 3.2); its jit GEMM takes it at about the same speed. Only the reference kernel is not
+    // worth it.
+    if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0 &&
+        whole_implementation.rfind("ref", 0) != 0) {
+      return false;
+    }
+    set_primitive<dnnl::matmul>(piece, pd);
+    piece.weights = reorder_constant(state, user_weight_md, user_weight, pd.weights_desc());
+    if (bias) {
+      piece.bias = reorder_constant(state, plain_md({1, width}), bias + begin, pd.bias_desc());
+    }
+    return true;
+  });
+}
+
+}  // namespace
+
+LinearPlan Provider::prepare_linear(
+    const LinearParams& params, const float* weight, const float* bias, const PostOps& post_ops) {
+  const Support support = supports_linear(params, post_ops);
+  if (!support.ok) {
+    throw ProviderError("prepare_linear: " + support.reason);
+  }
+  if (weight == nullptr) {
+    throw ProviderError("prepare_linear: weight is null");
+  }
+  ProviderState& state = *state_;
+  ThreadCountGuard threads(state.omp_threads);
+  const int64_t m = params.rows;
+  const int64_t k = params.in_features;
+  const int64_t n = params.out_features;
+  // The weight as a logical [K, N] matrix: plain for addmm's mat2, transposed view for linear's.
+  const memory::desc user_weight_md = params.weight_is_k_by_n
+      ? plain_md({k, n})
+      : memory::desc({k, n}, memory::data_type::f32, Dims{1, k});
+
+  if (row_gemm_supports(m, post_ops)) {
+    auto impl = std::make_shared<LinearPlan::Impl>();
+    impl->state = state_;
+    impl->row_gemm = prepare_row_gemm(state, m, k, n, weight, params.weight_is_k_by_n, bias,
+                                      post_ops, &impl->implementation);
+    impl->has_add = has_add(post_ops);
+    impl->weights_bytes = impl->row_gemm->gemm->weights_bytes();
+    return LinearPlan(std::move(impl));
+  }
+  return wrap_dnnl("prepare_linear", [&] {
+    using Impl = LinearPlan::Impl;
+    auto impl = std::make_shared<Impl>();
+    impl->state = state_;
+    impl->src_md = plain_md({m, k});
+    impl->dst_md = plain_md({m, n});
+    const memory::desc bias_md = bias ? plain_md({1, n}) : memory::desc();
+    // Plain or row-strided outputs: a trailing sigmoid / SiLU always suits the plan's kernel.
+    const SplitPostOps split = split_tail(post_ops);
+    impl->tail = split.tail;
+    const dnnl::matmul::primitive_desc pd(state.engine, impl->src_md, any_md({k, n}), bias_md,
+                                          impl->dst_md, make_attr(split.primitive));
+    impl->implementation = pd.impl_info_str();
+    impl->has_bias = bias != nullptr;
+    impl->has_add = has_add(post_ops);
+    const size_t weights_before = state.weights_bytes;
+    const bool brgemm = impl->implementation.rfind("brg", 0) == 0;
+    if (brgemm) {
+      impl->pieces =
+          split_linear_rows(state, params, pd, make_attr(split.primitive), bias != nullptr);
+      impl->row_bands = !impl->pieces.empty();
+    }
+    if (!impl->row_bands) {
+      impl->pieces = split_linear(state, params, impl->src_md, weight, bias,
+                                  make_attr(split.primitive), impl->implementation);
+    }
+    impl->implementation += split.note();
+    impl->implementation += impl->row_bands ? pieces_note(impl->pieces.size()) + " (row bands)"
+                                            : pieces_note(impl->pieces.size());
+    if (impl->pieces.empty()) {
+      // Only now: a split plan never runs the whole op, and generating its kernel costs
+      // ~100 us of every compile (each new size of a dynamic graph).
+      impl->primitive = dnnl::matmul(pd);
+      impl->scratchpad_md = pd.scratchpad_desc();
+      state.reserve_scratchpad(impl->scratchpad_md);
+    }
+    if (impl->pieces.empty() || impl->row_bands) {  // the weights of the whole op
+      impl->weights = reorder_constant(state, user_weight_md, weight, pd.weights_desc());
+      if (bias) {
+        impl->bias = reorder_constant(state, plain_md({1, n}), bias, pd.bias_desc());
+      }
+    }
+    impl->weights_bytes = state.weights_bytes - weights_before;
+    return LinearPlan(std::move(impl));
+  });
+}
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin

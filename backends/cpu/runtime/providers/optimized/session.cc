@@ -1,0 +1,124 @@
+// OptimizedSession (see session.h): the memory it reports, its one-line summary, and finalize's
+// layout chaining with its plain-layout fallback.
+#include "backends/cpu/runtime/providers/optimized/session.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "backends/cpu/runtime/error_report.h"
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
+
+namespace et_cpu_plugin {
+namespace cpu {
+namespace optimized {
+
+using executorch::runtime::Error;
+
+namespace {
+
+// ET_CPU_ONEDNN_WORK_SHARING=0 runs each op whole on oneDNN's OpenMP team instead.
+bool work_sharing_enabled() { return onednn::kernel_switched_on("ET_CPU_ONEDNN_WORK_SHARING"); }
+
+// ET_CPU_ONEDNN_CHAIN=0 keeps every activation plain (for measuring what chaining saves).
+bool chaining_enabled() { return onednn::kernel_switched_on("ET_CPU_ONEDNN_CHAIN"); }
+
+}  // namespace
+
+OptimizedSession::OptimizedSession(const OptimizedSession* base)
+    : weights_(base != nullptr                   ? base->weights_
+               : onednn::weight_cache_enabled() ? std::make_shared<onednn::WeightCache>()
+                                                : nullptr),
+      provider_(std::make_unique<onednn::Provider>(options())) {}
+
+size_t OptimizedSession::held_bytes() const {
+  size_t kernels = 0;
+  for (const OptimizedKernel* kernel : kernels_) kernels += kernel->staging_bytes();
+  return provider_->weights_bytes() + provider_->scratchpad_bytes() +
+         provider_->staging_bytes() + kernels;
+}
+
+std::string OptimizedSession::summary() const {
+  return "Optimized(oneDNN): " + std::to_string(kernels_.size()) + " kernels, " +
+         std::to_string(chained_) + " activations kept channels-last, " +
+         std::to_string(blocks_) + " inverted residual blocks fused, " +
+         std::to_string(provider_->num_threads()) + " threads (" +
+         (provider_->work_sharing() ? "work sharing, " + std::to_string(split_count()) +
+                                          " ops split"
+                                    : provider_->num_threads() == 1 ? std::string("no pool")
+                                                                    : std::string("OpenMP")) +
+         "), isa " + provider_->isa() + "; our own kernels: " +
+         std::to_string(count_implementation("row_gemm")) + " row_gemm, " +
+         std::to_string(count_implementation("channel_binary")) + " channel_binary, " +
+         std::to_string(count_implementation("flat_binary")) + " flat_binary, " +
+         std::to_string(count_implementation("row_binary")) + " row_binary, " +
+         std::to_string(count_implementation("permute")) + " permute (" +
+         std::to_string(count_implementation("permute:runs")) + " as contiguous runs), " +
+         std::to_string(count_implementation("softmax:avx512")) + " softmax";
+}
+
+size_t OptimizedSession::count_implementation(const std::string& prefix) const {
+  return static_cast<size_t>(
+      std::count_if(kernels_.begin(), kernels_.end(), [&](const OptimizedKernel* k) {
+        return k->implementation().rfind(prefix, 0) == 0;
+      }));
+}
+
+size_t OptimizedSession::split_count() const {
+  return static_cast<size_t>(
+      std::count_if(kernels_.begin(), kernels_.end(),
+                    [](const OptimizedKernel* k) { return k->pieces() > 1; }));
+}
+
+Error OptimizedSession::finalize(
+    const std::function<bool(const executorch::aten::TensorImpl*)>& read_outside) {
+  std::unordered_set<const executorch::aten::TensorImpl*> plain;
+  for (OptimizedKernel* kernel : kernels_) {
+    for (const auto* tensor : kernel->plain_reads()) plain.insert(tensor);
+  }
+  std::unordered_set<const executorch::aten::TensorImpl*> chained;
+  if (chaining_enabled()) {
+    for (OptimizedKernel* kernel : kernels_) {
+      const auto* out = kernel->chainable_output_after(chained);
+      if (out != nullptr && !read_outside(out) && plain.count(out) == 0) chained.insert(out);
+    }
+  }
+  // Nothing kept channels-last and every kernel prepared at bind: the bind-time plans are
+  // already the plain-layout ones, and preparing them again would double the compile (most
+  // of a new size's re-plan in a transformer, which has no convolutions to chain).
+  if (chained.empty() && !unprepared_) {
+    chained_ = 0;
+    return Error::Ok;
+  }
+  auto attempt = [&](const OptimizedKernel::InChannelsLast& channels_last) {
+    auto fresh = std::make_unique<onednn::Provider>(options());
+    for (OptimizedKernel* kernel : kernels_) kernel->prepare(*fresh, channels_last);
+    provider_ = std::move(fresh);
+  };
+  try {
+    attempt([&](const executorch::aten::TensorImpl* t) { return chained.count(t) > 0; });
+    chained_ = chained.size();
+    return Error::Ok;
+  } catch (const std::exception& e) {
+    log_line(LogLevel::kInfo, "oneDNN layout chaining failed (%s); plain layouts", e.what());
+  }
+  try {
+    attempt([](const executorch::aten::TensorImpl*) { return false; });
+    chained_ = 0;
+    return Error::Ok;
+  } catch (const std::exception& e) {
+    log_line(LogLevel::kError, "oneDNN kernels could not be prepared again: %s", e.what());
+    return Error::Internal;
+  }
+}
+
+onednn::ProviderOptions OptimizedSession::options() const {
+  onednn::ProviderOptions options;
+  options.num_threads = 0;  // the provider's default: ET_CPU_ONEDNN_THREADS, capped at the CPUs
+  options.work_sharing = work_sharing_enabled();
+  options.weight_cache = weights_;
+  return options;
+}
+
+}  // namespace optimized
+}  // namespace cpu
+}  // namespace et_cpu_plugin

@@ -1,0 +1,91 @@
+// The Optimized provider's session and the kernels it holds: OptimizedKernel, the base of every
+// kernel a binder makes (a plan it can prepare again on another onednn::Provider), and
+// OptimizedSession, one per delegate instance, which owns the onednn::Provider the kernels are
+// prepared on and, at finalize, keeps the activations only its convolution-like kernels read
+// channels-last (layout chaining).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include <executorch/runtime/core/error.h>
+#include <executorch/runtime/core/exec_aten/exec_aten.h>
+
+#include "backends/cpu/runtime/kernel_provider.h"
+#include "backends/cpu/runtime/providers/optimized/common/weight_cache.h"
+#include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
+
+namespace et_cpu_plugin {
+namespace cpu {
+namespace optimized {
+
+// A kernel the session can prepare again on another Provider (see OptimizedSession::finalize).
+class OptimizedKernel : public BoundKernel {
+ public:
+  using InChannelsLast = std::function<bool(const executorch::aten::TensorImpl*)>;
+  // Prepares the plan on `provider`; `channels_last(t)` says which activations stay NHWC.
+  virtual void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) = 0;
+  // Tensors this kernel reads as plain data whatever their producer (matmul operands...).
+  virtual std::vector<const executorch::aten::TensorImpl*> plain_reads() const { return {}; }
+  // The activation it writes in its own layout when allowed (convolutions), or null.
+  virtual const executorch::aten::TensorImpl* chainable_output() const { return nullptr; }
+  // The same, knowing which activations of the kernels before it (in execution order) stay
+  // channels-last: elementwise kernels keep theirs plain when all their inputs are.
+  using Chained = std::unordered_set<const executorch::aten::TensorImpl*>;
+  virtual const executorch::aten::TensorImpl* chainable_output_after(const Chained&) const {
+    return chainable_output();
+  }
+  // Pieces its plan runs on the work-sharing pool (1: one oneDNN call).
+  virtual size_t pieces() const { return 1; }
+  // Conversion buffers it holds itself (beside the provider's), for the memory report.
+  virtual size_t staging_bytes() const { return 0; }
+  // Its plan's implementation() ("" where the summary does not ask): which kernel runs it.
+  virtual std::string implementation() const { return ""; }
+};
+
+// One per delegate instance. Binding prepares each kernel with plain activations (so a kernel
+// oneDNN cannot prepare is declined while the runtime can still fall back); finalize, knowing who
+// reads what, prepares them all again on a fresh Provider with activations that only its
+// convolutions read kept channels-last (oneDNN's fp32 layout here: no conversion between them).
+class OptimizedSession final : public ProviderSession {
+ public:
+  // `base`: the session of the graph this one is a shape plan of, whose prepared weights it
+  // shares (weight_cache.h), or null.
+  explicit OptimizedSession(const OptimizedSession* base);
+
+  size_t held_bytes() const override;
+  std::string summary() const override;
+  onednn::Provider& provider() { return *provider_; }
+  // A kernel bind prepared on provider() with plain activations.
+  void add(OptimizedKernel* kernel) { kernels_.push_back(kernel); }
+  // A kernel bind only checked: finalize prepares it (the int8 ops).
+  void add_unprepared(OptimizedKernel* kernel) {
+    kernels_.push_back(kernel);
+    unprepared_ = true;
+  }
+  void count_block() { ++blocks_; }
+  // Kernels whose plan runs on the implementation named `prefix` (our own kernels).
+  size_t count_implementation(const std::string& prefix) const;
+  // Kernels whose plan is split into pieces for the work-sharing pool.
+  size_t split_count() const;
+
+  executorch::runtime::Error finalize(
+      const std::function<bool(const executorch::aten::TensorImpl*)>& read_outside) override;
+
+ private:
+  onednn::ProviderOptions options() const;
+
+  std::shared_ptr<onednn::WeightCache> weights_;  // shared with the graph's shape plans
+  std::unique_ptr<onednn::Provider> provider_;
+  std::vector<OptimizedKernel*> kernels_;  // owned by the graph, which outlives the session's use
+  size_t chained_ = 0;
+  size_t blocks_ = 0;
+  bool unprepared_ = false;  // some kernel waits for finalize to prepare it
+};
+
+}  // namespace optimized
+}  // namespace cpu
+}  // namespace et_cpu_plugin

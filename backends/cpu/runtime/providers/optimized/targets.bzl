@@ -1,0 +1,119 @@
+"""Bazel targets of the CPU delegate's Optimized provider (see tools/build_defs/runtime.bzl).
+
+The layout (README.md): the provider itself here (session, bind table, one binder file per op
+family), oneDNN plans in onednn/, our own kernels in kernels/, shared machinery in common/; the
+C ABI for ctypes and the Python tests are the package test/.
+"""
+
+load("//tools/build_defs:runtime.bzl", "runtime")
+
+def define_common_targets():
+    """oneDNN, the plans library, the provider the runtime links."""
+
+    # oneDNN 3.2 from the pinned wheels (@et_py//:onednn, see third_party/python/python_venv.bzl).
+    # oneDNN runs on OpenMP: libgomp, which torch's wheel also ships under the same soname, so one
+    # OpenMP runtime serves both in one process; omp.h and libgomp come with g++.
+    runtime.cxx_library(
+        name = "onednn",
+        linkopts = [
+            "-lgomp",
+            "-pthread",
+        ],
+        deps = ["@et_py//:onednn"],
+    )
+
+    # Everything below the binders: the oneDNN plans behind onednn/onednn_provider.h, our own
+    # kernels and the shared machinery (work pool, weight cache, layouts, pieces). No runtime
+    # types: test/'s C ABI links it alone.
+    runtime.cxx_library(
+        name = "plans",
+        srcs = [
+            "common/layout.cc",
+            "common/pieces.cc",
+            "common/weight_cache.cc",
+            "common/work_pool.cc",
+            "kernels/channel_binary.cc",
+            "kernels/channel_binary.h",
+            "kernels/permute_plan.cc",
+            "kernels/row_gemm.cc",
+            "kernels/row_gemm.h",
+            "kernels/vector_activations.cc",
+            "onednn/binary_plan.cc",
+            "onednn/block_plan.cc",
+            "onednn/concat_plan.cc",
+            "onednn/conv_common.cc",
+            "onednn/conv_plan.cc",
+            "onednn/deconv_plan.cc",
+            "onednn/eltwise_plan.cc",
+            "onednn/layer_norm_plan.cc",
+            "onednn/linear_plan.cc",
+            "onednn/matmul_plan.cc",
+            "onednn/onednn_internal.h",
+            "onednn/onednn_provider.cc",
+            "onednn/pooling_plan.cc",
+            "onednn/resampling_plan.cc",
+            "onednn/softmax_plan.cc",
+        ],
+        # The plans' interface, plus the slicing, vector helpers, switches and work pool that the
+        # int8 kernels, reductions and gathers of :provider and the C ABI also use.
+        hdrs = [
+            "common/slices.h",
+            "common/switches.h",
+            "common/weight_cache.h",
+            "common/work_pool.h",
+            "kernels/vector_activations.h",
+            "kernels/vector_math.h",
+            "onednn/onednn_provider.h",
+        ],
+        copts = [
+            "-std=c++17",
+            "-O2",
+        ],
+        visibility = ["//visibility:public"],
+        deps = [":onednn"],
+    )
+
+    # The runtime's Optimized provider (KernelProvider id 1) on top of :plans; linked into
+    # libcpu_backend.so, registered by a static initializer.
+    runtime.cxx_library(
+        name = "provider",
+        srcs = [
+            "bind_convolution.cc",
+            "bind_elementwise.cc",
+            "bind_linear.cc",
+            "bind_normalization.cc",
+            "bind_pooling.cc",
+            "bind_quantized.cc",
+            "bind_reductions.cc",
+            "bind_table.cc",
+            "bind_table.h",
+            "binders.h",
+            "binding.cc",
+            "binding.h",
+            "kernels/embedding.cc",
+            "kernels/embedding.h",
+            "kernels/mask_ops.cc",
+            "kernels/mask_ops.h",
+            "kernels/quantize_convert.cc",
+            "kernels/quantize_convert.h",
+            "kernels/reductions.cc",
+            "kernels/reductions.h",
+            "onednn/quantized_kernels.cc",
+            "onednn/quantized_kernels.h",
+            "provider.cc",
+            "session.cc",
+            "session.h",
+        ],
+        copts = [
+            "-std=c++17",
+            "-O2",
+            "-Wall",
+        ],
+        alwayslink = True,
+        visibility = ["//visibility:public"],
+        deps = [
+            ":plans",
+            "//backends/cpu/runtime:runtime_lib",
+            "@et_py//:executorch",
+        ],
+    )

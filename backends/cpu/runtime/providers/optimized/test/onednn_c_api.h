@@ -1,0 +1,109 @@
+// A C ABI over the plans of onednn/onednn_provider.h, for ctypes (tests, benchmarks). Not the
+// runtime's interface: the runtime calls the C++ API directly.
+//
+// Every function that can fail returns NULL or a non-zero int and leaves the message in
+// etdnn_last_error() (per thread). Post-ops are three parallel arrays: kinds (0 = residual add,
+// 1 = relu, 2 = clamp, 3 = sigmoid, 4 = silu, 5 = hardswish, 6 = hardsigmoid, 7 = leaky relu),
+// minimums (clamp's, or leaky relu's slope) and maximums (clamp's).
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct etdnn_provider etdnn_provider;
+typedef struct etdnn_plan etdnn_plan;
+
+const char* etdnn_last_error(void);
+
+etdnn_provider* etdnn_provider_create(int num_threads);
+// work_sharing: 1 = split plans on the provider's pool (default), 0 = oneDNN's OpenMP team.
+// min_task_flops: see ProviderOptions (-1 = default, 0 = split every op as finely as allowed).
+etdnn_provider* etdnn_provider_create_ex(int num_threads, int work_sharing,
+                                         int64_t min_task_flops);
+void etdnn_provider_destroy(etdnn_provider* provider);
+int etdnn_provider_num_threads(const etdnn_provider* provider);
+int etdnn_provider_work_sharing(const etdnn_provider* provider);
+size_t etdnn_provider_weights_bytes(const etdnn_provider* provider);
+size_t etdnn_provider_scratchpad_bytes(const etdnn_provider* provider);
+size_t etdnn_provider_staging_bytes(const etdnn_provider* provider);
+// Writes the dispatched ISA name into `out` (NUL-terminated, truncated to `size`).
+void etdnn_provider_isa(const etdnn_provider* provider, char* out, size_t size);
+
+// geometry = {batch, in_channels, out_channels, groups}; the spatial arrays have `rank` entries.
+// input_from: NULL for a plain (or, with input_channels_last, NHWC) input, or a conv plan whose
+// output layout this conv reads. output_layout: 0 plain, 1 channels-last, 2 oneDNN's best.
+etdnn_plan* etdnn_conv_prepare(
+    etdnn_provider* provider,
+    int rank,
+    const int64_t* geometry,
+    const int64_t* input_size,
+    const int64_t* kernel_size,
+    const int64_t* stride,
+    const int64_t* padding,
+    const int64_t* dilation,
+    const float* weight,
+    const float* bias,
+    const int* post_kinds,
+    const float* post_mins,
+    const float* post_maxs,
+    int post_count,
+    const etdnn_plan* input_from,
+    int input_channels_last,
+    int output_layout);
+etdnn_plan* etdnn_linear_prepare(
+    etdnn_provider* provider,
+    int64_t rows,
+    int64_t in_features,
+    int64_t out_features,
+    int weight_is_k_by_n,
+    const float* weight,
+    const float* bias,
+    const int* post_kinds,
+    const float* post_mins,
+    const float* post_maxs,
+    int post_count);
+etdnn_plan* etdnn_matmul_prepare(
+    etdnn_provider* provider,
+    int64_t batch,
+    int64_t m,
+    int64_t k,
+    int64_t n,
+    const int* post_kinds,
+    const float* post_mins,
+    const float* post_maxs,
+    int post_count);
+// Converts `conv`'s output layout to plain.
+etdnn_plan* etdnn_reorder_to_plain_prepare(etdnn_provider* provider, const etdnn_plan* conv);
+
+// conv/linear/reorder read `a`; matmul reads `a` and `b`. Returns 0 on success.
+int etdnn_plan_run(const etdnn_plan* plan, const float* a, const float* b, float* out,
+                   const float* residual);
+// Bytes of the output buffer run() writes (conv: of its output layout).
+size_t etdnn_plan_output_bytes(const etdnn_plan* plan);
+int etdnn_plan_output_is_plain(const etdnn_plan* plan);
+int etdnn_plan_output_is_channels_last(const etdnn_plan* plan);
+// Converts plain data into `conv`'s output layout (e.g. to feed a residual add in that layout).
+etdnn_plan* etdnn_reorder_from_plain_prepare(etdnn_provider* provider, const etdnn_plan* conv);
+// 1 when two conv plans write the same layout (a residual must match the consumer's output).
+int etdnn_plan_same_output_layout(const etdnn_plan* a, const etdnn_plan* b);
+size_t etdnn_plan_weights_bytes(const etdnn_plan* plan);
+size_t etdnn_plan_scratchpad_bytes(const etdnn_plan* plan);
+// Pieces a split plan runs on the work-sharing pool (1: one oneDNN call).
+size_t etdnn_plan_pieces(const etdnn_plan* plan);
+// "implementation | input layout -> output layout" into `out`.
+void etdnn_plan_describe(const etdnn_plan* plan, char* out, size_t size);
+void etdnn_plan_destroy(etdnn_plan* plan);
+
+// The plans' own vector kernels (vector_activations.h): kind 3 = sigmoid, 4 = silu, as in the
+// post-op kinds. has: 1 when this CPU runs it, else 0. apply: output[i] = f(input[i]) for
+// `count` floats (in place when equal); non-zero when there is no such kernel here.
+int etdnn_has_vector_activation(int kind);
+int etdnn_vector_activation(int kind, const float* input, float* output, size_t count);
+
+#ifdef __cplusplus
+}
+#endif

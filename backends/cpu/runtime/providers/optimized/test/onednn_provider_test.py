@@ -1,0 +1,516 @@
+"""The oneDNN provider against torch eager on generated shapes, through its C ABI.
+
+Tolerance: |provider - eager| <= 1e-4 + 1e-4 * |eager| elementwise, fp32, with weights scaled by
+1/sqrt(fan_in) so outputs are O(1). oneDNN and torch sum in different orders; nothing else differs.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import (
+    ADD,
+    CLAMP,
+    RELU,
+    Plan,
+    PostOp,
+    Provider,
+    ProviderError,
+)
+
+ATOL = 1e-4
+RTOL = 1e-4
+_SETTINGS = settings(max_examples=40, derandomize=True, deadline=None)
+
+
+@pytest.fixture(scope="module", params=["pieces", "openmp"])
+def provider(request: pytest.FixtureRequest) -> Provider:
+    """Every case runs twice: split into as many pieces as allowed on the work-sharing pool
+    (min_task_flops=0, so even tiny test shapes split), and whole on oneDNN's OpenMP team."""
+    if request.param == "pieces":
+        return Provider(num_threads=2, min_task_flops=0)
+    return Provider(num_threads=2, work_sharing=False)
+
+
+def _apply_post_ops(
+    y: torch.Tensor, post_ops: Sequence[PostOp], residual: torch.Tensor | None
+) -> torch.Tensor:
+    for op in post_ops:
+        if op.kind == ADD:
+            assert residual is not None
+            y = y + residual
+        elif op.kind == RELU:
+            y = torch.relu(y)
+        else:
+            y = torch.clamp(y, op.lo, op.hi)
+    return y
+
+
+def _assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+
+
+_POST_OPS = st.sampled_from(
+    [
+        (),
+        (PostOp(RELU),),
+        (PostOp(CLAMP, 0.0, 6.0),),
+        (PostOp(CLAMP, -0.5, 0.5),),
+        (PostOp(ADD),),
+        (PostOp(ADD), PostOp(RELU)),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class ConvCase:
+    batch: int
+    in_channels: int
+    out_channels: int
+    groups: int
+    kernel: list[int]
+    stride: list[int]
+    padding: list[int]
+    dilation: list[int]
+    size: list[int]
+    bias: bool
+    post_ops: tuple[PostOp, ...]
+    output: str
+
+
+@st.composite
+def conv_cases(draw: st.DrawFn, rank: int) -> ConvCase:
+    groups = draw(st.sampled_from([1, 1, 2, 3]))
+    depthwise = draw(st.booleans()) and groups == 1
+    in_channels = draw(st.integers(1, 5)) * groups
+    if depthwise:
+        groups = in_channels = draw(st.integers(1, 20))
+        out_channels = in_channels * draw(st.sampled_from([1, 2]))
+    else:
+        out_channels = draw(st.integers(1, 5)) * groups
+    kernel = [draw(st.integers(1, 3)) for _ in range(rank)]
+    stride = [draw(st.integers(1, 3)) for _ in range(rank)]
+    dilation = [draw(st.integers(1, 2)) for _ in range(rank)]
+    padding = [draw(st.integers(0, k)) for k in kernel]
+    # Smallest extent with a non-empty output, up to 12.
+    size = [
+        draw(st.integers(max(1, d * (k - 1) + 1 - 2 * p), 12))
+        for k, d, p in zip(kernel, dilation, padding, strict=True)
+    ]
+    return ConvCase(
+        batch=draw(st.integers(1, 2)),
+        in_channels=in_channels,
+        out_channels=out_channels,
+        groups=groups,
+        kernel=kernel,
+        stride=stride,
+        padding=padding,
+        dilation=dilation,
+        size=size,
+        bias=draw(st.booleans()),
+        post_ops=draw(_POST_OPS),
+        output=draw(st.sampled_from(["plain", "channels_last", "best"])),
+    )
+
+
+def _hits_onednn_sum_crash(case: ConvCase) -> bool:
+    """The one shape class supports_conv refuses: oneDNN 2.6 segfaults on it."""
+    add_and_more = any(op.kind == ADD for op in case.post_ops) and len(case.post_ops) > 1
+    padding_covers_kernel = any(
+        p >= d * (k - 1) + 1
+        for p, d, k in zip(case.padding, case.dilation, case.kernel, strict=True)
+    )
+    return add_and_more and padding_covers_kernel
+
+
+def _check_conv_case(provider: Provider, case: ConvCase, seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    rank = len(case.kernel)
+    x = torch.randn([case.batch, case.in_channels, *case.size], generator=generator)
+    fan_in = case.in_channels // case.groups * math.prod(case.kernel)
+    w = torch.randn(
+        [case.out_channels, case.in_channels // case.groups, *case.kernel], generator=generator
+    )
+    w = (w / math.sqrt(fan_in)).contiguous()
+    b = torch.randn(case.out_channels, generator=generator) if case.bias else None
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[rank]
+    expected = conv(x, w, b, case.stride, case.padding, case.dilation, case.groups)
+    residual = torch.randn(expected.shape, generator=generator)
+    expected = _apply_post_ops(expected, case.post_ops, residual)
+
+    prepare = functools.partial(
+        provider.conv,
+        x.shape,
+        w,
+        b,
+        case.stride,
+        case.padding,
+        case.dilation,
+        case.groups,
+        case.post_ops,
+        output=case.output,
+    )
+    if _hits_onednn_sum_crash(case):
+        with pytest.raises(ProviderError, match=r"crashes oneDNN 2\.6"):
+            prepare()
+        return
+    plan = prepare()
+    assert plan.output_shape == tuple(expected.shape)
+    uses_residual = any(op.kind == ADD for op in case.post_ops)
+    actual = _run_to_plain(provider, plan, x, residual if uses_residual else None)
+    _assert_close(actual, expected)
+    if case.output == "channels_last" and rank == 2 and not uses_residual:
+        # NHWC output is a channels-last torch tensor: torch reads it without any conversion.
+        direct = plan.run(x)
+        assert direct.is_contiguous(memory_format=torch.channels_last)
+        _assert_close(direct, expected)
+
+
+def _run_to_plain(
+    provider: Provider, plan: Plan, x: torch.Tensor, residual: torch.Tensor | None
+) -> torch.Tensor:
+    """Runs `plan`; a blocked output (and residual) goes through the provider's reorders."""
+    if plan.output_is_plain:
+        return plan.run(x, residual=residual)
+    blocked_residual = None
+    if residual is not None:
+        to_blocked = provider.reorder_from_plain(plan)
+        blocked_residual = to_blocked.run_into(torch.empty(plan.output_bytes // 4), residual)
+    blocked = plan.run(x, residual=blocked_residual)
+    return provider.reorder_to_plain(plan).run(blocked)
+
+
+@pytest.mark.parametrize("rank", [1, 2])
+def test_conv_matches_torch(provider: Provider, rank: int) -> None:
+    @_SETTINGS
+    @given(case=conv_cases(rank), seed=st.integers(0, 2**16))
+    def check(case: ConvCase, seed: int) -> None:
+        _check_conv_case(provider, case, seed)
+
+    check()
+
+
+def test_conv3d_matches_torch(provider: Provider) -> None:
+    @settings(max_examples=8, derandomize=True, deadline=None)
+    @given(case=conv_cases(3), seed=st.integers(0, 2**16))
+    def check(case: ConvCase, seed: int) -> None:
+        _check_conv_case(provider, case, seed)
+
+    check()
+
+
+def test_conv1d_as_2d_with_unit_height(provider: Provider) -> None:
+    """A runtime may lower conv1d to conv2d over [N, C, 1, L]; both routes agree with eager."""
+    torch.manual_seed(1)
+    x = torch.randn(2, 8, 50)
+    w = torch.randn(16, 4, 5) / math.sqrt(20)
+    b = torch.randn(16)
+    expected = F.conv1d(x, w, b, stride=2, padding=2, dilation=2, groups=2)
+    plan = provider.conv(
+        (2, 8, 1, 50), w.unsqueeze(2).contiguous(), b, [1, 2], [0, 2], [1, 2], groups=2
+    )
+    _assert_close(plan.run(x.unsqueeze(2).contiguous()).squeeze(2), expected)
+
+
+def test_resnet_block_stays_blocked_between_convs(provider: Provider) -> None:
+    """conv-relu -> conv + residual -> relu with every activation in oneDNN's layout."""
+    torch.manual_seed(2)
+    x = torch.randn(1, 32, 28, 28)
+    w1 = torch.randn(32, 32, 3, 3) / math.sqrt(288)
+    w2 = torch.randn(32, 32, 3, 3) / math.sqrt(288)
+    b1, b2 = torch.randn(32), torch.randn(32)
+    eye = torch.eye(32).reshape(32, 32, 1, 1).contiguous()
+    stem = provider.conv(x.shape, eye, None, [1, 1], [0, 0], [1, 1], output="best")
+    conv1 = provider.conv(
+        x.shape,
+        w1,
+        b1,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        post_ops=[PostOp(RELU)],
+        input_from=stem,
+        output="best",
+    )
+    conv2 = provider.conv(
+        x.shape,
+        w2,
+        b2,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        post_ops=[PostOp(ADD), PostOp(RELU)],
+        input_from=conv1,
+        output="best",
+    )
+    assert not conv1.output_is_plain
+    assert conv2.same_output_layout(stem)
+    identity = stem.run(x)
+    hidden = conv1.run(identity)
+    out = conv2.run(hidden, residual=identity)
+    actual = provider.reorder_to_plain(conv2).run(out)
+    expected = F.relu(F.conv2d(F.relu(F.conv2d(x, w1, b1, padding=1)), w2, b2, padding=1) + x)
+    _assert_close(actual, expected)
+
+
+def test_channels_last_input_and_output(provider: Provider) -> None:
+    torch.manual_seed(5)
+    x = torch.randn(1, 24, 20, 20).to(memory_format=torch.channels_last)
+    w = torch.randn(24, 1, 3, 3) / 3.0
+    plan = provider.conv(
+        x.shape,
+        w,
+        None,
+        [2, 2],
+        [1, 1],
+        [1, 1],
+        groups=24,
+        post_ops=[PostOp(CLAMP, 0.0, 6.0)],
+        input_channels_last=True,
+        output="channels_last",
+    )
+    assert plan.output_is_channels_last
+    expected = torch.clamp(F.conv2d(x, w, None, 2, 1, 1, 24), 0.0, 6.0)
+    _assert_close(plan.run(x), expected)
+
+
+def test_residual_may_alias_the_output(provider: Provider) -> None:
+    torch.manual_seed(3)
+    x = torch.randn(1, 8, 10, 10)
+    w = torch.randn(8, 8, 1, 1) / math.sqrt(8)
+    residual = torch.randn(1, 8, 10, 10)
+    plan = provider.conv(x.shape, w, None, [1, 1], [0, 0], [1, 1], post_ops=[PostOp(ADD)])
+    buffer = residual.clone()
+    plan.run_into(buffer, x, residual=buffer)
+    _assert_close(buffer, F.conv2d(x, w) + residual)
+
+
+@dataclass(frozen=True)
+class LinearCase:
+    rows: int
+    k: int
+    n: int
+    bias: bool
+    k_by_n: bool
+    post_ops: tuple[PostOp, ...]
+
+
+@st.composite
+def linear_cases(draw: st.DrawFn) -> LinearCase:
+    return LinearCase(
+        rows=draw(st.integers(1, 40)),
+        k=draw(st.integers(1, 70)),
+        n=draw(st.sampled_from([1, 5, 64, 70, 130, 200])),
+        bias=draw(st.booleans()),
+        k_by_n=draw(st.booleans()),
+        post_ops=draw(_POST_OPS),
+    )
+
+
+@_SETTINGS
+@given(case=linear_cases(), seed=st.integers(0, 2**16))
+def test_linear_and_addmm_match_torch(provider: Provider, case: LinearCase, seed: int) -> None:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(case.rows, case.k, generator=generator)
+    w = torch.randn(case.n, case.k, generator=generator) / math.sqrt(case.k)
+    b = torch.randn(case.n, generator=generator) if case.bias else None
+    residual = torch.randn(case.rows, case.n, generator=generator)
+    expected = _apply_post_ops(F.linear(x, w, b), case.post_ops, residual)
+    given_weight = w.t().contiguous() if case.k_by_n else w
+    plan = provider.linear(case.rows, given_weight, b, case.post_ops, weight_is_k_by_n=case.k_by_n)
+    uses_residual = any(op.kind == ADD for op in case.post_ops)
+    actual = plan.run(x, residual=residual if uses_residual else None)
+    _assert_close(actual, expected)
+
+
+@pytest.mark.parametrize(
+    "batch,m,k,n", [(1, 7, 33, 5), (1, 64, 64, 64), (3, 5, 17, 9), (4, 32, 8, 1)]
+)
+def test_mm_and_bmm_match_torch(provider: Provider, batch: int, m: int, k: int, n: int) -> None:
+    torch.manual_seed(4)
+    shape_a = [m, k] if batch == 1 else [batch, m, k]
+    shape_b = [k, n] if batch == 1 else [batch, k, n]
+    a, b = torch.randn(shape_a), torch.randn(shape_b) / math.sqrt(k)
+    plan = provider.matmul(batch, m, k, n, [PostOp(CLAMP, -1.0, 1.0)])
+    _assert_close(plan.run(a, b), torch.clamp(torch.matmul(a, b), -1.0, 1.0))
+
+
+_BASE_CONV = ConvCase(1, 4, 6, 1, [3, 3], [1, 1], [0, 0], [1, 1], [8, 8], False, (), "plain")
+
+
+@pytest.mark.parametrize(
+    "case,message",
+    [
+        (replace(_BASE_CONV, groups=3), "groups 3 must divide in_channels 4"),
+        (replace(_BASE_CONV, size=[2, 2], kernel=[5, 5]), "empty output"),
+        (replace(_BASE_CONV, post_ops=(PostOp(ADD), PostOp(ADD))), "only one residual add"),
+        (replace(_BASE_CONV, post_ops=(PostOp(CLAMP, 1.0, -1.0),)), "clamp min"),
+        (replace(_BASE_CONV, dilation=[1, 0]), "at spatial dim 1"),
+    ],
+)
+def test_unsupported_conv_is_rejected_with_a_reason(
+    provider: Provider, case: ConvCase, message: str
+) -> None:
+    w = torch.randn(case.out_channels, max(1, case.in_channels // case.groups), *case.kernel)
+    with pytest.raises(ProviderError, match=message):
+        provider.conv(
+            (case.batch, case.in_channels, *case.size),
+            w,
+            None,
+            case.stride,
+            case.padding,
+            case.dilation,
+            case.groups,
+            case.post_ops,
+        )
+
+
+def test_mismatched_spatial_ranks_are_rejected_before_the_c_call(provider: Provider) -> None:
+    with pytest.raises(ValueError, match=r"stride \[1\] must have 2 entries"):
+        provider.conv((1, 4, 8, 8), torch.randn(4, 4, 3, 3), None, [1], [0, 0], [1, 1])
+
+
+def test_missing_residual_is_an_error_not_a_crash(provider: Provider) -> None:
+    plan = provider.linear(2, torch.randn(3, 4), None, [PostOp(ADD)])
+    with pytest.raises(ProviderError, match="needs a residual"):
+        plan.run(torch.randn(2, 4))
+
+
+def test_default_provider_splits_large_ops_only() -> None:
+    """Work sharing is the default: a ResNet-sized conv, a wide linear and a bmm split into
+    pieces; an op below the default piece size, and every op without work sharing, do not."""
+    shared = Provider(num_threads=2)
+    assert shared.work_sharing
+    x_shape = (1, 64, 56, 56)
+    w = torch.randn(64, 64, 3, 3)
+    conv = shared.conv(
+        x_shape, w, None, [1, 1], [1, 1], [1, 1], input_channels_last=True, output="channels_last"
+    )
+    assert conv.pieces > 1, conv.describe()
+    assert "pieces" in conv.describe()
+    assert shared.linear(32, torch.randn(1024, 1024), None).pieces > 1
+    assert shared.matmul(8, 64, 64, 64, []).pieces > 1
+    assert shared.linear(1, torch.randn(10, 16), None).pieces == 1
+    openmp = Provider(num_threads=2, work_sharing=False)
+    assert not openmp.work_sharing
+    assert openmp.conv(x_shape, w, None, [1, 1], [1, 1], [1, 1]).pieces == 1
+    single = Provider(num_threads=1)
+    assert single.conv(x_shape, w, None, [1, 1], [1, 1], [1, 1]).pieces == 1
+
+
+def test_split_plan_gives_the_same_result_every_run() -> None:
+    """Pieces are claimed by whichever thread is free: the result must not depend on who ran
+    which piece (200 runs of a 12-piece conv with a residual add, bitwise equal)."""
+    shared = Provider(num_threads=2, min_task_flops=0)
+    torch.manual_seed(7)
+    w, b = torch.randn(32, 16, 3, 3) / 12, torch.randn(32)
+    plan = shared.conv(
+        (1, 16, 24, 24),
+        w,
+        b,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        post_ops=[PostOp(ADD), PostOp(RELU)],
+        input_channels_last=True,
+        output="channels_last",
+    )
+    assert plan.pieces > 2
+    x = torch.randn(1, 16, 24, 24).contiguous(memory_format=torch.channels_last)
+    residual = torch.randn(1, 32, 24, 24).contiguous(memory_format=torch.channels_last)
+    first = plan.run(x, residual=residual)
+    expected = torch.relu(F.conv2d(x, w, b, padding=1) + residual)
+    _assert_close(first, expected)
+    for _ in range(200):
+        assert torch.equal(plan.run(x, residual=residual), first)
+
+
+@pytest.mark.parametrize("output", ["channels_last", "plain"])
+@pytest.mark.parametrize("post_ops", [(), (PostOp(ADD), PostOp(RELU)), (PostOp(CLAMP, 0.0, 6.0),)])
+def test_weight_heavy_conv_splits_by_output_channels(
+    output: str, post_ops: tuple[PostOp, ...]
+) -> None:
+    """A conv whose weights outweigh its activations (a deep CNN layer) splits into blocks of
+    output channels, each with its own weights, copied into place; a plain output goes through
+    the staging buffer (and so does the residual). Memory: the weights are held once."""
+    shared = Provider(num_threads=2, min_task_flops=0)
+    torch.manual_seed(11)
+    w, b = torch.randn(72, 48, 3, 3) / 20, torch.randn(72)
+    plan = shared.conv(
+        (1, 48, 5, 5),
+        w,
+        b,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        post_ops=post_ops,
+        input_channels_last=True,
+        output=output,
+    )
+    assert plan.pieces == 4, plan.describe()  # 72 channels: blocks of 16, 16, 16, 24
+    assert plan.weights_bytes == shared.weights_bytes
+    assert w.numel() * 4 <= plan.weights_bytes < 2 * w.numel() * 4
+    x = torch.randn(1, 48, 5, 5).contiguous(memory_format=torch.channels_last)
+    layout = torch.channels_last if output == "channels_last" else torch.contiguous_format
+    residual = torch.randn(1, 72, 5, 5).contiguous(memory_format=layout)
+    uses_residual = any(op.kind == ADD for op in post_ops)
+    expected = _apply_post_ops(F.conv2d(x, w, b, padding=1), post_ops, residual)
+    _assert_close(plan.run(x, residual=residual if uses_residual else None), expected)
+
+
+def test_thread_setting_leaves_torch_threads_alone() -> None:
+    """The provider sets OpenMP threads around its calls only; torch's setting survives."""
+    provider = Provider(num_threads=2)
+    assert provider.num_threads == 2
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        plan = provider.linear(8, torch.randn(16, 16), None)
+        plan.run(torch.randn(8, 16))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_memory_accounting_covers_reordered_weights(provider: Provider) -> None:
+    fresh = Provider(num_threads=1)
+    w = torch.randn(64, 32, 3, 3)
+    plan = fresh.conv((1, 32, 16, 16), w, torch.randn(64), [1, 1], [1, 1], [1, 1])
+    assert plan.weights_bytes >= w.numel() * 4 + 64 * 4
+    assert fresh.weights_bytes == plan.weights_bytes
+    assert fresh.scratchpad_bytes >= plan.scratchpad_bytes
+    assert fresh.isa().startswith(("avx", "sse"))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_plain_graph_input_is_reordered_in_bands_by_the_pool(threads: int) -> None:
+    """A stem conv reads the graph's NCHW input: with work sharing its conversion to the
+    primitive's layout runs as bands of rows on the pool (default piece size), with the same
+    result as the single-threaded reorder; one thread converts it in one call."""
+    shared = Provider(num_threads=threads)
+    torch.manual_seed(3)
+    w, b = torch.randn(32, 3, 3, 3) / 5, torch.randn(32)
+    plan = shared.conv((1, 3, 224, 224), w, b, [2, 2], [1, 1], [1, 1], output="channels_last")
+    assert ("input reordered in 4 bands" in plan.describe()) == (threads == 2), plan.describe()
+    x = torch.randn(1, 3, 224, 224)
+    _assert_close(plan.run(x), F.conv2d(x, w, b, stride=2, padding=1))
+    # Odd row counts give unequal bands; a 3D input splits its only spatial dim.
+    fine = Provider(num_threads=2, min_task_flops=0)
+    odd = fine.conv((1, 3, 37, 29), w, None, [1, 1], [1, 1], [1, 1], output="channels_last")
+    assert "bands" in odd.describe(), odd.describe()
+    x = torch.randn(1, 3, 37, 29)
+    _assert_close(odd.run(x), F.conv2d(x, w, None, padding=1))
+    w1 = torch.randn(8, 3, 5) / 4
+    line = fine.conv((2, 3, 50), w1, None, [1], [2], [1], output="plain")
+    assert "bands" in line.describe(), line.describe()
+    x = torch.randn(2, 3, 50)
+    _assert_close(line.run(x), F.conv1d(x, w1, None, padding=2))

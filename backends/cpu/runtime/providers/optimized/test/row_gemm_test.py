@@ -1,0 +1,201 @@
+"""Our few-row product kernel (row_gemm.h) against torch, through the C ABI: batch-1 linears and
+1x1 convolutions over one pixel, every in-register post-op, split over the pool or not.
+
+Tolerance: float32 sums of up to 1024 products in another order than torch's, so 1e-4 relative
+and absolute as in the other provider tests (observed differences are around 1e-6).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import (
+    ADD,
+    CLAMP,
+    HARDSIGMOID,
+    HARDSWISH,
+    LEAKY_RELU,
+    RELU,
+    SIGMOID,
+    SILU,
+    PostOp,
+    Provider,
+)
+
+# Each in-register post-op and what torch computes for it.
+ACTIVATIONS: dict[str, tuple[PostOp, Callable[[torch.Tensor], torch.Tensor]]] = {
+    "relu": (PostOp(RELU), torch.relu),
+    "clamp": (PostOp(CLAMP, -1.0, 2.0), lambda y: y.clamp(-1.0, 2.0)),
+    "sigmoid": (PostOp(SIGMOID), torch.sigmoid),
+    "silu": (PostOp(SILU), F.silu),
+    "hardswish": (PostOp(HARDSWISH), F.hardswish),
+    "hardsigmoid": (PostOp(HARDSIGMOID), F.hardsigmoid),
+    "leaky_relu": (PostOp(LEAKY_RELU, 0.1), lambda y: F.leaky_relu(y, 0.1)),
+}
+
+
+def _assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def provider() -> Provider:
+    provider = Provider(num_threads=2)
+    if not provider.has_vector_activation(SILU):
+        pytest.skip("no AVX-512F on this CPU: few-row products stay on oneDNN")
+    return provider
+
+
+@pytest.fixture(scope="module")
+def splitting() -> Provider:
+    """A provider that splits every op it can (min_task_flops=0): the column groups share out."""
+    return Provider(num_threads=2, min_task_flops=0)
+
+
+@pytest.fixture
+def row_gemm_off() -> Iterator[None]:
+    os.environ["ET_CPU_ROW_GEMM"] = "0"
+    try:
+        yield
+    finally:
+        del os.environ["ET_CPU_ROW_GEMM"]
+
+
+def _linear_inputs(rows: int, k: int, n: int, seed: int) -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(seed)
+    return torch.randn(rows, k), torch.randn(n, k) / math.sqrt(k), torch.randn(n)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4])
+@pytest.mark.parametrize(
+    ("k", "n"),
+    [(1024, 1000), (96, 300), (7, 5), (33, 64), (64, 65), (16, 17)],
+    ids=lambda v: str(v),
+)
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "no_bias"])
+def test_linear_matches_torch(
+    provider: Provider, rows: int, k: int, n: int, with_bias: bool
+) -> None:
+    x, weight, bias = _linear_inputs(rows, k, n, rows * 1000 + n)
+    plan = provider.linear(rows, weight, bias if with_bias else None)
+    assert plan.describe().startswith("row_gemm:avx512")
+    expected = F.linear(x, weight, bias if with_bias else None)
+    _assert_close(plan.run(x), expected)
+
+
+def test_addmm_weight_layout(provider: Provider) -> None:
+    x, weight, bias = _linear_inputs(2, 200, 130, 7)
+    plan = provider.linear(2, weight.t().contiguous(), bias, weight_is_k_by_n=True)
+    assert plan.describe().startswith("row_gemm:avx512")
+    _assert_close(plan.run(x), torch.addmm(bias, x, weight.t()))
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+@pytest.mark.parametrize("rows", [1, 3])
+def test_every_post_op_in_registers(provider: Provider, name: str, rows: int) -> None:
+    post_op, reference = ACTIVATIONS[name]
+    x, weight, bias = _linear_inputs(rows, 96, 75, rows)
+    x = x * 3.0  # reach both sides of every activation's knees
+    plan = provider.linear(rows, weight, bias, [post_op])
+    assert plan.describe().startswith("row_gemm:avx512")
+    _assert_close(plan.run(x), reference(F.linear(x, weight, bias)))
+
+
+def test_residual_add_then_activation(provider: Provider) -> None:
+    x, weight, bias = _linear_inputs(2, 128, 90, 11)
+    residual = torch.randn(2, 90)
+    plan = provider.linear(2, weight, bias, [PostOp(ADD), PostOp(HARDSWISH)])
+    expected = F.hardswish(F.linear(x, weight, bias) + residual)
+    _assert_close(plan.run(x, residual=residual), expected)
+    # In place: the residual is the output buffer itself.
+    out = residual.clone()
+    _assert_close(plan.run_into(out, x, residual=out), expected)
+
+
+def test_split_over_the_pool_matches_and_writes_nothing_past_the_output(
+    splitting: Provider,
+) -> None:
+    x, weight, bias = _linear_inputs(1, 512, 1000, 3)
+    plan = splitting.linear(1, weight, bias, [PostOp(RELU)])
+    assert plan.describe().startswith("row_gemm:avx512, ") and plan.pieces > 1
+    buffer = torch.full((1000 + 64,), 123.0)
+    out = buffer[:1000].view(1, 1000)
+    plan.run_into(out, x)
+    _assert_close(out, torch.relu(F.linear(x, weight, bias)))
+    assert torch.equal(buffer[1000:], torch.full((64,), 123.0))
+
+
+def test_more_rows_or_switched_off_stay_on_onednn(provider: Provider, row_gemm_off: None) -> None:
+    x, weight, bias = _linear_inputs(1, 64, 64, 5)
+    plan = provider.linear(1, weight, bias)
+    assert "row_gemm" not in plan.describe()
+    _assert_close(plan.run(x), F.linear(x, weight, bias))
+
+
+def test_five_rows_stay_on_onednn(provider: Provider) -> None:
+    x, weight, bias = _linear_inputs(5, 64, 64, 6)
+    plan = provider.linear(5, weight, bias)
+    assert "row_gemm" not in plan.describe()
+    _assert_close(plan.run(x), F.linear(x, weight, bias))
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize("input_channels_last", [False, True], ids=["plain_in", "nhwc_in"])
+@pytest.mark.parametrize("output", ["plain", "channels_last", "best"])
+def test_one_pixel_pointwise_convolution(
+    provider: Provider, batch: int, input_channels_last: bool, output: str
+) -> None:
+    # Squeeze-excite's second convolution: 144 -> 576 over the pooled pixel, hardsigmoid gate.
+    torch.manual_seed(batch)
+    x = torch.randn(batch, 144, 1, 1)
+    weight = torch.randn(576, 144, 1, 1) / 12.0
+    bias = torch.randn(576)
+    plan = provider.conv(
+        list(x.shape),
+        weight,
+        bias,
+        [1, 1],
+        [0, 0],
+        [1, 1],
+        post_ops=[PostOp(HARDSIGMOID)],
+        input_channels_last=input_channels_last,
+        output=output,
+    )
+    assert plan.describe().startswith("row_gemm:avx512")
+    expected = F.hardsigmoid(F.conv2d(x, weight, bias))
+    _assert_close(plan.run(x).reshape(expected.shape), expected)
+
+
+def test_one_sample_conv1d(provider: Provider) -> None:
+    torch.manual_seed(4)
+    x = torch.randn(1, 40, 1)
+    weight = torch.randn(24, 40, 1) / 6.0
+    plan = provider.conv(list(x.shape), weight, None, [1], [0], [1], post_ops=[PostOp(RELU)])
+    assert plan.describe().startswith("row_gemm:avx512")
+    expected = torch.relu(F.conv1d(x, weight))
+    _assert_close(plan.run(x), expected)
+
+
+@pytest.mark.parametrize(
+    ("size", "kernel", "padding", "groups"),
+    [(2, 1, 0, 1), (1, 3, 1, 1), (1, 1, 0, 2)],
+    ids=["two_pixels", "padded_3x3", "grouped"],
+)
+def test_other_convolutions_stay_on_onednn(
+    provider: Provider, size: int, kernel: int, padding: int, groups: int
+) -> None:
+    torch.manual_seed(size + kernel)
+    x = torch.randn(1, 32, size, size)
+    weight = torch.randn(48, 32 // groups, kernel, kernel) / 8.0
+    plan = provider.conv(
+        list(x.shape), weight, None, [1, 1], [padding, padding], [1, 1], groups=groups
+    )
+    assert "row_gemm" not in plan.describe()
+    expected = F.conv2d(x, weight, padding=padding, groups=groups)
+    _assert_close(plan.run(x), expected)
