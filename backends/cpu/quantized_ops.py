@@ -207,7 +207,9 @@ def linear_8da(
     w = (w * weight_scales.reshape(channels, -1, 1)).reshape(channels, k)
     low_val = torch.clamp(input.amin(dim=-1, keepdim=True), max=0.0)
     high_val = torch.clamp(input.amax(dim=-1, keepdim=True), min=0.0)
-    scale = torch.clamp((high_val - low_val) / 255.0, min=torch.finfo(torch.float32).smallest_normal)
+    scale = torch.clamp(
+        (high_val - low_val) / 255.0, min=torch.finfo(torch.float32).smallest_normal
+    )
     zero_point = torch.clamp(-128 - torch.round(low_val / scale), -128, 127)
     q = torch.clamp(torch.round(input * (1.0 / scale)) + zero_point, -128, 127)
     return torch.nn.functional.linear((q - zero_point) * scale, w, bias)

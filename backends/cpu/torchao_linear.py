@@ -52,6 +52,13 @@ def _val(node: object) -> torch.Tensor | None:
     return value if isinstance(value, torch.Tensor) else None
 
 
+def _ints(value: object) -> list[int] | None:
+    """`value` as a list of ints when it is a list/tuple of ints (a block size), else None."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) for v in value):
+        return None
+    return [int(v) for v in value]
+
+
 def _arg(node: torch.fx.Node, index: int, name: str, default: object = None) -> object:
     if len(node.args) > index:
         return node.args[index]
@@ -107,12 +114,16 @@ def _activation_chain(x_dq: object) -> tuple[torch.fx.Node, tuple[torch.fx.Node,
         return "choose_qparams_affine reads another tensor than quantize_affine"
     if _arg(choose, 1, "mapping_type") != "ASYMMETRIC":
         return f"activation mapping {_arg(choose, 1, 'mapping_type')} (only ASYMMETRIC)"
-    if [int(b) for b in _arg(choose, 2, "block_size")] != per_token:  # type: ignore[attr-defined]
+    if _ints(_arg(choose, 2, "block_size")) != per_token:
         return "activation block is not per token (1, ..., 1, K)"
-    if _arg(choose, 3, "target_dtype") != torch.int8 or (
-        _arg(choose, 4, "quant_min"),
-        _arg(choose, 5, "quant_max"),
-    ) != _ACTIVATION_RANGE:
+    if (
+        _arg(choose, 3, "target_dtype") != torch.int8
+        or (
+            _arg(choose, 4, "quant_min"),
+            _arg(choose, 5, "quant_max"),
+        )
+        != _ACTIVATION_RANGE
+    ):
         return "activation qparams are not int8 over [-128, 127]"
     if _arg(choose, 6, "eps") is not None or _arg(choose, 7, "scale_dtype") not in (
         None,
@@ -124,9 +135,10 @@ def _activation_chain(x_dq: object) -> tuple[torch.fx.Node, tuple[torch.fx.Node,
     if _arg(choose, 9, "keepdim", False):
         return "choose_qparams_affine with keepdim"
     for node in (quantize, x_dq):
-        if [int(b) for b in node.args[1]] != per_token or tuple(  # type: ignore[attr-defined]
-            node.args[4:7]
-        ) != (torch.int8, *_ACTIVATION_RANGE):
+        if _ints(node.args[1]) != per_token or tuple(node.args[4:7]) != (
+            torch.int8,
+            *_ACTIVATION_RANGE,
+        ):
             return f"{node.name}: not per-token int8 over [-128, 127]"
     if x_dq.args[2:4] != quantize.args[2:4]:
         return "activation dequantize_affine uses other qparams than its quantize_affine"
@@ -164,9 +176,10 @@ def match_linear(linear: torch.fx.Node) -> LinearMatch | str:
     assert x_val is not None
     if x_val.shape[-1] != k:
         return "weight and activation disagree on K"
-    if block is None or len(block) != 2 or int(block[0]) != 1:  # type: ignore[arg-type]
+    sizes = _ints(block)
+    if sizes is None or len(sizes) != 2 or sizes[0] != 1:
         return f"weight block {block} is not (1, group)"
-    group = int(block[1])  # type: ignore[index]
+    group = sizes[1]
     if group <= 0 or k % group != 0:
         return f"weight group size {group} does not divide K = {k}"
     groups = k // group

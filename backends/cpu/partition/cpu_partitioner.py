@@ -17,6 +17,7 @@ from torch.export import ExportedProgram
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from backends.cpu import torchao_linear
 from backends.cpu.cpu_backend import CpuBackend
 from backends.cpu.partition.node_support import (
     LeaveOutReason,
@@ -25,7 +26,6 @@ from backends.cpu.partition.node_support import (
 )
 from backends.cpu.routes import op_key, ops_to_keep_undecomposed
 from backends.cpu.symbolic_dims import is_size_node
-from backends.cpu import torchao_linear
 
 
 @dataclass(frozen=True)
