@@ -42,6 +42,11 @@ _ADD = (
     "float output_scale, int output_zero_point, int quant_min, int quant_max, float output_min, "
     "float output_max"
 )
+# torchao's 8da4w linear (torchao_linear.py): per-token dynamic int8 activations, grouped weights.
+_LINEAR_8DA = (
+    "linear_8da(Tensor input, Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
+    "Tensor? bias, int group_size, int weight_bits"
+)
 _MAX_POOL = (
     "max_pool2d(Tensor input, int[] kernel_size, int[] stride, int[] padding, int[] dilation, "
     "bool ceil_mode"
@@ -56,6 +61,9 @@ SCHEMAS: dict[str, str] = {
     + ", *, Tensor(a!) out) -> Tensor(a!)",
     "add": f"{_ADD}) -> Tensor",
     "add.out": _ADD.replace("add(", "add.out(", 1) + ", *, Tensor(a!) out) -> Tensor(a!)",
+    "linear_8da": f"{_LINEAR_8DA}) -> Tensor",
+    "linear_8da.out": _LINEAR_8DA.replace("linear_8da(", "linear_8da.out(", 1)
+    + ", *, Tensor(a!) out) -> Tensor(a!)",
     "max_pool2d": f"{_MAX_POOL}) -> Tensor",
     "max_pool2d.out": _MAX_POOL.replace("max_pool2d(", "max_pool2d.out(", 1)
     + ", *, Tensor(a!) out) -> Tensor(a!)",
@@ -173,6 +181,41 @@ def add(
     return _finish(y, a.dtype, *output)
 
 
+def linear_8da(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scales: torch.Tensor,
+    weight_zero_points: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    group_size: int,
+    weight_bits: int,
+) -> torch.Tensor:
+    """Reference semantics of `et_cpu_quant::linear_8da`: torchao's per-token asymmetric int8
+    quantization of `input` (choose_qparams_affine / quantize_affine / dequantize_affine), the
+    weight dequantized per (output channel, group of `group_size` along K), then linear. A 4-bit
+    weight is uint8 [N, K / 2] holding w + 8, even k in the low nibble; an 8-bit one int8 [N, K]."""
+    if weight_bits == 4:
+        low = (weight & 0xF).to(torch.int16) - 8
+        high = (weight >> 4).to(torch.int16) - 8
+        values = torch.stack((low, high), dim=-1).reshape(weight.shape[0], -1)
+    else:
+        values = weight.to(torch.int16)
+    channels, k = values.shape
+    w = values.to(torch.float32).reshape(channels, k // group_size, group_size)
+    if weight_zero_points is not None:
+        w = w - weight_zero_points.to(torch.float32).reshape(channels, -1, 1)
+    w = (w * weight_scales.reshape(channels, -1, 1)).reshape(channels, k)
+    low_val = torch.clamp(input.amin(dim=-1, keepdim=True), max=0.0)
+    high_val = torch.clamp(input.amax(dim=-1, keepdim=True), min=0.0)
+    scale = torch.clamp(
+        (high_val - low_val) / 255.0, min=torch.finfo(torch.float32).smallest_normal
+    )
+    zero_point = torch.clamp(-128 - torch.round(low_val / scale), -128, 127)
+    q = torch.clamp(torch.round(input * (1.0 / scale)) + zero_point, -128, 127)
+    return torch.nn.functional.linear((q - zero_point) * scale, w, bias)
+
+
+_library.impl("linear_8da", linear_8da, "CompositeExplicitAutograd")
 _library.impl("conv2d", conv2d, "CompositeExplicitAutograd")
 _library.impl("add", add, "CompositeExplicitAutograd")
 _library.impl("linear", linear, "CompositeExplicitAutograd")
@@ -187,6 +230,11 @@ def _linear_out(*args: object, out: torch.Tensor) -> torch.Tensor:
     return out.copy_(linear(*args))  # type: ignore[arg-type]
 
 
+def _linear_8da_out(*args: object, out: torch.Tensor) -> torch.Tensor:
+    return out.copy_(linear_8da(*args))  # type: ignore[arg-type]
+
+
+_library.impl("linear_8da.out", _linear_8da_out, "CompositeExplicitAutograd")
 _library.impl("conv2d.out", _conv_out, "CompositeExplicitAutograd")
 _library.impl("linear.out", _linear_out, "CompositeExplicitAutograd")
 
@@ -208,3 +256,4 @@ CONV2D: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).conv2d.default
 LINEAR: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).linear.default
 MAX_POOL2D: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).max_pool2d.default
 ADD: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).add.default
+LINEAR_8DA: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).linear_8da.default

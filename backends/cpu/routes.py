@@ -162,7 +162,13 @@ def _conv_output_quantize(quantize: torch.fx.Node) -> str | None:
 # (runtime/builtin_kernels.cc, float32 only): the Reference provider binds these when the registry
 # has no kernel of the name.
 BUILTIN_KERNELS: frozenset[str] = frozenset(
-    {"aten::hardswish.out", "aten::hardsigmoid.out", "aten::silu.out"}
+    {
+        "aten::hardswish.out",
+        "aten::hardsigmoid.out",
+        "aten::silu.out",
+        # torchao's 8da4w linear, fused by preprocess (torchao_linear.py): runtime/linear_8da.cc.
+        "et_cpu_quant::linear_8da.out",
+    }
 )
 
 # The delegate's int8 ops (quantized_ops.py): neither ExecuTorch's registry nor BUILTIN_KERNELS has
@@ -392,6 +398,8 @@ _ROUTE_LIST: tuple[Route, ...] = (
     _r("et_cpu_quant.linear.default", "et_cpu_quant::linear.out", provider=_OPT),
     _r("et_cpu_quant.max_pool2d.default", "et_cpu_quant::max_pool2d.out", provider=_OPT),
     _r("et_cpu_quant.add.default", "et_cpu_quant::add.out", provider=_OPT),
+    # torchao's 8da4w linear (torchao_linear.py), written only by preprocess: a built-in kernel.
+    _r("et_cpu_quant.linear_8da.default", "et_cpu_quant::linear_8da.out"),
     # Factories.
     _r("aten.arange.default", "aten::arange.out"),
     _r("aten.arange.start_step", "aten::arange.start_out"),

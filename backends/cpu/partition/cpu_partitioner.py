@@ -17,6 +17,7 @@ from torch.export import ExportedProgram
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
+from backends.cpu import torchao_linear
 from backends.cpu.cpu_backend import CpuBackend
 from backends.cpu.partition.node_support import (
     LeaveOutReason,
@@ -103,6 +104,24 @@ def _claims_whole(node: torch.fx.Node) -> bool:
     return check_node(node) is None
 
 
+class UnsupportedTorchaoOpError(RuntimeError):
+    """A torchao quantization op the delegate cannot take: ExecuTorch has no kernel for it, so
+    leaving it outside would only fail later in `to_executorch()` ("Missing out variants")."""
+
+
+def _fail_on_stranded_torchao_ops(left_out: list[LeftOutNode]) -> None:
+    stranded = [node for node in left_out if node.op in torchao_linear.TORCHAO_OPS]
+    if stranded:
+        lines = "\n".join(f"  {node}" for node in stranded)
+        raise UnsupportedTorchaoOpError(
+            "CpuPartitioner cannot take these torchao ops, and ExecuTorch has no kernel to run "
+            f"them outside a delegate:\n{lines}\nThe CPU delegate runs torchao's 8da4w linears "
+            "(Int8DynamicActivationIntxWeightConfig, int8 per-token activations, int4/int8 "
+            "weights per group or per channel); quantize the model with that config, or leave "
+            "these layers unquantized."
+        )
+
+
 class CpuPartitioner(Partitioner):
     """Claims every node with a route whose tensors have bounded sizes and a supported dtype."""
 
@@ -164,6 +183,7 @@ class CpuPartitioner(Partitioner):
                     node.name, str(node.target), LeaveOutReason.NO_ROUTE, "not partitionable"
                 )
             left_out.append(decision)
+        _fail_on_stranded_torchao_ops(left_out)
         self.reports.append(
             PartitionReport(
                 claimed=tuple(n.name for n in decisions if n in claimed),
@@ -174,4 +194,10 @@ class CpuPartitioner(Partitioner):
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
 
 
-__all__ = ["CpuPartitioner", "LeaveOutReason", "LeftOutNode", "PartitionReport"]
+__all__ = [
+    "CpuPartitioner",
+    "LeaveOutReason",
+    "LeftOutNode",
+    "PartitionReport",
+    "UnsupportedTorchaoOpError",
+]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from backends.cpu import symbolic_dims
+from backends.cpu import symbolic_dims, torchao_linear
 from backends.cpu.routes import op_key, route_for
 from backends.cpu.symbolic_dims import is_size_node
 
@@ -76,6 +76,10 @@ def check_node(node: torch.fx.Node) -> LeftOutNode | None:
     values = [*inputs, ("output", node.meta.get("val"))]
     float64_ok = None  # the name of an input allowed to be float64
 
+    if key in torchao_linear.TORCHAO_OPS:
+        # torchao's 8da4w chain: claimed whole with its linear (preprocess fuses it), else out.
+        why = torchao_linear.check_torchao_node(node, check_linear)
+        return None if why is None else leave_out(LeaveOutReason.QUANTIZED, why)
     if _namespace(node.target) in _QUANTIZED_NAMESPACES:
         # Static per-tensor quantize/dequantize (and per-channel dequantize of a constant weight)
         # into int8/uint8 have routes; every other quantization op or scheme stays out.
@@ -123,3 +127,9 @@ def check_node(node: torch.fx.Node) -> LeftOutNode | None:
     if why is not None:
         return leave_out(LeaveOutReason.ARGUMENTS, why)
     return None
+
+
+def check_linear(node: torch.fx.Node) -> str | None:
+    """None when the delegate takes linear `node` itself, else why not (for torchao_linear)."""
+    decision = check_node(node)
+    return None if decision is None else f"{decision.reason.value}: {decision.detail}"

@@ -10,6 +10,7 @@ def define_common_targets():
         deps = [
             "//backends/cpu:routes",
             "//backends/cpu:symbolic_dims",
+            "//backends/cpu:torchao_linear",
         ],
         visibility = ["//visibility:public"],
     )
@@ -22,6 +23,7 @@ def define_common_targets():
             "//backends/cpu:cpu_backend",
             "//backends/cpu:routes",
             "//backends/cpu:symbolic_dims",
+            "//backends/cpu:torchao_linear",
         ],
         visibility = ["//visibility:public"],
     )

@@ -19,6 +19,7 @@ _RUNTIME_SRCS = [
     "error_report.cc",
     "kernel_provider.cc",
     "kernel_signature.cc",
+    "linear_8da.cc",
     "memory_planner.cc",
     "payload_reader.cc",
     "quantized_op_check.cc",
@@ -34,6 +35,7 @@ _RUNTIME_HDRS = [
     "error_report.h",
     "kernel_provider.h",
     "kernel_signature.h",
+    "linear_8da.h",
     "memory_planner.h",
     "payload_reader.h",
     "quantized_op_check.h",
@@ -313,6 +315,17 @@ def define_common_targets():
         size = "medium",
         srcs = ["test/quantized_model_test.py"],
         deps = _INT8_MODEL_TEST_DEPS,
+    )
+
+    # torchao's 8da4w linears and a small decoder made of them, fully delegated (issue 45).
+    runtime.python_test(
+        name = "torchao_8da4w_test",
+        size = "medium",
+        srcs = ["test/torchao_8da4w_test.py"],
+        deps = [
+            ":lowered_program",
+            "//backends/cpu/partition:cpu_partitioner",
+        ],
     )
 
     # The QAT flow (QATConvOutputQuantizer, FuseQATConvBN) fully delegated on the int8 ops.

@@ -40,6 +40,8 @@ def test_builtin_kernels_have_routes_and_float32_checks() -> None:
     routed = {route.kernel: route for route in ROUTES.values()}
     for kernel in BUILTIN_KERNELS:
         route = routed[kernel]
+        if kernel.startswith("et_cpu_quant::"):  # written by preprocess only, never kept whole
+            continue
         assert route.keep_undecomposed and route.check_args is not None, kernel
     kept = ops_to_keep_undecomposed()
     for op in (torch.ops.aten.hardswish, torch.ops.aten.hardsigmoid, torch.ops.aten.silu):

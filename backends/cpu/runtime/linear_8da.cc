@@ -1,0 +1,206 @@
+#include "backends/cpu/runtime/linear_8da.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/runtime/error_report.h"
+
+namespace et_cpu_plugin {
+namespace cpu {
+namespace {
+
+using executorch::aten::ScalarType;
+using executorch::aten::Tensor;
+using executorch::runtime::Error;
+using executorch::runtime::EValue;
+using executorch::runtime::KernelRuntimeContext;
+
+constexpr const char* kKernel = "et_cpu_quant::linear_8da.out";
+
+// Argument positions in the out-variant schema (quantized_ops.py).
+enum Arg {
+  kInput = 0,
+  kWeight,
+  kScales,
+  kZeroPoints,
+  kBias,
+  kGroupSize,
+  kWeightBits,
+  kOut,
+  kArgCount,
+};
+
+struct Linear8da {
+  const Tensor* input;
+  const Tensor* weight;       // uint8 [N, K / 2] (4 bits: w + 8, even k low) or int8 [N, K]
+  const Tensor* scales;       // float32 [N, K / group]
+  const Tensor* zero_points;  // int8 [N, K / group] or null
+  const Tensor* bias;         // float32 [N] or null
+  Tensor* output;
+  int64_t n, k, group, bits;
+};
+
+// torchao's quantize of one row: asymmetric int8 over [-128, 127] with eps the smallest normal
+// float32 (choose_qparams_affine), q = clamp(round(x * (1 / scale)) + zero_point), rounding half
+// to even (nearbyint in the default rounding mode). Writes q - zero_point; returns the scale.
+float quantize_row(const float* x, int64_t k, int32_t* centered) {
+  float low = 0.0f, high = 0.0f;  // min(min(x), 0), max(max(x), 0)
+  for (int64_t i = 0; i < k; ++i) {
+    low = std::min(low, x[i]);
+    high = std::max(high, x[i]);
+  }
+  float scale = (high - low) / 255.0f;
+  scale = std::max(scale, FLT_MIN);
+  float zero = -128.0f - std::nearbyint(low / scale);
+  zero = std::min(std::max(zero, -128.0f), 127.0f);
+  const int32_t zero_point = static_cast<int32_t>(zero);
+  const float inverse = 1.0f / scale;
+  for (int64_t i = 0; i < k; ++i) {
+    float q = std::nearbyint(x[i] * inverse) + zero;
+    q = std::min(std::max(q, -128.0f), 127.0f);
+    centered[i] = static_cast<int32_t>(q) - zero_point;
+  }
+  return scale;
+}
+
+class Linear8daKernel final : public BoundKernel {
+ public:
+  explicit Linear8daKernel(const Linear8da& a) : a_(a), row_(static_cast<size_t>(a.k)) {}
+
+  Error run(KernelRuntimeContext&) override {
+    const int64_t k = a_.k, n = a_.n, group = a_.group, groups = k / group;
+    const int64_t rows = k == 0 ? 0 : a_.input->numel() / k;
+    if (a_.output->numel() != rows * n) {
+      return report_error(Error::InvalidArgument, "%s: output holds %zd values, expected %lld",
+                          kKernel, static_cast<ssize_t>(a_.output->numel()),
+                          static_cast<long long>(rows * n));
+    }
+    const float* x = a_.input->const_data_ptr<float>();
+    const uint8_t* w = static_cast<const uint8_t*>(a_.weight->const_data_ptr());
+    const float* scales = a_.scales->const_data_ptr<float>();
+    const int8_t* zeros = a_.zero_points ? a_.zero_points->const_data_ptr<int8_t>() : nullptr;
+    const float* bias = a_.bias ? a_.bias->const_data_ptr<float>() : nullptr;
+    float* y = a_.output->mutable_data_ptr<float>();
+    const int64_t row_bytes = a_.bits == 4 ? k / 2 : k;
+    int32_t* xq = row_.data();
+    for (int64_t m = 0; m < rows; ++m) {
+      const float x_scale = quantize_row(x + m * k, k, xq);
+      for (int64_t c = 0; c < n; ++c) {
+        const uint8_t* wc = w + c * row_bytes;
+        float sum = 0.0f;
+        for (int64_t g = 0; g < groups; ++g) {
+          const int32_t zero = zeros ? zeros[c * groups + g] : 0;
+          int32_t acc = 0;
+          for (int64_t i = g * group; i < (g + 1) * group; ++i) {
+            int32_t value;
+            if (a_.bits == 4) {
+              const uint8_t byte = wc[i >> 1];
+              value = static_cast<int32_t>((i & 1) ? (byte >> 4) : (byte & 0xF)) - 8;
+            } else {
+              value = static_cast<int8_t>(wc[i]);
+            }
+            acc += xq[i] * (value - zero);
+          }
+          sum += static_cast<float>(acc) * scales[c * groups + g];
+        }
+        y[m * n + c] = sum * x_scale + (bias ? bias[c] : 0.0f);
+      }
+    }
+    return Error::Ok;
+  }
+
+ private:
+  Linear8da a_;
+  std::vector<int32_t> row_;
+};
+
+bool has_shape(const Tensor& t, std::initializer_list<int64_t> sizes) {
+  if (t.dim() != static_cast<ssize_t>(sizes.size())) return false;
+  ssize_t d = 0;
+  for (int64_t size : sizes) {
+    if (t.size(d++) != size) return false;
+  }
+  return true;
+}
+
+const Tensor* optional_tensor(const EValue* value) {
+  return value->isTensor() ? &value->toTensor() : nullptr;
+}
+
+}  // namespace
+
+bool is_linear_8da_kernel(const char* kernel) {
+  return std::strcmp(kernel, kKernel) == 0;
+}
+
+Error bind_linear_8da(const OpBinding& op, std::unique_ptr<BoundKernel>* out) {
+  auto fail = [&](const char* what) {
+    return report_error(Error::InvalidArgument, "%s at %s: %s", kKernel, op.op_name, what);
+  };
+  if (op.args.size() < kArgCount) return fail("too few arguments");
+  const EValue* const* args = op.args.data();
+  for (int i : {kInput, kWeight, kScales, kOut}) {
+    if (!args[i]->isTensor()) return fail("input, weight, scales and out must be tensors");
+  }
+  for (int i : {kZeroPoints, kBias}) {
+    if (!args[i]->isTensor() && !args[i]->isNone()) return fail("zero points / bias not a tensor");
+  }
+  if (!args[kGroupSize]->isInt() || !args[kWeightBits]->isInt()) {
+    return fail("group size and weight bits must be ints");
+  }
+  Linear8da a{};
+  a.input = &args[kInput]->toTensor();
+  a.weight = &args[kWeight]->toTensor();
+  a.scales = &args[kScales]->toTensor();
+  a.zero_points = optional_tensor(args[kZeroPoints]);
+  a.bias = optional_tensor(args[kBias]);
+  a.output = &op.args[kOut]->toTensor();
+  a.group = args[kGroupSize]->toInt();
+  a.bits = args[kWeightBits]->toInt();
+  if (a.input->scalar_type() != ScalarType::Float || a.output->scalar_type() != ScalarType::Float) {
+    return fail("input and output must be float32");
+  }
+  if (a.input->dim() < 1 || a.input->dim() != a.output->dim()) {
+    return fail("input and output must have the same rank >= 1");
+  }
+  if (a.bits != 4 && a.bits != 8) return fail("weight bits must be 4 or 8");
+  if (a.weight->dim() != 2) return fail("weight must be 2D");
+  a.k = a.input->size(a.input->dim() - 1);
+  a.n = a.weight->size(0);
+  if (a.k <= 0 || a.n <= 0) return fail("empty K or N");
+  if (a.bits == 4) {
+    if (a.weight->scalar_type() != ScalarType::Byte) return fail("4-bit weight must be uint8");
+    if (a.k % 2 != 0 || a.weight->size(1) * 2 != a.k) return fail("4-bit weight is not [N, K / 2]");
+  } else {
+    if (a.weight->scalar_type() != ScalarType::Char) return fail("8-bit weight must be int8");
+    if (a.weight->size(1) != a.k) return fail("8-bit weight is not [N, K]");
+  }
+  if (a.group <= 0 || a.k % a.group != 0) return fail("group size does not divide K");
+  // |x - x_zero| and |w - w_zero| are <= 255: a group of <= 32768 sums within int32.
+  if (a.group > 32768) return fail("group size above 32768 (int32 accumulation)");
+  const int64_t groups = a.k / a.group;
+  if (a.scales->scalar_type() != ScalarType::Float || !has_shape(*a.scales, {a.n, groups})) {
+    return fail("weight scales are not float32 [N, K / group_size]");
+  }
+  if (a.zero_points != nullptr && (a.zero_points->scalar_type() != ScalarType::Char ||
+                                   !has_shape(*a.zero_points, {a.n, groups}))) {
+    return fail("weight zero points are not int8 [N, K / group_size]");
+  }
+  if (a.bias != nullptr &&
+      (a.bias->scalar_type() != ScalarType::Float || !has_shape(*a.bias, {a.n}))) {
+    return fail("bias is not float32 [N]");
+  }
+  for (ssize_t d = 0; d + 1 < a.input->dim(); ++d) {
+    if (a.input->size(d) != a.output->size(d)) return fail("output's leading dims differ");
+  }
+  if (a.output->size(a.output->dim() - 1) != a.n) return fail("output's last dim is not N");
+  out->reset(new Linear8daKernel(a));
+  return Error::Ok;
+}
+
+}  // namespace cpu
+}  // namespace et_cpu_plugin

@@ -1,0 +1,23 @@
+// The built-in kernel of `et_cpu_quant::linear_8da.out` (backends/cpu/torchao_linear.py): torchao's
+// 8da4w linear. Each row of the float32 input is quantized to int8 the way torchao's
+// choose_qparams_affine / quantize_affine define it (asymmetric, per token), multiplied in int32
+// with the int4 (two a byte) or int8 weights group by group, and dequantized with the row's scale
+// and the group's weight scale; then the bias. A plain, single-threaded implementation.
+#pragma once
+
+#include <memory>
+
+#include "backends/cpu/runtime/kernel_provider.h"
+
+namespace et_cpu_plugin {
+namespace cpu {
+
+// Whether `kernel` is "et_cpu_quant::linear_8da.out".
+bool is_linear_8da_kernel(const char* kernel);
+
+// Binds `op` after checking every argument (dtypes, shapes, group size dividing K, weight bits);
+// Error::InvalidArgument naming the op and the problem otherwise.
+executorch::runtime::Error bind_linear_8da(const OpBinding& op, std::unique_ptr<BoundKernel>* out);
+
+}  // namespace cpu
+}  // namespace et_cpu_plugin
