@@ -4,7 +4,7 @@
 
     choose_qparams_affine(x, "ASYMMETRIC", [1, .., 1, K], int8, -128, 127) -> (scale, zero_point)
     quantize_affine(x, block, scale, zero_point, int8, -128, 127) -> dequantize_affine(...) -\\
-    dequantize_affine(W_q, [1, group], W_scales, W_zero_points, int8, qmin, qmax) -----------> linear
+    dequantize_affine(W_q, [1, group], W_scales, W_zero_points, int8, qmin, qmax) ----------> linear
 
 `check_torchao_node` is the partitioner's test for each torchao node (a route's check_args): it is
 claimed only when every path from it ends in a linear that `match_linear` accepts, so preprocess

@@ -163,5 +163,7 @@ def test_unsupported_torchao_scheme_fails_lowering_naming_the_op() -> None:
     # "Missing out variants".
     model = nn.Linear(64, 32)
     quantize_(model, IntxWeightOnlyConfig(weight_dtype=INT4, granularity=PerGroup(32)))
-    with pytest.raises(UnsupportedTorchaoOpError, match="dequantize_affine.*not dequantize_affine"):
+    with pytest.raises(
+        UnsupportedTorchaoOpError, match=r"dequantize_affine.*not dequantize_affine"
+    ):
         lower_to_pte(model.eval(), (torch.randn(3, 64),))
