@@ -1,14 +1,27 @@
 #!/usr/bin/env bash
 # Regenerates requirements.lock from requirements.in: exact versions plus the sha256 of the exact
 # file pip resolved (PyPI or the machine's local wheel directory), so installs are hash-checked.
-# Usage: third_party/python/lock.sh   (needs a Python 3.11 with pip on PATH)
+# Usage: third_party/python/lock.sh [--upgrade]   (needs a Python 3.11 with pip on PATH)
+# Packages already in requirements.lock keep their pinned versions (the old lock is a pip
+# constraint), so adding a dependency to requirements.in adds its pins and changes nothing else;
+# --upgrade re-resolves every package to the newest versions requirements.in allows.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+constraints=()
+if [[ "${1:-}" == "--upgrade" ]]; then
+  :
+elif [[ $# -gt 0 ]]; then
+  echo "usage: $0 [--upgrade]" >&2
+  exit 2
+elif [[ -f "$here/requirements.lock" ]]; then
+  grep -E '^[A-Za-z0-9_.-]+==' "$here/requirements.lock" | sed 's/ *\\$//' >"$work/pins.txt"
+  constraints=(-c "$work/pins.txt")
+fi
 python3.11 -m venv "$work/venv"
 "$work/venv/bin/pip" install --quiet --dry-run --ignore-installed \
-  --report "$work/report.json" -r "$here/requirements.in"
+  --report "$work/report.json" -r "$here/requirements.in" "${constraints[@]}"
 "$work/venv/bin/python" - "$work/report.json" "$here/requirements.lock" <<'PY'
 import json
 import sys

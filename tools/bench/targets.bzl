@@ -186,11 +186,19 @@ def define_common_targets():
         deps = [":dynamic_shape_bench_lib"],
     )
 
+    # ONNX Runtime as a benchmark peer (benchmark-only dependencies of the lock).
+    runtime.python_library(
+        name = "onnxruntime_peer",
+        srcs = ["onnxruntime_peer.py"],
+        deps = [":harness"],
+    )
+
     runtime.python_library(
         name = "zoo_bench_lib",
         srcs = ["zoo_bench.py"],
         deps = [
             ":harness",
+            ":onnxruntime_peer",
             ":op_cost",
             ":zoo",
             "//backends/cpu:routes",

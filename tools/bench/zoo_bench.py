@@ -1,9 +1,10 @@
 """Issue 17's benchmark: the held-out model zoo (`tools/bench/zoo.py`: MobileNetV3-, EfficientNet-,
-ResNet-50-style, UNet, conv1d speech) on the CPU delegate vs the XNNPACK delegate vs eager PyTorch,
-at the zoo's full size by default. Ratios are against the CPU delegate, measured interleaved in
-one run; peak memory is per path, each in a fresh process. Under each table: the fraction of the
-Edge ops the CPU partitioner delegated (from its report; also in the JSON as ``details``) and the
-ops XNNPACK left outside its delegate.
+ResNet-50-style, UNet, conv1d speech) on the CPU delegate vs the XNNPACK delegate vs ONNX Runtime
+(`onnxruntime_peer.py`: the model through `torch.onnx.export`, the CPU execution provider with as
+many threads as torch) vs eager PyTorch, at the zoo's full size by default. Ratios are against the
+CPU delegate, measured interleaved in one run; peak memory is per path, each in a fresh process.
+Under each table: the fraction of the Edge ops the CPU partitioner delegated (from its report;
+also in the JSON as ``details``) and the ops XNNPACK left outside its delegate.
 
 Two timing regimes (the harness's; run both before drawing conclusions on a shared machine):
 
@@ -22,7 +23,8 @@ A/B a runtime switch in the same run (the variant's delegate initializes with th
 Add a variant with a switch nothing reads (``--variant-env ET_CPU_UNUSED_SWITCH=1``): the same
 delegate twice, its ratio is the run's noise floor to judge the A/B against.
 
-Other options: ``--size small`` (the test size), ``--no-memory`` (skip the memory subprocesses),
+Other options: ``--no-onnxruntime`` (leave the ONNX Runtime column out), ``--size small`` (the
+test size), ``--no-memory`` (skip the memory subprocesses),
 ``--profile [--profile-runs N]``: after each table, one extra run per model in a fresh process
 with ``ET_CPU_PROFILE=1`` (the runtime times every kernel call and prints its table when the
 delegate is destroyed): which provider ran each op and its share of the kernel time, summed per
@@ -48,11 +50,13 @@ from typing import Any
 
 import torch
 
-from tools.bench import harness, op_cost, zoo
+from tools.bench import harness, onnxruntime_peer, op_cost, zoo
 
 BASELINE = "cpu delegate"
 XNNPACK = "xnnpack"
+ONNXRUNTIME = onnxruntime_peer.NAME
 EAGER = "eager"
+_PEERS = [ONNXRUNTIME]  # --no-onnxruntime empties it
 _SIZE = ["full"]  # --size rewrites it before the benchmarks are built
 _PROFILE_RUNS = [0]  # --profile sets the number of profiled runs per model
 _VARIANT_ENV: list[tuple[str, str]] = []  # --variant-env NAME=VALUE, in order
@@ -165,6 +169,12 @@ def make_eager(model: str, size: str) -> harness.Runner:
     return run
 
 
+def make_onnxruntime(model: str, size: str) -> harness.Runner:
+    """The zoo model exported to ONNX and run on ONNX Runtime's CPU provider."""
+    net, inputs = zoo.create(model, size)
+    return onnxruntime_peer.make_runner(net.eval(), inputs)
+
+
 def benchmarks() -> list[harness.Benchmark]:
     size = _SIZE[0]
     out = []
@@ -188,10 +198,12 @@ def benchmarks() -> list[harness.Benchmark]:
                     harness.Variant(BASELINE, make_program, {**kwargs, "path": BASELINE}),
                     *switched,
                     harness.Variant(XNNPACK, make_program, {**kwargs, "path": XNNPACK}),
+                    *[harness.Variant(ONNXRUNTIME, make_onnxruntime, kwargs) for _ in _PEERS],
                     harness.Variant(EAGER, make_eager, kwargs),
                 ],
                 notes=f"{entry.description}; inputs {shapes}; "
-                f"torch threads {torch.get_num_threads()}",
+                f"torch threads {torch.get_num_threads()}"
+                + (f"; {onnxruntime_peer.describe()}" if _PEERS else ""),
             )
         )
     return out
@@ -498,7 +510,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also time the CPU delegate initialized with this environment variable set (e.g. "
         "ET_CPU_VECTOR_ACTIVATIONS=0), side by side with the others; repeat for more variants",
     )
+    parser.add_argument(
+        "--no-onnxruntime",
+        action="store_true",
+        help="leave ONNX Runtime out (it is timed beside XNNPACK by default)",
+    )
     args = parser.parse_args(arguments)
+    _PEERS[:] = [] if args.no_onnxruntime else [ONNXRUNTIME]
     try:
         _VARIANT_ENV[:] = [parse_variant_env(text) for text in args.variant_env]
     except ValueError as exc:

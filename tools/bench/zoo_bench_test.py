@@ -1,4 +1,4 @@
-"""Keeps the zoo benchmark runnable: one benchmark per zoo model with its three paths; one model
+"""Keeps the zoo benchmark runnable: one benchmark per zoo model with its four paths; one model
 runs end to end at the small size with two repeats (and a --variant-env variant), its delegation
 figures and --profile's per-op placement and shares land in the JSON."""
 
@@ -11,12 +11,17 @@ import pytest
 from tools.bench import zoo, zoo_bench
 
 
-def test_there_is_one_benchmark_per_zoo_model_with_three_paths() -> None:
+def test_there_is_one_benchmark_per_zoo_model_with_four_paths() -> None:
     zoo_bench._SIZE[0] = "small"
     benches = zoo_bench.benchmarks()
     assert [b.name for b in benches] == [f"{name}/small" for name in zoo.ZOO]
     for bench in benches:
-        assert [v.name for v in bench.variants] == ["cpu delegate", "xnnpack", "eager"]
+        assert [v.name for v in bench.variants] == [
+            "cpu delegate",
+            "xnnpack",
+            "onnxruntime",
+            "eager",
+        ]
         assert bench.baseline == "cpu delegate"
 
 
@@ -40,6 +45,7 @@ def test_the_bench_runs_and_reports_delegation_and_the_per_op_profile(tmp_path: 
         "cpu delegate",
         "cpu delegate ET_CPU_VECTOR_ACTIVATIONS=0",
         "xnnpack",
+        "onnxruntime",
         "eager",
     }
     for variant in by_name.values():

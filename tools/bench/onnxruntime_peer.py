@@ -1,0 +1,109 @@
+"""ONNX Runtime as a benchmark peer: a PyTorch model exported with `torch.onnx.export` (the dynamo
+exporter, its default) and run on ONNX Runtime's CPU execution provider, configured the way a
+deployment on this machine would be: all graph optimizations, sequential execution, as many
+intra-op threads as torch uses (`torch.get_num_threads()`), one inter-op thread.
+
+Benchmark-only: `onnx`, `onnxscript` and `onnxruntime` are pinned in the lock for tools/bench and
+nothing in the plugin imports them. `make_runner` returns a `harness.Runner`; `describe` says
+which ONNX Runtime ran and how, for a table's notes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from tools.bench import harness
+
+NAME = "onnxruntime"
+
+
+def _session_options(threads: int) -> Any:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # errors only
+    return options
+
+
+def export_onnx(model: torch.nn.Module, inputs: Sequence[torch.Tensor], path: str) -> None:
+    """Writes `model` traced at `inputs` to `path` as one self-contained ONNX file (weights
+    inline). The exporter's progress lines are swallowed; its errors are raised, naming the
+    model's class."""
+    quiet = io.StringIO()
+    exporter_log = logging.getLogger("torch.onnx")
+    level = exporter_log.level
+    exporter_log.setLevel(logging.ERROR)  # e.g. "torchvision is not installed. Skipping ..."
+    try:
+        with torch.no_grad(), contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            program = torch.onnx.export(model, tuple(inputs), dynamo=True, external_data=False)
+            assert program is not None
+            program.save(path, external_data=False)
+    except Exception as exc:
+        log = quiet.getvalue()[-2000:]
+        raise RuntimeError(
+            f"torch.onnx.export of {type(model).__name__} failed: {exc}\n{log}"
+        ) from exc
+    finally:
+        exporter_log.setLevel(level)
+
+
+def make_runner(
+    model: torch.nn.Module, inputs: Sequence[torch.Tensor], threads: int | None = None
+) -> harness.Runner:
+    """Exports `model`, loads it on ONNX Runtime's CPU provider, checks one run against eager
+    PyTorch (a wrong peer is no peer: AssertionError naming the largest difference), and returns
+    a callable that runs it on `inputs`."""
+    import onnxruntime as ort
+
+    threads = threads or torch.get_num_threads()
+    with tempfile.TemporaryDirectory(prefix="onnx_peer_") as folder:
+        path = os.path.join(folder, "model.onnx")
+        export_onnx(model, inputs, path)
+        session = ort.InferenceSession(
+            path, sess_options=_session_options(threads), providers=["CPUExecutionProvider"]
+        )
+    names = [entry.name for entry in session.get_inputs()]
+    if len(names) != len(inputs):
+        raise RuntimeError(
+            f"the ONNX model takes {len(names)} inputs, the benchmark has {len(inputs)}"
+        )
+    feed = {name: tensor.detach().numpy() for name, tensor in zip(names, inputs, strict=True)}
+    outputs = session.run(None, feed)
+    with torch.no_grad():
+        expected = model(*inputs)
+    first = expected if isinstance(expected, torch.Tensor) else expected[0]
+    got = torch.from_numpy(np.asarray(outputs[0]))
+    scale = float(first.abs().max()) or 1.0
+    difference = (
+        float((got.to(first.dtype) - first).abs().max()) if got.shape == first.shape else None
+    )
+    if difference is None or difference > 1e-3 * scale:
+        raise AssertionError(
+            f"ONNX Runtime's output differs from eager: shape {tuple(got.shape)} vs "
+            f"{tuple(first.shape)}, max |diff| {difference} (scale {scale:.3g})"
+        )
+    return lambda: session.run(None, feed)
+
+
+def describe(threads: int | None = None) -> str:
+    """One line for a table's notes: the version and the session settings."""
+    import onnxruntime as ort
+
+    threads = threads or torch.get_num_threads()
+    return (
+        f"ONNX Runtime {ort.__version__} CPUExecutionProvider, ORT_ENABLE_ALL, sequential, "
+        f"{threads} intra-op threads"
+    )
