@@ -92,6 +92,8 @@ def define_common_targets():
             "binding.h",
             "kernels/embedding.cc",
             "kernels/embedding.h",
+            "kernels/linear_8da_vnni.cc",
+            "kernels/linear_8da_vnni.h",
             "kernels/mask_ops.cc",
             "kernels/mask_ops.h",
             "kernels/quantize_convert.cc",
