@@ -328,6 +328,18 @@ def define_common_targets():
         ],
     )
 
+    # The Optimized provider's linear_8da kernel against the scalar reference, per ISA (issue 45).
+    runtime.python_test(
+        name = "linear_8da_kernel_test",
+        size = "medium",
+        srcs = ["test/linear_8da_kernel_test.py"],
+        deps = [
+            ":loader",
+            ":lowered_program",
+            ":provider_compare",
+        ],
+    )
+
     # The QAT flow (QATConvOutputQuantizer, FuseQATConvBN) fully delegated on the int8 ops.
     runtime.python_test(
         name = "qat_model_test",
