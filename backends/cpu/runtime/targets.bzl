@@ -192,8 +192,12 @@ def define_common_targets():
     runtime.python_library(
         name = "lowered_program",
         srcs = ["test/lowered_program.py"],
-        # backends/cpu/test's ops_run_test lowers its cases together too (lower_cases).
-        visibility = ["//backends/cpu/test:__pkg__"],
+        # backends/cpu/test's ops_run_test lowers its cases together too (lower_cases);
+        # tools/bench's linear_8da_bench lowers and loads its programs with it.
+        visibility = [
+            "//backends/cpu/test:__pkg__",
+            "//tools/bench:__pkg__",
+        ],
         deps = [
             ":loader",
             "//backends/cpu/partition:cpu_partitioner",

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "backends/cpu/runtime/providers/optimized/common/switches.h"
+#include "backends/cpu/runtime/providers/optimized/common/work_pool.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/linear_8da_vnni.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/quantize_convert.h"
 #include "backends/cpu/runtime/providers/optimized/onednn/quantized_kernels.h"
@@ -91,7 +92,14 @@ class Linear8daKernel final : public OptimizedKernel {
       : gemm_(std::move(packed), isa), input_(input), output_(output) {}
 
   void prepare(onednn::Provider& provider, const InChannelsLast&) override {
-    pool_ = provider.work_pool();  // WorkPool::shared(the provider's threads), or null for 1
+    // The provider's pool (WorkPool::shared of its threads); without work sharing (OpenMP
+    // mode) the same shared pool of as many threads, held here.
+    own_pool_.reset();
+    pool_ = provider.work_pool();
+    if (pool_ == nullptr && provider.num_threads() > 1) {
+      own_pool_ = onednn::WorkPool::shared(provider.num_threads());
+      pool_ = own_pool_.get();
+    }
   }
   std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
     return {impl_of(input_)};
@@ -119,6 +127,7 @@ class Linear8daKernel final : public OptimizedKernel {
   const Tensor* input_;
   Tensor* output_;
   onednn::WorkPool* pool_ = nullptr;
+  std::shared_ptr<onednn::WorkPool> own_pool_;
 };
 
 bool has_dims(const Tensor* t, std::initializer_list<int64_t> sizes) {
@@ -188,8 +197,9 @@ Error bind_linear_8da(const OpBinding& op, OptimizedSession& session,
       (bias && !is_constant(op, 4))) {
     return no("weight, scales, zero points and bias must be constants");
   }
-  auto packed = onednn::pack_linear_8da(
-      params, weight->const_data_ptr(), scales->const_data_ptr<float>(),
+  auto packed = onednn::cached_linear_8da_weights(
+      session.provider().weight_cache(), params, weight->const_data_ptr(),
+      scales->const_data_ptr<float>(),
       zeros ? zeros->const_data_ptr<int8_t>() : nullptr,
       bias ? bias->const_data_ptr<float>() : nullptr);
   return bind_prepared(std::make_unique<Linear8daKernel>(std::move(packed), isa, input, output),

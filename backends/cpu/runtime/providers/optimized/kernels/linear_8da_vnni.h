@@ -84,6 +84,17 @@ std::shared_ptr<const Linear8daPacked> pack_linear_8da(const Linear8daParams& pa
                                                        const int8_t* zero_points,
                                                        const float* bias);
 
+class WeightCache;
+// The packing of these constants that `cache` holds alive (a graph's shape plans bind the same
+// constants once per size), or a new one remembered there (weight_cache.cc); packed anew when
+// `cache` is null.
+std::shared_ptr<const Linear8daPacked> cached_linear_8da_weights(WeightCache* cache,
+                                                                 const Linear8daParams& params,
+                                                                 const void* weight,
+                                                                 const float* scales,
+                                                                 const int8_t* zero_points,
+                                                                 const float* bias);
+
 class Linear8daGemm {
  public:
   // `isa` must not be kNone nor above linear_8da_cpu_isa().
