@@ -82,6 +82,7 @@ def main(argv: Any = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--copies", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--no-scalar", action="store_true", help="skip the scalar kernel")
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
     print(f"memory read (torch sum of 512 MiB, 2 threads): {_memory_read_gbs():.1f} GB/s")
@@ -89,7 +90,8 @@ def main(argv: Any = None) -> None:
         pte, x = _program(k, n, rows, args.copies)
         weight_bytes = n * k // 2 + n * (k // GROUP) * 4
         line = f"K={k} N={n} rows={rows}:"
-        for name, fast in (("fast", True), ("scalar", False)):
+        variants = (("fast", True),) if args.no_scalar else (("fast", True), ("scalar", False))
+        for name, fast in variants:
             repeats = args.repeats if fast else max(2, args.repeats // 10)
             per_linear = _time(pte, x, repeats, fast) / args.copies
             gbs = weight_bytes / per_linear / 1e9

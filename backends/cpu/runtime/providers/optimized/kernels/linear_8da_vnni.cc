@@ -205,9 +205,14 @@ ET_VNNI void tile_vnni(const Linear8daPacked& p, const Rows& a, int64_t row0, in
                                                : _mm512_set1_epi32(p.offset);
       for (int r = 0; r < R; ++r) {
         const int64_t row = row0 + r;
+        // Without zero points the offset is one number: a scalar product, not a vector one.
+        const int32_t sum_q = a.sums[row * groups + g];
+        const __m512i by_offset =
+            p.has_zero_points ? _mm512_mullo_epi32(offset, _mm512_set1_epi32(sum_q))
+                              : _mm512_set1_epi32(static_cast<int32_t>(
+                                    static_cast<uint32_t>(p.offset) * static_cast<uint32_t>(sum_q)));
         const __m512i correction = _mm512_add_epi32(
-            _mm512_mullo_epi32(offset, _mm512_set1_epi32(a.sums[row * groups + g])),
-            _mm512_mullo_epi32(sums, _mm512_set1_epi32(a.zero_point[row])));
+            by_offset, _mm512_mullo_epi32(sums, _mm512_set1_epi32(a.zero_point[row])));
         const __m512 value = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][b], correction));
         sum[r][b] = _mm512_add_ps(sum[r][b], _mm512_mul_ps(value, scale));
       }
