@@ -96,7 +96,8 @@ def main(argv: Any = None) -> None:
             per_linear = _time(pte, x, repeats, fast) / args.copies
             gbs = weight_bytes / per_linear / 1e9
             gops = 2 * rows * k * n / per_linear / 1e9
-            line += f"  {name} {per_linear * 1e6:9.1f} us ({gbs:5.1f} GB/s weights, {gops:6.1f} GOP/s)"
+            line += f"  {name} {per_linear * 1e6:9.1f} us"
+            line += f" ({gbs:5.1f} GB/s weights, {gops:6.1f} GOP/s)"
         print(line, flush=True)
 
 

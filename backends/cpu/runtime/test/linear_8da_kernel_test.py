@@ -35,8 +35,10 @@ def _cpu_has(feature: str) -> bool:
 # The paths this CPU runs, best first: the kernel's implementation name and the cap that forces it.
 ISAS = [
     name
-    for name, flags in (("avx512_vnni", ("avx512f", "avx512bw", "avx512vl", "avx512_vnni")),
-                        ("avx2", ("avx2", "fma")))
+    for name, flags in (
+        ("avx512_vnni", ("avx512f", "avx512bw", "avx512vl", "avx512_vnni")),
+        ("avx2", ("avx2", "fma")),
+    )
     if all(_cpu_has(flag) for flag in flags)
 ]
 
@@ -145,7 +147,7 @@ def test_fast_kernel_equals_the_scalar_reference(
     ):
         assert torch.isfinite(got).all(), CASES[case]
         # Same integers, same float operations in the same order: equal, not just close.
-        torch.testing.assert_close(got, want, atol=0.0, rtol=0.0, msg=lambda m: f"{CASES[case]}: {m}")
+        assert torch.equal(got, want), (CASES[case], float((got - want).abs().max()))
         # And torchao's eager model agrees up to float32 rounding over K.
         scale = max(1.0, float(expected.abs().max()))
         torch.testing.assert_close(got, expected, atol=1e-4 * scale, rtol=1e-4)
@@ -182,4 +184,3 @@ def test_group_sizes_the_kernel_declines_fall_back() -> None:
     declined = [line for line in placement if f" {KERNEL}: Reference (declined by" in line]
     assert len(declined) == 1 and "group size not a multiple of 8" in declined[0], placement
     torch.testing.assert_close(got[0], low.expected[0], atol=1e-4, rtol=1e-4)
-
