@@ -341,6 +341,8 @@ def define_common_targets():
             ":loader",
             ":lowered_program",
             ":provider_compare",
+            "//backends/cpu:symbolic_dims",
+            "//backends/cpu/partition:cpu_partitioner",
         ],
     )
 

@@ -6,16 +6,23 @@ bias, inputs with constant, zero, huge and tiny rows; once per instruction set t
 (ET_CPU_LINEAR_8DA_ISA caps it). The integer products are exact and the float steps are the
 reference's, in its order: the outputs must be equal."""
 
+import ctypes
+import gc
 from typing import Any
 
 import pytest
 import torch
+from executorch.exir import to_edge_transform_and_lower
+from executorch.extension.pybindings import portable_lib
 from torch import nn
+from torch.export import Dim
 from torchao.quantization import quantize_
 from torchao.quantization.granularity import PerAxis, PerGroup
 from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
 from torchao.quantization.quant_primitives import MappingType
 
+from backends.cpu import symbolic_dims
+from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.runtime import loader
 from backends.cpu.runtime.test.lowered_program import lower_cases
 from backends.cpu.runtime.test.provider_compare import run_pte
@@ -184,3 +191,48 @@ def test_group_sizes_the_kernel_declines_fall_back() -> None:
     declined = [line for line in placement if f" {KERNEL}: Reference (declined by" in line]
     assert len(declined) == 1 and "group size not a multiple of 8" in declined[0], placement
     torch.testing.assert_close(got[0], low.expected[0], atol=1e-4, rtol=1e-4)
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+_BUFFERS: list[bytes] = []  # the programs' bytes outlive their modules
+
+
+def test_shape_plans_share_the_packed_weights() -> None:
+    # Rows dynamic: each of the 8 sizes compiles its own plan and binds the linear again. The
+    # packed weights (2048 x 2048 int4 + scales + sums: ~3 MiB) come from the WeightCache, not a
+    # new packing per size (~24 MiB).
+    torch.manual_seed(4)
+    model = _model(2048, 2048, 32, 4, False, True)
+    loader.load_cpu_backend()
+    partitioner = CpuPartitioner()
+    exported = torch.export.export(
+        model, (torch.randn(4, 2048),), dynamic_shapes=({0: Dim("rows", min=1, max=32)},)
+    )
+    edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
+    assert partitioner.report.left_out == (), partitioner.report
+    pte = bytes(symbolic_dims.to_executorch(edge).buffer)
+    _BUFFERS.append(pte)
+    module = portable_lib._load_for_executorch_from_buffer(pte)
+    inputs = [torch.randn(rows, 2048) for rows in (32, *range(1, 9))]
+    module.forward([inputs[0]])
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    before = _rss_kib()
+    for x in inputs[1:]:
+        module.forward([x])
+    gc.collect()
+    grown = _rss_kib() - before
+    assert grown < 8 * 1024, f"RSS grew by {grown} KiB over 8 sizes"
+    for x in inputs:
+        (got,) = module.forward([x])
+        with torch.no_grad():
+            expected = model(x)
+        scale = max(1.0, float(expected.abs().max()))
+        torch.testing.assert_close(got, expected, atol=1e-4 * scale, rtol=1e-4)

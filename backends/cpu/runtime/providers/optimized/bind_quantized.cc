@@ -113,7 +113,8 @@ class Linear8daKernel final : public OptimizedKernel {
     const int64_t rows = input_->numel() / k;
     const int64_t n = output_->size(output_->dim() - 1);
     if (static_cast<int64_t>(output_->numel()) != rows * n) {
-      return report_error(Error::InvalidArgument, "linear_8da: output holds %zd values, expected %lld",
+      return report_error(Error::InvalidArgument,
+                          "linear_8da: output holds %zd values, expected %lld",
                           static_cast<ssize_t>(output_->numel()),
                           static_cast<long long>(rows * n));
     }

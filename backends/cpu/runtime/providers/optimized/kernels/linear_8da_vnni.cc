@@ -207,10 +207,11 @@ ET_VNNI void tile_vnni(const Linear8daPacked& p, const Rows& a, int64_t row0, in
         const int64_t row = row0 + r;
         // Without zero points the offset is one number: a scalar product, not a vector one.
         const int32_t sum_q = a.sums[row * groups + g];
-        const __m512i by_offset =
-            p.has_zero_points ? _mm512_mullo_epi32(offset, _mm512_set1_epi32(sum_q))
-                              : _mm512_set1_epi32(static_cast<int32_t>(
-                                    static_cast<uint32_t>(p.offset) * static_cast<uint32_t>(sum_q)));
+        const auto scalar = static_cast<int32_t>(static_cast<uint32_t>(p.offset) *
+                                                 static_cast<uint32_t>(sum_q));  // wraps
+        const __m512i by_offset = p.has_zero_points
+                                      ? _mm512_mullo_epi32(offset, _mm512_set1_epi32(sum_q))
+                                      : _mm512_set1_epi32(scalar);
         const __m512i correction = _mm512_add_epi32(
             by_offset, _mm512_mullo_epi32(sums, _mm512_set1_epi32(a.zero_point[row])));
         const __m512 value = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][b], correction));
@@ -613,8 +614,10 @@ void Linear8daGemm::run(const float* x, int64_t rows, float* y, WorkPool* pool) 
   auto task = [&](size_t index, int) {
     const int64_t bp = static_cast<int64_t>(index) % block_parts;
     const int64_t rp = static_cast<int64_t>(index) / block_parts;
-    const auto [c0, c1] = slice_of(chunks, static_cast<size_t>(block_parts), static_cast<size_t>(bp));
-    const auto [t0, t1] = slice_of(tiles, static_cast<size_t>(row_parts), static_cast<size_t>(rp));
+    const auto [c0, c1] =
+        slice_of(chunks, static_cast<size_t>(block_parts), static_cast<size_t>(bp));
+    const auto [t0, t1] =
+        slice_of(tiles, static_cast<size_t>(row_parts), static_cast<size_t>(rp));
     compute(p, rows_, isa_, shape, t0 * shape.rows, std::min(rows, t1 * shape.rows),
             c0 * chunk, std::min(p.blocks, c1 * chunk), y);
   };
