@@ -28,7 +28,6 @@ constexpr int64_t kBlock = 16;      // output channels per block (one int32 vect
 constexpr int64_t kVector = 64;     // bytes per packed weight vector
 constexpr int64_t kStepK = 8;       // k per step of the tiles (one 4-bit vector, two 8-bit ones)
 constexpr int64_t kMaxGroup = 32768;  // int32 bound of a group's products (see linear_8da.cc)
-constexpr int kMaxTileRows = 4;
 
 using Rows = Linear8daGemm::Rows;
 
