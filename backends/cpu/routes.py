@@ -398,8 +398,9 @@ _ROUTE_LIST: tuple[Route, ...] = (
     _r("et_cpu_quant.linear.default", "et_cpu_quant::linear.out", provider=_OPT),
     _r("et_cpu_quant.max_pool2d.default", "et_cpu_quant::max_pool2d.out", provider=_OPT),
     _r("et_cpu_quant.add.default", "et_cpu_quant::add.out", provider=_OPT),
-    # torchao's 8da4w linear (torchao_linear.py), written only by preprocess: a built-in kernel.
-    _r("et_cpu_quant.linear_8da.default", "et_cpu_quant::linear_8da.out"),
+    # torchao's 8da4w linear (torchao_linear.py), written only by preprocess: the Optimized
+    # provider's VNNI / AVX2 kernel, else the Reference provider's built-in scalar kernel.
+    _r("et_cpu_quant.linear_8da.default", "et_cpu_quant::linear_8da.out", provider=_OPT),
     # Factories.
     _r("aten.arange.default", "aten::arange.out"),
     _r("aten.arange.start_step", "aten::arange.start_out"),

@@ -141,6 +141,14 @@ def define_common_targets():
         deps = [":int8_bench_lib"],
     )
 
+    # Issue #45: the linear_8da kernel (torchao 8da4w linears), decode GEMV and prefill GEMM.
+    runtime.python_binary(
+        name = "linear_8da_bench",
+        main = "linear_8da_bench.py",
+        srcs = ["linear_8da_bench.py"],
+        deps = ["//backends/cpu/runtime:lowered_program"],
+    )
+
     # What each payload op computes (FLOPs, kernel class): the zoo profile's distance to the GEMM
     # peak.
     runtime.python_library(

@@ -2,7 +2,10 @@
 // 8da4w linear. Each row of the float32 input is quantized to int8 the way torchao's
 // choose_qparams_affine / quantize_affine define it (asymmetric, per token), multiplied in int32
 // with the int4 (two a byte) or int8 weights group by group, and dequantized with the row's scale
-// and the group's weight scale; then the bias. A plain, single-threaded implementation.
+// and the group's weight scale; then the bias. A plain, single-threaded implementation: the
+// Reference provider's (builtin_kernels.cc), which runs the op wherever the Optimized provider's
+// VNNI / AVX2 kernel (providers/optimized/kernels/linear_8da_vnni.h, bit-identical outputs)
+// declines, and the reference that kernel is tested against (test/linear_8da_kernel_test.py).
 #pragma once
 
 #include <memory>

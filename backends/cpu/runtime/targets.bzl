@@ -192,8 +192,12 @@ def define_common_targets():
     runtime.python_library(
         name = "lowered_program",
         srcs = ["test/lowered_program.py"],
-        # backends/cpu/test's ops_run_test lowers its cases together too (lower_cases).
-        visibility = ["//backends/cpu/test:__pkg__"],
+        # backends/cpu/test's ops_run_test lowers its cases together too (lower_cases);
+        # tools/bench's linear_8da_bench lowers and loads its programs with it.
+        visibility = [
+            "//backends/cpu/test:__pkg__",
+            "//tools/bench:__pkg__",
+        ],
         deps = [
             ":loader",
             "//backends/cpu/partition:cpu_partitioner",
@@ -324,6 +328,20 @@ def define_common_targets():
         srcs = ["test/torchao_8da4w_test.py"],
         deps = [
             ":lowered_program",
+            "//backends/cpu/partition:cpu_partitioner",
+        ],
+    )
+
+    # The Optimized provider's linear_8da kernel against the scalar reference, per ISA (issue 45).
+    runtime.python_test(
+        name = "linear_8da_kernel_test",
+        size = "medium",
+        srcs = ["test/linear_8da_kernel_test.py"],
+        deps = [
+            ":loader",
+            ":lowered_program",
+            ":provider_compare",
+            "//backends/cpu:symbolic_dims",
             "//backends/cpu/partition:cpu_partitioner",
         ],
     )

@@ -1,13 +1,16 @@
 // Quantized binders: the delegate's int8 ops (et_cpu_quant::conv2d / linear / max_pool2d / add,
 // onednn/quantized_kernels.cc), which bind only checks and finalize prepares once the layouts are
 // known (QuantizedChainKernel), and the per-tensor quantize / dequantize loops
-// (kernels/quantize_convert.h).
+// (kernels/quantize_convert.h), and torchao's 8da4w linear (et_cpu_quant::linear_8da) on our
+// VNNI / AVX2 kernel (kernels/linear_8da_vnni.h).
 #include "backends/cpu/runtime/providers/optimized/binders.h"
 
 #include <cmath>
 #include <stdexcept>
 
 #include "backends/cpu/runtime/providers/optimized/common/switches.h"
+#include "backends/cpu/runtime/providers/optimized/common/work_pool.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/linear_8da_vnni.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/quantize_convert.h"
 #include "backends/cpu/runtime/providers/optimized/onednn/quantized_kernels.h"
 
@@ -81,7 +84,128 @@ class QuantizedChainKernel final : public OptimizedKernel {
   const Tensor* output_ = nullptr;
 };
 
+// et_cpu_quant::linear_8da.out on the weights packed at bind (kernels/linear_8da_vnni.h).
+class Linear8daKernel final : public OptimizedKernel {
+ public:
+  Linear8daKernel(std::shared_ptr<const onednn::Linear8daPacked> packed, onednn::Linear8daIsa isa,
+                  const Tensor* input, Tensor* output)
+      : gemm_(std::move(packed), isa), input_(input), output_(output) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast&) override {
+    // The provider's pool (WorkPool::shared of its threads); without work sharing (OpenMP
+    // mode) the same shared pool of as many threads, held here.
+    own_pool_.reset();
+    pool_ = provider.work_pool();
+    if (pool_ == nullptr && provider.num_threads() > 1) {
+      own_pool_ = onednn::WorkPool::shared(provider.num_threads());
+      pool_ = own_pool_.get();
+    }
+  }
+  std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
+    return {impl_of(input_)};
+  }
+  size_t staging_bytes() const override { return gemm_.weights_bytes(); }
+  std::string implementation() const override {
+    return std::string("linear_8da:") + onednn::linear_8da_isa_name(gemm_.isa());
+  }
+  Error run(KernelRuntimeContext&) override {
+    const int64_t k = input_->size(input_->dim() - 1);
+    const int64_t rows = input_->numel() / k;
+    const int64_t n = output_->size(output_->dim() - 1);
+    if (static_cast<int64_t>(output_->numel()) != rows * n) {
+      return report_error(Error::InvalidArgument,
+                          "linear_8da: output holds %zd values, expected %lld",
+                          static_cast<ssize_t>(output_->numel()),
+                          static_cast<long long>(rows * n));
+    }
+    return guarded("linear_8da", [&] {
+      gemm_.run(input_->const_data_ptr<float>(), rows, output_->mutable_data_ptr<float>(), pool_);
+    });
+  }
+
+ private:
+  onednn::Linear8daGemm gemm_;
+  const Tensor* input_;
+  Tensor* output_;
+  onednn::WorkPool* pool_ = nullptr;
+  std::shared_ptr<onednn::WorkPool> own_pool_;
+};
+
+bool has_dims(const Tensor* t, std::initializer_list<int64_t> sizes) {
+  if (t == nullptr || t->dim() != static_cast<ssize_t>(sizes.size())) return false;
+  ssize_t d = 0;
+  for (int64_t size : sizes) {
+    if (t->size(d++) != size) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+// et_cpu_quant::linear_8da.out(input, weight, weight_scales, weight_zero_points?, bias?,
+// group_size, weight_bits, *, out): the constants packed once here. Anything unusual (bad
+// arguments, a group size that is not a multiple of 8, no AVX2) is declined: the Reference
+// provider's scalar kernel (runtime/linear_8da.cc) runs it, or reports what is wrong.
+Error bind_linear_8da(const OpBinding& op, OptimizedSession& session,
+                      std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  auto no = [&](const std::string& why) {
+    decline->reason = "linear_8da: " + why;
+    return Error::NotSupported;
+  };
+  const onednn::Linear8daIsa isa = onednn::linear_8da_isa();
+  if (isa == onednn::Linear8daIsa::kNone) {
+    return no("no AVX2 / AVX-512 VNNI, or switched off (ET_CPU_LINEAR_8DA, ET_CPU_LINEAR_8DA_ISA)");
+  }
+  if (schema_args(op) < 8) return no("unexpected argument count");
+  const Tensor* input = tensor_arg(op, 0);
+  const Tensor* weight = tensor_arg(op, 1);
+  const Tensor* scales = tensor_arg(op, 2);
+  const Tensor* zeros = tensor_arg(op, 3);
+  const Tensor* bias = tensor_arg(op, 4);
+  Tensor* output = out_arg(op);
+  if ((zeros == nullptr && !op.args[3]->isNone()) || (bias == nullptr && !op.args[4]->isNone()) ||
+      !op.args[5]->isInt() || !op.args[6]->isInt()) {
+    return no("unexpected argument types");
+  }
+  if (!is_f32(input) || !is_f32(output) || input->dim() < 1 || input->dim() != output->dim() ||
+      weight == nullptr || weight->dim() != 2) {
+    return no("input and output float32 of one rank, a 2-D weight");
+  }
+  onednn::Linear8daParams params;
+  params.k = input->size(input->dim() - 1);
+  params.n = weight->size(0);
+  params.group = op.args[5]->toInt();
+  params.bits = op.args[6]->toInt();
+  std::string reason;
+  if (!onednn::linear_8da_supports(params, &reason)) return no(reason);
+  const int64_t groups = params.k / params.group;
+  const bool weight_ok = params.bits == 4
+                             ? has_dtype(weight, ScalarType::Byte) &&
+                                   has_dims(weight, {params.n, params.k / 2})
+                             : has_dtype(weight, ScalarType::Char) &&
+                                   has_dims(weight, {params.n, params.k});
+  if (!weight_ok || !is_f32(scales) || !has_dims(scales, {params.n, groups}) ||
+      (zeros != nullptr &&
+       (!has_dtype(zeros, ScalarType::Char) || !has_dims(zeros, {params.n, groups}))) ||
+      (bias != nullptr && (!is_f32(bias) || !has_dims(bias, {params.n}))) ||
+      output->size(output->dim() - 1) != params.n) {
+    return no("weight, scales, zero points, bias or output of unexpected dtype or shape");
+  }
+  for (ssize_t d = 0; d + 1 < input->dim(); ++d) {
+    if (input->size(d) != output->size(d)) return no("output's leading dims differ");
+  }
+  if (!is_constant(op, 1) || !is_constant(op, 2) || (zeros && !is_constant(op, 3)) ||
+      (bias && !is_constant(op, 4))) {
+    return no("weight, scales, zero points and bias must be constants");
+  }
+  auto packed = onednn::cached_linear_8da_weights(
+      session.provider().weight_cache(), params, weight->const_data_ptr(),
+      scales->const_data_ptr<float>(),
+      zeros ? zeros->const_data_ptr<int8_t>() : nullptr,
+      bias ? bias->const_data_ptr<float>() : nullptr);
+  return bind_prepared(std::make_unique<Linear8daKernel>(std::move(packed), isa, input, output),
+                       session, out);
+}
 
 // et_cpu_quant::{conv2d,linear,max_pool2d,add}.out: checked only; finalize binds it (prepare)
 // once the layouts are known.

@@ -18,6 +18,7 @@ using onednn::Compare;
 
 // Each binder as a Binder: its family's function with the argument the kernel name implies.
 Error int8(const R& r) { return bind_int8(r.op, r.session, r.out, r.decline); }
+Error linear_8da(const R& r) { return bind_linear_8da(r.op, r.session, r.out, r.decline); }
 Error conv(const R& r) { return bind_conv(r.op, r.session, r.out, r.decline, r.fused); }
 Error linear(const R& r) { return bind_linear(r.op, false, r.session, r.out, r.decline, r.fused); }
 Error addmm(const R& r) { return bind_linear(r.op, true, r.session, r.out, r.decline, r.fused); }
@@ -64,6 +65,7 @@ constexpr BindRow kTable[] = {
     {"et_cpu_quant::linear.out", int8},
     {"et_cpu_quant::max_pool2d.out", int8},
     {"et_cpu_quant::add.out", int8},
+    {"et_cpu_quant::linear_8da.out", linear_8da},
     {"quantized_decomposed::quantize_per_tensor.out", quantize},
     {"quantized_decomposed::dequantize_per_tensor.out", dequantize},
     // bind_convolution.cc

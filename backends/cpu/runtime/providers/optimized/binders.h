@@ -67,6 +67,8 @@ Error bind_embedding(const OpBinding& op, OptimizedSession& session, Out out, De
 Error bind_int8(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
 Error bind_quantize_convert(const OpBinding& op, bool quantize, OptimizedSession& session,
                             Out out, Decline* decline);
+// torchao's 8da4w linear (et_cpu_quant::linear_8da.out) on kernels/linear_8da_vnni.h.
+Error bind_linear_8da(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
 
 }  // namespace optimized
 }  // namespace cpu

@@ -53,7 +53,10 @@ std::string OptimizedSession::summary() const {
          std::to_string(count_implementation("row_binary")) + " row_binary, " +
          std::to_string(count_implementation("permute")) + " permute (" +
          std::to_string(count_implementation("permute:runs")) + " as contiguous runs), " +
-         std::to_string(count_implementation("softmax:avx512")) + " softmax";
+         std::to_string(count_implementation("softmax:avx512")) + " softmax, " +
+         std::to_string(count_implementation("linear_8da:avx512_vnni")) +
+         " linear_8da:avx512_vnni, " + std::to_string(count_implementation("linear_8da:avx2")) +
+         " linear_8da:avx2";
 }
 
 size_t OptimizedSession::count_implementation(const std::string& prefix) const {

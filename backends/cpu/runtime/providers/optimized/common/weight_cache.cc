@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/linear_8da_vnni.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
 
@@ -27,9 +28,19 @@ struct WeightCache::Impl {
     bool weight_is_k_by_n;
     std::weak_ptr<const RowGemm::Packed> packed;
   };
+  // A linear_8da packing (linear_8da_vnni.h): the constants' addresses and the op's shape.
+  struct Packed8da {
+    const void* weight;
+    const float* scales;
+    const int8_t* zero_points;
+    const float* bias;
+    int64_t k, n, group, bits;
+    std::weak_ptr<const Linear8daPacked> packed;
+  };
   mutable std::mutex mutex;
   std::vector<Reordered> reordered;
   std::vector<Packed> packed;
+  std::vector<Packed8da> packed_8da;
   uint64_t hits = 0;
   uint64_t misses = 0;
 
@@ -41,6 +52,9 @@ struct WeightCache::Impl {
     packed.erase(std::remove_if(packed.begin(), packed.end(),
                                 [](const Packed& e) { return e.packed.expired(); }),
                  packed.end());
+    packed_8da.erase(std::remove_if(packed_8da.begin(), packed_8da.end(),
+                                    [](const Packed8da& e) { return e.packed.expired(); }),
+                     packed_8da.end());
   }
 };
 
@@ -62,6 +76,9 @@ size_t WeightCache::live_bytes() const {
     if (!e.bytes.expired()) bytes += e.to.get_size();
   }
   for (const Impl::Packed& e : impl_->packed) {
+    if (auto packed = e.packed.lock()) bytes += packed->bytes();
+  }
+  for (const Impl::Packed8da& e : impl_->packed_8da) {
     if (auto packed = e.packed.lock()) bytes += packed->bytes();
   }
   return bytes;
@@ -116,6 +133,39 @@ std::shared_ptr<const RowGemm::Packed> cached_row_gemm_weights(WeightCache* cach
   ++impl.misses;
   impl.prune();
   impl.packed.push_back({weight, bias, k, n, weight_is_k_by_n, packed});
+  return packed;
+}
+
+std::shared_ptr<const Linear8daPacked> cached_linear_8da_weights(WeightCache* cache,
+                                                                 const Linear8daParams& params,
+                                                                 const void* weight,
+                                                                 const float* scales,
+                                                                 const int8_t* zero_points,
+                                                                 const float* bias) {
+  if (cache == nullptr) return pack_linear_8da(params, weight, scales, zero_points, bias);
+  WeightCache::Impl& impl = cache->impl();
+  auto same = [&](const WeightCache::Impl::Packed8da& e) {
+    return e.weight == weight && e.scales == scales && e.zero_points == zero_points &&
+           e.bias == bias && e.k == params.k && e.n == params.n && e.group == params.group &&
+           e.bits == params.bits;
+  };
+  {
+    std::lock_guard<std::mutex> lock(impl.mutex);
+    for (const WeightCache::Impl::Packed8da& e : impl.packed_8da) {
+      if (!same(e)) continue;
+      if (auto packed = e.packed.lock()) {
+        ++impl.hits;
+        return packed;
+      }
+    }
+  }
+  std::shared_ptr<const Linear8daPacked> packed =
+      pack_linear_8da(params, weight, scales, zero_points, bias);
+  std::lock_guard<std::mutex> lock(impl.mutex);
+  ++impl.misses;
+  impl.prune();
+  impl.packed_8da.push_back({weight, scales, zero_points, bias, params.k, params.n, params.group,
+                             params.bits, packed});
   return packed;
 }
 

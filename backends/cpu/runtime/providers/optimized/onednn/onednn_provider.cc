@@ -135,6 +135,9 @@ bool Provider::work_sharing() const {
 WorkPool* Provider::work_pool() const {
   return work_sharing() ? state_->pool.get() : nullptr;
 }
+WeightCache* Provider::weight_cache() const {
+  return state_->weight_cache.get();
+}
 size_t Provider::weights_bytes() const {
   return state_->weights_bytes;
 }

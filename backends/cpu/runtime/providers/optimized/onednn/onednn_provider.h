@@ -418,6 +418,8 @@ class Provider {
   bool work_sharing() const;
   // The work-sharing pool (null without work sharing), for kernels outside the plans (int8).
   WorkPool* work_pool() const;
+  // The prepared constants shared with other Providers (ProviderOptions::weight_cache), or null.
+  WeightCache* weight_cache() const;
   // Memory the provider holds beside the activations (for the delegate's memory report):
   size_t weights_bytes() const;     // reordered weights + biases of every plan
   size_t scratchpad_bytes() const;  // oneDNN scratchpads: the shared one + one per pool thread

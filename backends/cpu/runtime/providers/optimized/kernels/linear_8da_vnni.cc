@@ -1,0 +1,631 @@
+// The 8da4w linear kernel (see linear_8da_vnni.h): packing, per-token quantization of the rows,
+// the AVX-512 VNNI and AVX2 tiles and how rows and blocks are shared out on the pool.
+#include "backends/cpu/runtime/providers/optimized/kernels/linear_8da_vnni.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "backends/cpu/runtime/providers/optimized/common/slices.h"
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
+#include "backends/cpu/runtime/providers/optimized/common/work_pool.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
+
+// The float epilogue multiplies and adds as the scalar reference does (no fused multiply-add),
+// so outputs match it bit for bit: the integer parts are exact, the float steps the same.
+#pragma GCC optimize("fp-contract=off")
+
+namespace et_cpu_plugin {
+namespace onednn {
+namespace {
+
+#define ET_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#define ET_AVX2 __attribute__((target("avx2,fma")))
+
+constexpr int64_t kBlock = 16;      // output channels per block (one int32 vector of AVX-512)
+constexpr int64_t kVector = 64;     // bytes per packed weight vector
+constexpr int64_t kStepK = 8;       // k per step of the tiles (one 4-bit vector, two 8-bit ones)
+constexpr int64_t kMaxGroup = 32768;  // int32 bound of a group's products (see linear_8da.cc)
+
+using Rows = Linear8daGemm::Rows;
+
+// ---- Per-token quantization (torchao's choose_qparams_affine / quantize_affine) ----
+
+// The row's scale and zero point from min(min(x), 0) and max(max(x), 0), as linear_8da.cc.
+inline void row_qparams(float low, float high, float* scale, float* zero) {
+  float s = (high - low) / 255.0f;
+  s = std::max(s, FLT_MIN);
+  float z = -128.0f - std::nearbyint(low / s);
+  *zero = std::min(std::max(z, -128.0f), 127.0f);
+  *scale = s;
+}
+
+inline int8_t quantize_one(float x, float inverse, float zero) {
+  float q = std::nearbyint(x * inverse) + zero;
+  q = std::min(std::max(q, -128.0f), 127.0f);
+  return static_cast<int8_t>(static_cast<int32_t>(q));
+}
+
+void finish_row(const int8_t* q, int64_t k, int64_t group, float scale, float zero, Rows& rows,
+                int64_t m) {
+  const int64_t groups = k / group;
+  rows.scale[static_cast<size_t>(m)] = scale;
+  rows.zero_point[static_cast<size_t>(m)] = static_cast<int32_t>(zero);
+  int32_t* sums = rows.sums.data() + m * groups;
+  for (int64_t g = 0; g < groups; ++g) {
+    int32_t s = 0;
+    for (int64_t i = g * group; i < (g + 1) * group; ++i) s += q[i];
+    sums[g] = s;
+  }
+}
+
+ET_VNNI void quantize_row_avx512(const float* x, int64_t k, int64_t group, Rows& rows,
+                                 int64_t m) {
+  // min(x, low) / max(x, high) pick as std::min(low, x) / std::max(high, x) do.
+  __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= k; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    lo = _mm512_min_ps(v, lo);
+    hi = _mm512_max_ps(v, hi);
+  }
+  const __mmask16 tail = static_cast<__mmask16>((1u << (k - i)) - 1u);
+  if (i < k) {  // the zero-filled lanes change neither (both bounds include 0)
+    const __m512 v = _mm512_maskz_loadu_ps(tail, x + i);
+    lo = _mm512_min_ps(v, lo);
+    hi = _mm512_max_ps(v, hi);
+  }
+  alignas(64) float los[16], his[16];
+  _mm512_store_ps(los, lo);
+  _mm512_store_ps(his, hi);
+  float low = 0.0f, high = 0.0f;
+  for (int j = 0; j < 16; ++j) {
+    low = std::min(low, los[j]);
+    high = std::max(high, his[j]);
+  }
+  float scale, zero;
+  row_qparams(low, high, &scale, &zero);
+  const float inverse = 1.0f / scale;
+  const __m512 vinverse = _mm512_set1_ps(inverse), vzero = _mm512_set1_ps(zero);
+  const __m512 vlow = _mm512_set1_ps(-128.0f), vhigh = _mm512_set1_ps(127.0f);
+  int8_t* q = rows.q.data() + m * rows.stride;
+  for (i = 0; i < k; i += 16) {
+    const __mmask16 mask = i + 16 <= k ? static_cast<__mmask16>(0xFFFF) : tail;
+    // The product rounded to float, then to the nearest integer (ties to even) as nearbyint.
+    __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, x + i), vinverse);
+    v = _mm512_add_ps(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+                      vzero);
+    v = _mm512_min_ps(_mm512_max_ps(v, vlow), vhigh);
+    _mm_mask_storeu_epi8(q + i, mask, _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v)));
+  }
+  finish_row(q, k, group, scale, zero, rows, m);
+}
+
+ET_AVX2 void quantize_row_avx2(const float* x, int64_t k, int64_t group, Rows& rows, int64_t m) {
+  __m256 lo = _mm256_setzero_ps(), hi = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    lo = _mm256_min_ps(v, lo);
+    hi = _mm256_max_ps(v, hi);
+  }
+  alignas(32) float los[8], his[8];
+  _mm256_store_ps(los, lo);
+  _mm256_store_ps(his, hi);
+  float low = 0.0f, high = 0.0f;
+  for (int j = 0; j < 8; ++j) {
+    low = std::min(low, los[j]);
+    high = std::max(high, his[j]);
+  }
+  for (; i < k; ++i) {
+    low = std::min(low, x[i]);
+    high = std::max(high, x[i]);
+  }
+  float scale, zero;
+  row_qparams(low, high, &scale, &zero);
+  const float inverse = 1.0f / scale;
+  const __m256 vinverse = _mm256_set1_ps(inverse), vzero = _mm256_set1_ps(zero);
+  const __m256 vlow = _mm256_set1_ps(-128.0f), vhigh = _mm256_set1_ps(127.0f);
+  int8_t* q = rows.q.data() + m * rows.stride;
+  alignas(32) int32_t values[8];
+  for (i = 0; i + 8 <= k; i += 8) {
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vinverse);
+    v = _mm256_add_ps(_mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vzero);
+    v = _mm256_min_ps(_mm256_max_ps(v, vlow), vhigh);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(values), _mm256_cvtps_epi32(v));
+    for (int j = 0; j < 8; ++j) q[i + j] = static_cast<int8_t>(values[j]);
+  }
+  for (; i < k; ++i) q[i] = quantize_one(x[i], inverse, zero);
+  finish_row(q, k, group, scale, zero, rows, m);
+}
+
+inline int32_t load_quad(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// ---- Tiles: R rows x NB blocks of 16 channels, all k ----
+
+using TileFn = void (*)(const Linear8daPacked& p, const Rows& a, int64_t row0, int64_t block0,
+                        float* y);
+
+// y[row0 + r, 16 (block0 + b) + c] for r < R, b < NB, on AVX-512 VNNI.
+template <int R, int NB, int Bits>
+ET_VNNI void tile_vnni(const Linear8daPacked& p, const Rows& a, int64_t row0, int64_t block0,
+                       float* y) {
+  const int64_t group = p.params.group, groups = p.groups, n = p.params.n;
+  const int64_t steps = group / kStepK;
+  const uint8_t* w[NB];
+  for (int b = 0; b < NB; ++b) w[b] = p.weights() + (block0 + b) * p.block_bytes;
+  const int8_t* x[R];
+  for (int r = 0; r < R; ++r) x[r] = a.q.data() + (row0 + r) * a.stride;
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  __m512 sum[R][NB];
+  for (int r = 0; r < R; ++r) {
+    for (int b = 0; b < NB; ++b) sum[r][b] = _mm512_setzero_ps();
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512i acc[R][NB];
+    for (int r = 0; r < R; ++r) {
+      for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_setzero_si512();
+    }
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t k = g * group + s * kStepK;
+      __m512i lo[NB], hi[NB];
+      for (int b = 0; b < NB; ++b) {
+        if constexpr (Bits == 4) {
+          const __m512i raw = _mm512_loadu_si512(w[b]);
+          lo[b] = _mm512_and_si512(raw, nibble);
+          hi[b] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble);
+          w[b] += kVector;
+        } else {
+          lo[b] = _mm512_loadu_si512(w[b]);
+          hi[b] = _mm512_loadu_si512(w[b] + kVector);
+          w[b] += 2 * kVector;
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m512i xa = _mm512_set1_epi32(load_quad(x[r] + k));
+        const __m512i xb = _mm512_set1_epi32(load_quad(x[r] + k + 4));
+        for (int b = 0; b < NB; ++b) {
+          acc[r][b] = _mm512_dpbusd_epi32(acc[r][b], lo[b], xa);
+          acc[r][b] = _mm512_dpbusd_epi32(acc[r][b], hi[b], xb);
+        }
+      }
+    }
+    for (int b = 0; b < NB; ++b) {
+      const size_t meta = static_cast<size_t>(((block0 + b) * groups + g) * kBlock);
+      const __m512 scale = _mm512_loadu_ps(p.scales.data() + meta);
+      const __m512i sums = _mm512_loadu_si512(p.weight_sums.data() + meta);
+      const __m512i offset = p.has_zero_points ? _mm512_loadu_si512(p.offsets.data() + meta)
+                                               : _mm512_set1_epi32(p.offset);
+      for (int r = 0; r < R; ++r) {
+        const int64_t row = row0 + r;
+        // Without zero points the offset is one number: a scalar product, not a vector one.
+        const int32_t sum_q = a.sums[row * groups + g];
+        const auto scalar = static_cast<int32_t>(static_cast<uint32_t>(p.offset) *
+                                                 static_cast<uint32_t>(sum_q));  // wraps
+        const __m512i by_offset = p.has_zero_points
+                                      ? _mm512_mullo_epi32(offset, _mm512_set1_epi32(sum_q))
+                                      : _mm512_set1_epi32(scalar);
+        const __m512i correction = _mm512_add_epi32(
+            by_offset, _mm512_mullo_epi32(sums, _mm512_set1_epi32(a.zero_point[row])));
+        const __m512 value = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][b], correction));
+        sum[r][b] = _mm512_add_ps(sum[r][b], _mm512_mul_ps(value, scale));
+      }
+    }
+  }
+  for (int b = 0; b < NB; ++b) {
+    const int64_t c0 = (block0 + b) * kBlock;
+    const int64_t width = std::min<int64_t>(kBlock, n - c0);
+    const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1u);
+    const __m512 bias = _mm512_loadu_ps(p.bias.data() + c0);
+    for (int r = 0; r < R; ++r) {
+      const __m512 out =
+          _mm512_add_ps(_mm512_mul_ps(sum[r][b], _mm512_set1_ps(a.scale[row0 + r])), bias);
+      _mm512_mask_storeu_ps(y + (row0 + r) * n + c0, mask, out);
+    }
+  }
+}
+
+// The same on AVX2: each block is two halves of 8 channels (bytes 0-31, 32-63 of a vector).
+// 4 bits: vpmaddubsw (u8 x s8 pairs into int16: at most 2 x 15 x 128 each, two steps summed
+// before widening) then vpmaddwd by ones. 8 bits: the weights widened to 16 bits first (u8 x s8
+// pairs could saturate int16), vpmaddwd with the activations as int16, and the pairs of partial
+// sums added once per group.
+template <int R, int NB, int Bits>
+ET_AVX2 void tile_avx2(const Linear8daPacked& p, const Rows& a, int64_t row0, int64_t block0,
+                       float* y) {
+  const int64_t group = p.params.group, groups = p.groups, n = p.params.n;
+  const int64_t steps = group / kStepK;
+  const uint8_t* w[NB];
+  for (int b = 0; b < NB; ++b) w[b] = p.weights() + (block0 + b) * p.block_bytes;
+  const int8_t* x[R];
+  for (int r = 0; r < R; ++r) x[r] = a.q.data() + (row0 + r) * a.stride;
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  // 4 bits: [half]; 8 bits: [quarter] of 4 channels, each 4 channels x 2 partial sums.
+  constexpr int kParts = Bits == 4 ? 2 : 4;
+  alignas(32) float sum[R][NB][kBlock] = {};
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i acc[R][NB][kParts];
+    for (int r = 0; r < R; ++r) {
+      for (int b = 0; b < NB; ++b) {
+        for (int h = 0; h < kParts; ++h) acc[r][b][h] = _mm256_setzero_si256();
+      }
+    }
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t k = g * group + s * kStepK;
+      if constexpr (Bits == 4) {
+        __m256i lo[NB][2], hi[NB][2];
+        for (int b = 0; b < NB; ++b) {
+          for (int h = 0; h < 2; ++h) {
+            const __m256i raw =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b] + 32 * h));
+            lo[b][h] = _mm256_and_si256(raw, nibble);
+            hi[b][h] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble);
+          }
+          w[b] += kVector;
+        }
+        for (int r = 0; r < R; ++r) {
+          const __m256i xa = _mm256_set1_epi32(load_quad(x[r] + k));
+          const __m256i xb = _mm256_set1_epi32(load_quad(x[r] + k + 4));
+          for (int b = 0; b < NB; ++b) {
+            for (int h = 0; h < 2; ++h) {
+              const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo[b][h], xa),
+                                                     _mm256_maddubs_epi16(hi[b][h], xb));
+              acc[r][b][h] = _mm256_add_epi32(acc[r][b][h], _mm256_madd_epi16(pairs, ones));
+            }
+          }
+        }
+      } else {
+        for (int half = 0; half < 2; ++half) {  // k..k+3, then k+4..k+7
+          __m256i wide[NB][4];
+          for (int b = 0; b < NB; ++b) {
+            for (int h = 0; h < 4; ++h) {
+              wide[b][h] = _mm256_cvtepu8_epi16(
+                  _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b] + 16 * h)));
+            }
+            w[b] += kVector;
+          }
+          for (int r = 0; r < R; ++r) {
+            const int8_t* q = x[r] + k + 4 * half;
+            const __m256i xq = _mm256_setr_epi16(q[0], q[1], q[2], q[3], q[0], q[1], q[2], q[3],
+                                                 q[0], q[1], q[2], q[3], q[0], q[1], q[2], q[3]);
+            for (int b = 0; b < NB; ++b) {
+              for (int h = 0; h < 4; ++h) {
+                acc[r][b][h] = _mm256_add_epi32(acc[r][b][h], _mm256_madd_epi16(wide[b][h], xq));
+              }
+            }
+          }
+        }
+      }
+    }
+    for (int b = 0; b < NB; ++b) {
+      const size_t meta = static_cast<size_t>(((block0 + b) * groups + g) * kBlock);
+      for (int h = 0; h < 2; ++h) {
+        const __m256 scale = _mm256_loadu_ps(p.scales.data() + meta + 8 * h);
+        const __m256i sums = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(p.weight_sums.data() + meta + 8 * h));
+        const __m256i offset =
+            p.has_zero_points
+                ? _mm256_loadu_si256(
+                      reinterpret_cast<const __m256i*>(p.offsets.data() + meta + 8 * h))
+                : _mm256_set1_epi32(p.offset);
+        for (int r = 0; r < R; ++r) {
+          const int64_t row = row0 + r;
+          __m256i dot;
+          if constexpr (Bits == 4) {
+            dot = acc[r][b][h];
+          } else {
+            // hadd gives channels [0 1 4 5 | 2 3 6 7] of the two quarters: 64-bit lanes 0 2 1 3.
+            dot = _mm256_permute4x64_epi64(
+                _mm256_hadd_epi32(acc[r][b][2 * h], acc[r][b][2 * h + 1]),
+                _MM_SHUFFLE(3, 1, 2, 0));
+          }
+          const __m256i correction = _mm256_add_epi32(
+              _mm256_mullo_epi32(offset, _mm256_set1_epi32(a.sums[row * groups + g])),
+              _mm256_mullo_epi32(sums, _mm256_set1_epi32(a.zero_point[row])));
+          const __m256 value = _mm256_cvtepi32_ps(_mm256_sub_epi32(dot, correction));
+          float* s = sum[r][b] + 8 * h;
+          _mm256_store_ps(s, _mm256_add_ps(_mm256_load_ps(s), _mm256_mul_ps(value, scale)));
+        }
+      }
+    }
+  }
+  for (int b = 0; b < NB; ++b) {
+    const int64_t c0 = (block0 + b) * kBlock;
+    const int64_t width = std::min<int64_t>(kBlock, n - c0);
+    for (int r = 0; r < R; ++r) {
+      const float scale = a.scale[row0 + r];
+      float* out = y + (row0 + r) * n + c0;
+      for (int64_t c = 0; c < width; ++c) out[c] = sum[r][b][c] * scale + p.bias[c0 + c];
+    }
+  }
+}
+
+template <Linear8daIsa Isa, int R, int NB>
+TileFn tile_for(int bits) {
+  if constexpr (Isa == Linear8daIsa::kAvx512Vnni) {
+    return bits == 4 ? &tile_vnni<R, NB, 4> : &tile_vnni<R, NB, 8>;
+  } else {
+    return bits == 4 ? &tile_avx2<R, NB, 4> : &tile_avx2<R, NB, 8>;
+  }
+}
+
+template <Linear8daIsa Isa, int NB>
+TileFn tile_rows(int rows, int bits) {
+  switch (rows) {
+    case 1:
+      return tile_for<Isa, 1, NB>(bits);
+    case 2:
+      return tile_for<Isa, 2, NB>(bits);
+    case 3:
+      return tile_for<Isa, 3, NB>(bits);
+    default:
+      return tile_for<Isa, 4, NB>(bits);
+  }
+}
+
+template <Linear8daIsa Isa>
+TileFn tile_shape(int rows, int blocks, int bits) {
+  switch (blocks) {
+    case 1:
+      return tile_rows<Isa, 1>(rows, bits);
+    case 2:
+      return tile_rows<Isa, 2>(rows, bits);
+    default:
+      return tile_rows<Isa, 4>(rows, bits);
+  }
+}
+
+TileFn tile(Linear8daIsa isa, int rows, int blocks, int bits) {
+  return isa == Linear8daIsa::kAvx512Vnni
+             ? tile_shape<Linear8daIsa::kAvx512Vnni>(rows, blocks, bits)
+             : tile_shape<Linear8daIsa::kAvx2>(rows, blocks, bits);
+}
+
+// Tile shapes per path: blocks per tile for one row (decode: independent accumulators while the
+// weights stream), rows and blocks per tile for many rows.
+struct Shape {
+  int decode_blocks;
+  int rows;
+  int blocks;
+};
+
+Shape shape_of(Linear8daIsa isa, int64_t bits) {
+  if (isa == Linear8daIsa::kAvx512Vnni) return {4, 4, 2};
+  if (bits == 4) return {2, 2, 1};
+  return {1, 1, 1};  // AVX2, 8 bits: 4 accumulators per block already
+}
+
+// Rows [row_begin, row_end) x blocks [block_begin, block_end): block chunks outside, row tiles
+// inside, so a chunk's weights stay in cache while every row passes over them.
+void compute(const Linear8daPacked& p, const Rows& a, Linear8daIsa isa, const Shape& shape,
+             int64_t row_begin, int64_t row_end, int64_t block_begin, int64_t block_end,
+             float* y) {
+  const int bits = static_cast<int>(p.params.bits);
+  const int64_t rows = row_end - row_begin;
+  const int chunk = rows == 1 ? shape.decode_blocks : shape.blocks;
+  for (int64_t b = block_begin; b < block_end; b += chunk) {
+    const int nb = static_cast<int>(std::min<int64_t>(chunk, block_end - b));
+    for (int64_t r = row_begin; r < row_end; r += shape.rows) {
+      const int nr = static_cast<int>(std::min<int64_t>(shape.rows, row_end - r));
+      if (nb == chunk) {
+        tile(isa, nr, nb, bits)(p, a, r, b, y);
+      } else {
+        for (int i = 0; i < nb; ++i) tile(isa, nr, 1, bits)(p, a, r, b + i, y);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Linear8daIsa linear_8da_cpu_isa() {
+  static const Linear8daIsa isa = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")) {
+      return Linear8daIsa::kAvx512Vnni;
+    }
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+      return Linear8daIsa::kAvx2;
+    }
+    return Linear8daIsa::kNone;
+  }();
+  return isa;
+}
+
+Linear8daIsa linear_8da_isa() {
+  if (!kernel_switched_on("ET_CPU_LINEAR_8DA")) return Linear8daIsa::kNone;
+  Linear8daIsa isa = linear_8da_cpu_isa();
+  const char* cap = std::getenv("ET_CPU_LINEAR_8DA_ISA");
+  if (cap != nullptr && std::strcmp(cap, "avx2") == 0) {
+    isa = std::min(isa, Linear8daIsa::kAvx2);
+  } else if (cap != nullptr && std::strcmp(cap, "none") == 0) {
+    isa = Linear8daIsa::kNone;
+  }
+  return isa;
+}
+
+const char* linear_8da_isa_name(Linear8daIsa isa) {
+  switch (isa) {
+    case Linear8daIsa::kAvx512Vnni:
+      return "avx512_vnni";
+    case Linear8daIsa::kAvx2:
+      return "avx2";
+    default:
+      return "none";
+  }
+}
+
+bool linear_8da_supports(const Linear8daParams& params, std::string* reason) {
+  const int64_t step = params.bits == 4 ? 8 : 4;
+  const char* why = nullptr;
+  if (params.bits != 4 && params.bits != 8) {
+    why = "weight bits other than 4 or 8";
+  } else if (params.k <= 0 || params.n <= 0 || params.group <= 0 || params.k % params.group) {
+    why = "empty shapes or a group size not dividing K";
+  } else if (params.group % kStepK != 0 || params.group % step != 0) {
+    why = "group size not a multiple of 8";
+  } else if (params.group > kMaxGroup) {
+    why = "group size above 32768";
+  }
+  if (why != nullptr && reason != nullptr) *reason = std::string("linear_8da: ") + why;
+  return why == nullptr;
+}
+
+const uint8_t* Linear8daPacked::weights() const {
+  const uintptr_t base = reinterpret_cast<uintptr_t>(storage.data());
+  return storage.data() + ((kVector - base % kVector) % kVector);
+}
+
+size_t Linear8daPacked::bytes() const {
+  return storage.size() + (scales.size() + bias.size()) * sizeof(float) +
+         (weight_sums.size() + offsets.size()) * sizeof(int32_t);
+}
+
+std::shared_ptr<const Linear8daPacked> pack_linear_8da(const Linear8daParams& params,
+                                                       const void* weight, const float* scales,
+                                                       const int8_t* zero_points,
+                                                       const float* bias) {
+  std::string reason;
+  if (!linear_8da_supports(params, &reason) || weight == nullptr || scales == nullptr) {
+    throw std::invalid_argument(reason.empty() ? "linear_8da: no weight" : reason);
+  }
+  auto p = std::make_shared<Linear8daPacked>();
+  const int64_t k = params.k, n = params.n, group = params.group;
+  p->params = params;
+  p->groups = k / group;
+  p->blocks = (n + kBlock - 1) / kBlock;
+  p->vectors_per_group = params.bits == 4 ? group / 8 : group / 4;
+  p->offset = params.bits == 4 ? 8 : 128;
+  p->has_zero_points = zero_points != nullptr;
+  p->block_bytes = static_cast<size_t>(p->groups * p->vectors_per_group * kVector);
+  const size_t metas = static_cast<size_t>(p->blocks * p->groups * kBlock);
+  p->scales.assign(metas, 0.0f);
+  p->weight_sums.assign(metas, 0);
+  if (p->has_zero_points) p->offsets.assign(metas, p->offset);
+  p->bias.assign(static_cast<size_t>(p->blocks * kBlock), 0.0f);
+  if (bias != nullptr) std::copy(bias, bias + n, p->bias.begin());
+  p->storage.assign(static_cast<size_t>(p->blocks) * p->block_bytes + kVector, 0);
+  uint8_t* out = const_cast<uint8_t*>(p->weights());
+
+  const auto* bytes = static_cast<const uint8_t*>(weight);
+  // The signed weight of channel c (< n) at k.
+  auto value = [&](int64_t c, int64_t i) -> int32_t {
+    if (params.bits == 4) {
+      const uint8_t byte = bytes[c * (k / 2) + (i >> 1)];
+      return static_cast<int32_t>((i & 1) ? (byte >> 4) : (byte & 0xF)) - 8;
+    }
+    return static_cast<int8_t>(bytes[c * k + i]);
+  };
+  // The stored unsigned weight; padding channels hold w = 0 (their scales are 0).
+  auto stored = [&](int64_t c, int64_t i) -> uint32_t {
+    return static_cast<uint32_t>((c < n ? value(c, i) : 0) + p->offset);
+  };
+  for (int64_t b = 0; b < p->blocks; ++b) {
+    for (int64_t g = 0; g < p->groups; ++g) {
+      const size_t meta = static_cast<size_t>((b * p->groups + g) * kBlock);
+      for (int64_t j = 0; j < kBlock; ++j) {
+        const int64_t c = b * kBlock + j;
+        if (c >= n) continue;
+        const int32_t zero = zero_points ? zero_points[c * p->groups + g] : 0;
+        int32_t sum = 0;
+        for (int64_t i = g * group; i < (g + 1) * group; ++i) sum += value(c, i) - zero;
+        p->scales[meta + j] = scales[c * p->groups + g];
+        p->weight_sums[meta + j] = sum;
+        if (p->has_zero_points) p->offsets[meta + j] = p->offset + zero;
+      }
+      uint8_t* v = out + b * p->block_bytes + g * p->vectors_per_group * kVector;
+      for (int64_t s = 0; s < group / kStepK; ++s) {
+        const int64_t k0 = g * group + s * kStepK;
+        for (int64_t j = 0; j < kBlock; ++j) {
+          const int64_t c = b * kBlock + j;
+          for (int64_t t = 0; t < 4; ++t) {
+            if (params.bits == 4) {
+              v[4 * j + t] = static_cast<uint8_t>(stored(c, k0 + t) | (stored(c, k0 + 4 + t) << 4));
+            } else {
+              v[4 * j + t] = static_cast<uint8_t>(stored(c, k0 + t));
+              v[kVector + 4 * j + t] = static_cast<uint8_t>(stored(c, k0 + 4 + t));
+            }
+          }
+        }
+        v += params.bits == 4 ? kVector : 2 * kVector;
+      }
+    }
+  }
+  return p;
+}
+
+Linear8daGemm::Linear8daGemm(std::shared_ptr<const Linear8daPacked> packed, Linear8daIsa isa)
+    : packed_(std::move(packed)), isa_(isa) {
+  if (!packed_ || isa_ == Linear8daIsa::kNone || isa_ > linear_8da_cpu_isa()) {
+    throw std::invalid_argument("linear_8da: no packed weights or an ISA this CPU lacks");
+  }
+}
+
+void Linear8daGemm::run(const float* x, int64_t rows, float* y, WorkPool* pool) {
+  const Linear8daPacked& p = *packed_;
+  const int64_t k = p.params.k, group = p.params.group;
+  if (rows <= 0) return;
+  rows_.stride = (k + kVector - 1) / kVector * kVector;
+  rows_.q.resize(static_cast<size_t>(rows * rows_.stride));
+  rows_.scale.resize(static_cast<size_t>(rows));
+  rows_.zero_point.resize(static_cast<size_t>(rows));
+  rows_.sums.resize(static_cast<size_t>(rows * p.groups));
+  const int threads = pool != nullptr ? pool->size() : 1;
+  auto quantize = [&](int64_t first, int64_t last) {
+    for (int64_t m = first; m < last; ++m) {
+      if (isa_ == Linear8daIsa::kAvx512Vnni) {
+        quantize_row_avx512(x + m * k, k, group, rows_, m);
+      } else {
+        quantize_row_avx2(x + m * k, k, group, rows_, m);
+      }
+    }
+  };
+  if (threads > 1 && rows >= 8) {
+    const size_t parts = static_cast<size_t>(std::min<int64_t>(rows / 4, 4 * threads));
+    pool->run(parts, [&](size_t task, int) {
+      const auto [first, last] = slice_of(rows, parts, task);
+      quantize(first, last);
+    });
+  } else {
+    quantize(0, rows);
+  }
+
+  const Shape shape = shape_of(isa_, p.params.bits);
+  const int64_t chunk = rows == 1 ? shape.decode_blocks : shape.blocks;
+  const int64_t chunks = (p.blocks + chunk - 1) / chunk;
+  const int64_t tiles = (rows + shape.rows - 1) / shape.rows;
+  // About 0.5M multiply-adds per task at least; up to 4 tasks a thread so a descheduled thread
+  // delays little (work_pool.h).
+  const int64_t work = rows * k * p.params.n;
+  const int64_t wanted =
+      threads == 1 ? 1 : std::max<int64_t>(1, std::min<int64_t>(4 * threads, work >> 19));
+  const int64_t block_parts = std::min(chunks, wanted);
+  const int64_t row_parts = std::min(tiles, (wanted + block_parts - 1) / block_parts);
+  const size_t tasks = static_cast<size_t>(block_parts * row_parts);
+  auto task = [&](size_t index, int) {
+    const int64_t bp = static_cast<int64_t>(index) % block_parts;
+    const int64_t rp = static_cast<int64_t>(index) / block_parts;
+    const auto [c0, c1] =
+        slice_of(chunks, static_cast<size_t>(block_parts), static_cast<size_t>(bp));
+    const auto [t0, t1] =
+        slice_of(tiles, static_cast<size_t>(row_parts), static_cast<size_t>(rp));
+    compute(p, rows_, isa_, shape, t0 * shape.rows, std::min(rows, t1 * shape.rows),
+            c0 * chunk, std::min(p.blocks, c1 * chunk), y);
+  };
+  if (tasks <= 1) {
+    task(0, 0);
+  } else {
+    pool->run(tasks, task);
+  }
+}
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin
