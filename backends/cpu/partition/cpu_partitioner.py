@@ -24,8 +24,8 @@ from backends.cpu.partition.node_support import (
     check_node,
 )
 from backends.cpu.routes import op_key, ops_to_keep_undecomposed
-from backends.cpu.torchao.graph import TORCHAO_OPS
 from backends.cpu.symbolic_dims import is_size_node
+from backends.cpu.torchao.graph import TORCHAO_OPS
 
 
 @dataclass(frozen=True)

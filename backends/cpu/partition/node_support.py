@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import torch
 
 from backends.cpu import symbolic_dims
-from backends.cpu.torchao import fusion as torchao_fusion
 from backends.cpu.routes import op_key, route_for
 from backends.cpu.symbolic_dims import is_size_node
+from backends.cpu.torchao import fusion as torchao_fusion
 
 # Tensor dtypes the delegate keeps inside: floats for CNNs/MLPs, and every integer and bool dtype so
 # indices, masks and integer results never leave the delegate.

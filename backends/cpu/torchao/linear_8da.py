@@ -111,7 +111,7 @@ def _activation_chain(x_dq: object) -> tuple[torch.fx.Node, tuple[torch.fx.Node,
     return x, (x_dq, quantize, zero_point, scale, choose)
 
 
-def bias_of(linear: torch.fx.Node, channels: int) -> torch.fx.Node | None | str:
+def bias_of(linear: torch.fx.Node, channels: int) -> torch.fx.Node | str | None:
     """The bias node of `linear` (None without one), or why it is not float32 [channels]."""
     bias = linear.args[2] if len(linear.args) > 2 else linear.kwargs.get("bias")
     if bias is None:

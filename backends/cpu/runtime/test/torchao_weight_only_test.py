@@ -127,7 +127,9 @@ def test_weight_only_embeddings_are_delegated_kernels_exactly_torchao(dtype: str
 
 
 @pytest.mark.parametrize("index", [300, -1])
-def test_out_of_range_index_fails_naming_the_op(index: int, capfd: pytest.CaptureFixture[str]) -> None:
+def test_out_of_range_index_fails_naming_the_op(
+    index: int, capfd: pytest.CaptureFixture[str]
+) -> None:
     model = _Lookup(300, 64)
     quantize_(model, _weight_only("int8", "per_channel", "symmetric"), filter_fn=_is_embedding)
     indices = torch.tensor([[0, 5, 299]])
