@@ -1,6 +1,7 @@
 #include "backends/cpu/runtime/linear_wo.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -170,7 +171,8 @@ ET_WO_VARIANT(generic, )
 
 enum class Isa { kAvx512, kAvx2, kGeneric };
 
-Isa best_isa() {
+// The widest variant this CPU runs.
+Isa cpu_isa() {
 #if defined(__x86_64__)
   static const Isa isa = [] {
     __builtin_cpu_init();
@@ -184,19 +186,31 @@ Isa best_isa() {
 #endif
 }
 
-// The variant of `name` for this CPU.
+// The variant a kernel bound now runs: the CPU's widest, or a narrower one that
+// ET_CPU_WEIGHT_ONLY_ISA ("avx2" or "generic") asks for (tests run every variant on one CPU).
+Isa bound_isa() {
+  const Isa cpu = cpu_isa();
+  const char* wanted = std::getenv("ET_CPU_WEIGHT_ONLY_ISA");
+  if (wanted == nullptr) return cpu;
+  if (std::strcmp(wanted, "generic") == 0) return Isa::kGeneric;
+  if (std::strcmp(wanted, "avx2") == 0 && cpu == Isa::kAvx512) return Isa::kAvx2;
+  return cpu;
+}
+
+// The variant `isa` of `name`.
 #if defined(__x86_64__)
-#define ET_WO_PICK(name)                                                    \
-  (best_isa() == Isa::kAvx512 ? name##_avx512                               \
-   : best_isa() == Isa::kAvx2 ? name##_avx2                                 \
-                              : name##_generic)
+#define ET_WO_PICK(name, isa)                                 \
+  ((isa) == Isa::kAvx512 ? name##_avx512                      \
+   : (isa) == Isa::kAvx2 ? name##_avx2                        \
+                         : name##_generic)
 #else
-#define ET_WO_PICK(name) name##_generic
+#define ET_WO_PICK(name, isa) name##_generic
 #endif
 
 class LinearWoKernel final : public BoundKernel {
  public:
-  explicit LinearWoKernel(const LinearWo& a) : a_(a), row_(static_cast<size_t>(a.w.cols)) {}
+  explicit LinearWoKernel(const LinearWo& a)
+      : a_(a), row_(static_cast<size_t>(a.w.cols)), isa_(bound_isa()) {}
 
   Error run(KernelRuntimeContext&) override {
     const int64_t k = a_.w.cols, n = a_.w.rows;
@@ -206,19 +220,20 @@ class LinearWoKernel final : public BoundKernel {
                           kLinearKernel, static_cast<ssize_t>(a_.output->numel()),
                           static_cast<long long>(rows * n));
     }
-    ET_WO_PICK(linear)(a_, row_.data());
+    ET_WO_PICK(linear, isa_)(a_, row_.data());
     return Error::Ok;
   }
 
  private:
   LinearWo a_;
   std::vector<float> row_;
+  Isa isa_;
 };
 
 class EmbeddingWoKernel final : public BoundKernel {
  public:
   EmbeddingWoKernel(const PackedWeight& w, const Tensor* indices, Tensor* output, const char* name)
-      : w_(w), indices_(indices), output_(output), name_(name ? name : "") {}
+      : w_(w), indices_(indices), output_(output), name_(name ? name : ""), isa_(bound_isa()) {}
 
   Error run(KernelRuntimeContext&) override {
     const int64_t count = indices_->numel();
@@ -232,12 +247,12 @@ class EmbeddingWoKernel final : public BoundKernel {
       const int64_t* indices = indices_->const_data_ptr<int64_t>();
       const Error checked = check(indices, count);
       if (checked != Error::Ok) return checked;
-      ET_WO_PICK(embedding64)(w_, indices, count, out);
+      ET_WO_PICK(embedding64, isa_)(w_, indices, count, out);
     } else {
       const int32_t* indices = indices_->const_data_ptr<int32_t>();
       const Error checked = check(indices, count);
       if (checked != Error::Ok) return checked;
-      ET_WO_PICK(embedding32)(w_, indices, count, out);
+      ET_WO_PICK(embedding32, isa_)(w_, indices, count, out);
     }
     return Error::Ok;
   }
@@ -262,6 +277,7 @@ class EmbeddingWoKernel final : public BoundKernel {
   const Tensor* indices_;
   Tensor* output_;
   std::string name_;  // the op's FX name, for run-time errors (the payload may be gone by then)
+  Isa isa_;
 };
 
 bool has_shape(const Tensor& t, std::initializer_list<int64_t> sizes) {

@@ -8,8 +8,9 @@
 // float32 scales and optional int8 zero points per (row, group of columns); a weight is
 // (w - zero_point) * scale, computed exactly as torchao's dequantize_affine does. The linear
 // dequantizes one output channel's row into a small float buffer, then takes its dot product with
-// every input row (16-lane vector code compiled for AVX-512, AVX2 and plain x86-64, picked at run
-// time); single-threaded. The embedding checks every index against V at run time.
+// every input row (16-lane vector code compiled for AVX-512, AVX2 and plain x86-64, the CPU's
+// widest picked at bind, or a narrower one named by ET_CPU_WEIGHT_ONLY_ISA=avx2|generic for
+// tests); single-threaded. The embedding checks every index against V at run time.
 #pragma once
 
 #include <memory>

@@ -149,6 +149,44 @@ def test_out_of_range_index_fails_naming_the_op(
     )
 
 
+class _Mixed(nn.Module):
+    """Shapes off the vector widths: K = 200 (not a multiple of 32), groups of 40 (not of 16),
+    int32 indices, a row of 40."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.int4 = nn.Linear(200, 24)
+        self.int8 = nn.Linear(200, 24, bias=False)
+        self.table = nn.Embedding(50, 40)
+
+    def forward(self, x: torch.Tensor, indices: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.int4(x), self.int8(x), self.table(indices)
+
+
+@pytest.mark.parametrize("isa", ["native", "avx2", "generic"])
+def test_every_kernel_variant_and_odd_shapes_match_torchao(
+    isa: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    torch.manual_seed(3)
+    model = _Mixed()
+    quantize_(model.int4, _weight_only("int4", "per_channel", "asymmetric"))
+    quantize_(
+        model.int8,
+        IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerGroup(40)),
+    )
+    quantize_(model, _weight_only("int4", "per_channel", "asymmetric"), filter_fn=_is_embedding)
+    inputs = (torch.randn(3, 200), torch.randint(0, 50, (7,), dtype=torch.int32))
+    pte, payloads = lower_to_pte(model.eval(), inputs)
+    assert sorted(_kernels(payloads[0])) == [EMBEDDING_KERNEL, LINEAR_KERNEL, LINEAR_KERNEL]
+    if isa != "native":
+        monkeypatch.setenv("ET_CPU_WEIGHT_ONLY_ISA", isa)  # read when the delegate binds
+    outputs = _run(load(pte), inputs)
+    with torch.no_grad():
+        expected = model(*inputs)
+    torch.testing.assert_close(outputs[:2], list(expected[:2]), atol=ATOL, rtol=RTOL)
+    assert torch.equal(outputs[2], expected[2])
+
+
 def _llama_recipe(model: nn.Module, embedding_dtype: str, linears: str) -> nn.Module:
     # ExecuTorch's Llama recipe: the embedding weight-only, the linears 8da4w (or weight-only).
     embedding = _weight_only(embedding_dtype, "group32", "symmetric")
