@@ -39,10 +39,16 @@ struct PackedWeight {
 // AVX2, four xmm otherwise. Loads and stores go through memcpy (unaligned).
 typedef float F16 __attribute__((vector_size(64)));
 typedef int32_t I16 __attribute__((vector_size(64)));
+typedef int16_t S16 __attribute__((vector_size(32)));
 typedef int8_t B16 __attribute__((vector_size(16)));
 typedef uint8_t U16 __attribute__((vector_size(16)));
 
 #define ET_WO_INLINE inline __attribute__((always_inline))
+
+// 16 int8 as float32. Widened through int16: GCC 12 turns the direct int8 -> int32 conversion
+// into one lane extract a value, the two steps into sign-extension instructions.
+#define ET_WO_TO_FLOAT(bytes) \
+  __builtin_convertvector(__builtin_convertvector(__builtin_convertvector(bytes, S16), I16), F16)
 
 // Row `r` of `w` as float32 into out[0, cols): (w - zero_point) * scale per group. w - zero
 // point is a small integer, exact in float32, so this is torchao's (w - z).to(float32) * scale.
@@ -61,8 +67,8 @@ ET_WO_INLINE void dequantize_row(const PackedWeight& w, int64_t r, float* out) {
                                                 21, 6, 22, 7, 23);
       const U16 second = __builtin_shufflevector(low, high, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28,
                                                  13, 29, 14, 30, 15, 31);
-      const F16 a = __builtin_convertvector(__builtin_convertvector(first, I16) - 8, F16);
-      const F16 b = __builtin_convertvector(__builtin_convertvector(second, I16) - 8, F16);
+      const F16 a = ET_WO_TO_FLOAT((B16)first - 8);
+      const F16 b = ET_WO_TO_FLOAT((B16)second - 8);
       std::memcpy(out + k, &a, sizeof(a));
       std::memcpy(out + k + 16, &b, sizeof(b));
     }
@@ -75,7 +81,7 @@ ET_WO_INLINE void dequantize_row(const PackedWeight& w, int64_t r, float* out) {
     for (; k + 16 <= cols; k += 16) {
       B16 bytes;
       std::memcpy(&bytes, values + k, sizeof(bytes));
-      const F16 a = __builtin_convertvector(__builtin_convertvector(bytes, I16), F16);
+      const F16 a = ET_WO_TO_FLOAT(bytes);
       std::memcpy(out + k, &a, sizeof(a));
     }
     for (; k < cols; ++k) out[k] = static_cast<float>(values[k]);
@@ -129,11 +135,104 @@ struct LinearWo {
   Tensor* output;
 };
 
-// y[m, c] = dot(x[m], dequantized row c) + bias[c], one output channel at a time so its row is
-// dequantized once for every input row (`row`: K floats of scratch).
+// The 16 weights of row `r` at columns [k, k + 16) of an 8-bit weight, dequantized.
+ET_WO_INLINE void load8(const PackedWeight& w, int64_t r, int64_t k, float zero, float scale,
+                        F16* out) {
+  B16 bytes;
+  std::memcpy(&bytes, w.data + r * w.cols + k, sizeof(bytes));
+  *out = (ET_WO_TO_FLOAT(bytes) - zero) * scale;
+}
+
+// The 32 weights of row `r` at columns [k, k + 32) of a 4-bit weight (k even), dequantized.
+ET_WO_INLINE void load4(const PackedWeight& w, int64_t r, int64_t k, float zero, float scale,
+                        F16* first, F16* second) {
+  U16 bytes;
+  std::memcpy(&bytes, w.data + r * (w.cols / 2) + k / 2, sizeof(bytes));
+  const U16 low = bytes & 0xF;
+  const U16 high = bytes >> 4;
+  const U16 a = __builtin_shufflevector(low, high, 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6,
+                                        22, 7, 23);
+  const U16 b = __builtin_shufflevector(low, high, 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29,
+                                        14, 30, 15, 31);
+  *first = (ET_WO_TO_FLOAT((B16)a - 8) - zero) * scale;
+  *second = (ET_WO_TO_FLOAT((B16)b - 8) - zero) * scale;
+}
+
+template <int kRows>
+ET_WO_INLINE void fma_rows(F16* acc, const float* const* x, int64_t k, const F16& w) {
+  for (int r = 0; r < kRows; ++r) {
+    F16 v;
+    std::memcpy(&v, x[r] + k, sizeof(v));
+    acc[r] += v * w;
+  }
+}
+
+// Input rows [m0, m0 + kRows), kRows <= kFusedRows, when each group is whole vector chunks (16
+// columns for 8 bits, 32 for 4): every weight is dequantized in registers and multiplied into
+// each row's accumulator, with nothing written in between (the single-token decode case).
+constexpr int kFusedRows = 4;
+
+template <int kRows>
+ET_WO_INLINE void linear_fused(const LinearWo& a, int64_t m0) {
+  const int64_t k = a.w.cols, n = a.w.rows, group = a.w.group, groups = k / group;
+  const float* bias = a.bias ? a.bias->const_data_ptr<float>() : nullptr;
+  float* y = a.output->mutable_data_ptr<float>();
+  const float* x[kRows];
+  for (int r = 0; r < kRows; ++r) x[r] = a.input->const_data_ptr<float>() + (m0 + r) * k;
+  for (int64_t c = 0; c < n; ++c) {
+    F16 acc[kRows] = {};
+    for (int64_t g = 0; g < groups; ++g) {
+      const float scale = a.w.scales[c * groups + g];
+      const float zero = a.w.zeros ? static_cast<float>(a.w.zeros[c * groups + g]) : 0.0f;
+      if (a.w.bits == 4) {
+        for (int64_t i = g * group; i < (g + 1) * group; i += 32) {
+          F16 first, second;
+          load4(a.w, c, i, zero, scale, &first, &second);
+          fma_rows<kRows>(acc, x, i, first);
+          fma_rows<kRows>(acc, x, i + 16, second);
+        }
+      } else {
+        for (int64_t i = g * group; i < (g + 1) * group; i += 16) {
+          F16 weights;
+          load8(a.w, c, i, zero, scale, &weights);
+          fma_rows<kRows>(acc, x, i, weights);
+        }
+      }
+    }
+    const float b = bias ? bias[c] : 0.0f;
+    for (int r = 0; r < kRows; ++r) {
+      float sum = 0.0f;
+      for (int lane = 0; lane < 16; ++lane) sum += acc[r][lane];
+      y[(m0 + r) * n + c] = sum + b;
+    }
+  }
+}
+
+// y[m, c] = dot(x[m], dequantized row c) + bias[c]. Up to kFusedRows input rows whose groups are
+// whole vector chunks: linear_fused. Otherwise one output channel at a time, its row dequantized
+// once into `row` (K floats of scratch) for every input row.
 ET_WO_INLINE void linear_body(const LinearWo& a, float* row) {
   const int64_t k = a.w.cols, n = a.w.rows;
   const int64_t rows = a.input->numel() / k;
+  if (rows <= kFusedRows && a.w.group % (a.w.bits == 4 ? 32 : 16) == 0) {
+    switch (rows) {
+      case 1:
+        linear_fused<1>(a, 0);
+        break;
+      case 2:
+        linear_fused<2>(a, 0);
+        break;
+      case 3:
+        linear_fused<3>(a, 0);
+        break;
+      case 4:
+        linear_fused<4>(a, 0);
+        break;
+      default:
+        break;
+    }
+    return;
+  }
   const float* x = a.input->const_data_ptr<float>();
   const float* bias = a.bias ? a.bias->const_data_ptr<float>() : nullptr;
   float* y = a.output->mutable_data_ptr<float>();
