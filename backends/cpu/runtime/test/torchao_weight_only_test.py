@@ -70,7 +70,8 @@ def _run(program: Any, inputs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
 def test_weight_only_linears_are_delegated_kernels_matching_torchao(
     dtype: str, mapping: str
 ) -> None:
-    # Every granularity, with and without bias, side by side in one program.
+    # Every granularity, with and without bias, side by side in one program; K input rows (the
+    # kernel's dequantized-row path) with bias, 3 (its in-register path for up to 4 rows) without.
     torch.manual_seed(0)
     k, n = 256, 96
     cases = []
@@ -78,7 +79,8 @@ def test_weight_only_linears_are_delegated_kernels_matching_torchao(
         for bias in (True, False):
             model = nn.Linear(k, n, bias=bias)
             quantize_(model, _weight_only(dtype, granularity, mapping))
-            cases.append((model.eval(), (torch.randn(k, k),)))
+            shape = (k, k) if bias else (1, 3, k)
+            cases.append((model.eval(), (torch.randn(shape),)))
     lowered = lower_cases(cases)
     assert _kernels(lowered.payload) == [LINEAR_KERNEL] * len(cases)
     program = load(lowered.pte)
@@ -87,10 +89,12 @@ def test_weight_only_linears_are_delegated_kernels_matching_torchao(
     )
     # One-hot rows pick single weights: y = W_deq^T + bias holds no float sum, so the kernel's
     # dequantized weights must equal torchao's exactly.
-    eye = tuple(torch.eye(k) for _ in cases)
+    one_hot = tuple(
+        torch.eye(k)[torch.randperm(k)[: x.numel() // k]].reshape(x.shape) for x in lowered.inputs
+    )
     with torch.no_grad():
-        expected = [model(x) for (model, _), x in zip(cases, eye, strict=True)]
-    for got, want in zip(_run(program, eye), expected, strict=True):
+        expected = [model(x) for (model, _), x in zip(cases, one_hot, strict=True)]
+    for got, want in zip(_run(program, one_hot), expected, strict=True):
         assert torch.equal(got, want)
 
 
@@ -151,16 +155,21 @@ def test_out_of_range_index_fails_naming_the_op(
 
 class _Mixed(nn.Module):
     """Shapes off the vector widths: K = 200 (not a multiple of 32), groups of 40 (not of 16),
-    int32 indices, a row of 40."""
+    int32 indices, a row of 40; and 1 and 4 input rows on the in-register path."""
 
     def __init__(self) -> None:
         super().__init__()
         self.int4 = nn.Linear(200, 24)
         self.int8 = nn.Linear(200, 24, bias=False)
         self.table = nn.Embedding(50, 40)
+        self.small4 = nn.Linear(256, 40)
+        self.small8 = nn.Linear(256, 40, bias=False)
 
-    def forward(self, x: torch.Tensor, indices: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return self.int4(x), self.int8(x), self.table(indices)
+    def forward(
+        self, x: torch.Tensor, indices: torch.Tensor, one: torch.Tensor, four: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        odd = (self.int4(x), self.int8(x), self.table(indices))
+        return (*odd, self.small4(one), self.small8(one), self.small4(four), self.small8(four))
 
 
 @pytest.mark.parametrize("isa", ["native", "avx2", "generic"])
@@ -174,17 +183,27 @@ def test_every_kernel_variant_and_odd_shapes_match_torchao(
         model.int8,
         IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerGroup(40)),
     )
+    quantize_(model.small4, _weight_only("int4", "group64", "asymmetric"))
+    quantize_(model.small8, _weight_only("int8", "per_channel", "symmetric"))
     quantize_(model, _weight_only("int4", "per_channel", "asymmetric"), filter_fn=_is_embedding)
-    inputs = (torch.randn(3, 200), torch.randint(0, 50, (7,), dtype=torch.int32))
+    inputs = (
+        torch.randn(3, 200),
+        torch.randint(0, 50, (7,), dtype=torch.int32),
+        torch.randn(1, 256),
+        torch.randn(2, 2, 256),
+    )
     pte, payloads = lower_to_pte(model.eval(), inputs)
-    assert sorted(_kernels(payloads[0])) == [EMBEDDING_KERNEL, LINEAR_KERNEL, LINEAR_KERNEL]
+    assert sorted(_kernels(payloads[0])) == [EMBEDDING_KERNEL] + [LINEAR_KERNEL] * 6
     if isa != "native":
         monkeypatch.setenv("ET_CPU_WEIGHT_ONLY_ISA", isa)  # read when the delegate binds
     outputs = _run(load(pte), inputs)
     with torch.no_grad():
         expected = model(*inputs)
-    torch.testing.assert_close(outputs[:2], list(expected[:2]), atol=ATOL, rtol=RTOL)
     assert torch.equal(outputs[2], expected[2])
+    del outputs[2]
+    torch.testing.assert_close(
+        outputs, [e for i, e in enumerate(expected) if i != 2], atol=ATOL, rtol=RTOL
+    )
 
 
 def _llama_recipe(model: nn.Module, embedding_dtype: str, linears: str) -> nn.Module:
