@@ -16,7 +16,7 @@ from torch.export import ExportedProgram
 from backends.cpu import profiling_events
 from backends.cpu.quantized_fusion import FuseQuantizedGroups
 from backends.cpu.serialization.graph_writer import serialize_program
-from backends.cpu.torchao_linear import FuseTorchaoLinears
+from backends.cpu.torchao.fusion import FuseTorchaoOps
 from backends.transforms.fold_constant_subgraphs import FoldConstantSubgraphsPass
 from backends.transforms.fuse_batch_norm_with_conv import FuseBatchNormWithConvPass
 from backends.transforms.fuse_batch_norm_with_linear import FuseBatchNormWithLinearPass
@@ -31,7 +31,7 @@ CPU_PREPROCESS_PASSES: list[Callable[[], Callable[[ExportedProgram], PassReport]
     FuseBatchNormWithConvPass,
     FuseBatchNormWithLinearPass,
     FuseQuantizedGroups,
-    FuseTorchaoLinears,
+    FuseTorchaoOps,
     FoldConstantSubgraphsPass,
     RemoveIdentityCopiesPass,
 ]

@@ -42,10 +42,18 @@ _ADD = (
     "float output_scale, int output_zero_point, int quant_min, int quant_max, float output_min, "
     "float output_max"
 )
-# torchao's 8da4w linear (torchao_linear.py): per-token dynamic int8 activations, grouped weights.
+# torchao's 8da4w linear (torchao/linear_8da.py): per-token dynamic int8 activations, grouped
+# weights.
 _LINEAR_8DA = (
     "linear_8da(Tensor input, Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
     "Tensor? bias, int group_size, int weight_bits"
+)
+# torchao's weight-only linear and embedding (torchao/weight_only.py): float32 activations, the
+# same packed grouped weights.
+_LINEAR_WO = _LINEAR_8DA.replace("linear_8da(", "linear_wo(", 1)
+_EMBEDDING_WO = (
+    "embedding_wo(Tensor weight, Tensor weight_scales, Tensor? weight_zero_points, "
+    "Tensor indices, int group_size, int weight_bits"
 )
 _MAX_POOL = (
     "max_pool2d(Tensor input, int[] kernel_size, int[] stride, int[] padding, int[] dilation, "
@@ -63,6 +71,12 @@ SCHEMAS: dict[str, str] = {
     "add.out": _ADD.replace("add(", "add.out(", 1) + ", *, Tensor(a!) out) -> Tensor(a!)",
     "linear_8da": f"{_LINEAR_8DA}) -> Tensor",
     "linear_8da.out": _LINEAR_8DA.replace("linear_8da(", "linear_8da.out(", 1)
+    + ", *, Tensor(a!) out) -> Tensor(a!)",
+    "linear_wo": f"{_LINEAR_WO}) -> Tensor",
+    "linear_wo.out": _LINEAR_WO.replace("linear_wo(", "linear_wo.out(", 1)
+    + ", *, Tensor(a!) out) -> Tensor(a!)",
+    "embedding_wo": f"{_EMBEDDING_WO}) -> Tensor",
+    "embedding_wo.out": _EMBEDDING_WO.replace("embedding_wo(", "embedding_wo.out(", 1)
     + ", *, Tensor(a!) out) -> Tensor(a!)",
     "max_pool2d": f"{_MAX_POOL}) -> Tensor",
     "max_pool2d.out": _MAX_POOL.replace("max_pool2d(", "max_pool2d.out(", 1)
@@ -181,6 +195,31 @@ def add(
     return _finish(y, a.dtype, *output)
 
 
+def dequantize_weight(
+    weight: torch.Tensor,
+    weight_scales: torch.Tensor,
+    weight_zero_points: torch.Tensor | None,
+    group_size: int,
+    weight_bits: int,
+) -> torch.Tensor:
+    """The float32 [rows, cols] a packed grouped weight stands for, as torchao's
+    dequantize_affine computes it: (w - zero_point) * scale per (row, group of `group_size`
+    columns). A 4-bit weight is uint8 [rows, cols / 2] holding w + 8, even columns in the low
+    nibble; an 8-bit one int8 [rows, cols]."""
+    if weight_bits == 4:
+        low = (weight & 0xF).to(torch.int32) - 8
+        high = (weight >> 4).to(torch.int32) - 8
+        values = torch.stack((low, high), dim=-1).reshape(weight.shape[0], -1)
+    else:
+        values = weight.to(torch.int32)
+    rows, cols = values.shape
+    values = values.reshape(rows, cols // group_size, group_size)
+    if weight_zero_points is not None:
+        values = values - weight_zero_points.to(torch.int32).reshape(rows, -1, 1)
+    w = values.to(torch.float32) * weight_scales.to(torch.float32).reshape(rows, -1, 1)
+    return w.reshape(rows, cols)
+
+
 def linear_8da(
     input: torch.Tensor,
     weight: torch.Tensor,
@@ -192,19 +231,9 @@ def linear_8da(
 ) -> torch.Tensor:
     """Reference semantics of `et_cpu_quant::linear_8da`: torchao's per-token asymmetric int8
     quantization of `input` (choose_qparams_affine / quantize_affine / dequantize_affine), the
-    weight dequantized per (output channel, group of `group_size` along K), then linear. A 4-bit
-    weight is uint8 [N, K / 2] holding w + 8, even k in the low nibble; an 8-bit one int8 [N, K]."""
-    if weight_bits == 4:
-        low = (weight & 0xF).to(torch.int16) - 8
-        high = (weight >> 4).to(torch.int16) - 8
-        values = torch.stack((low, high), dim=-1).reshape(weight.shape[0], -1)
-    else:
-        values = weight.to(torch.int16)
-    channels, k = values.shape
-    w = values.to(torch.float32).reshape(channels, k // group_size, group_size)
-    if weight_zero_points is not None:
-        w = w - weight_zero_points.to(torch.float32).reshape(channels, -1, 1)
-    w = (w * weight_scales.reshape(channels, -1, 1)).reshape(channels, k)
+    weight dequantized per (output channel, group of `group_size` along K) as
+    `dequantize_weight` says, then linear."""
+    w = dequantize_weight(weight, weight_scales, weight_zero_points, group_size, weight_bits)
     low_val = torch.clamp(input.amin(dim=-1, keepdim=True), max=0.0)
     high_val = torch.clamp(input.amax(dim=-1, keepdim=True), min=0.0)
     scale = torch.clamp(
@@ -215,7 +244,38 @@ def linear_8da(
     return torch.nn.functional.linear((q - zero_point) * scale, w, bias)
 
 
+def linear_wo(
+    input: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scales: torch.Tensor,
+    weight_zero_points: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    group_size: int,
+    weight_bits: int,
+) -> torch.Tensor:
+    """Reference semantics of `et_cpu_quant::linear_wo`: torchao's weight-only linear, the
+    weight [N, K] dequantized as `dequantize_weight` says, then a float32 linear of `input`."""
+    w = dequantize_weight(weight, weight_scales, weight_zero_points, group_size, weight_bits)
+    return torch.nn.functional.linear(input, w, bias)
+
+
+def embedding_wo(
+    weight: torch.Tensor,
+    weight_scales: torch.Tensor,
+    weight_zero_points: torch.Tensor | None,
+    indices: torch.Tensor,
+    group_size: int,
+    weight_bits: int,
+) -> torch.Tensor:
+    """Reference semantics of `et_cpu_quant::embedding_wo`: the rows of the table [V, D],
+    dequantized as `dequantize_weight` says, at `indices` (each in [0, V))."""
+    w = dequantize_weight(weight, weight_scales, weight_zero_points, group_size, weight_bits)
+    return torch.nn.functional.embedding(indices, w)
+
+
 _library.impl("linear_8da", linear_8da, "CompositeExplicitAutograd")
+_library.impl("linear_wo", linear_wo, "CompositeExplicitAutograd")
+_library.impl("embedding_wo", embedding_wo, "CompositeExplicitAutograd")
 _library.impl("conv2d", conv2d, "CompositeExplicitAutograd")
 _library.impl("add", add, "CompositeExplicitAutograd")
 _library.impl("linear", linear, "CompositeExplicitAutograd")
@@ -234,7 +294,17 @@ def _linear_8da_out(*args: object, out: torch.Tensor) -> torch.Tensor:
     return out.copy_(linear_8da(*args))  # type: ignore[arg-type]
 
 
+def _linear_wo_out(*args: object, out: torch.Tensor) -> torch.Tensor:
+    return out.copy_(linear_wo(*args))  # type: ignore[arg-type]
+
+
+def _embedding_wo_out(*args: object, out: torch.Tensor) -> torch.Tensor:
+    return out.copy_(embedding_wo(*args))  # type: ignore[arg-type]
+
+
 _library.impl("linear_8da.out", _linear_8da_out, "CompositeExplicitAutograd")
+_library.impl("linear_wo.out", _linear_wo_out, "CompositeExplicitAutograd")
+_library.impl("embedding_wo.out", _embedding_wo_out, "CompositeExplicitAutograd")
 _library.impl("conv2d.out", _conv_out, "CompositeExplicitAutograd")
 _library.impl("linear.out", _linear_out, "CompositeExplicitAutograd")
 
@@ -257,3 +327,5 @@ LINEAR: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).linear.default
 MAX_POOL2D: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).max_pool2d.default
 ADD: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).add.default
 LINEAR_8DA: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).linear_8da.default
+LINEAR_WO: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).linear_wo.default
+EMBEDDING_WO: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).embedding_wo.default

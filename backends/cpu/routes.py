@@ -166,8 +166,11 @@ BUILTIN_KERNELS: frozenset[str] = frozenset(
         "aten::hardswish.out",
         "aten::hardsigmoid.out",
         "aten::silu.out",
-        # torchao's 8da4w linear, fused by preprocess (torchao_linear.py): runtime/linear_8da.cc.
+        # torchao's 8da4w linear, fused by preprocess (torchao/): runtime/linear_8da.cc.
         "et_cpu_quant::linear_8da.out",
+        # torchao's weight-only linear and embedding (torchao/): runtime/linear_wo.cc.
+        "et_cpu_quant::linear_wo.out",
+        "et_cpu_quant::embedding_wo.out",
     }
 )
 
@@ -398,9 +401,12 @@ _ROUTE_LIST: tuple[Route, ...] = (
     _r("et_cpu_quant.linear.default", "et_cpu_quant::linear.out", provider=_OPT),
     _r("et_cpu_quant.max_pool2d.default", "et_cpu_quant::max_pool2d.out", provider=_OPT),
     _r("et_cpu_quant.add.default", "et_cpu_quant::add.out", provider=_OPT),
-    # torchao's 8da4w linear (torchao_linear.py), written only by preprocess: the Optimized
-    # provider's VNNI / AVX2 kernel, else the Reference provider's built-in scalar kernel.
+    # torchao's 8da4w linear and weight-only linear / embedding (backends/cpu/torchao/), written
+    # only by preprocess. linear_8da: the Optimized provider's VNNI / AVX2 kernel, else the
+    # Reference provider's built-in scalar kernel; linear_wo / embedding_wo: built-in kernels.
     _r("et_cpu_quant.linear_8da.default", "et_cpu_quant::linear_8da.out", provider=_OPT),
+    _r("et_cpu_quant.linear_wo.default", "et_cpu_quant::linear_wo.out"),
+    _r("et_cpu_quant.embedding_wo.default", "et_cpu_quant::embedding_wo.out"),
     # Factories.
     _r("aten.arange.default", "aten::arange.out"),
     _r("aten.arange.start_step", "aten::arange.start_out"),

@@ -49,18 +49,6 @@ def define_common_targets():
         visibility = ["//visibility:public"],
     )
 
-    # torchao's 8da4w linears: the partitioner's check and the preprocess fusion.
-    runtime.python_library(
-        name = "torchao_linear",
-        srcs = ["torchao_linear.py"],
-        deps = [
-            ":quantized_ops",
-            "//backends/transforms:pass_report",
-            "//backends/transforms:program_constants",
-        ],
-        visibility = ["//visibility:public"],
-    )
-
     runtime.python_library(
         name = "profiling_events",
         srcs = ["profiling_events.py"],
@@ -74,7 +62,7 @@ def define_common_targets():
         deps = [
             ":profiling_events",
             ":quantized_fusion",
-            ":torchao_linear",
+            "//backends/cpu/torchao:fusion",
             "//backends/cpu/serialization:graph_writer",
             "//backends/transforms:fold_constant_subgraphs",
             "//backends/transforms:fuse_batch_norm_with_conv",

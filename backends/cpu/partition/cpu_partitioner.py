@@ -17,7 +17,6 @@ from torch.export import ExportedProgram
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
 
-from backends.cpu import torchao_linear
 from backends.cpu.cpu_backend import CpuBackend
 from backends.cpu.partition.node_support import (
     LeaveOutReason,
@@ -26,6 +25,7 @@ from backends.cpu.partition.node_support import (
 )
 from backends.cpu.routes import op_key, ops_to_keep_undecomposed
 from backends.cpu.symbolic_dims import is_size_node
+from backends.cpu.torchao.graph import TORCHAO_OPS
 
 
 @dataclass(frozen=True)
@@ -110,15 +110,16 @@ class UnsupportedTorchaoOpError(RuntimeError):
 
 
 def _fail_on_stranded_torchao_ops(left_out: list[LeftOutNode]) -> None:
-    stranded = [node for node in left_out if node.op in torchao_linear.TORCHAO_OPS]
+    stranded = [node for node in left_out if node.op in TORCHAO_OPS]
     if stranded:
         lines = "\n".join(f"  {node}" for node in stranded)
         raise UnsupportedTorchaoOpError(
             "CpuPartitioner cannot take these torchao ops, and ExecuTorch has no kernel to run "
-            f"them outside a delegate:\n{lines}\nThe CPU delegate runs torchao's 8da4w linears "
-            "(Int8DynamicActivationIntxWeightConfig, int8 per-token activations, int4/int8 "
-            "weights per group or per channel); quantize the model with that config, or leave "
-            "these layers unquantized."
+            f"them outside a delegate:\n{lines}\nThe CPU delegate runs torchao's int4/int8 "
+            "weights (per group or per channel, symmetric or asymmetric) in linears quantized "
+            "with Int8DynamicActivationIntxWeightConfig (8da4w) or IntxWeightOnlyConfig and in "
+            "embeddings quantized with IntxWeightOnlyConfig; quantize these layers with one of "
+            "those configs, or leave them unquantized."
         )
 
 

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 import torch
 
-from backends.cpu import symbolic_dims, torchao_linear
+from backends.cpu import symbolic_dims
 from backends.cpu.routes import op_key, route_for
 from backends.cpu.symbolic_dims import is_size_node
+from backends.cpu.torchao import fusion as torchao_fusion
 
 # Tensor dtypes the delegate keeps inside: floats for CNNs/MLPs, and every integer and bool dtype so
 # indices, masks and integer results never leave the delegate.
@@ -76,9 +77,10 @@ def check_node(node: torch.fx.Node) -> LeftOutNode | None:
     values = [*inputs, ("output", node.meta.get("val"))]
     float64_ok = None  # the name of an input allowed to be float64
 
-    if key in torchao_linear.TORCHAO_OPS:
-        # torchao's 8da4w chain: claimed whole with its linear (preprocess fuses it), else out.
-        why = torchao_linear.check_torchao_node(node, check_linear)
+    if key in torchao_fusion.TORCHAO_OPS:
+        # A torchao chain: claimed whole with its linear / embedding (preprocess fuses it), else
+        # out (backends/cpu/torchao/fusion.py).
+        why = torchao_fusion.check_torchao_node(node, check_consumer)
         return None if why is None else leave_out(LeaveOutReason.QUANTIZED, why)
     if _namespace(node.target) in _QUANTIZED_NAMESPACES:
         # Static per-tensor quantize/dequantize (and per-channel dequantize of a constant weight)
@@ -129,7 +131,8 @@ def check_node(node: torch.fx.Node) -> LeftOutNode | None:
     return None
 
 
-def check_linear(node: torch.fx.Node) -> str | None:
-    """None when the delegate takes linear `node` itself, else why not (for torchao_linear)."""
+def check_consumer(node: torch.fx.Node) -> str | None:
+    """None when the delegate takes the linear / embedding `node` reading a torchao chain itself,
+    else why not (for torchao/fusion.py)."""
     decision = check_node(node)
     return None if decision is None else f"{decision.reason.value}: {decision.detail}"

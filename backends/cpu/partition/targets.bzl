@@ -10,7 +10,7 @@ def define_common_targets():
         deps = [
             "//backends/cpu:routes",
             "//backends/cpu:symbolic_dims",
-            "//backends/cpu:torchao_linear",
+            "//backends/cpu/torchao:fusion",
         ],
         visibility = ["//visibility:public"],
     )
@@ -23,7 +23,7 @@ def define_common_targets():
             "//backends/cpu:cpu_backend",
             "//backends/cpu:routes",
             "//backends/cpu:symbolic_dims",
-            "//backends/cpu:torchao_linear",
+            "//backends/cpu/torchao:graph",
         ],
         visibility = ["//visibility:public"],
     )

@@ -1,4 +1,4 @@
-// The built-in kernel of `et_cpu_quant::linear_8da.out` (backends/cpu/torchao_linear.py): torchao's
+// The built-in kernel of `et_cpu_quant::linear_8da.out` (backends/cpu/torchao/linear_8da.py): torchao's
 // 8da4w linear. Each row of the float32 input is quantized to int8 the way torchao's
 // choose_qparams_affine / quantize_affine define it (asymmetric, per token), multiplied in int32
 // with the int4 (two a byte) or int8 weights group by group, and dequantized with the row's scale

@@ -20,6 +20,7 @@ _RUNTIME_SRCS = [
     "kernel_provider.cc",
     "kernel_signature.cc",
     "linear_8da.cc",
+    "linear_wo.cc",
     "memory_planner.cc",
     "payload_reader.cc",
     "quantized_op_check.cc",
@@ -36,6 +37,7 @@ _RUNTIME_HDRS = [
     "kernel_provider.h",
     "kernel_signature.h",
     "linear_8da.h",
+    "linear_wo.h",
     "memory_planner.h",
     "payload_reader.h",
     "quantized_op_check.h",
@@ -321,14 +323,35 @@ def define_common_targets():
         deps = _INT8_MODEL_TEST_DEPS,
     )
 
+    # A small Llama-style decoder for the torchao tests.
+    runtime.python_library(
+        name = "llama_like",
+        srcs = ["test/llama_like.py"],
+    )
+
     # torchao's 8da4w linears and a small decoder made of them, fully delegated (issue 45).
     runtime.python_test(
         name = "torchao_8da4w_test",
         size = "medium",
         srcs = ["test/torchao_8da4w_test.py"],
         deps = [
+            ":llama_like",
+            ":lowered_program",
+        ],
+    )
+
+    # torchao's weight-only linears and embeddings (IntxWeightOnlyConfig), and a decoder with a
+    # weight-only embedding and 8da4w linears, fully delegated (issue 45).
+    runtime.python_test(
+        name = "torchao_weight_only_test",
+        size = "medium",
+        srcs = ["test/torchao_weight_only_test.py"],
+        deps = [
+            ":llama_like",
+            ":loader",
             ":lowered_program",
             "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:schema",
         ],
     )
 

@@ -2,7 +2,7 @@
 activations, int4 or int8 weights per group or per channel) lowered with CpuPartitioner through the
 standard `to_edge_transform_and_lower(...).to_executorch()`: fully delegated, each linear one
 `et_cpu_quant::linear_8da` kernel, outputs against torchao's eager model, the .pte far smaller than
-the float one; a scheme the delegate does not run fails lowering naming the torchao op."""
+the float one (a scheme the delegate does not run: torchao_weight_only_test.py)."""
 
 import copy
 from typing import Any
@@ -12,13 +12,10 @@ import torch
 from torch import nn
 from torchao.quantization import quantize_
 from torchao.quantization.granularity import PerAxis, PerGroup
-from torchao.quantization.quant_api import (
-    Int8DynamicActivationIntxWeightConfig,
-    IntxWeightOnlyConfig,
-)
+from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
 from torchao.quantization.quant_primitives import MappingType
 
-from backends.cpu.partition.cpu_partitioner import UnsupportedTorchaoOpError
+from backends.cpu.runtime.test.llama_like import Decoder
 from backends.cpu.runtime.test.lowered_program import load, lower, lower_to_pte
 
 KERNEL = "et_cpu_quant::linear_8da.out"
@@ -81,66 +78,9 @@ def test_8da_linear_variants_match_torchao(config: dict[str, Any]) -> None:
     torch.testing.assert_close(_run(program, (x,)), expected, atol=ATOL, rtol=RTOL)
 
 
-class _RmsNorm(nn.Module):
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim) + 0.1 * torch.randn(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.weight
-
-
-class _Block(nn.Module):
-    """Pre-norm causal self-attention and a SwiGLU MLP, Llama-style (no KV cache)."""
-
-    def __init__(self, dim: int, heads: int, hidden: int) -> None:
-        super().__init__()
-        self.heads = heads
-        self.attention_norm = _RmsNorm(dim)
-        self.wq = nn.Linear(dim, dim, bias=False)
-        self.wk = nn.Linear(dim, dim, bias=False)
-        self.wv = nn.Linear(dim, dim, bias=False)
-        self.wo = nn.Linear(dim, dim, bias=False)
-        self.mlp_norm = _RmsNorm(dim)
-        self.w1 = nn.Linear(dim, hidden, bias=False)
-        self.w3 = nn.Linear(dim, hidden, bias=False)
-        self.w2 = nn.Linear(hidden, dim, bias=False)
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        batch, seq, dim = x.shape
-        h = self.attention_norm(x)
-
-        def heads(t: torch.Tensor) -> torch.Tensor:
-            return t.view(batch, seq, self.heads, dim // self.heads).transpose(1, 2)
-
-        q, k, v = heads(self.wq(h)), heads(self.wk(h)), heads(self.wv(h))
-        scores = q @ k.transpose(-2, -1) * (dim // self.heads) ** -0.5 + mask
-        attention = (torch.softmax(scores, dim=-1) @ v).transpose(1, 2).reshape(batch, seq, dim)
-        x = x + self.wo(attention)
-        h = self.mlp_norm(x)
-        return x + self.w2(nn.functional.silu(self.w1(h)) * self.w3(h))
-
-
-class _Decoder(nn.Module):
-    def __init__(self, vocab: int = 256, dim: int = 128, layers: int = 2) -> None:
-        super().__init__()
-        self.embedding = nn.Embedding(vocab, dim)
-        self.blocks = nn.ModuleList(_Block(dim, 4, 2 * dim) for _ in range(layers))
-        self.norm = _RmsNorm(dim)
-        self.output = nn.Linear(dim, vocab, bias=False)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        seq = tokens.shape[1]
-        mask = torch.full((seq, seq), float("-inf")).triu(1)
-        x = self.embedding(tokens)
-        for block in self.blocks:
-            x = block(x, mask)
-        return self.output(self.norm(x))
-
-
 def test_8da4w_decoder_fully_delegated_top1_matches_torchao_and_pte_is_small() -> None:
     torch.manual_seed(2)
-    float_model = _Decoder().eval()
+    float_model = Decoder().eval()
     tokens = torch.randint(0, 256, (1, 16))
     float_pte, _ = lower_to_pte(float_model, (tokens,))
     model = _quantize(copy.deepcopy(float_model), PerGroup(32))
@@ -155,15 +95,3 @@ def test_8da4w_decoder_fully_delegated_top1_matches_torchao_and_pte_is_small() -
     # Linears hold ~0.63 bytes a weight (int4 + a float32 scale per 32) instead of 4; the float
     # embedding and norms stay.
     assert len(pte) < 0.3 * len(float_pte), (len(pte), len(float_pte))
-
-
-def test_unsupported_torchao_scheme_fails_lowering_naming_the_op() -> None:
-    # Weight-only quantization (no activation chain) is not run yet: lowering stops at the
-    # partitioner, naming the op, instead of failing later in to_executorch() with
-    # "Missing out variants".
-    model = nn.Linear(64, 32)
-    quantize_(model, IntxWeightOnlyConfig(weight_dtype=INT4, granularity=PerGroup(32)))
-    with pytest.raises(
-        UnsupportedTorchaoOpError, match=r"dequantize_affine.*not dequantize_affine"
-    ):
-        lower_to_pte(model.eval(), (torch.randn(3, 64),))
