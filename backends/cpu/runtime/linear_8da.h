@@ -1,5 +1,5 @@
-// The built-in kernel of `et_cpu_quant::linear_8da.out` (backends/cpu/torchao/linear_8da.py): torchao's
-// 8da4w linear. Each row of the float32 input is quantized to int8 the way torchao's
+// The built-in kernel of `et_cpu_quant::linear_8da.out` (backends/cpu/torchao/linear_8da.py):
+// torchao's 8da4w linear. Each row of the float32 input is quantized to int8 the way torchao's
 // choose_qparams_affine / quantize_affine define it (asymmetric, per token), multiplied in int32
 // with the int4 (two a byte) or int8 weights group by group, and dequantized with the row's scale
 // and the group's weight scale; then the bias. A plain, single-threaded implementation: the

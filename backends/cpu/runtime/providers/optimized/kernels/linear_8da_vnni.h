@@ -1,7 +1,7 @@
 // Our own kernel for `et_cpu_quant::linear_8da.out` (torchao's 8da4w linear, see
-// backends/cpu/torchao/linear_8da.py and the scalar reference runtime/linear_8da.cc): each float32 row
-// quantized to int8 per token exactly as the reference does it (vectorized, bit-identical), int8 x
-// int4 / int8 products exact in int32 per group, then the float epilogue (sum over groups of
+// backends/cpu/torchao/linear_8da.py and the scalar reference runtime/linear_8da.cc): each float32
+// row quantized to int8 per token exactly as the reference does it (vectorized, bit-identical),
+// int8 x int4 / int8 products exact in int32 per group, then the float epilogue (sum over groups of
 // acc * weight scale, times the row scale, plus the bias).
 //
 // The weights are packed once, at bind, into blocks of 16 output channels. Within a block, each
