@@ -216,23 +216,69 @@ def warn_unkept_bounds(program: Any, reason: str) -> None:
         )
 
 
+def narrowed_bounds(program: Any) -> list[tuple[str, int, int]]:
+    """(symbol, exported upper bound, current upper bound) of each input symbol whose range in the
+    shape environment is narrower than the program's `range_constraints` (the exported contract):
+    a guard installed since export (e.g. by a transform pass re-running a convolution on fake
+    tensors) that memory planning would follow."""
+    found: dict[str, tuple[str, int, int]] = {}
+    constraints = getattr(program, "range_constraints", {}) or {}
+    for node in program.graph.nodes:
+        if node.op != "placeholder" or not isinstance(node.meta.get("val"), torch.Tensor):
+            continue
+        for dim in node.meta["val"].shape:
+            if not isinstance(dim, torch.SymInt) or dim.node.shape_env is None:
+                continue
+            env = dim.node.shape_env
+            for symbol in dim.node.expr.free_symbols:
+                exported, current = constraints.get(symbol), env.var_to_range.get(symbol)
+                if exported is None or current is None:
+                    continue
+                if not (exported.upper.is_Integer and current.upper.is_Integer):
+                    continue
+                if int(current.upper) < int(exported.upper):
+                    found[str(symbol)] = (str(symbol), int(exported.upper), int(current.upper))
+    return list(found.values())
+
+
+def warn_narrowed_bounds(program: Any) -> None:
+    """Warns for each `narrowed_bounds` symbol: to_executorch() would plan it short."""
+    for name, exported, current in narrowed_bounds(program):
+        warnings.warn(
+            f"CpuPartitioner: dimension {name} is exported with max {exported}, but a guard "
+            f"installed before partitioning (a pass of to_edge / to_edge_transform_and_lower) "
+            f"narrowed it to {current}: to_executorch() will plan the program's buffers for "
+            f"{current} and ExecuTorch will refuse larger sizes. Export with Dim(max={current}), "
+            "or run that pass under the shape environment's suppress_guards()",
+            stacklevel=3,
+        )
+
+
 def to_executorch(edge: Any, config: Any = None) -> Any:
     """`edge.to_executorch(config)` keeping the symbols' ranges as exported.
 
     With CpuPartitioner's `keep_bounds_when_retraced` in place a plain `edge.to_executorch()`
-    does that already; this also covers other delegates (XNNPACK's) in the same program: every
-    guard of the re-trace is suppressed, so buffers are planned for the exported bounds.
+    does that already; this also covers other delegates in the same program: every guard of the
+    re-trace is suppressed. It cannot undo a narrowing installed before (ExecuTorch 1.5's XNNPACK
+    guards `batch < 16` while lowering; see `narrowed_bounds`).
     """
-    shape_envs = {
+    with guards_suppressed(edge.exported_program()):
+        return edge.to_executorch(config) if config is not None else edge.to_executorch()
+
+
+@contextlib.contextmanager
+def guards_suppressed(program: Any) -> Iterator[None]:
+    """No guard (and no range narrowing) in the shape environments of `program`'s inputs."""
+    envs = {
         id(env): env
-        for node in edge.exported_program().graph.nodes
+        for node in program.graph.nodes
         if node.op == "placeholder"
         for env in _shape_envs(node.meta.get("val"))
     }
     with contextlib.ExitStack() as stack:
-        for env in shape_envs.values():
+        for env in envs.values():
             stack.enter_context(env.suppress_guards())
-        return edge.to_executorch(config) if config is not None else edge.to_executorch()
+        yield
 
 
 def _shape_envs(value: object) -> Iterator[Any]:

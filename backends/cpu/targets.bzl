@@ -74,6 +74,7 @@ def define_common_targets():
         deps = [
             ":profiling_events",
             ":quantized_fusion",
+            ":symbolic_dims",
             ":torchao_linear",
             "//backends/cpu/serialization:graph_writer",
             "//backends/transforms:fold_constant_subgraphs",

@@ -28,6 +28,7 @@ from backends.cpu.routes import op_key, ops_to_keep_undecomposed
 from backends.cpu.symbolic_dims import (
     is_size_node,
     keep_bounds_when_retraced,
+    warn_narrowed_bounds,
     warn_unkept_bounds,
 )
 
@@ -193,6 +194,7 @@ class CpuPartitioner(Partitioner):
             why_not = keep_bounds_when_retraced(CpuBackend.__name__)
             if why_not is not None:
                 warn_unkept_bounds(exported_program, why_not)
+            warn_narrowed_bounds(exported_program)
         self.reports.append(
             PartitionReport(
                 claimed=tuple(n.name for n in decisions if n in claimed),

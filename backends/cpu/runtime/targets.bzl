@@ -224,6 +224,20 @@ def define_common_targets():
         ],
     )
 
+    # Issue 47: the same bounded dynamic dims with the plain documented flow (no helper):
+    # edge.to_executorch() plans the exported bounds; MobileNetV3-style CNN and a decoder.
+    runtime.python_test(
+        name = "plain_dynamic_flow_test",
+        size = "medium",
+        srcs = ["test/plain_dynamic_flow_test.py"],
+        deps = [
+            ":loader",
+            "//backends/cpu:symbolic_dims",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//tools/bench:zoo",
+        ],
+    )
+
     # Issue 43: threads x programs x calls, to process exit. The programs (float CNN, int8 CNN,
     # decoder, dynamic-batch CNN) are lowered once at build time; the C++ test runs them with
     # ExecuTorch's Module and, under --config=asan / --config=tsan, is the sanitizer stress test;
