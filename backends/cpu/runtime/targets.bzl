@@ -216,7 +216,6 @@ def define_common_targets():
         srcs = ["test/dynamic_shape_test.py"],
         deps = [
             ":loader",
-            "//backends/cpu:symbolic_dims",
             "//backends/cpu/partition:cpu_partitioner",
             "//backends/cpu/serialization:graph_reader",
             "//backends/cpu/serialization:schema",
