@@ -55,9 +55,7 @@ def _llama() -> torch.nn.Module:
 
 def _cnn_edge(model: torch.nn.Module) -> EdgeProgramManager:
     batch = Dim("batch", min=1, max=MAX_BATCH)
-    exported = torch.export.export(
-        model, (torch.randn(2, *IMAGE),), dynamic_shapes=({0: batch},)
-    )
+    exported = torch.export.export(model, (torch.randn(2, *IMAGE),), dynamic_shapes=({0: batch},))
     partitioner = CpuPartitioner()
     edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
     assert partitioner.report.left_out == (), partitioner.report
@@ -147,7 +145,9 @@ def test_lowering_warns_when_a_bound_was_narrowed_before_partitioning() -> None:
     symbol = x.meta["val"].shape[0].node.expr
     env = x.meta["val"].shape[0].node.shape_env
     env.var_to_range[symbol] = ValueRanges(2, MAX_BATCH - 1)
-    with pytest.warns(UserWarning, match=rf"{symbol} is exported with max 16, .* narrowed it to 15"):
+    with pytest.warns(
+        UserWarning, match=rf"{symbol} is exported with max 16, .* narrowed it to 15"
+    ):
         edge.to_backend(CpuPartitioner())
 
 
@@ -159,9 +159,7 @@ def test_xnnpack_delegates_keep_executorchs_own_behaviour(tmp_path: Path) -> Non
     assert symbolic_dims.keep_bounds_when_retraced("CpuBackend") is None
     model = _mobilenet()
     batch = Dim("batch", min=1, max=MAX_BATCH)
-    exported = torch.export.export(
-        model, (torch.randn(2, *IMAGE),), dynamic_shapes=({0: batch},)
-    )
+    exported = torch.export.export(model, (torch.randn(2, *IMAGE),), dynamic_shapes=({0: batch},))
     edge = to_edge_transform_and_lower(exported, partitioner=[xnnpack.XnnpackPartitioner()])
     program = edge.to_executorch()
     (planned,) = _planned_input_sizes(program)
