@@ -83,7 +83,7 @@ def _check(module: Any, model: torch.nn.Module, x: torch.Tensor) -> None:
 
 
 def test_cnn_with_bounded_batch_runs_at_every_size_with_plain_to_executorch(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     model = _mobilenet()
     with warnings.catch_warnings():
@@ -94,6 +94,10 @@ def test_cnn_with_bounded_batch_runs_at_every_size_with_plain_to_executorch(
     module = _save_and_load(program, tmp_path / "mobilenet.pte")
     torch.manual_seed(1)
     for batch in (1, MAX_BATCH, 7, MAX_BATCH - 1, 1, MAX_BATCH):
+        _check(module, model, torch.randn(batch, *IMAGE))
+    # A new size's plans prepared at bind too, as before ET_CPU_SHAPE_PLAN_DEFER (read per bind).
+    monkeypatch.setenv("ET_CPU_SHAPE_PLAN_DEFER", "0")
+    for batch in (5, 11):
         _check(module, model, torch.randn(batch, *IMAGE))
 
 
