@@ -13,7 +13,7 @@ from executorch.exir.backend.backend_details import BackendDetails, PreprocessRe
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from torch.export import ExportedProgram
 
-from backends.cpu import profiling_events
+from backends.cpu import profiling_events, symbolic_dims
 from backends.cpu.quantized_fusion import FuseQuantizedGroups
 from backends.cpu.serialization.graph_writer import serialize_program
 from backends.cpu.torchao.fusion import FuseTorchaoOps
@@ -55,8 +55,11 @@ class CpuBackend(BackendDetails):
             keys = ", ".join(spec.key for spec in compile_specs)
             raise ValueError(f"CpuBackend takes no compile specs, got: {keys}")
         handles_before = profiling_events.snapshot_handles(edge_program)
-        reports = run_passes(edge_program, [make_pass() for make_pass in CPU_PREPROCESS_PASSES])
-        serialized = serialize_program(edge_program)
+        # The program's shape environment is the owning program's (a deep copy shares it): a
+        # guard a rewrite's fake kernels install here would narrow the bounds to_executorch plans.
+        with symbolic_dims.guards_suppressed(edge_program):
+            reports = run_passes(edge_program, [make_pass() for make_pass in CPU_PREPROCESS_PASSES])
+            serialized = serialize_program(edge_program)
         # Not serialized into the .pte: kept on the lowered module for lowering reports.
         info: dict[str, Any] = {
             "pass_reports": [report.to_dict() for report in reports],

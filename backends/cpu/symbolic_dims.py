@@ -8,8 +8,11 @@ what the arena is planned for) over symbols with a finite upper bound.
 """
 
 import contextlib
+import functools
+import importlib
 import operator
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,24 +134,151 @@ def is_size_node(node: torch.fx.Node) -> bool:
     return node.target in _SIZE_OPS or op_key(node.target) == "aten.sym_size.int"
 
 
+# Where torch keeps the fake (and tracing) implementation of ExecuTorch's delegate call: its fake
+# kernel runs `call_delegate_cpu`, looked up in this module at every call.
+_DELEGATE_CALL_MODULE = "torch._higher_order_ops.executorch_call_delegate"
+_DELEGATE_CALL = "call_delegate_cpu"
+_FAKE_KERNEL = "call_delegate_fake_tensor_mode"
+_KEEPS_BOUNDS = "_et_cpu_keeps_bounds"  # marks our wrapper (idempotent install)
+WORKAROUND = "backends.cpu.symbolic_dims.to_executorch(edge)"
+
+
+def keep_bounds_when_retraced(backend_id: str) -> str | None:
+    """Make `to_executorch()` plan `backend_id`'s delegates for their exported bounds.
+
+    `to_executorch()` re-runs each delegate's original graph on fake tensors (SpecPropPass) in
+    the program's shape environment. Torch's fake convolution picks a backend with
+    `guard_or_false(batch >= 16)`: on a backed symbol that installs the guard `batch < 16`
+    and narrows its range to [.., 15], and memory planning (ConstraintBasedSymShapeEvalPass)
+    then sizes every buffer using that symbol, the program's inputs included, for 15. The guards
+    of a delegate's graph are torch's kernel choices, not limits of the delegate: its runtime runs
+    every size within the exported ranges. So the delegate's fake run is made guard-free for the
+    lowered modules of `backend_id` (other backends' delegates run as before).
+
+    Installed once per process; returns None when in place, else why it could not be (torch's
+    internals changed): then `to_executorch` (below) is still right.
+    """
+    try:
+        module = importlib.import_module(_DELEGATE_CALL_MODULE)
+    except ImportError as error:
+        return f"{_DELEGATE_CALL_MODULE} cannot be imported ({error})"
+    current = getattr(module, _DELEGATE_CALL, None)
+    fake_kernel = getattr(module, _FAKE_KERNEL, None)
+    code = getattr(fake_kernel, "__code__", None)
+    if (
+        not callable(current)
+        or code is None
+        or _DELEGATE_CALL not in code.co_names
+        or getattr(fake_kernel, "__globals__", None) is not vars(module)
+    ):
+        return f"{_DELEGATE_CALL_MODULE}.{_FAKE_KERNEL} no longer runs {_DELEGATE_CALL}"
+    backends: set[str] = getattr(current, _KEEPS_BOUNDS, set())
+    if not backends:
+        current = _wrap_delegate_call(current, backends)
+        setattr(module, _DELEGATE_CALL, current)
+    backends.add(backend_id)
+    return None
+
+
+def _wrap_delegate_call(call: Callable[..., Any], backends: set[str]) -> Callable[..., Any]:
+    @functools.wraps(call)
+    def call_delegate_keeping_bounds(lowered_module: Any, *args: Any) -> Any:
+        if getattr(lowered_module, "backend_id", None) not in backends:
+            return call(lowered_module, *args)
+        with contextlib.ExitStack() as stack:
+            for env in {id(env): env for env in _shape_envs(args)}.values():
+                stack.enter_context(env.suppress_guards())
+            return call(lowered_module, *args)
+
+    setattr(call_delegate_keeping_bounds, _KEEPS_BOUNDS, backends)
+    return call_delegate_keeping_bounds
+
+
+def warn_unkept_bounds(program: Any, reason: str) -> None:
+    """Warns, naming each bounded symbol, that `to_executorch()` may plan it short of its bound."""
+    bounds: dict[str, SymbolBounds] = {}
+    for node in program.graph.nodes:
+        if node.op != "placeholder" or not isinstance(node.meta.get("val"), torch.Tensor):
+            continue
+        for dim in node.meta["val"].shape:
+            if isinstance(dim, torch.SymInt):
+                with contextlib.suppress(UnsupportedSize):
+                    for found in affine_size(dim)[1]:
+                        bounds[found.name] = found
+    for found in bounds.values():
+        warnings.warn(
+            f"CpuPartitioner: dimension {found.name} is exported with bounds "
+            f"[{found.min}, {found.max}], but edge.to_executorch() may plan its buffers for less "
+            f"(15 for max=16 when a delegated convolution reads it: torch's fake convolution "
+            f"guards batch < 16) because {reason}; call {WORKAROUND} instead of "
+            "edge.to_executorch()",
+            stacklevel=3,
+        )
+
+
+def narrowed_bounds(program: Any) -> list[tuple[str, int, int]]:
+    """(symbol, exported upper bound, current upper bound) of each input symbol whose range in the
+    shape environment is narrower than the program's `range_constraints` (the exported contract):
+    a guard installed since export (e.g. by a transform pass re-running a convolution on fake
+    tensors) that memory planning would follow."""
+    found: dict[str, tuple[str, int, int]] = {}
+    constraints = getattr(program, "range_constraints", {}) or {}
+    for node in program.graph.nodes:
+        if node.op != "placeholder" or not isinstance(node.meta.get("val"), torch.Tensor):
+            continue
+        for dim in node.meta["val"].shape:
+            if not isinstance(dim, torch.SymInt) or dim.node.shape_env is None:
+                continue
+            env = dim.node.shape_env
+            for symbol in dim.node.expr.free_symbols:
+                exported, current = constraints.get(symbol), env.var_to_range.get(symbol)
+                if exported is None or current is None:
+                    continue
+                if not (exported.upper.is_Integer and current.upper.is_Integer):
+                    continue
+                if int(current.upper) < int(exported.upper):
+                    found[str(symbol)] = (str(symbol), int(exported.upper), int(current.upper))
+    return list(found.values())
+
+
+def warn_narrowed_bounds(program: Any) -> None:
+    """Warns for each `narrowed_bounds` symbol: to_executorch() would plan it short."""
+    for name, exported, current in narrowed_bounds(program):
+        warnings.warn(
+            f"CpuPartitioner: dimension {name} is exported with max {exported}, but a guard "
+            f"installed before partitioning (a pass of to_edge / to_edge_transform_and_lower) "
+            f"narrowed it to {current}: to_executorch() will plan the program's buffers for "
+            f"{current} and ExecuTorch will refuse larger sizes. Export with Dim(max={current}), "
+            "or run that pass under the shape environment's suppress_guards()",
+            stacklevel=3,
+        )
+
+
 def to_executorch(edge: Any, config: Any = None) -> Any:
     """`edge.to_executorch(config)` keeping the symbols' ranges as exported.
 
-    to_executorch re-runs each delegate's graph on fake tensors; torch's fake convolution picks a
-    backend with `guard_or_false(batch >= 16)`, which on a backed symbol installs the guard
-    `batch < 16` and narrows the range to [.., 15]: the program's buffers are then planned one
-    short of the exported bound. With the guards suppressed, they are planned for the bound.
+    With CpuPartitioner's `keep_bounds_when_retraced` in place a plain `edge.to_executorch()`
+    does that already; this also covers other delegates in the same program: every guard of the
+    re-trace is suppressed. It cannot undo a narrowing installed before (ExecuTorch 1.5's XNNPACK
+    guards `batch < 16` while lowering; see `narrowed_bounds`).
     """
-    shape_envs = {
+    with guards_suppressed(edge.exported_program()):
+        return edge.to_executorch(config) if config is not None else edge.to_executorch()
+
+
+@contextlib.contextmanager
+def guards_suppressed(program: Any) -> Iterator[None]:
+    """No guard (and no range narrowing) in the shape environments of `program`'s inputs."""
+    envs = {
         id(env): env
-        for node in edge.exported_program().graph.nodes
+        for node in program.graph.nodes
         if node.op == "placeholder"
         for env in _shape_envs(node.meta.get("val"))
     }
     with contextlib.ExitStack() as stack:
-        for env in shape_envs.values():
+        for env in envs.values():
             stack.enter_context(env.suppress_guards())
-        return edge.to_executorch(config) if config is not None else edge.to_executorch()
+        yield
 
 
 def _shape_envs(value: object) -> Iterator[Any]:
@@ -156,3 +286,6 @@ def _shape_envs(value: object) -> Iterator[Any]:
         for dim in value.shape:
             if isinstance(dim, torch.SymInt) and dim.node.shape_env is not None:
                 yield dim.node.shape_env
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            yield from _shape_envs(item)

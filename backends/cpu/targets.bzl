@@ -62,8 +62,9 @@ def define_common_targets():
         deps = [
             ":profiling_events",
             ":quantized_fusion",
-            "//backends/cpu/torchao:fusion",
+            ":symbolic_dims",
             "//backends/cpu/serialization:graph_writer",
+            "//backends/cpu/torchao:fusion",
             "//backends/transforms:fold_constant_subgraphs",
             "//backends/transforms:fuse_batch_norm_with_conv",
             "//backends/transforms:fuse_batch_norm_with_linear",

@@ -24,7 +24,12 @@ from backends.cpu.partition.node_support import (
     check_node,
 )
 from backends.cpu.routes import op_key, ops_to_keep_undecomposed
-from backends.cpu.symbolic_dims import is_size_node
+from backends.cpu.symbolic_dims import (
+    is_size_node,
+    keep_bounds_when_retraced,
+    warn_narrowed_bounds,
+    warn_unkept_bounds,
+)
 from backends.cpu.torchao.graph import TORCHAO_OPS
 
 
@@ -185,6 +190,12 @@ class CpuPartitioner(Partitioner):
                 )
             left_out.append(decision)
         _fail_on_stranded_torchao_ops(left_out)
+        if claimed:
+            # Bounded dynamic dims: a plain edge.to_executorch() must plan the exported bounds.
+            why_not = keep_bounds_when_retraced(CpuBackend.__name__)
+            if why_not is not None:
+                warn_unkept_bounds(exported_program, why_not)
+            warn_narrowed_bounds(exported_program)
         self.reports.append(
             PartitionReport(
                 claimed=tuple(n.name for n in decisions if n in claimed),

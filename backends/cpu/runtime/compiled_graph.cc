@@ -776,6 +776,8 @@ Error CompiledGraph::bind_ops() {
       binding.fusable = Span<const FusableStep>(steps.data(), steps.size());
       binding.fused_steps = &fused;
       binding.decline_reason = &reason;
+      binding.bound_in_base = base_ != nullptr && base_->ops_[i].provider == provider &&
+                              base_->ops_[i].kernel != nullptr;
       reason.clear();
       const et_timestamp_t bind_start = executorch::runtime::pal_current_ticks();
       error = provider->bind(binding, &op.kernel);

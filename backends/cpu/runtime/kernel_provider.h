@@ -104,6 +104,10 @@ struct OpBinding {
   size_t* fused_steps = nullptr;
   // A provider that declines (Error::NotSupported) says why here, for the kernel placement log.
   std::string* decline_reason = nullptr;
+  // A shape plan's op that its base graph (the upper bounds) bound on this same provider: the
+  // provider may leave preparing its plans to ProviderSession::finalize (prepared once, with the
+  // final layouts) instead of preparing them now to check that it can.
+  bool bound_in_base = false;
 };
 
 // One op bound to an implementation; run() is called once per execute.

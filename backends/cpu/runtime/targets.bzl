@@ -222,10 +222,23 @@ def define_common_targets():
         srcs = ["test/dynamic_shape_test.py"],
         deps = [
             ":loader",
-            "//backends/cpu:symbolic_dims",
             "//backends/cpu/partition:cpu_partitioner",
             "//backends/cpu/serialization:graph_reader",
             "//backends/cpu/serialization:schema",
+            "//tools/bench:zoo",
+        ],
+    )
+
+    # Issue 47: the same bounded dynamic dims with the plain documented flow (no helper):
+    # edge.to_executorch() plans the exported bounds; MobileNetV3-style CNN and a decoder.
+    runtime.python_test(
+        name = "plain_dynamic_flow_test",
+        size = "medium",
+        srcs = ["test/plain_dynamic_flow_test.py"],
+        deps = [
+            ":loader",
+            "//backends/cpu:symbolic_dims",
+            "//backends/cpu/partition:cpu_partitioner",
             "//tools/bench:zoo",
         ],
     )

@@ -14,7 +14,6 @@ from executorch.exir import to_edge_transform_and_lower
 from executorch.extension.pybindings import portable_lib
 from torch.export import Dim
 
-from backends.cpu import symbolic_dims
 from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.runtime import loader
 from backends.cpu.serialization.graph_reader import cpu_payloads
@@ -56,7 +55,7 @@ def _lower(model: torch.nn.Module, example: torch.Tensor, shapes: dict[int, Any]
     assert len(payloads) == 1
     graph = fb.GraphT.InitFromPackedBuf(payloads[0], 0)
     assert graph.symbols is not None and len(graph.symbols) == 1
-    pte = bytes(symbolic_dims.to_executorch(edge).buffer)
+    pte = bytes(edge.to_executorch().buffer)  # plans the exported bounds (issue 47)
     _BUFFERS.append(pte)
     return portable_lib._load_for_executorch_from_buffer(pte), graph
 

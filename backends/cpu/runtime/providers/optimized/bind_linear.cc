@@ -151,8 +151,7 @@ Error bind_linear(const OpBinding& op, bool is_addmm, OptimizedSession& session,
   auto kernel = std::make_unique<LinearKernel>(
       params, weight->const_data_ptr<float>(), bias ? bias->const_data_ptr<float>() : nullptr,
       post, input, final_output(op, out_index, *fused), residual);
-  kernel->prepare(session.provider(), {});
-  session.add(kernel.get());
+  session.add_checked(kernel.get());
   *out = std::move(kernel);
   return Error::Ok;
 }
@@ -190,8 +189,7 @@ Error bind_matmul(const OpBinding& op, bool batched, OptimizedSession& session,
       &residual);
   auto kernel =
       std::make_unique<MatmulKernel>(params, post, a, b, final_output(op, 2, *fused), residual);
-  kernel->prepare(session.provider(), {});
-  session.add(kernel.get());
+  session.add_checked(kernel.get());
   *out = std::move(kernel);
   return Error::Ok;
 }

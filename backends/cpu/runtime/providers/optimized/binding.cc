@@ -169,8 +169,7 @@ size_t schema_args(const OpBinding& op) { return op.args.empty() ? 0 : op.args.s
 
 Error bind_prepared(std::unique_ptr<OptimizedKernel> kernel, OptimizedSession& session,
                     std::unique_ptr<BoundKernel>* out) {
-  kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
-  session.add(kernel.get());
+  session.add_checked(kernel.get());
   *out = std::move(kernel);
   return Error::Ok;
 }

@@ -47,6 +47,7 @@ class OptimizedProvider final : public KernelProvider {
       try {
         const BindRow* row = find_binder(kernel);
         if (row != nullptr) {
+          session->begin_bind(op.bound_in_base);
           error = row->bind(BindRequest{op, *session, out, &decline, &fused});
         } else {
           decline.reason = "no oneDNN kernel for " + kernel;

@@ -28,7 +28,17 @@ OptimizedSession::OptimizedSession(const OptimizedSession* base)
     : weights_(base != nullptr                   ? base->weights_
                : onednn::weight_cache_enabled() ? std::make_shared<onednn::WeightCache>()
                                                 : nullptr),
-      provider_(std::make_unique<onednn::Provider>(options())) {}
+      provider_(std::make_unique<onednn::Provider>(options())),
+      shape_plan_(base != nullptr) {}
+
+void OptimizedSession::add_checked(OptimizedKernel* kernel) {
+  if (shape_plan_ && bound_in_base_ && onednn::kernel_switched_on("ET_CPU_SHAPE_PLAN_DEFER")) {
+    add_unprepared(kernel);
+    return;
+  }
+  kernel->prepare(*provider_, [](const executorch::aten::TensorImpl*) { return false; });
+  add(kernel);
+}
 
 size_t OptimizedSession::held_bytes() const {
   size_t kernels = 0;

@@ -61,6 +61,13 @@ class OptimizedSession final : public ProviderSession {
   onednn::Provider& provider() { return *provider_; }
   // A kernel bind prepared on provider() with plain activations.
   void add(OptimizedKernel* kernel) { kernels_.push_back(kernel); }
+  // Called before each bind: whether the op's base graph bound it here (OpBinding::bound_in_base).
+  void begin_bind(bool bound_in_base) { bound_in_base_ = bound_in_base; }
+  // A kernel bind checked: prepared now with plain activations, or, in a shape plan whose base
+  // bound the op here (prepared at the upper bounds), left to finalize, which prepares every
+  // kernel once with its final layouts (a CNN's re-plan used to prepare them twice).
+  // ET_CPU_SHAPE_PLAN_DEFER=0: prepared now, as in the base.
+  void add_checked(OptimizedKernel* kernel);
   // A kernel bind only checked: finalize prepares it (the int8 ops).
   void add_unprepared(OptimizedKernel* kernel) {
     kernels_.push_back(kernel);
@@ -84,6 +91,8 @@ class OptimizedSession final : public ProviderSession {
   size_t chained_ = 0;
   size_t blocks_ = 0;
   bool unprepared_ = false;  // some kernel waits for finalize to prepare it
+  bool shape_plan_ = false;  // opened with a base session
+  bool bound_in_base_ = false;  // the op being bound (begin_bind)
 };
 
 }  // namespace optimized
