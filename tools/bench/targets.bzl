@@ -114,6 +114,13 @@ def define_common_targets():
         deps = ["//tools/lower:examples"],
     )
 
+    # Issue 45: the Llama-style KV-cache decoder shared by the KV-cache tests and llm_bench.
+    runtime.python_library(
+        name = "llm_models",
+        srcs = ["llm_models.py"],
+        visibility = ["//visibility:public"],
+    )
+
     # Issue #18: int8 (PT2E) on the CPU delegate vs XNNPACK int8, XNNPACK fp32 and our fp32.
     runtime.python_library(
         name = "int8_bench_lib",
