@@ -103,7 +103,8 @@ def lower_program(
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
         partitioner = XnnpackPartitioner()
-    pte = bytes(to_edge_transform_and_lower(exported, partitioner=[partitioner]).to_executorch().buffer)
+    edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
+    pte = bytes(edge.to_executorch().buffer)
     os.makedirs(cache_dir, exist_ok=True)
     with open(path + ".tmp", "wb") as out:
         out.write(pte)
@@ -172,10 +173,8 @@ def bytes_per_token(config: LlmConfig, quantize: str, group_size: int = 32) -> d
     whole K and V caches (attention runs over all max_seq positions)."""
     linear = config.layers * (4 * config.dim * config.dim + 3 * config.dim * config.hidden)
     linear += config.dim * config.vocab
-    if quantize == "8da4w":
-        linear_bytes = linear // 2 + (linear // group_size) * 4
-    else:
-        linear_bytes = linear * 4
+    quantized = linear // 2 + (linear // group_size) * 4
+    linear_bytes = quantized if quantize == "8da4w" else linear * 4
     other = config.dim * 4 + (2 * config.layers + 1) * config.dim * 4
     cache = 2 * config.layers * config.batch * config.max_seq * config.dim * 4
     return {

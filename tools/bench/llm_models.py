@@ -186,7 +186,10 @@ def make_decoder(config: LlmConfig, seed: int = 0) -> KVCacheDecoder:
     return model
 
 
-def example_inputs(config: LlmConfig, seq: int, start: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def example_inputs(
+    config: LlmConfig, seq: int, start: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random tokens [batch, seq] and their positions start .. start+seq-1."""
     tokens = torch.randint(0, config.vocab, (config.batch, seq))
     return tokens, torch.arange(start, start + seq, dtype=torch.int64)
 
@@ -204,7 +207,11 @@ def export_decoder(
     write-back ("a leaf Variable that requires grad is being used in an in-place operation")."""
     dynamic_shapes = None
     if dynamic:
-        bound = max_seq if max_seq is not None else int(getattr(model, "config").max_seq)
+        if max_seq is None:
+            if not isinstance(model, KVCacheDecoder):
+                raise ValueError("max_seq is needed to bound the token count of this model")
+            max_seq = model.config.max_seq
+        bound = max_seq
         seq = torch.export.Dim("seq", min=1, max=bound)
         dynamic_shapes = ({1: seq}, {0: seq})
     with torch.no_grad():
