@@ -53,7 +53,7 @@ def test_examples_are_deterministic_eval_models_with_nontrivial_batch_norms(name
     norms = [m for m in a.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
     for bn in norms:  # identity batch norms would hide a wrong fold
         assert bn.running_mean is not None and bn.running_mean.abs().sum() > 0
-    assert (len(norms) > 0) == (name != "index")
+    assert (len(norms) > 0) == (name not in ("index", "llm"))
 
 
 def test_full_sizes_are_the_benchmark_shapes() -> None:
@@ -456,3 +456,18 @@ def test_quantize_8da4w_without_a_divisible_linear_gives_one_line_and_exit_2(
     assert code == ExitCode.BAD_INPUT
     assert "no linear's input width is a multiple of --group-size 7" in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_llm_example_with_its_kv_caches_lowers_8da4w_fully_delegated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, report = tmp_path / "llm.pte", tmp_path / "report.json"
+    args = ["--example", "llm", "--quantize", "8da4w", "--runs", "0", "-q"]
+    code = cli.main([*args, "-o", str(out), "--json", str(report)])
+    text = capsys.readouterr().out
+    assert code == ExitCode.OK, text
+    document = json.loads(report.read_text())
+    assert document["delegation"]["not_delegated"] == {}, document["delegation"]
+    # 2 layers x (q, k, v, o, w1, w2, w3) and the output projection.
+    assert document["quantization"].startswith("15 linear(s) 8da4w"), document["quantization"]
+    assert document["check"]["matches_eager"]

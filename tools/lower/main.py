@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from tools.lower import quiet
 from tools.lower.errors import ExitCode, LowerError
 
-_EXAMPLE_NAMES = ("resnet", "mobilenet", "mlp_bn", "index")  # kept in step with examples.EXAMPLES
+_EXAMPLE_NAMES = ("resnet", "mobilenet", "mlp_bn", "index", "llm")  # kept in step with examples.EXAMPLES
 _TARGETS = ("cpu", "xnnpack", "none")
 
 EPILOG = """\
