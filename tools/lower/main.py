@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from tools.lower import quiet
 from tools.lower.errors import ExitCode, LowerError
 
-_EXAMPLE_NAMES = ("resnet", "mobilenet", "mlp_bn", "index", "llm")  # kept in step with examples.EXAMPLES
+# Kept in step with examples.EXAMPLES.
+_EXAMPLE_NAMES = ("resnet", "mobilenet", "mlp_bn", "index", "llm")
 _TARGETS = ("cpu", "xnnpack", "none")
 
 EPILOG = """\
