@@ -114,6 +114,39 @@ def define_common_targets():
         deps = ["//tools/lower:examples"],
     )
 
+    # Issue 45: the Llama-style KV-cache decoder shared by the KV-cache tests and llm_bench.
+    runtime.python_library(
+        name = "llm_models",
+        srcs = ["llm_models.py"],
+        visibility = ["//visibility:public"],
+    )
+
+    # Issue 45: KV-cache decode tokens/s and prefill time, CPU delegate vs XNNPACK vs eager, float
+    # or torchao 8da4w, against the memory-bandwidth limit.
+    runtime.python_library(
+        name = "llm_bench_lib",
+        srcs = ["llm_bench.py"],
+        deps = [
+            ":harness",
+            ":llm_models",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/runtime:loader",
+        ],
+    )
+
+    runtime.python_binary(
+        name = "llm_bench",
+        main = "llm_bench.py",
+        deps = [":llm_bench_lib"],
+    )
+
+    runtime.python_test(
+        name = "llm_bench_test",
+        size = "medium",
+        srcs = ["llm_bench_test.py"],
+        deps = [":llm_bench_lib"],
+    )
+
     # Issue #18: int8 (PT2E) on the CPU delegate vs XNNPACK int8, XNNPACK fp32 and our fp32.
     runtime.python_library(
         name = "int8_bench_lib",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -231,6 +232,32 @@ class IndexModel(nn.Module):
         return positives, mixed, mask, scattered
 
 
+# --- Llama-style decoder with a KV cache ---------------------------------------------------------
+
+
+def _llm_config(spec: ExampleSpec) -> Any:
+    from tools.bench.llm_models import LlmConfig
+
+    # width: the model dim; depth: (layers, vocab, max_seq); batch: the prefill's token count.
+    layers, vocab, max_seq = spec.depth
+    return LlmConfig(
+        vocab=vocab, dim=spec.width, layers=layers, heads=4, hidden=2 * spec.width, max_seq=max_seq
+    )
+
+
+def _llm_model(spec: ExampleSpec) -> nn.Module:
+    from tools.bench.llm_models import KVCacheDecoder
+
+    return KVCacheDecoder(_llm_config(spec))
+
+
+def _llm_inputs(spec: ExampleSpec, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+    # A prefill from position 0: every visible cache position is written by this call, so the
+    # outputs do not depend on what an earlier call left in the caches.
+    tokens = torch.randint(0, spec.depth[1], (1, spec.batch), generator=generator)
+    return tokens, torch.arange(spec.batch, dtype=torch.int64)
+
+
 def _image_inputs(spec: ExampleSpec, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
     return (torch.randn(spec.batch, 3, spec.image, spec.image, generator=generator),)
 
@@ -288,6 +315,17 @@ EXAMPLES: dict[str, Example] = {
             specs={
                 "small": ExampleSpec(width=16, batch=8),
                 "full": ExampleSpec(width=512, batch=256),
+            },
+        ),
+        Example(
+            name="llm",
+            description="Llama-style decoder (RMSNorm, rotary, SwiGLU) with K/V caches as mutable "
+            "buffers written at input_pos; inputs: a prefill's tokens and positions",
+            build=_llm_model,
+            inputs=_llm_inputs,
+            specs={
+                "small": ExampleSpec(width=128, batch=8, depth=(2, 256, 64)),
+                "full": ExampleSpec(width=512, batch=128, depth=(4, 4096, 256)),
             },
         ),
     )

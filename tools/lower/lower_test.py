@@ -53,7 +53,7 @@ def test_examples_are_deterministic_eval_models_with_nontrivial_batch_norms(name
     norms = [m for m in a.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
     for bn in norms:  # identity batch norms would hide a wrong fold
         assert bn.running_mean is not None and bn.running_mean.abs().sum() > 0
-    assert (len(norms) > 0) == (name != "index")
+    assert (len(norms) > 0) == (name not in ("index", "llm"))
 
 
 def test_full_sizes_are_the_benchmark_shapes() -> None:
@@ -410,3 +410,64 @@ def test_quantize_qat_lowers_the_folded_qat_program_fully_delegated(
     assert any("quantize_per_channel" in op for op in document["delegation"]["delegated"])
     assert document["check"]["sqnr_db"] > 10.0, document["check"]
     assert "QAT" in document["source"], document["source"]
+
+
+def test_quantize_8da4w_quantizes_the_linears_fully_delegated_and_shrinks_the_pte(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, report = tmp_path / "mlp_8da4w.pte", tmp_path / "report.json"
+    args = ["--example", "mlp_bn", "--size", "full", "--quantize", "8da4w", "--runs", "0", "-q"]
+    code = cli.main([*args, "-o", str(out), "--json", str(report)])
+    text = capsys.readouterr().out
+    assert code == ExitCode.OK, text
+    document = json.loads(report.read_text())
+    assert document["delegation"]["not_delegated"] == {}, document["delegation"]
+    # Three 1024-wide hidden linears and the classifier, int4 weights per group of 32.
+    assert document["quantization"].startswith("4 linear(s) 8da4w"), document["quantization"]
+    assert "per group of 32" in document["quantization"]
+    assert any("choose_qparams_affine" in op for op in document["delegation"]["delegated"])
+    # ~0.63 bytes a weight instead of 4 (the batch norms and biases stay float).
+    assert document["pte_bytes"] < 0.25 * document["float_constant_bytes"], document
+    assert document["check"]["matches_eager"] and document["check"]["sqnr_db"] > 10.0
+    assert "Quantized: 4 linear(s) 8da4w" in text and "the float program's constants" in text
+
+
+def test_quantize_torchao_leaves_linears_the_group_does_not_divide_float() -> None:
+    from tools.lower import quantize
+    from tools.lower.program_io import export_example
+
+    source = export_example("mlp_bn", "small")  # linears 16 -> 32 -> 32 -> 10
+    quantized, float_model, summary = quantize.quantize_torchao(source, "8da4w", 32)
+    assert (summary.linears, summary.linears_left_float) == (2, 1)
+    assert float_model is source.eager
+    targets = Counter(str(n.target) for n in quantized.program.graph.nodes)
+    assert targets["torchao.choose_qparams_affine.default"] == 2
+    assert "1 left float" in quantized.label
+    _, _, weight_only = quantize.quantize_torchao(source, "int8wo")
+    assert (weight_only.linears, weight_only.linears_left_float) == (3, 0)
+    assert weight_only.scheme.startswith("int8wo")
+
+
+def test_quantize_8da4w_without_a_divisible_linear_gives_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--example", "mlp_bn", "--quantize", "8da4w", "--group-size", "7", "-q"]
+    code, err = _run_cli([*args, "-o", str(tmp_path / "o.pte")], capsys)
+    assert code == ExitCode.BAD_INPUT
+    assert "no linear's input width is a multiple of --group-size 7" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_llm_example_with_its_kv_caches_lowers_8da4w_fully_delegated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, report = tmp_path / "llm.pte", tmp_path / "report.json"
+    args = ["--example", "llm", "--quantize", "8da4w", "--runs", "0", "-q"]
+    code = cli.main([*args, "-o", str(out), "--json", str(report)])
+    text = capsys.readouterr().out
+    assert code == ExitCode.OK, text
+    document = json.loads(report.read_text())
+    assert document["delegation"]["not_delegated"] == {}, document["delegation"]
+    # 2 layers x (q, k, v, o, w1, w2, w3) and the output projection.
+    assert document["quantization"].startswith("15 linear(s) 8da4w"), document["quantization"]
+    assert document["check"]["matches_eager"]

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from tools.lower import quiet
 from tools.lower.errors import ExitCode, LowerError
 
-_EXAMPLE_NAMES = ("resnet", "mobilenet", "mlp_bn", "index")  # kept in step with examples.EXAMPLES
+# Kept in step with examples.EXAMPLES.
+_EXAMPLE_NAMES = ("resnet", "mobilenet", "mlp_bn", "index", "llm")
 _TARGETS = ("cpu", "xnnpack", "none")
 
 EPILOG = """\
@@ -33,7 +34,7 @@ profile (--profile):
   (ETRecord) for executorch.devtools.Inspector, and NAME.profile.svg, a bar chart per op and per
   op kind. On the CPU delegate an op that fused the ops after it is one row.
 
-quantization (--quantize ptq | qat):
+quantization (--quantize ptq | qat | 8da4w | int8wo):
   ptq: the model is quantized to int8 (per-channel symmetric weights, per-tensor activations)
   with PT2E and XNNPACK's quantizer, calibrated on the sample inputs, then lowered; on the CPU
   delegate its convolutions and linears run as oneDNN int8 kernels. qat: every convolution is
@@ -42,6 +43,13 @@ quantization (--quantize ptq | qat):
   norm folded into the int32 bias by FuseQATConvBN; the rest of the model stays float. The
   check compares against the quantized model in eager PyTorch with atol widened to one step of
   the output's quantization grid; the report adds the SQNR against the float model.
+  8da4w: every torch.nn.Linear whose input width is a multiple of --group-size (default 32) is
+  quantized with torchao (Int8DynamicActivationIntxWeightConfig: int8 activations quantized per
+  token at run time, int4 symmetric weights per group); int8wo: torchao IntxWeightOnlyConfig,
+  int8 weights per output channel. No calibration; the check compares against the torchao model
+  in eager PyTorch; the report says how many linears were quantized, the .pte size against the
+  float program's constants, and the SQNR against the float model. Only an example model (or a
+  model whose linears are torch.nn.Linear modules) can be quantized this way, not a loaded .pt2.
 
 inputs:
   A .pt2 is run on the example inputs saved with it (torch.export.save keeps them); without them,
@@ -150,12 +158,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--quantize",
-        choices=("none", "ptq", "qat"),
+        choices=("none", "ptq", "qat", "8da4w", "int8wo"),
         default="none",
         help="ptq: quantize to int8 first (PT2E static quantization with XNNPACK's quantizer, "
         "calibrated on the sample inputs) and lower that; qat: the project's QAT flow "
         "(QATConvOutputQuantizer, a few training steps on the sample inputs, convert, "
-        "FuseQATConvBN); default none",
+        "FuseQATConvBN); 8da4w: torchao int8 dynamic activations + int4 weights per group on "
+        "the linears; int8wo: torchao int8 weight-only per channel on the linears; default none",
+    )
+    parser.add_argument(
+        "--group-size",
+        type=int,
+        default=32,
+        metavar="N",
+        help="--quantize 8da4w: input channels per int4 weight scale; default 32",
     )
     parser.add_argument(
         "--check-sizes",
@@ -236,6 +252,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             profile=args.profile,
             profile_runs=args.profile_runs,
             quantize=args.quantize,
+            group_size=args.group_size,
             check_sizes=args.check_sizes,
         )
         report, code = run(request, say)

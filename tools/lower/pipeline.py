@@ -32,6 +32,9 @@ Progress = Callable[[str], None]
 EAGER = "eager"
 
 
+_DEFAULT_GROUP_SIZE = quantize.DEFAULT_GROUP_SIZE
+
+
 @dataclass(frozen=True)
 class Request:
     """What the user asked for; paths are already absolute."""
@@ -48,8 +51,10 @@ class Request:
     # Run with ETDump too; the ETDump, ETRecord and chart go beside the .pte.
     profile: bool = False
     profile_runs: int = 10
-    # "ptq" / "qat": lower the PT2E int8 version of the model (tools/lower/quantize.py).
+    # "ptq" / "qat": lower the PT2E int8 version of the model; "8da4w" / "int8wo": its linears
+    # quantized with torchao (tools/lower/quantize.py), 8da4w in groups of `group_size`.
     quantize: str = "none"
+    group_size: int = _DEFAULT_GROUP_SIZE
     # Run the .pte at sizes within its dynamic dimensions' bounds (tools/lower/size_check.py).
     check_sizes: bool = False
 
@@ -124,7 +129,15 @@ def run(request: Request, say: Progress) -> tuple[Report, ExitCode]:
         source, float_model = quantize.quantize_source(source, request.quantize)
         # The int8 kernels and the quantized reference may round an output one step apart.
         atol = max(atol, 1.001 * (quantize.output_step(source.program) or 0.0))
+    torchao_summary = None
+    if request.quantize in quantize.TORCHAO_MODES:
+        say(f"quantizing the linears with torchao ({request.quantize})")
+        source, float_model, torchao_summary = quantize.quantize_torchao(
+            source, request.quantize, request.group_size
+        )
     expected = run_eager(source.eager, source.inputs)
+    if torchao_summary is not None:
+        atol = max(atol, quantize.dynamic_activation_step(expected))
 
     title = lowering.TARGET_TITLES[request.target]
     say(f"lowering for the {title}")
@@ -161,6 +174,9 @@ def run(request: Request, say: Progress) -> tuple[Report, ExitCode]:
         report.size_checks = size_check.check_sizes(
             source.program, module, source.eager, source.inputs, atol, request.rtol, request.output
         )
+    if torchao_summary is not None:
+        report.quantization = torchao_summary.describe()
+        report.float_constant_bytes = torchao_summary.float_constant_bytes
     if float_model is not None:
         report.sqnr_db = quantize.sqnr_db(actual, run_eager(float_model, source.inputs))
 

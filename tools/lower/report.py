@@ -52,6 +52,9 @@ class Report:
     profile: Profile | None = None
     # --quantize: SQNR of the .pte's float outputs against the float model, in dB.
     sqnr_db: float | None = None
+    # --quantize 8da4w | int8wo: what was quantized, and the float program's constant bytes.
+    quantization: str | None = None
+    float_constant_bytes: int | None = None
     # --check-sizes: runs at sizes within the dynamic dimensions' bounds.
     size_checks: list[SizeCheck] = field(default_factory=list)
 
@@ -90,6 +93,8 @@ class Report:
             },
             "constant_bytes": self.constant_bytes,
             "pte_bytes": self.pte_bytes,
+            "quantization": self.quantization,
+            "float_constant_bytes": self.float_constant_bytes,
             "delegate": dict(self.delegate_details),
             "check": {
                 "matches_eager": self.matches_eager,
@@ -148,6 +153,14 @@ def render_text(report: Report) -> str:
         f"Size: .pte {human_bytes(r.pte_bytes)}{ratio} vs constants of the exported program "
         f"{human_bytes(r.constant_bytes)}"
     )
+    if r.quantization is not None:
+        lines.append(f"Quantized: {r.quantization}")
+    if r.float_constant_bytes:
+        lines.append(
+            f"  .pte {human_bytes(r.pte_bytes)} vs the float program's constants "
+            f"{human_bytes(r.float_constant_bytes)} "
+            f"({r.pte_bytes / r.float_constant_bytes:.2f}x)"
+        )
     if "arena_bytes" in r.delegate_details:
         lines.append(f"Delegate arena: {human_bytes(int(r.delegate_details['arena_bytes']))}")
     for key, value in sorted(r.delegate_details.items()):

@@ -11,6 +11,7 @@ def define_common_targets():
         name = "examples",
         srcs = ["examples.py"],
         visibility = ["//visibility:public"],
+        deps = ["//tools/bench:llm_models"],  # the llm example's decoder
     )
 
     runtime.python_library(

@@ -382,6 +382,21 @@ def define_common_targets():
         ],
     )
 
+    # A Llama-style decoder with a KV cache (mutable buffers written at input_pos), float32 and
+    # torchao 8da4w: prefill then 32 decode steps in one dynamic-length program (issue 45).
+    runtime.python_test(
+        name = "kv_cache_decoder_test",
+        size = "medium",
+        srcs = ["test/kv_cache_decoder_test.py"],
+        deps = [
+            ":loader",
+            ":lowered_program",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:schema",
+            "//tools/bench:llm_models",
+        ],
+    )
+
     # The QAT flow (QATConvOutputQuantizer, FuseQATConvBN) fully delegated on the int8 ops.
     runtime.python_test(
         name = "qat_model_test",

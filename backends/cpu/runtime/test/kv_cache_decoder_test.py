@@ -1,0 +1,175 @@
+"""A Llama-style decoder with a KV cache (tools/bench/llm_models.py: K/V caches as mutable buffers
+written with index_copy_ or index_put_ at an int64 `input_pos`, attention over the whole cache
+under a mask built from input_pos), float32 and torchao 8da4w (int8 dynamic activations, int4
+weights per group of 32), lowered with CpuPartitioner through the standard
+`to_edge_transform_and_lower(...).to_executorch()` with the token count a bounded Dim: one program
+runs an 8-token prefill, then 32 decode steps fed the argmax token, against the eager model (the
+same torchao-quantized model) at every step; and a static one-token (decode-only) program. The
+.pte size of 8da4w against float is checked on the no-cache decoder (torchao_8da4w_test.py).
+
+Export runs under torch.no_grad() (tools/bench/llm_models.export_decoder), as ExecuTorch's Llama
+export does: with parameters requiring grad the caches are traced as requiring grad and
+`to_executorch()` fails on their write-back, with or without a delegate."""
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+from executorch.exir import to_edge_transform_and_lower
+from executorch.exir.lowered_backend_module import LoweredBackendModule
+from torch import nn
+from torchao.quantization import quantize_
+from torchao.quantization.granularity import PerGroup
+from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
+
+from backends.cpu.partition.cpu_partitioner import CpuPartitioner
+from backends.cpu.runtime import loader
+from backends.cpu.runtime.test.lowered_program import load
+from backends.cpu.serialization.schema import fb
+from tools.bench import llm_models
+from tools.bench.llm_models import LlmConfig
+
+CONFIG = LlmConfig(vocab=256, dim=128, layers=2, heads=4, hidden=256, max_seq=64)
+PREFILL = 8
+DECODE_STEPS = 32
+LINEAR_8DA = "et_cpu_quant::linear_8da.out"
+INT4: torch.dtype = torch.int4  # type: ignore[attr-defined]
+
+# Per-step logits tolerance. float32: the delegate's kernels sum in another order than eager
+# (observed ~1e-6 on logits of magnitude ~2). 8da4w: the integer products are exact, but a float
+# difference of one ulp upstream can move an activation across an int8 rounding boundary in the
+# dynamic quantization, one step of that token's activation scale in one input of the next
+# linear; observed ~1e-6, allowed 1e-3.
+TOLERANCE = {"float32": 1e-4, "8da4w": 1e-3}
+
+
+def _decoder(scheme: str, cache_update: llm_models.CacheUpdate) -> nn.Module:
+    model = llm_models.make_decoder(
+        LlmConfig(**{**CONFIG.__dict__, "cache_update": cache_update}), seed=3
+    )
+    if scheme == "8da4w":
+        config = Int8DynamicActivationIntxWeightConfig(
+            weight_dtype=INT4, weight_granularity=PerGroup(32)
+        )
+        quantize_(model, config)
+    return model.eval()
+
+
+def _lower(model: nn.Module) -> tuple[bytes, list[bytes], Any]:
+    """(.pte, delegate payloads, the ExecuTorch program's graph module)."""
+    loader.load_cpu_backend()
+    inputs = llm_models.example_inputs(CONFIG, PREFILL)
+    exported = llm_models.export_decoder(copy.deepcopy(model), inputs)
+    partitioner = CpuPartitioner()
+    edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
+    assert not partitioner.report.left_out, partitioner.report
+    payloads = [
+        bytes(sub.processed_bytes)
+        for _, sub in edge.exported_program().graph_module.named_children()
+        if isinstance(sub, LoweredBackendModule)
+    ]
+    program = edge.to_executorch()
+    return bytes(program.buffer), payloads, program.exported_program()
+
+
+def _assert_only_cache_write_back_outside(program: Any) -> None:
+    """The program outside the delegate is one delegate call, the getitems of its outputs and one
+    aten.copy_ per cache buffer (ExecuTorch's write-back of a mutated buffer): nothing computes
+    outside, and no torchao op is left."""
+    graph = program.graph_module.graph
+    calls = [n for n in graph.nodes if n.op == "call_function"]
+    targets = [str(n.target) for n in calls]
+    assert targets.count("executorch_call_delegate") == 1, targets
+    copies = [n for n in calls if str(n.target) == "aten.copy_.default"]
+    others = [t for t in targets if t not in ("executorch_call_delegate", "aten.copy_.default")]
+    assert set(others) == {"<built-in function getitem>"}, others
+    caches = {
+        f"layers.{layer}.attention.kv_cache.{kind}_cache"
+        for layer in range(CONFIG.layers)
+        for kind in "kv"
+    }
+    signature = program.graph_signature
+    assert sorted(signature.buffers_to_mutate.values()) == sorted(caches), signature
+    # Each copy_ writes one cache buffer (a placeholder), once, from a delegate output.
+    written = [signature.inputs_to_buffers[n.args[0].name] for n in copies]
+    assert sorted(written) == sorted(caches), written
+    for copy_node in copies:
+        source = copy_node.args[1]
+        assert str(source.target) == "<built-in function getitem>"
+        assert str(source.args[0].target) == "executorch_call_delegate"
+
+
+def _kernels(payload: bytes) -> list[str]:
+    graph = fb.Graph.GetRootAs(payload, 0)
+    return [graph.Ops(i).Kernel().decode() for i in range(graph.OpsLength())]
+
+
+@pytest.mark.parametrize("cache_update", ["index_copy", "index_put"])
+@pytest.mark.parametrize("scheme", ["float32", "8da4w"])
+def test_kv_cache_decoder_prefill_then_decode_matches_eager(
+    scheme: str, cache_update: llm_models.CacheUpdate
+) -> None:
+    model = _decoder(scheme, cache_update)
+    pte, payloads, program = _lower(model)
+    assert len(payloads) == 1
+    _assert_only_cache_write_back_outside(program)
+    kernels = _kernels(payloads[0])
+    linears = 7 * CONFIG.layers + 1
+    if scheme == "8da4w":
+        assert kernels.count(LINEAR_8DA) == linears, kernels
+        assert not any("torchao" in k for k in kernels), kernels
+    else:
+        assert LINEAR_8DA not in kernels
+
+    module = load(pte)
+    llm_models.reset_caches(model)
+    torch.manual_seed(4)
+    tokens, input_pos = llm_models.example_inputs(CONFIG, PREFILL)
+    atol = TOLERANCE[scheme]
+    same_top1 = 0
+    worst = 0.0
+    for step in range(DECODE_STEPS + 1):
+        with torch.no_grad():
+            expected = model(tokens, input_pos)
+        (logits,) = module.forward([tokens, input_pos])
+        assert logits.shape == expected.shape == (1, tokens.shape[1], CONFIG.vocab)
+        worst = max(worst, float((logits - expected).abs().max()))
+        torch.testing.assert_close(logits, expected, atol=atol, rtol=atol, msg=f"step {step}")
+        same_top1 += int(torch.equal(logits[:, -1].argmax(-1), expected[:, -1].argmax(-1)))
+        # Both are fed eager's next token, so one argmax tie cannot make the runs diverge.
+        tokens = expected[:, -1:].argmax(-1)
+        input_pos = input_pos[-1:] + 1
+    assert same_top1 >= 0.95 * (DECODE_STEPS + 1), (same_top1, worst)
+    # The decode steps must depend on the cache: the logits of a fresh program (empty cache) for
+    # the last token differ from the cached run's.
+    fresh = load(pte)
+    (uncached,) = fresh.forward([tokens, input_pos])
+    with torch.no_grad():
+        cached = model(tokens, input_pos)
+    assert not torch.allclose(uncached, cached, atol=1e-2)
+
+
+def test_static_one_token_program_decodes_from_an_empty_cache() -> None:
+    # The decode-only export (token count fixed at 1, no Dim), as a runtime that keeps separate
+    # prefill and decode programs uses it: 16 steps from position 0 against eager.
+    model = _decoder("8da4w", "index_put")
+    loader.load_cpu_backend()
+    exported = llm_models.export_decoder(
+        copy.deepcopy(model), llm_models.example_inputs(CONFIG, 1), dynamic=False
+    )
+    partitioner = CpuPartitioner()
+    edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
+    assert not partitioner.report.left_out, partitioner.report
+    program = edge.to_executorch()
+    _assert_only_cache_write_back_outside(program.exported_program())
+    module = load(bytes(program.buffer))
+    llm_models.reset_caches(model)
+    tokens = torch.tensor([[7]])
+    for position in range(16):
+        input_pos = torch.tensor([position])
+        with torch.no_grad():
+            expected = model(tokens, input_pos)
+        (logits,) = module.forward([tokens, input_pos])
+        torch.testing.assert_close(logits, expected, atol=TOLERANCE["8da4w"], rtol=1e-3)
+        tokens = expected[:, -1:].argmax(-1)
