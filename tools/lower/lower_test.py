@@ -471,3 +471,20 @@ def test_llm_example_with_its_kv_caches_lowers_8da4w_fully_delegated(
     # 2 layers x (q, k, v, o, w1, w2, w3) and the output projection.
     assert document["quantization"].startswith("15 linear(s) 8da4w"), document["quantization"]
     assert document["check"]["matches_eager"]
+
+
+def test_quantize_int8wo_lowers_weight_only_linears_fully_delegated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, report = tmp_path / "mlp_int8wo.pte", tmp_path / "report.json"
+    args = ["--example", "mlp_bn", "--size", "full", "--quantize", "int8wo", "--runs", "0", "-q"]
+    code = cli.main([*args, "-o", str(out), "--json", str(report)])
+    text = capsys.readouterr().out
+    assert code == ExitCode.OK, text
+    document = json.loads(report.read_text())
+    assert document["delegation"]["not_delegated"] == {}, document["delegation"]
+    assert document["quantization"].startswith("4 linear(s) int8wo"), document["quantization"]
+    assert any("dequantize_affine" in op for op in document["delegation"]["delegated"])
+    # One byte a weight plus a float32 scale per output channel, instead of 4 bytes.
+    assert document["pte_bytes"] < 0.35 * document["float_constant_bytes"], document
+    assert document["check"]["matches_eager"] and document["check"]["sqnr_db"] > 20.0
