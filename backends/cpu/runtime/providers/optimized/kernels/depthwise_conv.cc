@@ -1,12 +1,13 @@
 // DepthwiseConv (see depthwise_conv.h): repacking, the register-blocked row kernel, the borders.
 //
 // One output row at a time, one vector of 16 channels at a time (the channel tail masked): the
-// columns whose window lies inside the input run in blocks of kBlock pixels whose accumulators
-// stay in registers while the kernel walks the window. Per kernel row, each input vector of the
-// block's span is loaded once and multiplied with every weight that meets it (kernel_w weights
-// held in registers), so a 3x3 stride-1 block of 8 pixels costs 10 input loads for 24 FMAs. The
-// columns whose window crosses the left or right border take a one-pixel path with bounds
-// checks; kernel rows outside the input rows the caller holds are skipped.
+// row's columns split into near-equal blocks of up to kBlock pixels whose accumulators stay in
+// registers while the kernel walks the window. Per kernel row, each input vector of the block's
+// span is loaded once and multiplied with every weight that meets it (kernel_w weights held in
+// registers), so a 3x3 stride-1 block of 8 pixels costs 10 input loads for 24 FMAs. A block whose
+// windows cross the left or right border loads the columns outside through an empty mask
+// (zeros), so borders run the same code; kernel rows outside the input rows the caller holds are
+// skipped. Kernel widths other than 3 and 5 or strides other than 1 and 2 take a one-pixel loop.
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_conv.h"
 
 #include <algorithm>
@@ -42,17 +43,75 @@ struct RowArgs {
   float* output;  // output row, pixel 0, channel 0
 };
 
-// B pixels from column `ox` on (their windows inside the input), channels [c, c + 16) under
-// `mask`. KW and S are the kernel width and the column stride (both known here).
-template <int KW, int S, int B, bool kMasked>
-ET_AVX512 inline void block_pixels(const RowArgs& a, int64_t ox, int64_t c, __mmask16 mask) {
+using BlockKernel = void (*)(const RowArgs&, int64_t ox, int64_t count, int64_t c,
+                             __mmask16 mask);
+
+// The post-ops on B accumulators: each post-op's dispatch once per block, its vector form on
+// every accumulator (epilogue16 would dispatch once per vector).
+template <int B>
+ET_AVX512 inline __attribute__((always_inline)) void post_ops_on(const PostOps& post_ops, __m512 (&acc)[B]) {
+  for (const PostOp& op : post_ops) {
+    switch (op.kind) {
+      case PostOp::Kind::kRelu:
+#pragma GCC unroll 16
+        for (int b = 0; b < B; ++b) acc[b] = _mm512_max_ps(acc[b], _mm512_setzero_ps());
+        break;
+      case PostOp::Kind::kClamp:
+#pragma GCC unroll 16
+        for (int b = 0; b < B; ++b) acc[b] = clamp16(acc[b], op.min, op.max);
+        break;
+      case PostOp::Kind::kActivation:
+        switch (op.activation.kind) {
+          case Activation::Kind::kRelu:
+#pragma GCC unroll 16
+            for (int b = 0; b < B; ++b) acc[b] = _mm512_max_ps(acc[b], _mm512_setzero_ps());
+            break;
+          case Activation::Kind::kClamp:
+#pragma GCC unroll 16
+            for (int b = 0; b < B; ++b) {
+              acc[b] = clamp16(acc[b], op.activation.alpha, op.activation.beta);
+            }
+            break;
+          case Activation::Kind::kHardswish:
+#pragma GCC unroll 16
+            for (int b = 0; b < B; ++b) acc[b] = _mm512_mul_ps(acc[b], hardsigmoid16(acc[b]));
+            break;
+          default:
+            for (int b = 0; b < B; ++b) acc[b] = activation16(op.activation, acc[b]);
+            break;
+        }
+        break;
+      case PostOp::Kind::kAdd:
+        break;  // excluded by depthwise_supports
+    }
+  }
+}
+
+// How a block of pixels reads its input: every window inside the input, all 16 channels
+// (kFull) or the channel tail (kTail); or a window may cross the left or right border
+// (kChecked: input columns outside read as zero, through an empty load mask).
+enum class Reads { kFull, kTail, kChecked };
+
+// B pixels from column `ox` on, channels [c, c + 16) under `mask`.
+template <int KW, int S, int B, Reads kReads>
+ET_AVX512 inline __attribute__((always_inline)) void block_once(const RowArgs& a, int64_t ox,
+                                                                int64_t c, __mmask16 mask) {
   __m512 acc[B];
   const __m512 bias = _mm512_loadu_ps(a.bias + c);
 #pragma GCC unroll 16
   for (int b = 0; b < B; ++b) acc[b] = bias;
-  const float* in = a.input + (ox * S - a.pad_left) * a.channels + c;
+  const int64_t ix0 = ox * S - a.pad_left;  // the block's first input column (may be < 0)
+  constexpr int kSpan = (B - 1) * S + KW;   // input columns the block's windows cover
+  __mmask16 masks[kReads == Reads::kChecked ? kSpan : 1];
+  if constexpr (kReads == Reads::kChecked) {
+#pragma GCC unroll 64
+    for (int t = 0; t < kSpan; ++t) {
+      const bool inside = static_cast<uint64_t>(ix0 + t) < static_cast<uint64_t>(a.in_w);
+      masks[t] = inside ? mask : static_cast<__mmask16>(0);
+    }
+  }
+  const float* in = a.input + ix0 * a.channels + c;
   const float* w = a.weights + c;
-  constexpr int kSpan = (B - 1) * S + KW;  // input columns the block's windows cover
   for (int64_t r = 0; r < a.rows; ++r, in += a.row_stride, w += a.weight_row) {
     __m512 wv[KW];
 #pragma GCC unroll 16
@@ -60,7 +119,17 @@ ET_AVX512 inline void block_pixels(const RowArgs& a, int64_t ox, int64_t c, __mm
 #pragma GCC unroll 64
     for (int t = 0; t < kSpan; ++t) {
       const float* p = in + t * a.channels;
-      const __m512 x = kMasked ? _mm512_maskz_loadu_ps(mask, p) : _mm512_loadu_ps(p);
+      __m512 x;
+      if constexpr (kReads == Reads::kFull) {
+        x = _mm512_loadu_ps(p);
+      } else if constexpr (kReads == Reads::kTail) {
+        x = _mm512_maskz_loadu_ps(mask, p);
+      } else {
+        x = _mm512_maskz_loadu_ps(masks[t], p);
+      }
+      // Keep x in a register: GCC would otherwise fold the load into each FMA that uses it,
+      // loading the vector kernel_w times instead of once.
+      asm("" : "+v"(x));
 #pragma GCC unroll 16
       for (int kx = 0; kx < KW; ++kx) {
         const int d = t - kx;  // = b * S for the pixel b this weight meets here
@@ -70,88 +139,92 @@ ET_AVX512 inline void block_pixels(const RowArgs& a, int64_t ox, int64_t c, __mm
       }
     }
   }
+  post_ops_on<B>(*a.post_ops, acc);
   float* out = a.output + ox * a.channels + c;
 #pragma GCC unroll 16
   for (int b = 0; b < B; ++b) {
-    const __m512 v = epilogue16(*a.post_ops, acc[b], nullptr, mask);
-    if (kMasked) {
-      _mm512_mask_storeu_ps(out + b * a.channels, mask, v);
+    if constexpr (kReads == Reads::kFull) {
+      _mm512_storeu_ps(out + b * a.channels, acc[b]);
     } else {
-      _mm512_storeu_ps(out + b * a.channels, v);
+      _mm512_mask_storeu_ps(out + b * a.channels, mask, acc[b]);
     }
   }
 }
 
-// One pixel anywhere in the row (any kernel width and stride), columns outside the input skipped.
-ET_AVX512 inline void edge_pixel(const RowArgs& a, int64_t ox, int64_t c, __mmask16 mask) {
-  __m512 acc = _mm512_loadu_ps(a.bias + c);
-  const int64_t ix0 = ox * a.stride_w - a.pad_left;
-  const int64_t kx_lo = std::max<int64_t>(0, -ix0);
-  const int64_t kx_hi = std::min<int64_t>(a.kernel_w, a.in_w - ix0);
-  const float* in = a.input + c;
-  const float* w = a.weights + c;
-  for (int64_t r = 0; r < a.rows; ++r, in += a.row_stride, w += a.weight_row) {
-    for (int64_t kx = kx_lo; kx < kx_hi; ++kx) {
-      const __m512 x = _mm512_maskz_loadu_ps(mask, in + (ix0 + kx) * a.channels);
-      acc = _mm512_fmadd_ps(x, _mm512_loadu_ps(w + kx * a.padded), acc);
-    }
+// `count` blocks of B pixels from column `ox` on, channels [c, c + 16) under `mask`. KW and S
+// are the kernel width and the column stride.
+template <int KW, int S, int B, Reads kReads>
+ET_AVX512 void block_pixels(const RowArgs& a, int64_t ox, int64_t count, int64_t c,
+                            __mmask16 mask) {
+  for (int64_t n = 0; n < count; ++n, ox += B) {
+    block_once<KW, S, B, kReads>(a, ox, c, mask);
   }
-  _mm512_mask_storeu_ps(a.output + ox * a.channels + c, mask,
-                        epilogue16(*a.post_ops, acc, nullptr, mask));
 }
 
-// Columns [ox_lo, ox_hi) (windows inside the input) of one vector of channels, in blocks.
-template <int KW, int S, bool kMasked>
-ET_AVX512 inline void interior(const RowArgs& a, int64_t ox_lo, int64_t ox_hi, int64_t c,
-                               __mmask16 mask) {
-  int64_t ox = ox_lo;
-  for (; ox + kBlock <= ox_hi; ox += kBlock) block_pixels<KW, S, kBlock, kMasked>(a, ox, c, mask);
-  if (ox + 4 <= ox_hi) {
-    block_pixels<KW, S, 4, kMasked>(a, ox, c, mask);
-    ox += 4;
-  }
-  for (; ox < ox_hi; ++ox) block_pixels<KW, S, 1, kMasked>(a, ox, c, mask);
-}
-
-using RowKernel = void (*)(const RowArgs&);
-
-// One output row. KW, S > 0: the blocked kernel for the interior columns; 0: every column on
-// the one-pixel path (kernel widths and strides without a specialization).
-template <int KW, int S>
-ET_AVX512 void conv_row(const RowArgs& a) {
-  int64_t ox_lo = a.out_w;
-  int64_t ox_hi = a.out_w;
-  if constexpr (KW > 0) {
-    // First column whose window starts inside, and one past the last whose window ends inside.
-    ox_lo = std::min<int64_t>(a.out_w, (a.pad_left + S - 1) / S);
-    const int64_t last_start = a.in_w - KW + a.pad_left;  // ox * S <= last_start
-    ox_hi = last_start < 0 ? ox_lo : std::clamp<int64_t>(last_start / S + 1, ox_lo, a.out_w);
-  }
-  for (int64_t c = 0; c < a.channels; c += kLanes) {
-    const int64_t left = a.channels - c;
-    const bool tail = left < kLanes;
-    const __mmask16 mask = tail ? static_cast<__mmask16>((1u << left) - 1u)
-                                : static_cast<__mmask16>(0xFFFF);
-    for (int64_t ox = 0; ox < ox_lo; ++ox) edge_pixel(a, ox, c, mask);
-    if constexpr (KW > 0) {
-      if (tail) {
-        interior<KW, S, true>(a, ox_lo, ox_hi, c, mask);
-      } else {
-        interior<KW, S, false>(a, ox_lo, ox_hi, c, mask);
+// `count` single pixels from column `ox` on, anywhere in the row (any kernel width and
+// stride), columns outside the input skipped.
+ET_AVX512 void edge_pixels(const RowArgs& a, int64_t ox, int64_t count, int64_t c,
+                           __mmask16 mask) {
+  for (int64_t end = ox + count; ox < end; ++ox) {
+    __m512 acc[1] = {_mm512_loadu_ps(a.bias + c)};
+    const int64_t ix0 = ox * a.stride_w - a.pad_left;
+    const int64_t kx_lo = std::max<int64_t>(0, -ix0);
+    const int64_t kx_hi = std::min<int64_t>(a.kernel_w, a.in_w - ix0);
+    const float* in = a.input + c;
+    const float* w = a.weights + c;
+    for (int64_t r = 0; r < a.rows; ++r, in += a.row_stride, w += a.weight_row) {
+      for (int64_t kx = kx_lo; kx < kx_hi; ++kx) {
+        const __m512 x = _mm512_maskz_loadu_ps(mask, in + (ix0 + kx) * a.channels);
+        acc[0] = _mm512_fmadd_ps(x, _mm512_loadu_ps(w + kx * a.padded), acc[0]);
       }
     }
-    for (int64_t ox = ox_hi; ox < a.out_w; ++ox) edge_pixel(a, ox, c, mask);
+    post_ops_on<1>(*a.post_ops, acc);
+    _mm512_mask_storeu_ps(a.output + ox * a.channels + c, mask, acc[0]);
   }
 }
 
-RowKernel row_kernel_for(int64_t kernel_w, int64_t stride_w) {
-  if (kernel_w == 3 && stride_w == 1) return conv_row<3, 1>;
-  if (kernel_w == 3 && stride_w == 2) return conv_row<3, 2>;
-  if (kernel_w == 5 && stride_w == 1) return conv_row<5, 1>;
-  if (kernel_w == 5 && stride_w == 2) return conv_row<5, 2>;
-  if (kernel_w == 7 && stride_w == 1) return conv_row<7, 1>;
-  if (kernel_w == 7 && stride_w == 2) return conv_row<7, 2>;
-  return conv_row<0, 0>;
+template <int KW, int S, Reads kReads>
+BlockKernel block_kernel_of(int b) {
+  switch (b) {
+    case 1:
+      return block_pixels<KW, S, 1, kReads>;
+    case 2:
+      return block_pixels<KW, S, 2, kReads>;
+    case 3:
+      return block_pixels<KW, S, 3, kReads>;
+    case 4:
+      return block_pixels<KW, S, 4, kReads>;
+    case 5:
+      return block_pixels<KW, S, 5, kReads>;
+    case 6:
+      return block_pixels<KW, S, 6, kReads>;
+    case 7:
+      return block_pixels<KW, S, 7, kReads>;
+    default:
+      return block_pixels<KW, S, 8, kReads>;
+  }
+}
+
+template <int KW, int S>
+BlockKernel specialized(int b, Reads reads) {
+  switch (reads) {
+    case Reads::kFull:
+      return block_kernel_of<KW, S, Reads::kFull>(b);
+    case Reads::kTail:
+      return block_kernel_of<KW, S, Reads::kTail>(b);
+    default:
+      return block_kernel_of<KW, S, Reads::kChecked>(b);
+  }
+}
+
+// The blocked kernel of `b` pixels (1 to kBlock) for kernel width `kw` and stride `s`, or null
+// where none is specialized (then every pixel takes edge_pixels).
+BlockKernel block_kernel(int64_t kw, int64_t s, int b, Reads reads) {
+  if (kw == 3 && s == 1) return specialized<3, 1>(b, reads);
+  if (kw == 3 && s == 2) return specialized<3, 2>(b, reads);
+  if (kw == 5 && s == 1) return specialized<5, 1>(b, reads);
+  if (kw == 5 && s == 2) return specialized<5, 2>(b, reads);
+  return nullptr;
 }
 
 }  // namespace
@@ -186,12 +259,41 @@ DepthwiseConv::DepthwiseConv(const DepthwiseShape& shape, const float* weight, c
   }
   bias_.assign(static_cast<size_t>(padded_channels_), 0.0f);
   if (bias) std::copy(bias, bias + c, bias_.begin());
+  // Near-equal blocks of at most kBlock pixels (14 columns: 7 + 7, not 8 + 6 or 8 + 4 + 2);
+  // without a specialized kernel every pixel is its own block. Consecutive blocks alike (same
+  // width, both inside the input) make one run, one call.
+  const bool blocked = block_kernel(shape_.kernel_w, shape_.stride_w, 1, Reads::kFull) != nullptr;
+  const int64_t count = blocked ? (shape_.out_w + kBlock - 1) / kBlock : shape_.out_w;
+  for (int64_t i = 0; i < count; ++i) {
+    Block block;
+    block.ox = shape_.out_w * i / count;
+    block.pixels = static_cast<int>(shape_.out_w * (i + 1) / count - block.ox);
+    const int64_t first = block.ox * shape_.stride_w - shape_.pad_left;
+    const int64_t last = (block.ox + block.pixels - 1) * shape_.stride_w - shape_.pad_left +
+                         shape_.kernel_w - 1;
+    block.checked = first < 0 || last >= shape_.in_w;
+    if (!blocks_.empty() && !block.checked && !blocks_.back().checked &&
+        blocks_.back().pixels == block.pixels) {
+      ++blocks_.back().count;
+    } else {
+      blocks_.push_back(block);
+    }
+  }
 }
 
 void DepthwiseConv::run_rows(const float* input, int64_t input_first, int64_t input_rows,
                              float* output, int64_t row_begin, int64_t row_end) const {
   const DepthwiseShape& s = shape_;
-  const RowKernel kernel = row_kernel_for(s.kernel_w, s.stride_w);
+  // Each block's kernels for whole vectors of channels and for the channel tail.
+  std::vector<std::pair<BlockKernel, BlockKernel>> kernels;
+  kernels.reserve(blocks_.size());
+  for (const Block& block : blocks_) {
+    const BlockKernel full = block_kernel(s.kernel_w, s.stride_w, block.pixels,
+                                          block.checked ? Reads::kChecked : Reads::kFull);
+    const BlockKernel tail = block_kernel(s.kernel_w, s.stride_w, block.pixels,
+                                          block.checked ? Reads::kChecked : Reads::kTail);
+    kernels.emplace_back(full ? full : edge_pixels, tail ? tail : edge_pixels);
+  }
   RowArgs a;
   a.row_stride = s.in_w * s.channels;
   a.weight_row = s.kernel_w * padded_channels_;
@@ -211,11 +313,19 @@ void DepthwiseConv::run_rows(const float* input, int64_t input_first, int64_t in
     const int64_t ky_lo = std::max<int64_t>(0, input_first - iy0);
     const int64_t ky_hi = std::min<int64_t>(s.kernel_h, input_last - iy0);
     a.rows = std::max<int64_t>(0, ky_hi - ky_lo);
-    a.input = input + (iy0 + ky_lo - input_first) * a.row_stride;
+    // Row pointers of a window that reaches no held row are never read.
+    a.input = input + (a.rows > 0 ? (iy0 + ky_lo - input_first) * a.row_stride : 0);
     a.weights = weights_.data() + ky_lo * a.weight_row;
-    if (a.rows == 0) a.input = input;  // never read; keeps the pointer inside the buffer
     a.output = output + (oy - row_begin) * out_row;
-    kernel(a);
+    for (int64_t c = 0; c < s.channels; c += kLanes) {
+      const int64_t left = s.channels - c;
+      const bool tail = left < kLanes;
+      const __mmask16 mask = tail ? static_cast<__mmask16>((1u << left) - 1u)
+                                  : static_cast<__mmask16>(0xFFFF);
+      for (size_t i = 0; i < blocks_.size(); ++i) {
+        (tail ? kernels[i].second : kernels[i].first)(a, blocks_[i].ox, blocks_[i].count, c, mask);
+      }
+    }
   }
 }
 

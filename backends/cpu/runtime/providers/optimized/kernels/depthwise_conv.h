@@ -60,8 +60,18 @@ class DepthwiseConv {
                 int64_t row_begin, int64_t row_end) const;
 
  private:
+  // `count` register blocks of `pixels` output columns each (near-equal, at most 8) from `ox`
+  // on; `checked` when a window of the block crosses the left or right border.
+  struct Block {
+    int64_t ox = 0;
+    int64_t count = 1;
+    int pixels = 1;
+    bool checked = false;
+  };
+
   DepthwiseShape shape_;
   int64_t padded_channels_ = 0;
+  std::vector<Block> blocks_;
   std::vector<float> weights_;  // [kernel_h][kernel_w][padded_channels_]
   std::vector<float> bias_;     // [padded_channels_] (zeros without a bias)
   PostOps post_ops_;
