@@ -11,6 +11,8 @@
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_conv.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_epilogue.h"
@@ -239,6 +241,14 @@ bool depthwise_supports(const DepthwiseShape& s, const PostOps& post_ops) {
   const bool add = std::any_of(post_ops.begin(), post_ops.end(),
                                [](const PostOp& op) { return op.kind == PostOp::Kind::kAdd; });
   return !add && post_ops_in_registers(post_ops);
+}
+
+bool own_depthwise_wanted(const DepthwiseShape& shape, const PostOps& post_ops) {
+  if (!depthwise_supports(shape, post_ops)) return false;
+  const char* value = std::getenv("ET_CPU_OWN_DEPTHWISE");
+  if (value != nullptr && std::strcmp(value, "1") == 0) return true;
+  // Measured faster: TODO(policy) set from the per-shape figures.
+  return shape.kernel_w == 5 && shape.kernel_h == 5 && shape.stride_w == 1;
 }
 
 DepthwiseConv::DepthwiseConv(const DepthwiseShape& shape, const float* weight, const float* bias,

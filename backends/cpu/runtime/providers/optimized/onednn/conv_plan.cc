@@ -299,7 +299,7 @@ std::optional<DepthwiseShape> own_depthwise_shape(const ConvParams& p, const Pos
   shape.stride_w = p.stride[1];
   shape.pad_top = p.padding[0];
   shape.pad_left = p.padding[1];
-  if (!depthwise_supports(shape, post_ops)) return std::nullopt;
+  if (!own_depthwise_wanted(shape, post_ops)) return std::nullopt;
   return shape;
 }
 

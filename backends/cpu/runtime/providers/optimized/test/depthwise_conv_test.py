@@ -65,13 +65,25 @@ def splitting() -> Provider:
     return Provider(num_threads=2, min_task_flops=0)
 
 
-@pytest.fixture
-def own_depthwise_off() -> Iterator[None]:
-    os.environ["ET_CPU_OWN_DEPTHWISE"] = "0"
+@pytest.fixture(autouse=True)
+def own_depthwise_everywhere() -> Iterator[None]:
+    """ET_CPU_OWN_DEPTHWISE=1: every shape the kernel covers runs on it (unset, only the
+    classes where it measured faster than oneDNN's)."""
+    before = os.environ.get("ET_CPU_OWN_DEPTHWISE")
+    os.environ["ET_CPU_OWN_DEPTHWISE"] = "1"
     try:
         yield
     finally:
-        del os.environ["ET_CPU_OWN_DEPTHWISE"]
+        if before is None:
+            del os.environ["ET_CPU_OWN_DEPTHWISE"]
+        else:
+            os.environ["ET_CPU_OWN_DEPTHWISE"] = before
+
+
+@pytest.fixture
+def own_depthwise_off(own_depthwise_everywhere: None) -> Iterator[None]:
+    os.environ["ET_CPU_OWN_DEPTHWISE"] = "0"
+    yield
 
 
 def _inputs(
