@@ -43,7 +43,10 @@ ACTIVATIONS: dict[str, tuple[list[PostOp], Reference]] = {
     "sigmoid": ([PostOp(SIGMOID)], torch.sigmoid),
     "hardsigmoid": ([PostOp(HARDSIGMOID)], F.hardsigmoid),
     "leaky_relu": ([PostOp(LEAKY_RELU, 0.1)], lambda y: F.leaky_relu(y, 0.1)),
-    "relu_then_clamp": ([PostOp(RELU), PostOp(CLAMP, -1.0, 0.5)], lambda y: y.relu().clamp(max=0.5)),
+    "relu_then_clamp": (
+        [PostOp(RELU), PostOp(CLAMP, -1.0, 0.5)],
+        lambda y: y.relu().clamp(max=0.5),
+    ),
 }
 NAMES = list(ACTIVATIONS)
 CHANNELS = [8, 16, 24, 40, 72, 120, 528]
@@ -192,7 +195,14 @@ def test_every_activation(
 
 @pytest.mark.parametrize(
     ("kernel", "stride", "padding"),
-    [((7, 7), 1, 3), ((7, 7), 2, 3), ((3, 5), 1, 1), ((1, 1), 1, 0), ((3, 3), 3, 1), ((4, 4), 1, 2)],
+    [
+        ((7, 7), 1, 3),
+        ((7, 7), 2, 3),
+        ((3, 5), 1, 1),
+        ((1, 1), 1, 0),
+        ((3, 3), 3, 1),
+        ((4, 4), 1, 2),
+    ],
     ids=["7x7", "7x7_s2", "3x5", "1x1", "3x3_s3", "4x4_even"],
 )
 def test_other_kernels(
@@ -214,8 +224,9 @@ def test_other_kernels(
     )
     assert plan.describe().startswith("depthwise:avx512")
     expected = torch.relu(
-        F.conv2d(x.double(), weight.double(), bias.double(), stride=stride, padding=padding,
-                 groups=24)
+        F.conv2d(
+            x.double(), weight.double(), bias.double(), stride=stride, padding=padding, groups=24
+        )
     ).float()
     _assert_close(plan.run(x), expected)
 
