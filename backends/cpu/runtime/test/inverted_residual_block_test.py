@@ -265,3 +265,28 @@ def test_squeeze_excite_blocks_fuse_expand_and_depthwise(
     assert depthwise and "fused into aten_convolution_default_1 " in depthwise[0], placement
     assert _blocks_fused(separate_placement) == 0, separate_placement
     assert len(placed(separate_placement, CONV, "Optimized")) == 6, separate_placement
+
+
+@pytest.mark.parametrize("own", ["1", "0"])
+def test_blocks_on_our_depthwise_kernel(own: str) -> None:
+    # ET_CPU_OWN_DEPTHWISE=1: every block's depthwise stage runs on our AVX-512 kernel (the
+    # summary counts them), on bands of expanded rows; "0": all on oneDNN. Both match eager.
+    torch.manual_seed(1)
+    blocks = [
+        Block(16, 16, 16, 3, 1, "relu6", True, False, expand=False),
+        Block(16, 96, 24, 5, 2, "relu6", True, False),
+        Block(24, 144, 24, 5, 1, "relu", False, True),
+        Block(24, 144, 40, 3, 2, "none", True, False),
+    ]
+    model = Chain(blocks, 3, 16, 40).eval()
+    x = torch.randn(2, 3, 38, 42)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ET_CPU_OWN_DEPTHWISE", own)
+        patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")
+        out_opt, out_ref, placement = run_both(model, (x,))
+    assert _blocks_fused(placement) == 4, placement
+    expected = 4 if own == "1" else 0
+    assert f", {expected} depthwise (alone or in a block)" in _summary(placement), placement
+    with torch.no_grad():
+        assert_close_scaled(out_opt[0], out_ref[0])
+        assert_close_scaled(out_opt[0], model(x))

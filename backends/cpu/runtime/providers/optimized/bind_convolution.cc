@@ -146,6 +146,7 @@ class BlockKernel final : public OptimizedKernel {
     return impl_of(output_);
   }
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+  std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
   size_t staging_bytes() const override {
     return (staged_input_.size() + staged_output_.size()) * sizeof(float);
   }

@@ -66,7 +66,15 @@ std::string OptimizedSession::summary() const {
          std::to_string(count_implementation("softmax:avx512")) + " softmax, " +
          std::to_string(count_implementation("linear_8da:avx512_vnni")) +
          " linear_8da:avx512_vnni, " + std::to_string(count_implementation("linear_8da:avx2")) +
-         " linear_8da:avx2";
+         " linear_8da:avx2, " + std::to_string(count_containing("depthwise:avx512")) +
+         " depthwise (alone or in a block)";
+}
+
+size_t OptimizedSession::count_containing(const std::string& part) const {
+  return static_cast<size_t>(
+      std::count_if(kernels_.begin(), kernels_.end(), [&](const OptimizedKernel* k) {
+        return k->implementation().find(part) != std::string::npos;
+      }));
 }
 
 size_t OptimizedSession::count_implementation(const std::string& prefix) const {

@@ -76,6 +76,8 @@ class OptimizedSession final : public ProviderSession {
   void count_block() { ++blocks_; }
   // Kernels whose plan runs on the implementation named `prefix` (our own kernels).
   size_t count_implementation(const std::string& prefix) const;
+  // Kernels whose implementation() contains `part` (a block names its stages).
+  size_t count_containing(const std::string& part) const;
   // Kernels whose plan is split into pieces for the work-sharing pool.
   size_t split_count() const;
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/vector_epilogue.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
 
 namespace et_cpu_plugin {
@@ -17,76 +18,6 @@ constexpr int64_t kGroupColumns = kLanes * kGroupPanels;
 // Floats ahead of the current weight row that the kernel asks the cache for: far enough to
 // cover memory latency at the rate one core streams (~4 KB), near enough to stay in L1.
 constexpr int64_t kPrefetchFloats = 1024;
-
-bool activation_in_registers(Activation::Kind kind) {
-  switch (kind) {
-    case Activation::Kind::kRelu:
-    case Activation::Kind::kLeakyRelu:
-    case Activation::Kind::kClamp:
-    case Activation::Kind::kHardswish:
-    case Activation::Kind::kHardsigmoid:
-    case Activation::Kind::kSigmoid:
-    case Activation::Kind::kSilu:
-      return true;
-    default:
-      return false;
-  }
-}
-
-ET_AVX512 inline __m512 clamp16(__m512 v, float lo, float hi) {
-  return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(lo)), _mm512_set1_ps(hi));
-}
-
-// relu6(x + 3) / 6
-ET_AVX512 inline __m512 hardsigmoid16(__m512 v) {
-  return _mm512_mul_ps(clamp16(_mm512_add_ps(v, _mm512_set1_ps(3.0f)), 0.0f, 6.0f),
-                       _mm512_set1_ps(1.0f / 6.0f));
-}
-
-ET_AVX512 inline __m512 activation16(const Activation& a, __m512 v) {
-  switch (a.kind) {
-    case Activation::Kind::kRelu:
-      return _mm512_max_ps(v, _mm512_setzero_ps());
-    case Activation::Kind::kLeakyRelu: {
-      const __mmask16 negative = _mm512_cmp_ps_mask(v, _mm512_setzero_ps(), _CMP_LT_OQ);
-      return _mm512_mask_mul_ps(v, negative, v, _mm512_set1_ps(a.alpha));
-    }
-    case Activation::Kind::kClamp:
-      return clamp16(v, a.alpha, a.beta);
-    case Activation::Kind::kHardswish:
-      return _mm512_mul_ps(v, hardsigmoid16(v));
-    case Activation::Kind::kHardsigmoid:
-      return hardsigmoid16(v);
-    case Activation::Kind::kSigmoid:
-      return sigmoid16(v);
-    case Activation::Kind::kSilu:
-      return silu16(v);
-    default:
-      return v;  // excluded by row_gemm_supports
-  }
-}
-
-// The post-ops on one vector of output columns; `residual` points at the same columns.
-ET_AVX512 inline __m512 epilogue16(const PostOps& post_ops, __m512 v, const float* residual,
-                                   __mmask16 mask) {
-  for (const PostOp& op : post_ops) {
-    switch (op.kind) {
-      case PostOp::Kind::kAdd:
-        v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, residual));
-        break;
-      case PostOp::Kind::kRelu:
-        v = _mm512_max_ps(v, _mm512_setzero_ps());
-        break;
-      case PostOp::Kind::kClamp:
-        v = clamp16(v, op.min, op.max);
-        break;
-      case PostOp::Kind::kActivation:
-        v = activation16(op.activation, v);
-        break;
-    }
-  }
-  return v;
-}
 
 // One column group of kPanels vectors for kRows rows: acc[r][p] over all k, then the epilogue.
 // The group's weights are one contiguous [k][kPanels * 16] stream.

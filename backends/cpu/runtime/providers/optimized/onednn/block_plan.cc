@@ -1,6 +1,8 @@
 // The inverted residual block plan (BlockPlan): expand, depthwise, project in row bands.
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
 
+#include "backends/cpu/runtime/providers/optimized/kernels/depthwise_conv.h"
+
 #include <cstring>
 #include <optional>
 #include <tuple>
@@ -63,6 +65,9 @@ struct BlockPlan::Impl {
   std::vector<BlockStage> expand;
   std::vector<BlockStage> depthwise;
   std::vector<BlockStage> project;
+  // The depthwise stage on our own kernel (depthwise_conv.h) instead of `depthwise`'s
+  // primitives, when it covers the stage and own_depthwise_wanted says so.
+  std::shared_ptr<const DepthwiseConv> own_depthwise;
   OwnedTensor expand_weights, expand_bias;
   OwnedTensor depthwise_weights, depthwise_bias;
   OwnedTensor project_weights, project_bias;
@@ -80,6 +85,7 @@ std::vector<int64_t> BlockPlan::output_dims() const {
 size_t BlockPlan::weights_bytes() const {
   const Impl& p = *impl_;
   size_t total = 0;
+  if (p.own_depthwise) total += p.own_depthwise->weights_bytes();
   for (const OwnedTensor* t : {&p.expand_weights, &p.expand_bias, &p.depthwise_weights,
                                &p.depthwise_bias, &p.project_weights, &p.project_bias}) {
     if (t->bytes) total += t->md.get_size();
@@ -267,9 +273,28 @@ BlockPlan Provider::prepare_block(
           state, {1, cin, h, w}, {1, hid, h, w}, {hid, cin, 1, 1}, weights.expand,
           weights.expand_bias, {1, 1}, {0, 0}, expand_attr);
     }
-    std::tie(p.depthwise_weights, p.depthwise_bias, depthwise_impl) = block_weights(
-        state, {1, hid, h, w}, {1, hid, p.out_h, p.out_w}, {hid, 1, 1, k, k}, weights.depthwise,
-        weights.depthwise_bias, {s, s}, {pad, pad}, depthwise_attr);
+    DepthwiseShape own_shape;
+    own_shape.channels = hid;
+    own_shape.in_h = h;
+    own_shape.in_w = w;
+    own_shape.out_h = p.out_h;
+    own_shape.out_w = p.out_w;
+    own_shape.kernel_h = own_shape.kernel_w = k;
+    own_shape.stride_h = own_shape.stride_w = s;
+    own_shape.pad_top = own_shape.pad_left = pad;
+    if (own_depthwise_wanted(own_shape, post_ops.depthwise)) {
+      // Every post-op in registers: no vector tail after this stage.
+      p.own_depthwise = std::make_shared<DepthwiseConv>(own_shape, weights.depthwise,
+                                                        weights.depthwise_bias,
+                                                        post_ops.depthwise);
+      p.depthwise_tail.reset();
+      state.weights_bytes += p.own_depthwise->weights_bytes();
+      depthwise_impl = "depthwise:avx512";
+    } else {
+      std::tie(p.depthwise_weights, p.depthwise_bias, depthwise_impl) = block_weights(
+          state, {1, hid, h, w}, {1, hid, p.out_h, p.out_w}, {hid, 1, 1, k, k},
+          weights.depthwise, weights.depthwise_bias, {s, s}, {pad, pad}, depthwise_attr);
+    }
     if (params.project) {
       std::tie(p.project_weights, p.project_bias, project_impl) = block_weights(
           state, {1, hid, p.out_h, p.out_w}, {1, cout, p.out_h, p.out_w}, {cout, hid, 1, 1},
@@ -343,7 +368,7 @@ BlockPlan Provider::prepare_block(
           }
           const int64_t top = lo - first;
           const int64_t bottom = last - hi;
-          step.depthwise = stage_index(
+          if (!p.own_depthwise) step.depthwise = stage_index(
               depthwise_keys, p.depthwise, std::vector<int64_t>{hi - lo, top, bottom, rows}, [&] {
                 return checked(
                     make_block_stage(state, {1, hid, hi - lo, w}, {1, hid, rows, p.out_w},
@@ -394,7 +419,7 @@ BlockPlan Provider::prepare_block(
     const bool tails = p.expand_tail || p.depthwise_tail || p.project_tail;
     p.implementation =
         "block " + (params.expand ? p.expand.front().implementation + " + " : std::string()) +
-        p.depthwise.front().implementation +
+        depthwise_impl +
         (params.project ? " + " + p.project.front().implementation : std::string(" (no project)")) +
         (tails ? " + vector tails" : "") + ", " + std::to_string(p.pieces.size()) +
         " pieces in steps of <= " + std::to_string(p.step_rows) + " rows";
@@ -440,9 +465,16 @@ void BlockPlan::run(const float* input, float* output) const {
         }
         const float* depthwise_in = bp.expand ? expanded : x + step.expand_begin * in_row;
         float* out = y + step.out_begin * out_row;
-        run_stage(p.depthwise[static_cast<size_t>(step.depthwise)], worker, depthwise_in,
-                  bp.project ? depthwise : out, p.depthwise_weights, p.depthwise_bias,
-                  p.depthwise_tail);
+        if (p.own_depthwise) {
+          // The held rows: image rows [lo, hi) (the expanded buffer's, or the input's).
+          const int64_t lo = step.expand_begin - step.kept;
+          p.own_depthwise->run_rows(depthwise_in, lo, step.expand_end - lo,
+                                    bp.project ? depthwise : out, step.out_begin, step.out_end);
+        } else {
+          run_stage(p.depthwise[static_cast<size_t>(step.depthwise)], worker, depthwise_in,
+                    bp.project ? depthwise : out, p.depthwise_weights, p.depthwise_bias,
+                    p.depthwise_tail);
+        }
         if (!bp.project) continue;
         if (p.has_add) {
           // The sum post-op adds what the output rows hold: the block's input rows.

@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "backends/cpu/runtime/providers/optimized/kernels/depthwise_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
 
 namespace et_cpu_plugin {
@@ -21,6 +22,7 @@ size_t ConvLikePlan::scratchpad_bytes() const { return impl_->scratchpad_md.get_
 std::string ConvLikePlan::implementation() const { return impl_->implementation; }
 size_t ConvLikePlan::pieces() const {
   if (impl_->row_gemm) return impl_->row_gemm->tasks;
+  if (impl_->depthwise) return impl_->depthwise->tasks;
   return std::max<size_t>(1, impl_->pieces.size());
 }
 
@@ -79,6 +81,7 @@ void ConvCore::describe_split() {
 
 size_t ConvCore::weights_bytes() const {
   if (row_gemm) return row_gemm->gemm->weights_bytes();
+  if (depthwise) return depthwise->conv->weights_bytes();
   size_t total = weights.md.get_size() + (has_bias ? bias.md.get_size() : 0);
   // Channel pieces own their weight blocks; other pieces' weights are empty (the plan's).
   for (const Piece& piece : pieces) {
@@ -129,6 +132,32 @@ std::vector<Piece> split_images_or_rows(ProviderState& state, const Dims& src_di
   });
 }
 
+void run_depthwise(ProviderState& state, const DepthwiseRun& run, const float* input,
+                   float* output) {
+  const DepthwiseConv& conv = *run.conv;
+  const DepthwiseShape& s = conv.shape();
+  const int64_t in_image = s.in_h * s.in_w * s.channels;
+  const int64_t out_row = s.out_w * s.channels;
+  const int64_t rows = run.batch * s.out_h;  // the batch's output rows, image after image
+  const auto slice = [&](int64_t begin, int64_t end) {
+    while (begin < end) {
+      const int64_t image = begin / s.out_h;
+      const int64_t row = begin - image * s.out_h;
+      const int64_t last = std::min(end - image * s.out_h, s.out_h);
+      conv.run_rows(input + image * in_image, 0, s.in_h, output + begin * out_row, row, last);
+      begin = image * s.out_h + last;
+    }
+  };
+  if (run.tasks < 2) {
+    slice(0, rows);
+    return;
+  }
+  state.pool->run(run.tasks, [&](size_t index, int) {
+    const auto [begin, end] = slice_of(rows, run.tasks, index);
+    slice(begin, end);
+  });
+}
+
 void ConvCore::run(const char* what, const float* input, float* output,
                    const float* residual) const {
   const ConvCore& p = *this;
@@ -138,6 +167,10 @@ void ConvCore::run(const char* what, const float* input, float* output,
   }
   if (p.row_gemm) {
     run_row_gemm(state, *p.row_gemm, input, output, residual);
+    return;
+  }
+  if (p.depthwise) {
+    run_depthwise(state, *p.depthwise, input, output);
     return;
   }
   ThreadCountGuard threads(state.omp_threads);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "backends/cpu/runtime/providers/optimized/kernels/depthwise_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
 
@@ -272,6 +273,61 @@ ConvPlan prepare_row_product(const std::shared_ptr<ProviderState>& state, const 
   return ConvPlan(std::move(impl));
 }
 
+// The shape our depthwise kernel (depthwise_conv.h) computes for a 2D convolution with one
+// filter per channel (groups == in == out channels), dense (dilation 1), reading a channels-last
+// input and asked for a channels-last output (or oneDNN's choice, which is channels-last for
+// fp32 here), with post-ops it applies in registers; nothing when any of that fails.
+std::optional<DepthwiseShape> own_depthwise_shape(const ConvParams& p, const PostOps& post_ops,
+                                                  const memory::desc& src_md,
+                                                  OutputLayout output) {
+  if (p.input_size.size() != 2 || p.groups != p.in_channels || p.out_channels != p.in_channels ||
+      p.dilation[0] != 1 || p.dilation[1] != 1 || output == OutputLayout::kPlain) {
+    return std::nullopt;
+  }
+  const Dims src_dims{p.batch, p.in_channels, p.input_size[0], p.input_size[1]};
+  if (src_md != channels_last_md(src_dims)) return std::nullopt;
+  const std::vector<int64_t> out = conv_output_size(p);
+  DepthwiseShape shape;
+  shape.channels = p.in_channels;
+  shape.in_h = p.input_size[0];
+  shape.in_w = p.input_size[1];
+  shape.out_h = out[0];
+  shape.out_w = out[1];
+  shape.kernel_h = p.kernel_size[0];
+  shape.kernel_w = p.kernel_size[1];
+  shape.stride_h = p.stride[0];
+  shape.stride_w = p.stride[1];
+  shape.pad_top = p.padding[0];
+  shape.pad_left = p.padding[1];
+  if (!own_depthwise_wanted(shape, post_ops)) return std::nullopt;
+  return shape;
+}
+
+// The plan of a depthwise convolution on our kernel: channels-last in and out, the batch's
+// output rows shared out on the pool.
+ConvPlan prepare_own_depthwise(const std::shared_ptr<ProviderState>& state, const ConvParams& p,
+                               const DepthwiseShape& shape, const float* weight,
+                               const float* bias, const PostOps& post_ops,
+                               const memory::desc& src_md) {
+  auto impl = std::make_shared<ConvLikePlan::Impl>();
+  impl->state = state;
+  DepthwiseRun run;
+  run.conv = std::make_shared<DepthwiseConv>(shape, weight, bias, post_ops);
+  run.batch = p.batch;
+  const double flops = 2.0 * static_cast<double>(p.batch * shape.out_h * shape.out_w) *
+                       static_cast<double>(shape.channels * shape.kernel_h * shape.kernel_w);
+  run.tasks = state->pieces_for(flops, p.batch * shape.out_h);
+  state->weights_bytes += run.conv->weights_bytes();
+  impl->implementation = "depthwise:avx512" + pieces_note(run.tasks);
+  impl->depthwise = std::move(run);
+  impl->has_bias = bias != nullptr;
+  impl->has_add = false;
+  impl->input_layout = layout_of(src_md);
+  impl->output_layout =
+      layout_of(channels_last_md({p.batch, p.out_channels, shape.out_h, shape.out_w}));
+  return ConvPlan(std::move(impl));
+}
+
 }  // namespace
 
 ConvPlan Provider::prepare_conv(
@@ -303,6 +359,11 @@ ConvPlan Provider::prepare_conv(
   if (is_row_product(params, post_ops, given_src_md)) {
     return prepare_row_product(state_, params, weight, bias, post_ops, given_src_md,
                                layouts.output);
+  }
+  if (const std::optional<DepthwiseShape> depthwise =
+          own_depthwise_shape(params, post_ops, given_src_md, layouts.output)) {
+    return prepare_own_depthwise(state_, params, *depthwise, weight, bias, post_ops,
+                                 given_src_md);
   }
   const memory::desc bias_md = bias ? any_md({params.out_channels}) : memory::desc();
 

@@ -158,6 +158,7 @@ const char* activation_name(Activation::Kind kind);
 // Provider state shared by the plans
 
 class RowGemm;
+class DepthwiseConv;
 
 struct ProviderState {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
@@ -390,6 +391,17 @@ RowGemmRun prepare_row_gemm(ProviderState& state, int64_t rows, int64_t k, int64
 // Runs it on x / y / residual (see RowGemm::run), its column groups in contiguous ranges.
 void run_row_gemm(ProviderState& state, const RowGemmRun& run, const float* x, float* y,
                   const float* residual);
+// A plan's DepthwiseConv (depthwise_conv.h) over `batch` images and the tasks its rows and
+// images are shared out in on the pool (1: the calling thread runs it).
+struct DepthwiseRun {
+  std::shared_ptr<const DepthwiseConv> conv;
+  int64_t batch = 1;
+  size_t tasks = 1;
+};
+// Runs it on whole channels-last images (input {N, C, H, W}, output {N, C, H_out, W_out}): the
+// batch's output rows in near-equal contiguous slices.
+void run_depthwise(ProviderState& state, const DepthwiseRun& run, const float* input,
+                   float* output);
 // Runs every piece on the pool; `data(piece)` gives what it reads and writes.
 void run_pieces(ProviderState& state, const std::vector<Piece>& pieces,
                 const std::function<PieceData(const Piece&)>& data);
@@ -500,6 +512,9 @@ struct ConvCore {
   // A product over one pixel (1x1 kernel, 1x1 input: squeeze-excite) runs on our own kernel
   // instead of the primitive (row_gemm.h); then only the layouts below are set.
   std::optional<RowGemmRun> row_gemm;
+  // A depthwise convolution on channels-last input and output runs on our own kernel
+  // (depthwise_conv.h) when it covers it; then, too, only the layouts below are set.
+  std::optional<DepthwiseRun> depthwise;
   Layout input_layout{nullptr};
   Layout output_layout{nullptr};
   // What the primitive reads and writes (its own choice of layouts, or channels-last); where

@@ -1,0 +1,87 @@
+// Our own AVX-512 depthwise convolution (groups == in channels == out channels, one filter per
+// channel) on channels-last float32 rows: the depthwise stage of MobileNet / EfficientNet blocks.
+// oneDNN 3.2 runs these on its brdgmm kernels at a small fraction of its GEMM rate (EfficientNet:
+// a third of the model's time); here 16 channels are one vector, several output pixels along a
+// row are accumulated in registers so each weight vector loaded serves all of them, and bias and
+// the post-ops are applied in registers before the only store (vector_epilogue.h).
+//
+// The kernel computes a range of output rows of one image, from whatever input rows the caller
+// holds (rows outside them read as zero padding): a standalone convolution shares rows and images
+// out on the pool (ConvLikePlan, conv_plan.cc), a BlockPlan step runs it on its band of expanded
+// rows (block_plan.cc).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
+
+namespace et_cpu_plugin {
+namespace onednn {
+
+// One image's depthwise convolution, torch's semantics (dilation 1). Padding on the right and
+// bottom is whatever out_w / out_h imply (anything past the input reads as zero).
+struct DepthwiseShape {
+  int64_t channels = 0;
+  int64_t in_h = 0;
+  int64_t in_w = 0;
+  int64_t out_h = 0;
+  int64_t out_w = 0;
+  int64_t kernel_h = 0;
+  int64_t kernel_w = 0;
+  int64_t stride_h = 1;
+  int64_t stride_w = 1;
+  int64_t pad_top = 0;
+  int64_t pad_left = 0;
+};
+
+// Whether the kernel runs this shape with these post-ops here: AVX-512F, positive extents, every
+// post-op in registers and no residual add, and ET_CPU_OWN_DEPTHWISE is not "0" ("0" keeps
+// oneDNN's kernels, for measuring; read at each call, so it applies to plans prepared after it).
+bool depthwise_supports(const DepthwiseShape& shape, const PostOps& post_ops);
+
+// Whether the plans (a depthwise ConvLikePlan, BlockPlan's depthwise stage) run `shape` on this
+// kernel rather than oneDNN's: depthwise_supports, and ET_CPU_OWN_DEPTHWISE=1 (every shape it
+// covers) or, with the variable unset, a shape of a class where it measured faster than
+// oneDNN 3.2's brdgmm here (see the provider README: none so far, so unset means oneDNN's).
+bool own_depthwise_wanted(const DepthwiseShape& shape, const PostOps& post_ops);
+
+class DepthwiseConv {
+ public:
+  // `weight` is torch's [C, 1, kernel_h, kernel_w], `bias` [C] or null; both are copied
+  // (repacked to [kernel_h][kernel_w][C rounded up to 16]). Throws ProviderError unless
+  // depthwise_supports(shape, post_ops).
+  DepthwiseConv(const DepthwiseShape& shape, const float* weight, const float* bias,
+                PostOps post_ops);
+
+  const DepthwiseShape& shape() const { return shape_; }
+  size_t weights_bytes() const { return (weights_.size() + bias_.size()) * sizeof(float); }
+
+  // Output rows [row_begin, row_end) of one image, channels-last ([rows][out_w][C]), written
+  // from `output` on (output row row_begin). `input` holds the image's input rows
+  // [input_first, input_first + input_rows), channels-last ([rows][in_w][C]); every other row
+  // reads as zero (padding, or rows the caller knows only padding reaches).
+  void run_rows(const float* input, int64_t input_first, int64_t input_rows, float* output,
+                int64_t row_begin, int64_t row_end) const;
+
+ private:
+  // `count` register blocks of `pixels` output columns each (near-equal, at most 8) from `ox`
+  // on; `checked` when a window of the block crosses the left or right border.
+  struct Block {
+    int64_t ox = 0;
+    int64_t count = 1;
+    int pixels = 1;
+    bool checked = false;
+  };
+
+  DepthwiseShape shape_;
+  int64_t padded_channels_ = 0;
+  std::vector<Block> blocks_;
+  std::vector<float> weights_;  // [kernel_h][kernel_w][padded_channels_]
+  std::vector<float> bias_;     // [padded_channels_] (zeros without a bias)
+  PostOps post_ops_;
+};
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin

@@ -1,0 +1,314 @@
+"""Our AVX-512 depthwise convolution (kernels/depthwise_conv.h) against torch, through the C ABI's
+convolution plan: channels-last in and out, kernels 3x3 / 5x5 (and 7x7 / 3x5 / 1x1 on the
+one-pixel path), stride 1 and 2, padding 0-2, channel counts with and without a tail, odd and
+even sizes, every in-register post-op, with and without bias, split over the pool or not; and
+what stays on oneDNN (the switch off, a plain input or output, dilation, a residual add).
+
+Reference: F.conv2d in float64, the activation in float64. Tolerance 1e-5 relative (the kernel
+sums at most 25 float32 products; the vector sigmoid is within 4e-6 relative).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import (
+    ADD,
+    CLAMP,
+    HARDSIGMOID,
+    HARDSWISH,
+    LEAKY_RELU,
+    RELU,
+    SIGMOID,
+    SILU,
+    PostOp,
+    Provider,
+)
+
+Reference = Callable[[torch.Tensor], torch.Tensor]
+
+# Each activation the kernel applies in registers and what torch computes for it.
+ACTIVATIONS: dict[str, tuple[list[PostOp], Reference]] = {
+    "none": ([], lambda y: y),
+    "relu": ([PostOp(RELU)], torch.relu),
+    "relu6": ([PostOp(CLAMP, 0.0, 6.0)], lambda y: y.clamp(0.0, 6.0)),
+    "hardtanh": ([PostOp(CLAMP, -1.0, 1.0)], lambda y: y.clamp(-1.0, 1.0)),
+    "hardswish": ([PostOp(HARDSWISH)], F.hardswish),
+    "silu": ([PostOp(SILU)], F.silu),
+    "sigmoid": ([PostOp(SIGMOID)], torch.sigmoid),
+    "hardsigmoid": ([PostOp(HARDSIGMOID)], F.hardsigmoid),
+    "leaky_relu": ([PostOp(LEAKY_RELU, 0.1)], lambda y: F.leaky_relu(y, 0.1)),
+    "relu_then_clamp": (
+        [PostOp(RELU), PostOp(CLAMP, -1.0, 0.5)],
+        lambda y: y.relu().clamp(max=0.5),
+    ),
+}
+NAMES = list(ACTIVATIONS)
+CHANNELS = [8, 16, 24, 40, 72, 120, 528]
+# (H, W): odd and even, narrower than a register block of pixels and wider than two.
+SIZES = [(1, 1), (3, 2), (5, 7), (8, 6), (13, 19), (6, 24)]
+
+
+@pytest.fixture(scope="module")
+def provider() -> Provider:
+    provider = Provider(num_threads=2)
+    if not provider.has_vector_activation(SILU):
+        pytest.skip("no AVX-512F on this CPU: depthwise convolutions stay on oneDNN")
+    return provider
+
+
+@pytest.fixture(scope="module")
+def splitting() -> Provider:
+    """A provider that splits every op it can (min_task_flops=0): rows share out on the pool."""
+    return Provider(num_threads=2, min_task_flops=0)
+
+
+@pytest.fixture(autouse=True)
+def own_depthwise_everywhere() -> Iterator[None]:
+    """ET_CPU_OWN_DEPTHWISE=1: every shape the kernel covers runs on it (unset, only the
+    classes where it measured faster than oneDNN's)."""
+    before = os.environ.get("ET_CPU_OWN_DEPTHWISE")
+    os.environ["ET_CPU_OWN_DEPTHWISE"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["ET_CPU_OWN_DEPTHWISE"]
+        else:
+            os.environ["ET_CPU_OWN_DEPTHWISE"] = before
+
+
+@pytest.fixture
+def own_depthwise_off(own_depthwise_everywhere: None) -> Iterator[None]:
+    os.environ["ET_CPU_OWN_DEPTHWISE"] = "0"
+    yield
+
+
+def _inputs(
+    batch: int, channels: int, size: tuple[int, int], kernel: tuple[int, int], seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, channels, *size, generator=generator)
+    weight = torch.randn(channels, 1, *kernel, generator=generator) / (kernel[0] * kernel[1]) ** 0.5
+    bias = torch.randn(channels, generator=generator)
+    return x.contiguous(memory_format=torch.channels_last), weight, bias
+
+
+def _expected(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: int,
+    padding: int,
+    activation: Reference,
+) -> torch.Tensor:
+    y = F.conv2d(
+        x.double(),
+        weight.double(),
+        None if bias is None else bias.double(),
+        stride=stride,
+        padding=padding,
+        groups=x.shape[1],
+    )
+    return activation(y).float()
+
+
+def _run(
+    provider: Provider,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: int,
+    padding: int,
+    post_ops: list[PostOp],
+    own: bool = True,
+    output: str = "channels_last",
+    input_channels_last: bool = True,
+    dilation: int = 1,
+) -> torch.Tensor:
+    plan = provider.conv(
+        list(x.shape),
+        weight,
+        bias,
+        [stride, stride],
+        [padding, padding],
+        [dilation, dilation],
+        groups=x.shape[1],
+        post_ops=post_ops,
+        input_channels_last=input_channels_last,
+        output=output,
+    )
+    assert plan.describe().startswith("depthwise:avx512") == own, plan.describe()
+    data = x if input_channels_last else x.contiguous()
+    out = plan.run(data)
+    assert out.shape == plan.output_shape
+    return out
+
+
+def _assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("channels", CHANNELS)
+@pytest.mark.parametrize("padding", [0, 1, 2])
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("kernel", [3, 5])
+def test_against_torch(
+    provider: Provider, kernel: int, stride: int, padding: int, channels: int
+) -> None:
+    """Every size; the activations and bias / no bias take turns across sizes and cases."""
+    case = kernel * 100 + stride * 10 + padding + channels
+    for i, size in enumerate(SIZES):
+        if min(size) + 2 * padding < kernel:
+            continue  # torch: an empty output
+        name = NAMES[(case + i) % len(NAMES)]
+        post_ops, activation = ACTIVATIONS[name]
+        x, weight, bias = _inputs(1, channels, size, (kernel, kernel), case + i)
+        use_bias = bias if (case + i) % 2 else None
+        actual = _run(provider, x, weight, use_bias, stride, padding, post_ops)
+        expected = _expected(x, weight, use_bias, stride, padding, activation)
+        try:
+            _assert_close(actual, expected)
+        except AssertionError as error:
+            raise AssertionError(f"size {size}, {name}, bias {use_bias is not None}") from error
+
+
+@pytest.mark.parametrize("use_bias", [True, False], ids=["bias", "no_bias"])
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize(("kernel", "stride"), [(3, 1), (3, 2), (5, 1), (5, 2)])
+def test_every_activation(
+    provider: Provider, kernel: int, stride: int, name: str, use_bias: bool
+) -> None:
+    post_ops, activation = ACTIVATIONS[name]
+    padding = kernel // 2
+    x, weight, bias = _inputs(1, 40, (11, 20), (kernel, kernel), kernel + stride)
+    x = x * 4.0  # reach both sides of every activation's bends
+    actual = _run(provider, x, weight, bias if use_bias else None, stride, padding, post_ops)
+    expected = _expected(x, weight, bias if use_bias else None, stride, padding, activation)
+    _assert_close(actual, expected)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "stride", "padding"),
+    [
+        ((7, 7), 1, 3),
+        ((7, 7), 2, 3),
+        ((3, 5), 1, 1),
+        ((1, 1), 1, 0),
+        ((3, 3), 3, 1),
+        ((4, 4), 1, 2),
+    ],
+    ids=["7x7", "7x7_s2", "3x5", "1x1", "3x3_s3", "4x4_even"],
+)
+def test_other_kernels(
+    provider: Provider, kernel: tuple[int, int], stride: int, padding: int
+) -> None:
+    """Kernel widths and strides with and without a specialization (the one-pixel path)."""
+    x, weight, bias = _inputs(1, 24, (9, 18), kernel, 7)
+    plan = provider.conv(
+        list(x.shape),
+        weight,
+        bias,
+        [stride, stride],
+        [padding, padding],
+        [1, 1],
+        groups=24,
+        post_ops=[PostOp(RELU)],
+        input_channels_last=True,
+        output="channels_last",
+    )
+    assert plan.describe().startswith("depthwise:avx512")
+    expected = torch.relu(
+        F.conv2d(
+            x.double(), weight.double(), bias.double(), stride=stride, padding=padding, groups=24
+        )
+    ).float()
+    _assert_close(plan.run(x), expected)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("output", ["channels_last", "best"])
+def test_split_over_the_pool(splitting: Provider, batch: int, output: str) -> None:
+    """Row slices that cross image boundaries (batch 3, min_task_flops=0)."""
+    if not splitting.has_vector_activation(SILU):
+        pytest.skip("no AVX-512F")
+    x, weight, bias = _inputs(batch, 72, (15, 15), (5, 5), batch)
+    plan = splitting.conv(
+        list(x.shape),
+        weight,
+        bias,
+        [1, 1],
+        [2, 2],
+        [1, 1],
+        groups=72,
+        post_ops=[PostOp(SILU)],
+        input_channels_last=True,
+        output=output,
+    )
+    assert plan.describe().startswith("depthwise:avx512")
+    assert plan.pieces > 1
+    assert plan.output_is_channels_last
+    _assert_close(plan.run(x), _expected(x, weight, bias, 1, 2, F.silu))
+
+
+def test_mobile_shapes(provider: Provider) -> None:
+    """The classes of MobileNetV2/V3 and EfficientNet (smaller spatially, same channels)."""
+    for channels, size, kernel, stride in [
+        (96, 24, 3, 2),
+        (144, 14, 3, 1),
+        (240, 10, 5, 1),
+        (528, 14, 5, 1),
+        (480, 14, 3, 1),
+        (960, 7, 3, 1),
+        (672, 14, 5, 2),
+    ]:
+        x, weight, bias = _inputs(1, channels, (size, size), (kernel, kernel), channels)
+        padding = kernel // 2
+        actual = _run(provider, x, weight, bias, stride, padding, [PostOp(HARDSWISH)])
+        _assert_close(actual, _expected(x, weight, bias, stride, padding, F.hardswish))
+
+
+def test_switch_off_keeps_onednn(provider: Provider, own_depthwise_off: None) -> None:
+    x, weight, bias = _inputs(1, 40, (9, 9), (3, 3), 1)
+    actual = _run(provider, x, weight, bias, 1, 1, [PostOp(RELU)], own=False)
+    _assert_close(actual, _expected(x, weight, bias, 1, 1, torch.relu))
+
+
+def test_what_stays_on_onednn(provider: Provider) -> None:
+    x, weight, bias = _inputs(1, 40, (9, 9), (3, 3), 2)
+    relu = [PostOp(RELU)]
+    expected = _expected(x, weight, bias, 1, 1, torch.relu)
+    # A plain input or a plain output: oneDNN (its staging reorders).
+    _assert_close(_run(provider, x, weight, bias, 1, 1, relu, own=False, output="plain"), expected)
+    _assert_close(
+        _run(provider, x, weight, bias, 1, 1, relu, own=False, input_channels_last=False),
+        expected,
+    )
+    # Dilation 2.
+    dilated = _run(provider, x, weight, bias, 1, 2, relu, own=False, dilation=2)
+    expected_dilated = torch.relu(
+        F.conv2d(x.double(), weight.double(), bias.double(), padding=2, dilation=2, groups=40)
+    ).float()
+    _assert_close(dilated, expected_dilated)
+    # A residual add.
+    plan = provider.conv(
+        list(x.shape),
+        weight,
+        bias,
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        groups=40,
+        post_ops=[PostOp(ADD)],
+        input_channels_last=True,
+        output="channels_last",
+    )
+    assert not plan.describe().startswith("depthwise:avx512")
+    residual = torch.randn(1, 40, 9, 9).contiguous(memory_format=torch.channels_last)
+    expected_sum = _expected(x, weight, bias, 1, 1, lambda y: y) + residual
+    torch.testing.assert_close(plan.run(x, residual=residual), expected_sum, rtol=1e-4, atol=1e-4)
