@@ -1,8 +1,11 @@
-"""Issue 20's benchmark: programs exported with bounded dynamic dimensions, one `.pte` per path
-serving every size, on the CPU delegate vs XNNPACK (which lowers the same dynamic program) vs
-eager. A Llama-style decoder (tools/bench/zoo_sequence.py) with a dynamic sequence length at
-1, 16, 128 and 512 tokens, and a small CNN with a dynamic batch at 1 and 8: one table per size,
-ratios against XNNPACK, measured interleaved in one run (the shared harness).
+"""Issues 20 and 47's benchmark: programs exported with bounded dynamic dimensions, one `.pte` per
+path serving every size, on the CPU delegate vs XNNPACK (which lowers the same dynamic program) vs
+eager. Both `.pte`s come from the documented flow, `to_edge_transform_and_lower(...)
+.to_executorch()`, nothing else. A Llama-style decoder (tools/bench/zoo_sequence.py) with a
+dynamic sequence length (max 512) at 1, 16, 128 and 512 tokens, and a small CNN with a dynamic
+batch (max 16) at 1, 8 and 16: one table per size, ratios against XNNPACK, measured interleaved in
+one run (the shared harness). At a bound XNNPACK's program cannot run (ExecuTorch 1.5 plans its
+batch for 15), its column says FAILED with the runtime's error and the run exits 1.
 
 Under each table, the first call at a new size, reported separately (our delegate compiles a
 graph for it, its re-planning cost; XNNPACK reshapes its runtime): a fresh module called at
@@ -12,12 +15,18 @@ interleaved; medians, min-max and ours / XNNPACK of the first-call medians. Besi
 the first call's CPU time on the calling thread (where compiling happens): a shared machine's
 load stretches the wall time, much less that.
 
+After each model's last table, memory over many calls (--alternating-calls, default 1000): per
+path, a fresh module called round-robin at every size of the model it can run, its resident set
+size (RSS) read after the first round and after the last call; the growth between them is
+what the calls leaked or kept.
+
     ./bazelw run //tools/bench:dynamic_shape_bench -- [--only llama/seq128] [--repeats 10]
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import statistics
 import sys
 import time
@@ -33,7 +42,7 @@ OURS = "cpu delegate"
 XNNPACK = "xnnpack"
 EAGER = "eager"
 SEQUENCE_LENGTHS = (1, 16, 128, 512)
-BATCHES = (1, 8)
+BATCHES = (1, 8, 16)
 MAX_TOKENS = 512
 MAX_BATCH = 16
 VOCAB = 256
@@ -41,6 +50,7 @@ VOCAB = 256
 _KEEP: list[bytes] = []  # the runtime does not own a program's buffer
 _PTE: dict[tuple[str, str], bytes] = {}  # (model, path) -> the one .pte of every size
 FIRST_CALL_RUNS = 3  # fresh modules per path for the first-call figures (--first-call-runs)
+ALTERNATING_CALLS = 1000  # calls per path of the memory check (--alternating-calls)
 
 
 class SmallCnn(torch.nn.Module):
@@ -85,8 +95,6 @@ def lower(model: str, path: str) -> bytes:
         return _PTE[key]
     from executorch.exir import to_edge_transform_and_lower
 
-    from backends.cpu import symbolic_dims
-
     net, example, shapes = _model(model)
     exported = torch.export.export(net, example, dynamic_shapes=(shapes,))
     if path == OURS:
@@ -102,7 +110,7 @@ def lower(model: str, path: str) -> bytes:
         edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
     else:
         raise ValueError(f"unknown path {path!r}")
-    _PTE[key] = bytes(symbolic_dims.to_executorch(edge).buffer)
+    _PTE[key] = bytes(edge.to_executorch().buffer)  # the documented flow, no helper
     _KEEP.append(_PTE[key])
     return _PTE[key]
 
@@ -183,13 +191,22 @@ def benchmarks() -> list[harness.Benchmark]:
 
 def first_call_figures(model: str, size: int, other: int, runs: int) -> dict[str, dict[str, Any]]:
     """Per path: the medians, minima and maxima of `runs` first_call_ms, the paths interleaved
-    (a shared machine's load then falls on both alike)."""
+    (a shared machine's load then falls on both alike); {"error": ...} for a path that fails."""
     samples: dict[str, list[dict[str, float]]] = {OURS: [], XNNPACK: []}
+    errors: dict[str, str] = {}
     for _ in range(runs):
         for path, taken in samples.items():
-            taken.append(first_call_ms(model, path, size, other))
+            if path in errors:
+                continue
+            try:
+                taken.append(first_call_ms(model, path, size, other))
+            except Exception as exc:  # e.g. XNNPACK's program at a bound it was not planned for
+                errors[path] = str(exc).splitlines()[0][:200]
     figures: dict[str, dict[str, Any]] = {}
     for path, taken in samples.items():
+        if path in errors:
+            figures[path] = {"error": errors[path]}
+            continue
         figures[path] = {"runs": len(taken)}
         for key in ("first_ms", "second_ms", "first_cpu_ms"):
             values = [t[key] for t in taken]
@@ -199,23 +216,93 @@ def first_call_figures(model: str, size: int, other: int, runs: int) -> dict[str
     return figures
 
 
-def summary(result: harness.BenchmarkResult, runs: int = FIRST_CALL_RUNS) -> str:
-    """The first call at the table's size, per path (not one of the timed calls)."""
+def _rss_mib() -> float:
+    """This process's resident set size now (not its peak), from /proc/self/statm."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def alternating_memory(model: str, path: str, calls: int) -> dict[str, Any]:
+    """A fresh module of `path` called round-robin at the model's sizes (those it can run) for
+    `calls` calls: its RSS after the first round and after the last call, in MiB."""
+    sizes = [size for m, _, size in _sizes() if m == model]
+    module = _load(model, path)
+    runnable, skipped = [], {}
+    for size in sizes:
+        try:
+            module.forward(list(inputs_at(model, size)))
+            runnable.append(size)
+        except Exception as exc:
+            skipped[size] = str(exc).splitlines()[0][:200]
+    if not runnable:
+        return {"error": f"runs at none of {sizes}", "skipped": skipped}
+    args = {size: list(inputs_at(model, size)) for size in runnable}
+    rounds = max(1, calls // len(runnable))
+    first = _rss_mib()
+    for index in range(rounds * len(runnable)):
+        module.forward(args[runnable[index % len(runnable)]])
+    last = _rss_mib()
+    return {
+        "sizes": runnable,
+        "skipped": skipped,
+        "calls": rounds * len(runnable),
+        "rss_after_first_round_mib": first,
+        "rss_after_last_call_mib": last,
+        "growth_mib": last - first,
+    }
+
+
+def memory_summary(model: str, calls: int, details: dict[str, Any]) -> str:
+    figures = {path: alternating_memory(model, path, calls) for path in (OURS, XNNPACK)}
+    details["memory_alternating_sizes"] = figures
+    lines = [f"  memory over {calls} calls alternating sizes (fresh module per path):"]
+    for path, f in figures.items():
+        if "error" in f:
+            lines.append(f"    {path:<14} {f['error']}")
+            continue
+        skipped = f"; cannot run at {sorted(f['skipped'])}" if f["skipped"] else ""
+        lines.append(
+            f"    {path:<14} sizes {f['sizes']}: RSS "
+            f"{f['rss_after_first_round_mib']:.1f} MiB after the first round, "
+            f"{f['rss_after_last_call_mib']:.1f} MiB after call {f['calls']} "
+            f"({f['growth_mib']:+.1f} MiB){skipped}"
+        )
+    return "\n".join(lines)
+
+
+def summary(
+    result: harness.BenchmarkResult,
+    runs: int = FIRST_CALL_RUNS,
+    alternating_calls: int = ALTERNATING_CALLS,
+) -> str:
+    """The first call at the table's size, per path (not one of the timed calls); after the
+    model's last size, the memory over `alternating_calls` calls alternating sizes."""
     model, unit, size = next(entry for entry in _sizes() if _name(*entry) == result.name)
     other = 2 if size != 2 else 3
     figures = first_call_figures(model, size, other, runs)
     result.details["first_call_at_new_size"] = figures
-    ratio = figures[OURS]["first_ms"] / figures[XNNPACK]["first_ms"]
+    ok = [f for f in figures.values() if "error" not in f]
+    ratio = (
+        f"{figures[OURS]['first_ms'] / figures[XNNPACK]['first_ms']:.2f}x"
+        if len(ok) == len(figures)
+        else "n/a"
+    )
     lines = [
         f"  first call at {unit} {size} after a call at {other} (fresh module, medians of "
-        f"{figures[OURS]['runs']} [min-max]); ours / xnnpack first call {ratio:.2f}x:"
+        f"{runs} [min-max]); ours / xnnpack first call {ratio}:"
     ]
     for path, f in figures.items():
+        if "error" in f:
+            lines.append(f"    {path:<14} FAILED: {f['error']}")
+            continue
         lines.append(
             f"    {path:<14} first {f['first_ms']:9.2f} ms [{f['first_min_ms']:.2f}-"
             f"{f['first_max_ms']:.2f}] (thread cpu {f['first_cpu_ms']:.2f}), second "
             f"{f['second_ms']:9.2f} ms [{f['second_min_ms']:.2f}-{f['second_max_ms']:.2f}]"
         )
+    last_size = [s for m, _, s in _sizes() if m == model][-1]
+    if alternating_calls > 0 and size == last_size:
+        lines.append(memory_summary(model, alternating_calls, result.details))
     return "\n".join(lines)
 
 
@@ -227,10 +314,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=FIRST_CALL_RUNS,
         help="fresh modules per path for the first call at a new size",
     )
+    parser.add_argument(
+        "--alternating-calls",
+        type=int,
+        default=ALTERNATING_CALLS,
+        help="calls per path of the memory check after each model's last size (0: skip)",
+    )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.first_call_runs < 1:
         parser.error("--first-call-runs must be at least 1")
-    after_each = functools.partial(summary, runs=args.first_call_runs)
+    if args.alternating_calls < 0:
+        parser.error("--alternating-calls must be at least 0")
+    after_each = functools.partial(
+        summary, runs=args.first_call_runs, alternating_calls=args.alternating_calls
+    )
     return harness.run_main(args, benchmarks, after_each=after_each)
 
 
