@@ -101,5 +101,18 @@ Error check_kernel_arguments(const OpBinding& op) {
   return check_convolution_channels(op);
 }
 
+bool has_shape(const executorch::aten::Tensor& t, std::initializer_list<int64_t> sizes) {
+  if (t.dim() != static_cast<ssize_t>(sizes.size())) return false;
+  ssize_t d = 0;
+  for (int64_t size : sizes) {
+    if (t.size(d++) != size) return false;
+  }
+  return true;
+}
+
+const executorch::aten::Tensor* optional_tensor(const executorch::runtime::EValue* value) {
+  return value->isTensor() ? &value->toTensor() : nullptr;
+}
+
 }  // namespace cpu
 }  // namespace et_cpu_plugin

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/runtime/argument_checks.h"
 #include "backends/cpu/runtime/error_report.h"
 
 namespace et_cpu_plugin {
@@ -34,16 +35,6 @@ enum Arg {
   kArgCount,
 };
 
-struct Linear8da {
-  const Tensor* input;
-  const Tensor* weight;       // uint8 [N, K / 2] (4 bits: w + 8, even k low) or int8 [N, K]
-  const Tensor* scales;       // float32 [N, K / group]
-  const Tensor* zero_points;  // int8 [N, K / group] or null
-  const Tensor* bias;         // float32 [N] or null
-  Tensor* output;
-  int64_t n, k, group, bits;
-};
-
 // torchao's quantize of one row: asymmetric int8 over [-128, 127] with eps the smallest normal
 // float32 (choose_qparams_affine), q = clamp(round(x * (1 / scale)) + zero_point), rounding half
 // to even (nearbyint in the default rounding mode). Writes q - zero_point; returns the scale.
@@ -69,7 +60,7 @@ float quantize_row(const float* x, int64_t k, int32_t* centered) {
 
 class Linear8daKernel final : public BoundKernel {
  public:
-  explicit Linear8daKernel(const Linear8da& a) : a_(a), row_(static_cast<size_t>(a.k)) {}
+  explicit Linear8daKernel(const Linear8daArgs& a) : a_(a), row_(static_cast<size_t>(a.k)) {}
 
   Error run(KernelRuntimeContext&) override {
     const int64_t k = a_.k, n = a_.n, group = a_.group, groups = k / group;
@@ -114,22 +105,9 @@ class Linear8daKernel final : public BoundKernel {
   }
 
  private:
-  Linear8da a_;
+  Linear8daArgs a_;
   std::vector<int32_t> row_;
 };
-
-bool has_shape(const Tensor& t, std::initializer_list<int64_t> sizes) {
-  if (t.dim() != static_cast<ssize_t>(sizes.size())) return false;
-  ssize_t d = 0;
-  for (int64_t size : sizes) {
-    if (t.size(d++) != size) return false;
-  }
-  return true;
-}
-
-const Tensor* optional_tensor(const EValue* value) {
-  return value->isTensor() ? &value->toTensor() : nullptr;
-}
 
 }  // namespace
 
@@ -137,22 +115,19 @@ bool is_linear_8da_kernel(const char* kernel) {
   return std::strcmp(kernel, kKernel) == 0;
 }
 
-Error bind_linear_8da(const OpBinding& op, std::unique_ptr<BoundKernel>* out) {
-  auto fail = [&](const char* what) {
-    return report_error(Error::InvalidArgument, "%s at %s: %s", kKernel, op.op_name, what);
-  };
-  if (op.args.size() < kArgCount) return fail("too few arguments");
+const char* read_linear_8da_args(const OpBinding& op, Linear8daArgs* out) {
+  if (op.args.size() < kArgCount) return "too few arguments";
   const EValue* const* args = op.args.data();
   for (int i : {kInput, kWeight, kScales, kOut}) {
-    if (!args[i]->isTensor()) return fail("input, weight, scales and out must be tensors");
+    if (!args[i]->isTensor()) return "input, weight, scales and out must be tensors";
   }
   for (int i : {kZeroPoints, kBias}) {
-    if (!args[i]->isTensor() && !args[i]->isNone()) return fail("zero points / bias not a tensor");
+    if (!args[i]->isTensor() && !args[i]->isNone()) return "zero points / bias not a tensor";
   }
   if (!args[kGroupSize]->isInt() || !args[kWeightBits]->isInt()) {
-    return fail("group size and weight bits must be ints");
+    return "group size and weight bits must be ints";
   }
-  Linear8da a{};
+  Linear8daArgs a{};
   a.input = &args[kInput]->toTensor();
   a.weight = &args[kWeight]->toTensor();
   a.scales = &args[kScales]->toTensor();
@@ -162,42 +137,51 @@ Error bind_linear_8da(const OpBinding& op, std::unique_ptr<BoundKernel>* out) {
   a.group = args[kGroupSize]->toInt();
   a.bits = args[kWeightBits]->toInt();
   if (a.input->scalar_type() != ScalarType::Float || a.output->scalar_type() != ScalarType::Float) {
-    return fail("input and output must be float32");
+    return "input and output must be float32";
   }
   if (a.input->dim() < 1 || a.input->dim() != a.output->dim()) {
-    return fail("input and output must have the same rank >= 1");
+    return "input and output must have the same rank >= 1";
   }
-  if (a.bits != 4 && a.bits != 8) return fail("weight bits must be 4 or 8");
-  if (a.weight->dim() != 2) return fail("weight must be 2D");
+  if (a.bits != 4 && a.bits != 8) return "weight bits must be 4 or 8";
+  if (a.weight->dim() != 2) return "weight must be 2D";
   a.k = a.input->size(a.input->dim() - 1);
   a.n = a.weight->size(0);
-  if (a.k <= 0 || a.n <= 0) return fail("empty K or N");
+  if (a.k <= 0 || a.n <= 0) return "empty K or N";
   if (a.bits == 4) {
-    if (a.weight->scalar_type() != ScalarType::Byte) return fail("4-bit weight must be uint8");
-    if (a.k % 2 != 0 || a.weight->size(1) * 2 != a.k) return fail("4-bit weight is not [N, K / 2]");
+    if (a.weight->scalar_type() != ScalarType::Byte) return "4-bit weight must be uint8";
+    if (a.k % 2 != 0 || a.weight->size(1) * 2 != a.k) return "4-bit weight is not [N, K / 2]";
   } else {
-    if (a.weight->scalar_type() != ScalarType::Char) return fail("8-bit weight must be int8");
-    if (a.weight->size(1) != a.k) return fail("8-bit weight is not [N, K]");
+    if (a.weight->scalar_type() != ScalarType::Char) return "8-bit weight must be int8";
+    if (a.weight->size(1) != a.k) return "8-bit weight is not [N, K]";
   }
-  if (a.group <= 0 || a.k % a.group != 0) return fail("group size does not divide K");
+  if (a.group <= 0 || a.k % a.group != 0) return "group size does not divide K";
   // |x - x_zero| and |w - w_zero| are <= 255: a group of <= 32768 sums within int32.
-  if (a.group > 32768) return fail("group size above 32768 (int32 accumulation)");
+  if (a.group > 32768) return "group size above 32768 (int32 accumulation)";
   const int64_t groups = a.k / a.group;
   if (a.scales->scalar_type() != ScalarType::Float || !has_shape(*a.scales, {a.n, groups})) {
-    return fail("weight scales are not float32 [N, K / group_size]");
+    return "weight scales are not float32 [N, K / group_size]";
   }
   if (a.zero_points != nullptr && (a.zero_points->scalar_type() != ScalarType::Char ||
                                    !has_shape(*a.zero_points, {a.n, groups}))) {
-    return fail("weight zero points are not int8 [N, K / group_size]");
+    return "weight zero points are not int8 [N, K / group_size]";
   }
   if (a.bias != nullptr &&
       (a.bias->scalar_type() != ScalarType::Float || !has_shape(*a.bias, {a.n}))) {
-    return fail("bias is not float32 [N]");
+    return "bias is not float32 [N]";
   }
   for (ssize_t d = 0; d + 1 < a.input->dim(); ++d) {
-    if (a.input->size(d) != a.output->size(d)) return fail("output's leading dims differ");
+    if (a.input->size(d) != a.output->size(d)) return "output's leading dims differ";
   }
-  if (a.output->size(a.output->dim() - 1) != a.n) return fail("output's last dim is not N");
+  if (a.output->size(a.output->dim() - 1) != a.n) return "output's last dim is not N";
+  *out = a;
+  return nullptr;
+}
+
+Error bind_linear_8da(const OpBinding& op, std::unique_ptr<BoundKernel>* out) {
+  Linear8daArgs a{};
+  if (const char* why = read_linear_8da_args(op, &a)) {
+    return report_error(Error::InvalidArgument, "%s at %s: %s", kKernel, op.op_name, why);
+  }
   out->reset(new Linear8daKernel(a));
   return Error::Ok;
 }

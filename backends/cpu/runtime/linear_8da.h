@@ -8,6 +8,7 @@
 // declines, and the reference that kernel is tested against (test/linear_8da_kernel_test.py).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "backends/cpu/runtime/kernel_provider.h"
@@ -17,6 +18,23 @@ namespace cpu {
 
 // Whether `kernel` is "et_cpu_quant::linear_8da.out".
 bool is_linear_8da_kernel(const char* kernel);
+
+// One linear_8da op's arguments, read and checked by `read_linear_8da_args`.
+struct Linear8daArgs {
+  const executorch::aten::Tensor* input;
+  const executorch::aten::Tensor* weight;       // uint8 [N, K / 2] (4 bits) or int8 [N, K]
+  const executorch::aten::Tensor* scales;       // float32 [N, K / group]
+  const executorch::aten::Tensor* zero_points;  // int8 [N, K / group] or null
+  const executorch::aten::Tensor* bias;         // float32 [N] or null
+  executorch::aten::Tensor* output;
+  int64_t n, k, group, bits;
+};
+
+// Fills `args` from `op` after checking every argument (dtypes, shapes, group size dividing K,
+// weight bits); null when they are right, else what is wrong. The one check of the op's
+// arguments: this file's kernel reports the reason as an error, the Optimized provider's
+// kernel (providers/optimized/bind_quantized.cc) declines with it.
+const char* read_linear_8da_args(const OpBinding& op, Linear8daArgs* args);
 
 // Binds `op` after checking every argument (dtypes, shapes, group size dividing K, weight bits);
 // Error::InvalidArgument naming the op and the problem otherwise.

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/runtime/argument_checks.h"
 #include "backends/cpu/runtime/error_report.h"
 
 namespace et_cpu_plugin {
@@ -378,19 +379,6 @@ class EmbeddingWoKernel final : public BoundKernel {
   std::string name_;  // the op's FX name, for run-time errors (the payload may be gone by then)
   Isa isa_;
 };
-
-bool has_shape(const Tensor& t, std::initializer_list<int64_t> sizes) {
-  if (t.dim() != static_cast<ssize_t>(sizes.size())) return false;
-  ssize_t d = 0;
-  for (int64_t size : sizes) {
-    if (t.size(d++) != size) return false;
-  }
-  return true;
-}
-
-const Tensor* optional_tensor(const EValue* value) {
-  return value->isTensor() ? &value->toTensor() : nullptr;
-}
 
 // Checks the packed weight's arguments (weight, scales, zero points, group size, bits) and fills
 // `w`; the reason it is not one otherwise.

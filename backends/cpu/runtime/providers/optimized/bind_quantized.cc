@@ -8,6 +8,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "backends/cpu/runtime/linear_8da.h"
 #include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/common/work_pool.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/linear_8da_vnni.h"
@@ -131,21 +132,13 @@ class Linear8daKernel final : public OptimizedKernel {
   std::shared_ptr<onednn::WorkPool> own_pool_;
 };
 
-bool has_dims(const Tensor* t, std::initializer_list<int64_t> sizes) {
-  if (t == nullptr || t->dim() != static_cast<ssize_t>(sizes.size())) return false;
-  ssize_t d = 0;
-  for (int64_t size : sizes) {
-    if (t->size(d++) != size) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 // et_cpu_quant::linear_8da.out(input, weight, weight_scales, weight_zero_points?, bias?,
-// group_size, weight_bits, *, out): the constants packed once here. Anything unusual (bad
-// arguments, a group size that is not a multiple of 8, no AVX2) is declined: the Reference
-// provider's scalar kernel (runtime/linear_8da.cc) runs it, or reports what is wrong.
+// group_size, weight_bits, *, out): the constants packed once here. The arguments are read and
+// checked by the scalar kernel's `read_linear_8da_args` (runtime/linear_8da.h). Anything unusual
+// (bad arguments, a group size that is not a multiple of 8, no AVX2) is declined: the Reference
+// provider's scalar kernel runs it, or reports what is wrong.
 Error bind_linear_8da(const OpBinding& op, OptimizedSession& session,
                       std::unique_ptr<BoundKernel>* out, Decline* decline) {
   auto no = [&](const std::string& why) {
@@ -156,55 +149,27 @@ Error bind_linear_8da(const OpBinding& op, OptimizedSession& session,
   if (isa == onednn::Linear8daIsa::kNone) {
     return no("no AVX2 / AVX-512 VNNI, or switched off (ET_CPU_LINEAR_8DA, ET_CPU_LINEAR_8DA_ISA)");
   }
-  if (schema_args(op) < 8) return no("unexpected argument count");
-  const Tensor* input = tensor_arg(op, 0);
-  const Tensor* weight = tensor_arg(op, 1);
-  const Tensor* scales = tensor_arg(op, 2);
-  const Tensor* zeros = tensor_arg(op, 3);
-  const Tensor* bias = tensor_arg(op, 4);
-  Tensor* output = out_arg(op);
-  if ((zeros == nullptr && !op.args[3]->isNone()) || (bias == nullptr && !op.args[4]->isNone()) ||
-      !op.args[5]->isInt() || !op.args[6]->isInt()) {
-    return no("unexpected argument types");
-  }
-  if (!is_f32(input) || !is_f32(output) || input->dim() < 1 || input->dim() != output->dim() ||
-      weight == nullptr || weight->dim() != 2) {
-    return no("input and output float32 of one rank, a 2-D weight");
-  }
+  cpu::Linear8daArgs args{};
+  if (const char* why = cpu::read_linear_8da_args(op, &args)) return no(why);
   onednn::Linear8daParams params;
-  params.k = input->size(input->dim() - 1);
-  params.n = weight->size(0);
-  params.group = op.args[5]->toInt();
-  params.bits = op.args[6]->toInt();
+  params.k = args.k;
+  params.n = args.n;
+  params.group = args.group;
+  params.bits = args.bits;
   std::string reason;
   if (!onednn::linear_8da_supports(params, &reason)) return no(reason);
-  const int64_t groups = params.k / params.group;
-  const bool weight_ok = params.bits == 4
-                             ? has_dtype(weight, ScalarType::Byte) &&
-                                   has_dims(weight, {params.n, params.k / 2})
-                             : has_dtype(weight, ScalarType::Char) &&
-                                   has_dims(weight, {params.n, params.k});
-  if (!weight_ok || !is_f32(scales) || !has_dims(scales, {params.n, groups}) ||
-      (zeros != nullptr &&
-       (!has_dtype(zeros, ScalarType::Char) || !has_dims(zeros, {params.n, groups}))) ||
-      (bias != nullptr && (!is_f32(bias) || !has_dims(bias, {params.n}))) ||
-      output->size(output->dim() - 1) != params.n) {
-    return no("weight, scales, zero points, bias or output of unexpected dtype or shape");
-  }
-  for (ssize_t d = 0; d + 1 < input->dim(); ++d) {
-    if (input->size(d) != output->size(d)) return no("output's leading dims differ");
-  }
-  if (!is_constant(op, 1) || !is_constant(op, 2) || (zeros && !is_constant(op, 3)) ||
-      (bias && !is_constant(op, 4))) {
+  if (!is_constant(op, 1) || !is_constant(op, 2) || (args.zero_points && !is_constant(op, 3)) ||
+      (args.bias && !is_constant(op, 4))) {
     return no("weight, scales, zero points and bias must be constants");
   }
   auto packed = onednn::cached_linear_8da_weights(
-      session.provider().weight_cache(), params, weight->const_data_ptr(),
-      scales->const_data_ptr<float>(),
-      zeros ? zeros->const_data_ptr<int8_t>() : nullptr,
-      bias ? bias->const_data_ptr<float>() : nullptr);
-  return bind_prepared(std::make_unique<Linear8daKernel>(std::move(packed), isa, input, output),
-                       session, out);
+      session.provider().weight_cache(), params, args.weight->const_data_ptr(),
+      args.scales->const_data_ptr<float>(),
+      args.zero_points ? args.zero_points->const_data_ptr<int8_t>() : nullptr,
+      args.bias ? args.bias->const_data_ptr<float>() : nullptr);
+  return bind_prepared(
+      std::make_unique<Linear8daKernel>(std::move(packed), isa, args.input, args.output), session,
+      out);
 }
 
 // et_cpu_quant::{conv2d,linear,max_pool2d,add}.out: checked only; finalize binds it (prepare)
