@@ -60,10 +60,10 @@ float quantize_row(const float* x, int64_t k, int32_t* centered) {
 
 class Linear8daKernel final : public BoundKernel {
  public:
-  explicit Linear8daKernel(const Linear8daArgs& a) : a_(a), row_(static_cast<size_t>(a.k)) {}
+  explicit Linear8daKernel(const Linear8daArgs& a) : a_(a), row_(static_cast<size_t>(a.w.cols)) {}
 
   Error run(KernelRuntimeContext&) override {
-    const int64_t k = a_.k, n = a_.n, group = a_.group, groups = k / group;
+    const int64_t k = a_.w.cols, n = a_.w.rows, group = a_.w.group, groups = k / group;
     const int64_t rows = k == 0 ? 0 : a_.input->numel() / k;
     if (a_.output->numel() != rows * n) {
       return report_error(Error::InvalidArgument, "%s: output holds %zd values, expected %lld",
@@ -71,12 +71,12 @@ class Linear8daKernel final : public BoundKernel {
                           static_cast<long long>(rows * n));
     }
     const float* x = a_.input->const_data_ptr<float>();
-    const uint8_t* w = static_cast<const uint8_t*>(a_.weight->const_data_ptr());
-    const float* scales = a_.scales->const_data_ptr<float>();
-    const int8_t* zeros = a_.zero_points ? a_.zero_points->const_data_ptr<int8_t>() : nullptr;
+    const uint8_t* w = a_.w.data;
+    const float* scales = a_.w.scales;
+    const int8_t* zeros = a_.w.zeros;
     const float* bias = a_.bias ? a_.bias->const_data_ptr<float>() : nullptr;
     float* y = a_.output->mutable_data_ptr<float>();
-    const int64_t row_bytes = a_.bits == 4 ? k / 2 : k;
+    const int64_t row_bytes = a_.w.row_bytes();
     int32_t* xq = row_.data();
     for (int64_t m = 0; m < rows; ++m) {
       const float x_scale = quantize_row(x + m * k, k, xq);
@@ -88,7 +88,7 @@ class Linear8daKernel final : public BoundKernel {
           int32_t acc = 0;
           for (int64_t i = g * group; i < (g + 1) * group; ++i) {
             int32_t value;
-            if (a_.bits == 4) {
+            if (a_.w.bits == 4) {
               const uint8_t byte = wc[i >> 1];
               value = static_cast<int32_t>((i & 1) ? (byte >> 4) : (byte & 0xF)) - 8;
             } else {
@@ -118,61 +118,32 @@ bool is_linear_8da_kernel(const char* kernel) {
 const char* read_linear_8da_args(const OpBinding& op, Linear8daArgs* out) {
   if (op.args.size() < kArgCount) return "too few arguments";
   const EValue* const* args = op.args.data();
-  for (int i : {kInput, kWeight, kScales, kOut}) {
-    if (!args[i]->isTensor()) return "input, weight, scales and out must be tensors";
-  }
-  for (int i : {kZeroPoints, kBias}) {
-    if (!args[i]->isTensor() && !args[i]->isNone()) return "zero points / bias not a tensor";
-  }
-  if (!args[kGroupSize]->isInt() || !args[kWeightBits]->isInt()) {
-    return "group size and weight bits must be ints";
-  }
+  if (!args[kInput]->isTensor() || !args[kOut]->isTensor()) return "input and out must be tensors";
+  if (!args[kBias]->isTensor() && !args[kBias]->isNone()) return "bias not a tensor";
   Linear8daArgs a{};
+  const char* why = read_packed_weight(args[kWeight], args[kScales], args[kZeroPoints],
+                                       args[kGroupSize], args[kWeightBits], &a.w);
+  if (why != nullptr) return why;
   a.input = &args[kInput]->toTensor();
-  a.weight = &args[kWeight]->toTensor();
-  a.scales = &args[kScales]->toTensor();
-  a.zero_points = optional_tensor(args[kZeroPoints]);
   a.bias = optional_tensor(args[kBias]);
   a.output = &op.args[kOut]->toTensor();
-  a.group = args[kGroupSize]->toInt();
-  a.bits = args[kWeightBits]->toInt();
   if (a.input->scalar_type() != ScalarType::Float || a.output->scalar_type() != ScalarType::Float) {
     return "input and output must be float32";
   }
   if (a.input->dim() < 1 || a.input->dim() != a.output->dim()) {
     return "input and output must have the same rank >= 1";
   }
-  if (a.bits != 4 && a.bits != 8) return "weight bits must be 4 or 8";
-  if (a.weight->dim() != 2) return "weight must be 2D";
-  a.k = a.input->size(a.input->dim() - 1);
-  a.n = a.weight->size(0);
-  if (a.k <= 0 || a.n <= 0) return "empty K or N";
-  if (a.bits == 4) {
-    if (a.weight->scalar_type() != ScalarType::Byte) return "4-bit weight must be uint8";
-    if (a.k % 2 != 0 || a.weight->size(1) * 2 != a.k) return "4-bit weight is not [N, K / 2]";
-  } else {
-    if (a.weight->scalar_type() != ScalarType::Char) return "8-bit weight must be int8";
-    if (a.weight->size(1) != a.k) return "8-bit weight is not [N, K]";
-  }
-  if (a.group <= 0 || a.k % a.group != 0) return "group size does not divide K";
+  if (a.input->size(a.input->dim() - 1) != a.w.cols) return "input's last dim is not K";
   // |x - x_zero| and |w - w_zero| are <= 255: a group of <= 32768 sums within int32.
-  if (a.group > 32768) return "group size above 32768 (int32 accumulation)";
-  const int64_t groups = a.k / a.group;
-  if (a.scales->scalar_type() != ScalarType::Float || !has_shape(*a.scales, {a.n, groups})) {
-    return "weight scales are not float32 [N, K / group_size]";
-  }
-  if (a.zero_points != nullptr && (a.zero_points->scalar_type() != ScalarType::Char ||
-                                   !has_shape(*a.zero_points, {a.n, groups}))) {
-    return "weight zero points are not int8 [N, K / group_size]";
-  }
+  if (a.w.group > 32768) return "group size above 32768 (int32 accumulation)";
   if (a.bias != nullptr &&
-      (a.bias->scalar_type() != ScalarType::Float || !has_shape(*a.bias, {a.n}))) {
+      (a.bias->scalar_type() != ScalarType::Float || !has_shape(*a.bias, {a.w.rows}))) {
     return "bias is not float32 [N]";
   }
   for (ssize_t d = 0; d + 1 < a.input->dim(); ++d) {
     if (a.input->size(d) != a.output->size(d)) return "output's leading dims differ";
   }
-  if (a.output->size(a.output->dim() - 1) != a.n) return "output's last dim is not N";
+  if (a.output->size(a.output->dim() - 1) != a.w.rows) return "output's last dim is not N";
   *out = a;
   return nullptr;
 }

@@ -8,10 +8,10 @@
 // declines, and the reference that kernel is tested against (test/linear_8da_kernel_test.py).
 #pragma once
 
-#include <cstdint>
 #include <memory>
 
 #include "backends/cpu/runtime/kernel_provider.h"
+#include "backends/cpu/runtime/packed_weight.h"
 
 namespace et_cpu_plugin {
 namespace cpu {
@@ -21,13 +21,10 @@ bool is_linear_8da_kernel(const char* kernel);
 
 // One linear_8da op's arguments, read and checked by `read_linear_8da_args`.
 struct Linear8daArgs {
-  const executorch::aten::Tensor* input;
-  const executorch::aten::Tensor* weight;       // uint8 [N, K / 2] (4 bits) or int8 [N, K]
-  const executorch::aten::Tensor* scales;       // float32 [N, K / group]
-  const executorch::aten::Tensor* zero_points;  // int8 [N, K / group] or null
-  const executorch::aten::Tensor* bias;         // float32 [N] or null
-  executorch::aten::Tensor* output;
-  int64_t n, k, group, bits;
+  const executorch::aten::Tensor* input;  // float32 [.., K]
+  PackedWeight w;                         // [N, K]: rows N, cols K
+  const executorch::aten::Tensor* bias;   // float32 [N] or null
+  executorch::aten::Tensor* output;       // float32 [.., N]
 };
 
 // Fills `args` from `op` after checking every argument (dtypes, shapes, group size dividing K,

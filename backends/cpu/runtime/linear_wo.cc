@@ -8,6 +8,7 @@
 
 #include "backends/cpu/runtime/argument_checks.h"
 #include "backends/cpu/runtime/error_report.h"
+#include "backends/cpu/runtime/packed_weight.h"
 
 namespace et_cpu_plugin {
 namespace cpu {
@@ -25,16 +26,6 @@ constexpr const char* kEmbeddingKernel = "et_cpu_quant::embedding_wo.out";
 // Argument positions in the out-variant schemas (quantized_ops.py).
 enum LinearArg { kLInput = 0, kLWeight, kLScales, kLZeros, kLBias, kLGroup, kLBits, kLOut, kLCount };
 enum EmbeddingArg { kEWeight = 0, kEScales, kEZeros, kEIndices, kEGroup, kEBits, kEOut, kECount };
-
-// A packed grouped weight [rows, cols] (see linear_wo.h).
-struct PackedWeight {
-  const uint8_t* data;
-  const float* scales;  // [rows, cols / group]
-  const int8_t* zeros;  // [rows, cols / group] or null
-  int64_t rows, cols, group, bits;
-
-  int64_t row_bytes() const { return bits == 4 ? cols / 2 : cols; }
-};
 
 // 16-lane vectors (GCC/Clang vector extensions): one zmm register under AVX-512, two ymm under
 // AVX2, four xmm otherwise. Loads and stores go through memcpy (unaligned).
@@ -380,45 +371,6 @@ class EmbeddingWoKernel final : public BoundKernel {
   Isa isa_;
 };
 
-// Checks the packed weight's arguments (weight, scales, zero points, group size, bits) and fills
-// `w`; the reason it is not one otherwise.
-const char* read_weight(const EValue* weight, const EValue* scales, const EValue* zeros,
-                        const EValue* group, const EValue* bits, PackedWeight* w) {
-  if (!weight->isTensor() || !scales->isTensor()) return "weight and scales must be tensors";
-  if (!zeros->isTensor() && !zeros->isNone()) return "zero points must be a tensor or None";
-  if (!group->isInt() || !bits->isInt()) return "group size and weight bits must be ints";
-  const Tensor& data = weight->toTensor();
-  const Tensor& scale_tensor = scales->toTensor();
-  const Tensor* zero_tensor = optional_tensor(zeros);
-  w->group = group->toInt();
-  w->bits = bits->toInt();
-  if (w->bits != 4 && w->bits != 8) return "weight bits must be 4 or 8";
-  if (data.dim() != 2) return "weight must be 2D";
-  w->rows = data.size(0);
-  if (w->bits == 4) {
-    if (data.scalar_type() != ScalarType::Byte) return "4-bit weight must be uint8";
-    w->cols = data.size(1) * 2;
-  } else {
-    if (data.scalar_type() != ScalarType::Char) return "8-bit weight must be int8";
-    w->cols = data.size(1);
-  }
-  if (w->rows <= 0 || w->cols <= 0) return "empty weight";
-  if (w->group <= 0 || w->cols % w->group != 0) return "group size does not divide the row";
-  const int64_t groups = w->cols / w->group;
-  if (scale_tensor.scalar_type() != ScalarType::Float ||
-      !has_shape(scale_tensor, {w->rows, groups})) {
-    return "weight scales are not float32 [rows, cols / group_size]";
-  }
-  if (zero_tensor != nullptr && (zero_tensor->scalar_type() != ScalarType::Char ||
-                                 !has_shape(*zero_tensor, {w->rows, groups}))) {
-    return "weight zero points are not int8 [rows, cols / group_size]";
-  }
-  w->data = static_cast<const uint8_t*>(data.const_data_ptr());
-  w->scales = scale_tensor.const_data_ptr<float>();
-  w->zeros = zero_tensor ? zero_tensor->const_data_ptr<int8_t>() : nullptr;
-  return nullptr;
-}
-
 Error bind_linear(const OpBinding& op, std::unique_ptr<BoundKernel>* out) {
   auto fail = [&](const char* what) {
     return report_error(Error::InvalidArgument, "%s at %s: %s", kLinearKernel, op.op_name, what);
@@ -430,7 +382,7 @@ Error bind_linear(const OpBinding& op, std::unique_ptr<BoundKernel>* out) {
   }
   if (!args[kLBias]->isTensor() && !args[kLBias]->isNone()) return fail("bias is not a tensor");
   LinearWo a{};
-  const char* why = read_weight(args[kLWeight], args[kLScales], args[kLZeros], args[kLGroup],
+  const char* why = read_packed_weight(args[kLWeight], args[kLScales], args[kLZeros], args[kLGroup],
                                 args[kLBits], &a.w);
   if (why != nullptr) return fail(why);
   a.input = &args[kLInput]->toTensor();
@@ -466,7 +418,7 @@ Error bind_embedding(const OpBinding& op, std::unique_ptr<BoundKernel>* out) {
     return fail("indices and out must be tensors");
   }
   PackedWeight w{};
-  const char* why = read_weight(args[kEWeight], args[kEScales], args[kEZeros], args[kEGroup],
+  const char* why = read_packed_weight(args[kEWeight], args[kEScales], args[kEZeros], args[kEGroup],
                                 args[kEBits], &w);
   if (why != nullptr) return fail(why);
   const Tensor* indices = &args[kEIndices]->toTensor();

@@ -152,20 +152,18 @@ Error bind_linear_8da(const OpBinding& op, OptimizedSession& session,
   cpu::Linear8daArgs args{};
   if (const char* why = cpu::read_linear_8da_args(op, &args)) return no(why);
   onednn::Linear8daParams params;
-  params.k = args.k;
-  params.n = args.n;
-  params.group = args.group;
-  params.bits = args.bits;
+  params.k = args.w.cols;
+  params.n = args.w.rows;
+  params.group = args.w.group;
+  params.bits = args.w.bits;
   std::string reason;
   if (!onednn::linear_8da_supports(params, &reason)) return no(reason);
-  if (!is_constant(op, 1) || !is_constant(op, 2) || (args.zero_points && !is_constant(op, 3)) ||
+  if (!is_constant(op, 1) || !is_constant(op, 2) || (args.w.zeros && !is_constant(op, 3)) ||
       (args.bias && !is_constant(op, 4))) {
     return no("weight, scales, zero points and bias must be constants");
   }
   auto packed = onednn::cached_linear_8da_weights(
-      session.provider().weight_cache(), params, args.weight->const_data_ptr(),
-      args.scales->const_data_ptr<float>(),
-      args.zero_points ? args.zero_points->const_data_ptr<int8_t>() : nullptr,
+      session.provider().weight_cache(), params, args.w.data, args.w.scales, args.w.zeros,
       args.bias ? args.bias->const_data_ptr<float>() : nullptr);
   return bind_prepared(
       std::make_unique<Linear8daKernel>(std::move(packed), isa, args.input, args.output), session,
