@@ -252,6 +252,7 @@ Error CompiledGraph::compile_spec(GraphSpec spec, const NamedDataMap* constants,
     mark = now;
   };
   graph->find_fusion_candidates();
+  graph->find_strided_operands();
   if (error == Error::Ok) error = graph->build_tensors(constants);
   lap(&ticks.tensors);
   if (error == Error::Ok) error = graph->bind_ops();
@@ -324,7 +325,15 @@ Error CompiledGraph::plan_arena() {
     alias_of[static_cast<size_t>(output)] = static_cast<int64_t>(root);
     last_use[root] = std::max(last_use[root], last_use[static_cast<size_t>(output)]);
     ops_[op].alias = true;
-    ops_[op].placement += " (aliases its input: no copy)";
+    if (folded_into_[op] < 0) ops_[op].placement += " (aliases its input: no copy)";
+  }
+  for (size_t op = 0; op < spec_.ops.size(); ++op) {
+    if (folded_into_[op] >= 0 && !ops_[op].alias) {
+      return report_error(Error::Internal,
+                          "op %zu (%s): permute folded into a product but its output is not "
+                          "its input's bytes",
+                          op, spec_.ops[op].name.c_str());
+    }
   }
   std::vector<BufferRequest> requests;
   std::vector<size_t> owners;
@@ -376,6 +385,11 @@ bool CompiledGraph::view_operands(size_t op, int32_t* input, int32_t* output) co
                                        "aten::squeeze_copy.out", "aten::squeeze_copy.dim_out",
                                        "aten::squeeze_copy.dims_out", "aten::unsqueeze_copy.out"};
   const OpSpec& spec = spec_.ops[op];
+  if (folded_into_[op] >= 0) {  // a permute whose reader reads its input in place
+    *input = spec.args.front().tensor;
+    *output = spec.args.back().tensor;
+    return true;
+  }
   // On Reference only: a provider's own view kernel may convert a layout it keeps (its bytes
   // would then differ from its input's).
   if (ops_[op].kernel == nullptr || ops_[op].provider != &reference_provider() ||
@@ -690,6 +704,159 @@ void CompiledGraph::find_fusion_candidates() {
   }
 }
 
+namespace {
+
+// The view kernels plan_arena aliases (view_operands).
+const char* const kViewKernels[] = {"aten::view_copy.out",         "aten::alias_copy.out",
+                                    "aten::squeeze_copy.out",      "aten::squeeze_copy.dim_out",
+                                    "aten::squeeze_copy.dims_out", "aten::unsqueeze_copy.out"};
+
+bool is_view_kernel(const std::string& kernel) {
+  return std::any_of(std::begin(kViewKernels), std::end(kViewKernels),
+                     [&kernel](const char* view) { return kernel == view; });
+}
+
+// The strides of `to` viewing the elements of a tensor of shape `from` laid out with
+// `from_strides` (torch's rule for view on a strided tensor); false when no strides can.
+bool view_strides(const std::vector<int64_t>& from, const std::vector<int64_t>& from_strides,
+                  const std::vector<int64_t>& to, std::vector<int64_t>* out) {
+  out->assign(to.size(), 0);
+  if (from.empty() || to.empty()) return false;
+  int64_t view_d = static_cast<int64_t>(to.size()) - 1;
+  int64_t chunk_base_stride = from_strides.back();
+  int64_t tensor_numel = 1;
+  int64_t view_numel = 1;
+  for (int64_t d = static_cast<int64_t>(from.size()) - 1; d >= 0; --d) {
+    tensor_numel *= from[d];
+    if (d == 0 ||
+        (from[d - 1] != 1 && from_strides[d - 1] != tensor_numel * chunk_base_stride)) {
+      while (view_d >= 0 && (view_numel < tensor_numel || to[view_d] == 1)) {
+        (*out)[view_d] = view_numel * chunk_base_stride;
+        view_numel *= to[view_d];
+        --view_d;
+      }
+      if (view_numel != tensor_numel) return false;
+      if (d > 0) {
+        chunk_base_stride = from_strides[d - 1];
+        tensor_numel = 1;
+        view_numel = 1;
+      }
+    }
+  }
+  return view_d == -1;
+}
+
+}  // namespace
+
+void CompiledGraph::find_strided_operands() {
+  const size_t num_ops = spec_.ops.size();
+  strided_offers_.assign(num_ops, {});
+  strided_permutes_.assign(num_ops, {});
+  folded_into_.assign(num_ops, -1);
+  if (const char* off = std::getenv("ET_CPU_FOLD_PERMUTE")) {
+    if (std::string(off) == "0") return;
+  }
+  const size_t num_values = spec_.values.size();
+  // Readers per value (an op reading it twice counts twice).
+  std::vector<int> reads(num_values, 0);
+  std::vector<int64_t> reader(num_values, -1);
+  for (size_t op = 0; op < num_ops; ++op) {
+    for (const ArgValue& arg : spec_.ops[op].args) {
+      auto count = [&](int32_t id) {
+        if (id < 0 || spec_.values[id].producer == static_cast<int64_t>(op)) return;
+        ++reads[id];
+        reader[id] = static_cast<int64_t>(op);
+      };
+      if (arg.type == ArgValue::Type::Tensor) count(arg.tensor);
+      for (int32_t id : arg.tensors) count(id);
+    }
+  }
+  std::vector<bool> is_graph_output(num_values, false);
+  for (int32_t id : spec_.outputs) is_graph_output[id] = true;
+  // An arena intermediate of static shape read by exactly one op.
+  const auto single_read_intermediate = [&](int32_t id) {
+    const ValueSpec& v = spec_.values[id];
+    return v.kind == ValueKind::Intermediate && v.producer >= 0 && v.nbytes > 0 &&
+           !v.is_dynamic() && !is_graph_output[id] && reads[id] == 1;
+  };
+  for (size_t p = 0; p < num_ops; ++p) {
+    const OpSpec& permute = spec_.ops[p];
+    if (permute.kernel != "aten::permute_copy.out" || permute.args.size() < 3) continue;
+    const ArgValue& in = permute.args.front();
+    const ArgValue& dims = permute.args[1];
+    const ArgValue& out = permute.args[2];
+    if (in.type != ArgValue::Type::Tensor || out.type != ArgValue::Type::Tensor ||
+        dims.type != ArgValue::Type::IntList || in.tensor < 0 || out.tensor < 0 ||
+        in.tensor == out.tensor) {
+      continue;
+    }
+    const ValueSpec& source = spec_.values[in.tensor];
+    if (source.kind != ValueKind::Intermediate || source.producer < 0 || source.nbytes == 0 ||
+        source.is_dynamic() || source.dtype != ScalarType::Float ||
+        spec_.values[out.tensor].dtype != ScalarType::Float ||
+        dims.ints.size() != source.shape.size() || !single_read_intermediate(out.tensor)) {
+      continue;
+    }
+    // The permute's output as strides over its input's contiguous bytes.
+    const size_t rank = source.shape.size();
+    std::vector<int64_t> contiguous(rank, 1);
+    for (size_t d = rank; d-- > 1;) contiguous[d - 1] = contiguous[d] * source.shape[d];
+    std::vector<int64_t> shape(rank);
+    std::vector<int64_t> strides(rank);
+    bool valid = true;
+    for (size_t d = 0; d < rank; ++d) {
+      int64_t from = dims.ints[d] < 0 ? dims.ints[d] + static_cast<int64_t>(rank) : dims.ints[d];
+      if (from < 0 || from >= static_cast<int64_t>(rank)) valid = false;
+      if (!valid) break;
+      shape[d] = source.shape[static_cast<size_t>(from)];
+      strides[d] = contiguous[static_cast<size_t>(from)];
+    }
+    if (!valid || shape != spec_.values[out.tensor].shape) continue;
+    // Follow views (each the only reader of the value before it) to the product.
+    int32_t current = out.tensor;
+    int64_t next = reader[current];
+    while (next >= 0 && is_view_kernel(spec_.ops[next].kernel) &&
+           spec_.ops[next].provider == kReferenceProviderId) {
+      const OpSpec& view = spec_.ops[next];
+      if (view.args.size() < 2 || view.args.front().type != ArgValue::Type::Tensor ||
+          view.args.front().tensor != current || view.args.back().type != ArgValue::Type::Tensor) {
+        next = -1;
+        break;
+      }
+      const int32_t result = view.args.back().tensor;
+      const ValueSpec& to = spec_.values[result];
+      std::vector<int64_t> viewed;
+      if (result < 0 || result == current || to.dtype != ScalarType::Float ||
+          to.nbytes != spec_.values[current].nbytes ||
+          to.producer != static_cast<int64_t>(next) || !single_read_intermediate(result) ||
+          !view_strides(spec_.values[current].shape, strides, to.shape, &viewed)) {
+        next = -1;
+        break;
+      }
+      strides = std::move(viewed);
+      current = result;
+      next = reader[current];
+    }
+    if (next < 0 || next <= static_cast<int64_t>(p)) continue;
+    const OpSpec& product = spec_.ops[next];
+    if ((product.kernel != "aten::bmm.out" && product.kernel != "aten::mm.out") ||
+        product.provider == kReferenceProviderId || product.args.size() < 3) {
+      continue;
+    }
+    for (size_t a = 0; a < 2; ++a) {
+      const ArgValue& operand = product.args[a];
+      if (operand.type == ArgValue::Type::Tensor && operand.tensor == current) {
+        StridedOperand offer;
+        offer.arg = a;
+        offer.strides = strides;
+        offer.permute = permute.name.c_str();
+        strided_offers_[next].push_back(std::move(offer));
+        strided_permutes_[next].push_back(static_cast<int32_t>(p));
+      }
+    }
+  }
+}
+
 Error CompiledGraph::bind_ops() {
   ops_.resize(spec_.ops.size());
   fused_steps_.assign(spec_.ops.size(), 0);
@@ -738,6 +905,7 @@ Error CompiledGraph::bind_ops() {
     Error error = Error::NotSupported;
     std::string reason = "no such provider in this build";
     size_t fused = 0;
+    bool strided_taken = false;
     std::vector<FusableStep> steps;
     if (provider != nullptr && provider != &reference) {
       if (!opened[spec.provider]) {
@@ -773,6 +941,9 @@ Error CompiledGraph::bind_ops() {
         steps.push_back(step);
       }
       binding.session = session_by_id_[spec.provider];
+      binding.strided = Span<const StridedOperand>(strided_offers_[i].data(),
+                                                   strided_offers_[i].size());
+      binding.strided_taken = &strided_taken;
       binding.fusable = Span<const FusableStep>(steps.data(), steps.size());
       binding.fused_steps = &fused;
       binding.decline_reason = &reason;
@@ -793,6 +964,15 @@ Error CompiledGraph::bind_ops() {
         if (fused > steps.size()) fused = steps.size();
         fused_steps_[i] = fused;
         op.placement = std::string(spec.name) + " " + spec.kernel + ": " + provider->name();
+        if (strided_taken) {
+          // Its permutes never run: their outputs are their inputs' bytes (plan_arena).
+          for (int32_t p : strided_permutes_[i]) {
+            folded_into_[static_cast<size_t>(p)] = static_cast<int64_t>(i);
+            ops_[p].placement = spec_.ops[p].name + " " + spec_.ops[p].kernel +
+                                ": folded into " + spec.name + " (" + provider->name() +
+                                " reads its input with the permuted strides)";
+          }
+        }
         for (size_t f = 0; f < fused; ++f) {
           Op& skipped = ops_[i + 1 + f];
           skipped.provider = provider;

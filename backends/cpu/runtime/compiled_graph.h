@@ -168,6 +168,10 @@ class CompiledGraph {
   };
 
   void find_fusion_candidates();
+  // Permutes whose output reaches a single bmm / mm operand through views only: the product is
+  // offered the permute's input with the permuted strides (StridedOperand), and a permute whose
+  // reader takes it never runs (plan_arena aliases its output to its input, like a view).
+  void find_strided_operands();
 
   executorch::runtime::Error build_tensors(const executorch::runtime::NamedDataMap* constants);
   executorch::runtime::Error bind_ops();
@@ -189,6 +193,9 @@ class CompiledGraph {
   size_t sizes_compiled_ = 0;
   std::vector<std::vector<FusionCandidate>> fusable_;  // per op, offered to its provider
   std::vector<size_t> fused_steps_;                    // per op, how many of them it took
+  std::vector<std::vector<StridedOperand>> strided_offers_;  // per op (find_strided_operands)
+  std::vector<std::vector<int32_t>> strided_permutes_;       // per op: the permute of each offer
+  std::vector<int64_t> folded_into_;  // per op: a permute's reader that took it, else -1
   std::vector<std::unique_ptr<ProviderSession>> sessions_;  // per provider id, opened lazily
   std::vector<ProviderSession*> session_by_id_;
 

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <executorch/runtime/core/error.h>
 #include <executorch/runtime/core/evalue.h>
@@ -78,6 +79,17 @@ struct FusableStep {
   double alpha = 0.0;
 };
 
+// An operand of a matrix product (bmm / mm) that the runtime offers to read in place: it is the
+// output of a permute_copy (through views only) whose single reader is this op, so its bytes can
+// be the permute's input's, read with `strides` (in elements, one per dim of the argument's
+// shape). A provider that takes the offer (OpBinding::strided_taken) reads that argument with
+// these strides; the permute then never runs (its output shares its input's bytes, like a view).
+struct StridedOperand {
+  size_t arg = 0;                   // index into OpBinding::args
+  std::vector<int64_t> strides;     // of the argument's logical shape
+  const char* permute = nullptr;    // FX node name of the permute folded into the op
+};
+
 // What a provider sees of one op at bind time. `args` point into storage the compiled graph owns
 // for its whole life, in the kernel's out-variant schema order (out tensors last), followed by one
 // result slot (ExecuTorch's kernel wrappers expect it and may write it). Tensor data pointers are
@@ -104,6 +116,10 @@ struct OpBinding {
   size_t* fused_steps = nullptr;
   // A provider that declines (Error::NotSupported) says why here, for the kernel placement log.
   std::string* decline_reason = nullptr;
+  // Operands the provider may read with other strides (see StridedOperand): all or none. It
+  // sets *strided_taken when its kernel reads them so.
+  executorch::runtime::Span<const StridedOperand> strided;
+  bool* strided_taken = nullptr;
   // A shape plan's op that its base graph (the upper bounds) bound on this same provider: the
   // provider may leave preparing its plans to ProviderSession::finalize (prepared once, with the
   // final layouts) instead of preparing them now to check that it can.

@@ -507,6 +507,13 @@ def define_common_targets():
         deps = [":provider_compare"],
     )
 
+    # A permute read only by a bmm / mm operand is folded into the product (issue 45).
+    runtime.python_test(
+        name = "permute_fold_test",
+        srcs = ["test/permute_fold_test.py"],
+        deps = [":provider_compare"],
+    )
+
     # Views of intermediates share their bytes (plan_arena) instead of copying.
     runtime.python_test(
         name = "view_alias_test",

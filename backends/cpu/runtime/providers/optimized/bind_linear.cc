@@ -48,9 +48,9 @@ class LinearKernel final : public OptimizedKernel {
 class MatmulKernel final : public OptimizedKernel {
  public:
   MatmulKernel(onednn::MatmulParams params, onednn::PostOps post, const Tensor* a,
-               const Tensor* b, Tensor* output, const Tensor* residual)
-      : params_(params), post_(std::move(post)), a_(a), b_(b), output_(output),
-        residual_(residual) {}
+               const Tensor* b, Tensor* output, const Tensor* residual, bool strided)
+      : params_(std::move(params)), post_(std::move(post)), a_(a), b_(b), output_(output),
+        residual_(residual), strided_(strided) {}
 
   void prepare(onednn::Provider& provider, const InChannelsLast&) override {
     plan_ = std::make_unique<onednn::MatmulPlan>(provider.prepare_matmul(params_, post_));
@@ -59,6 +59,10 @@ class MatmulKernel final : public OptimizedKernel {
     return {impl_of(a_), impl_of(b_), impl_of(residual_)};
   }
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+  std::string implementation() const override {
+    if (!plan_) return "";
+    return plan_->implementation() + (strided_ ? ", operand read in place (permute folded)" : "");
+  }
 
   Error run(KernelRuntimeContext&) override {
     return guarded("matmul", [&] {
@@ -75,8 +79,42 @@ class MatmulKernel final : public OptimizedKernel {
   const Tensor* b_;
   Tensor* output_;
   const Tensor* residual_;
+  bool strided_;
   std::unique_ptr<onednn::MatmulPlan> plan_;
 };
+
+// Takes the runtime's offer of operands read in place with a permute's strides
+// (StridedOperand) when oneDNN runs the strided product on the kernel it would choose for plain
+// operands (its reference kernel is far slower than the transposed copy it saves); sets the
+// strides in *params and *op.strided_taken. ET_CPU_FOLD_PERMUTE=0 (read by the runtime) makes no
+// offers.
+bool take_strided_operands(const OpBinding& op, ssize_t rank, OptimizedSession& session,
+                           const onednn::PostOps& post, onednn::MatmulParams* params) {
+  if (op.strided.size() == 0 || op.strided_taken == nullptr) return false;
+  onednn::MatmulParams strided = *params;
+  for (const StridedOperand& offer : op.strided) {
+    if ((offer.arg != 0 && offer.arg != 1) ||
+        offer.strides.size() != static_cast<size_t>(rank)) {
+      return false;
+    }
+    // The batch dim only when the plan has one (a batch of 1 is a plain matrix).
+    std::vector<int64_t> strides(offer.strides.begin() + (rank == 3 && params->batch == 1),
+                                 offer.strides.end());
+    (offer.arg == 0 ? strided.a_strides : strided.b_strides) = std::move(strides);
+  }
+  if (!onednn::supports_matmul(strided, post).ok) return false;
+  try {
+    onednn::Provider& provider = session.provider();
+    const std::string plain = provider.prepare_matmul(*params, post).implementation();
+    const std::string folded = provider.prepare_matmul(strided, post).implementation();
+    if (folded.rfind("ref", 0) == 0 && plain.rfind("ref", 0) != 0) return false;
+  } catch (const std::exception&) {
+    return false;
+  }
+  *params = std::move(strided);
+  *op.strided_taken = true;
+  return true;
+}
 
 bool bias_is_vector(const Tensor* bias, int64_t n) {
   if (bias == nullptr) return true;
@@ -187,8 +225,10 @@ Error bind_matmul(const OpBinding& op, bool batched, OptimizedSession& session,
   *fused = longest_supported_prefix(
       op, [&](const onednn::PostOps& p) { return onednn::supports_matmul(params, p); }, &post,
       &residual);
+  const bool strided = take_strided_operands(op, rank, session, post, &params);
   auto kernel =
-      std::make_unique<MatmulKernel>(params, post, a, b, final_output(op, 2, *fused), residual);
+      std::make_unique<MatmulKernel>(params, post, a, b, final_output(op, 2, *fused), residual,
+                                     strided);
   session.add_checked(kernel.get());
   *out = std::move(kernel);
   return Error::Ok;

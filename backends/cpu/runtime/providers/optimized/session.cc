@@ -67,7 +67,9 @@ std::string OptimizedSession::summary() const {
          std::to_string(count_implementation("linear_8da:avx512_vnni")) +
          " linear_8da:avx512_vnni, " + std::to_string(count_implementation("linear_8da:avx2")) +
          " linear_8da:avx2, " + std::to_string(count_containing("depthwise:avx512")) +
-         " depthwise (alone or in a block)";
+         " depthwise (alone or in a block), " +
+         std::to_string(count_containing("(permute folded)")) +
+         " products reading a permuted operand in place";
 }
 
 size_t OptimizedSession::count_containing(const std::string& part) const {

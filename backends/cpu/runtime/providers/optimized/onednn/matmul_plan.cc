@@ -1,6 +1,7 @@
 // mm / bmm plans (MatmulPlan) on oneDNN's matmul, split into batches or row bands.
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace et_cpu_plugin {
@@ -12,8 +13,33 @@ Support supports_matmul(const MatmulParams& p, const PostOps& post_ops) {
         "matmul: batch " + std::to_string(p.batch) + ", m " + std::to_string(p.m) + ", k " +
         std::to_string(p.k) + ", n " + std::to_string(p.n) + " must be positive");
   }
+  const size_t rank = p.batch > 1 ? 3 : 2;
+  for (const std::vector<int64_t>* strides : {&p.a_strides, &p.b_strides}) {
+    if (!strides->empty() &&
+        (strides->size() != rank ||
+         std::any_of(strides->begin(), strides->end(), [](int64_t s) { return s < 1; }))) {
+      return Support::no("matmul: operand strides must be " + std::to_string(rank) +
+                         " positive values");
+    }
+  }
   return check_post_ops(post_ops);
 }
+
+namespace {
+
+// `dims` laid out with `strides` (elements), or plain when `strides` is empty.
+memory::desc strided_md(const Dims& dims, const std::vector<int64_t>& strides) {
+  if (strides.empty()) return plain_md(dims);
+  return memory::desc(dims, memory::data_type::f32, Dims(strides.begin(), strides.end()));
+}
+
+// The element offset of row (or batch) `index` along dim `dim` of an operand.
+size_t offset_of(const std::vector<int64_t>& strides, size_t dim, int64_t index,
+                 int64_t contiguous_stride) {
+  return static_cast<size_t>(index * (strides.empty() ? contiguous_stride : strides[dim]));
+}
+
+}  // namespace
 
 struct MatmulPlan::Impl {
   std::shared_ptr<ProviderState> state;
@@ -92,18 +118,18 @@ std::vector<Piece> split_matmul(
     if (by_batch) {
       const auto [begin, end] = slice_of(units, count, i);
       const int64_t batch = end - begin;
-      piece.src_md = plain_md({batch, params.m, params.k});
-      piece.weights_md = plain_md({batch, params.k, params.n});
+      piece.src_md = strided_md({batch, params.m, params.k}, params.a_strides);
+      piece.weights_md = strided_md({batch, params.k, params.n}, params.b_strides);
       piece.dst_md = plain_md({batch, params.m, params.n});
-      piece.src_offset = static_cast<size_t>(begin * params.m * params.k);
-      piece.weights_offset = static_cast<size_t>(begin * params.k * params.n);
+      piece.src_offset = offset_of(params.a_strides, 0, begin, params.m * params.k);
+      piece.weights_offset = offset_of(params.b_strides, 0, begin, params.k * params.n);
       piece.dst_offset = static_cast<size_t>(begin * params.m * params.n);
     } else {
       const auto [begin, end] = block_slice(params.m, kMatmulRows, count, i);
-      piece.src_md = plain_md({end - begin, params.k});
-      piece.weights_md = plain_md({params.k, params.n});
+      piece.src_md = strided_md({end - begin, params.k}, params.a_strides);
+      piece.weights_md = strided_md({params.k, params.n}, params.b_strides);
       piece.dst_md = plain_md({end - begin, params.n});
-      piece.src_offset = static_cast<size_t>(begin * params.k);
+      piece.src_offset = offset_of(params.a_strides, 0, begin, params.k);
       piece.dst_offset = static_cast<size_t>(begin * params.n);
     }
     const dnnl::matmul::primitive_desc pd(state.engine, piece.src_md, piece.weights_md,
@@ -129,15 +155,15 @@ MatmulPlan Provider::prepare_matmul(const MatmulParams& params, const PostOps& p
     using Impl = MatmulPlan::Impl;
     auto impl = std::make_shared<Impl>();
     impl->state = state_;
-    const auto with_batch = [&](Dims dims) {
+    const auto with_batch = [&](Dims dims, const std::vector<int64_t>& strides) {
       if (params.batch > 1) {
         dims.insert(dims.begin(), params.batch);
       }
-      return plain_md(dims);
+      return strided_md(dims, strides);
     };
-    impl->a_md = with_batch({params.m, params.k});
-    impl->b_md = with_batch({params.k, params.n});
-    impl->dst_md = with_batch({params.m, params.n});
+    impl->a_md = with_batch({params.m, params.k}, params.a_strides);
+    impl->b_md = with_batch({params.k, params.n}, params.b_strides);
+    impl->dst_md = with_batch({params.m, params.n}, {});
     // Plain outputs: a trailing sigmoid / SiLU always suits the plan's kernel.
     const SplitPostOps split = split_tail(post_ops);
     impl->tail = split.tail;

@@ -206,6 +206,11 @@ struct MatmulParams {
   int64_t m = 0;
   int64_t k = 0;
   int64_t n = 0;
+  // Element strides of a ([batch,] m, k) and b ([batch,] k, n), batch only when batch > 1;
+  // empty: contiguous. Lets the product read a permute's input in place (q @ k^T without the
+  // transposed copy).
+  std::vector<int64_t> a_strides;
+  std::vector<int64_t> b_strides;
 };
 Support supports_matmul(const MatmulParams& params, const PostOps& post_ops);
 
