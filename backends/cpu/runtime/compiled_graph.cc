@@ -812,14 +812,23 @@ void CompiledGraph::find_strided_operands() {
       strides[d] = contiguous[static_cast<size_t>(from)];
     }
     if (!valid || shape != spec_.values[out.tensor].shape) continue;
-    // Follow views (each the only reader of the value before it) to the product.
+    // Follow views and scalings by a constant (each the only reader of the value before it) to
+    // the product. A scaling (attention's q @ k^T * scale decomposes to k^T * sqrt(scale)) is
+    // elementwise on contiguous bytes: it scales the permute's input in its own order, and its
+    // result carries the permuted strides on.
     int32_t current = out.tensor;
     int64_t next = reader[current];
-    while (next >= 0 && is_view_kernel(spec_.ops[next].kernel) &&
-           spec_.ops[next].provider == kReferenceProviderId) {
+    while (next >= 0 &&
+           ((is_view_kernel(spec_.ops[next].kernel) &&
+             spec_.ops[next].provider == kReferenceProviderId) ||
+            spec_.ops[next].kernel == "aten::mul.Scalar_out")) {
       const OpSpec& view = spec_.ops[next];
-      if (view.args.size() < 2 || view.args.front().type != ArgValue::Type::Tensor ||
-          view.args.front().tensor != current || view.args.back().type != ArgValue::Type::Tensor) {
+      const bool scaling = view.kernel == "aten::mul.Scalar_out";
+      if (view.args.size() < (scaling ? 3u : 2u) ||
+          view.args.front().type != ArgValue::Type::Tensor ||
+          view.args.front().tensor != current || view.args.back().type != ArgValue::Type::Tensor ||
+          (scaling && view.args[1].type != ArgValue::Type::Double &&
+           view.args[1].type != ArgValue::Type::Int)) {
         next = -1;
         break;
       }
@@ -829,11 +838,12 @@ void CompiledGraph::find_strided_operands() {
       if (result < 0 || result == current || to.dtype != ScalarType::Float ||
           to.nbytes != spec_.values[current].nbytes ||
           to.producer != static_cast<int64_t>(next) || !single_read_intermediate(result) ||
-          !view_strides(spec_.values[current].shape, strides, to.shape, &viewed)) {
+          (scaling ? to.shape != spec_.values[current].shape
+                   : !view_strides(spec_.values[current].shape, strides, to.shape, &viewed))) {
         next = -1;
         break;
       }
-      strides = std::move(viewed);
+      if (!scaling) strides = std::move(viewed);
       current = result;
       next = reader[current];
     }

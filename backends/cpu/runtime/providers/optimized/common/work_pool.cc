@@ -4,6 +4,10 @@
 #include <omp.h>
 #include <sched.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
 #include <map>
 
 namespace et_cpu_plugin {
@@ -23,8 +27,22 @@ inline void cpu_relax() {
 #endif
 }
 
+// A worker's extra wait for the next job before it sleeps, in microseconds:
+// $ET_CPU_POOL_SPIN_US (0 to 100000), default 0 (the brief wait above only). A transformer's
+// products come between runs of small unsplit ops (rotary, norms) that take longer than the brief
+// wait, so a sleeping worker's wake-up can cost a product its second thread (issue 45). Read once.
+int64_t worker_spin_us() {
+  static const int64_t spin = [] {
+    const char* text = std::getenv("ET_CPU_POOL_SPIN_US");
+    if (text == nullptr || *text == '\0') return int64_t{0};
+    const long long value = std::strtoll(text, nullptr, 10);
+    return static_cast<int64_t>(std::min<long long>(std::max<long long>(value, 0), 100000));
+  }();
+  return spin;
+}
+
 template <typename Ready>
-bool wait_briefly(Ready ready) {
+bool wait_briefly(Ready ready, int64_t extra_us = 0) {
   for (int i = 0; i < kPauses; ++i) {
     if (ready()) return true;
     cpu_relax();
@@ -32,6 +50,16 @@ bool wait_briefly(Ready ready) {
   for (int i = 0; i < kYields; ++i) {
     if (ready()) return true;
     sched_yield();
+  }
+  if (extra_us > 0) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(extra_us);
+    while (std::chrono::steady_clock::now() < until) {
+      for (int i = 0; i < 64; ++i) {
+        if (ready()) return true;
+        cpu_relax();
+      }
+      sched_yield();
+    }
   }
   return ready();
 }
@@ -104,7 +132,8 @@ void WorkPool::worker_main(int worker) {
   for (;;) {
     if (generation_.load() == seen) {
       lock.unlock();
-      wait_briefly([&] { return generation_.load(std::memory_order_acquire) != seen; });
+      wait_briefly([&] { return generation_.load(std::memory_order_acquire) != seen; },
+                   worker_spin_us());
       lock.lock();
       wake_.wait(lock, [&] { return generation_.load() != seen; });
     }
