@@ -248,6 +248,8 @@ def parse_profile(text: str) -> list[ProfiledOp]:
 
 
 def _provider_group(provider: str) -> str:
+    if provider.startswith("folded into"):  # a permute a product or permute reads through
+        return "folded permute (no copy)"
     return "Reference (declined)" if provider.startswith("Reference (declined") else provider
 
 

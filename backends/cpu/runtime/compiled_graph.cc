@@ -251,9 +251,10 @@ Error CompiledGraph::compile_spec(GraphSpec spec, const NamedDataMap* constants,
     *into += now - mark;
     mark = now;
   };
+  graph->compose_permutes();
   graph->find_fusion_candidates();
-  graph->find_strided_operands();
   if (error == Error::Ok) error = graph->build_tensors(constants);
+  if (error == Error::Ok) graph->find_strided_operands();  // (points at tensors_)
   lap(&ticks.tensors);
   if (error == Error::Ok) error = graph->bind_ops();
   lap(&ticks.bind);
@@ -325,10 +326,17 @@ Error CompiledGraph::plan_arena() {
     alias_of[static_cast<size_t>(output)] = static_cast<int64_t>(root);
     last_use[root] = std::max(last_use[root], last_use[static_cast<size_t>(output)]);
     ops_[op].alias = true;
-    if (folded_into_[op] < 0) ops_[op].placement += " (aliases its input: no copy)";
+    if (composed_into_[op] >= 0) {
+      const size_t into = static_cast<size_t>(composed_into_[op]);
+      ops_[op].placement = spec_.ops[op].name + " " + spec_.ops[op].kernel +
+                           ": folded into " + spec_.ops[into].name +
+                           " (which permutes this permute's input by the composed dims)";
+    } else if (folded_into_[op] < 0) {
+      ops_[op].placement += " (aliases its input: no copy)";
+    }
   }
   for (size_t op = 0; op < spec_.ops.size(); ++op) {
-    if (folded_into_[op] >= 0 && !ops_[op].alias) {
+    if ((folded_into_[op] >= 0 || composed_into_[op] >= 0) && !ops_[op].alias) {
       return report_error(Error::Internal,
                           "op %zu (%s): permute folded into a product but its output is not "
                           "its input's bytes",
@@ -385,7 +393,7 @@ bool CompiledGraph::view_operands(size_t op, int32_t* input, int32_t* output) co
                                        "aten::squeeze_copy.out", "aten::squeeze_copy.dim_out",
                                        "aten::squeeze_copy.dims_out", "aten::unsqueeze_copy.out"};
   const OpSpec& spec = spec_.ops[op];
-  if (folded_into_[op] >= 0) {  // a permute whose reader reads its input in place
+  if (folded_into_[op] >= 0 || composed_into_[op] >= 0) {  // a permute its reader read through
     *input = spec.args.front().tensor;
     *output = spec.args.back().tensor;
     return true;
@@ -748,6 +756,86 @@ bool view_strides(const std::vector<int64_t>& from, const std::vector<int64_t>& 
 
 }  // namespace
 
+void CompiledGraph::compose_permutes() {
+  const size_t num_ops = spec_.ops.size();
+  composed_into_.assign(num_ops, -1);
+  if (const char* off = std::getenv("ET_CPU_FOLD_PERMUTE")) {
+    if (std::string(off) == "0") return;
+  }
+  const size_t num_values = spec_.values.size();
+  std::vector<int> reads(num_values, 0);
+  for (size_t op = 0; op < num_ops; ++op) {
+    for (const ArgValue& arg : spec_.ops[op].args) {
+      if (arg.type == ArgValue::Type::Tensor && arg.tensor >= 0 &&
+          spec_.values[arg.tensor].producer != static_cast<int64_t>(op)) {
+        ++reads[arg.tensor];
+      }
+      for (int32_t id : arg.tensors) {
+        if (id >= 0 && spec_.values[id].producer != static_cast<int64_t>(op)) ++reads[id];
+      }
+    }
+  }
+  std::vector<bool> is_graph_output(num_values, false);
+  for (int32_t id : spec_.outputs) is_graph_output[id] = true;
+  const auto permute_operands = [&](size_t op, int32_t* in, int32_t* out) {
+    const OpSpec& spec = spec_.ops[op];
+    if (spec.kernel != "aten::permute_copy.out" || spec.args.size() < 3) return false;
+    const ArgValue& a = spec.args[0];
+    const ArgValue& dims = spec.args[1];
+    const ArgValue& o = spec.args[2];
+    if (a.type != ArgValue::Type::Tensor || o.type != ArgValue::Type::Tensor ||
+        dims.type != ArgValue::Type::IntList || a.tensor < 0 || o.tensor < 0 ||
+        a.tensor == o.tensor || dims.ints.size() != spec_.values[a.tensor].shape.size() ||
+        !dims.int_exprs.empty()) {
+      return false;
+    }
+    *in = a.tensor;
+    *out = o.tensor;
+    return true;
+  };
+  const auto planned_static = [&](int32_t id) {
+    const ValueSpec& v = spec_.values[id];
+    return v.kind == ValueKind::Intermediate && v.producer >= 0 && v.nbytes > 0 &&
+           !v.is_dynamic() && v.dtype == ScalarType::Float;
+  };
+  // In execution order, so chains compose transitively: the second permute reads the first's
+  // input with the composed dims, and the first (its output read by nothing else) never runs.
+  for (size_t second = 0; second < num_ops; ++second) {
+    int32_t middle = -1;
+    int32_t result = -1;
+    if (!permute_operands(second, &middle, &result)) continue;
+    const int64_t first = spec_.values[middle].producer;
+    int32_t source = -1;
+    int32_t unused = -1;
+    if (first < 0 || !permute_operands(static_cast<size_t>(first), &source, &unused) ||
+        !planned_static(source) || !planned_static(middle) || reads[middle] != 1 ||
+        is_graph_output[middle]) {
+      continue;
+    }
+    const std::vector<int64_t>& d1 = spec_.ops[first].args[1].ints;
+    std::vector<int64_t>& d2 = spec_.ops[second].args[1].ints;
+    const int64_t rank = static_cast<int64_t>(d1.size());
+    if (static_cast<int64_t>(d2.size()) != rank) continue;
+    std::vector<int64_t> composed(d2.size());
+    bool valid = true;
+    for (size_t j = 0; j < d2.size() && valid; ++j) {
+      const int64_t via = d2[j] < 0 ? d2[j] + rank : d2[j];
+      valid = via >= 0 && via < rank;
+      if (!valid) break;
+      const int64_t from = d1[static_cast<size_t>(via)] < 0 ? d1[static_cast<size_t>(via)] + rank
+                                                              : d1[static_cast<size_t>(via)];
+      valid = from >= 0 && from < rank;
+      composed[j] = from;
+    }
+    if (!valid) continue;
+    d2 = std::move(composed);
+    spec_.ops[second].args[0].tensor = source;
+    ++reads[source];
+    --reads[middle];
+    composed_into_[static_cast<size_t>(first)] = static_cast<int64_t>(second);
+  }
+}
+
 void CompiledGraph::find_strided_operands() {
   const size_t num_ops = spec_.ops.size();
   strided_offers_.assign(num_ops, {});
@@ -818,6 +906,7 @@ void CompiledGraph::find_strided_operands() {
     // result carries the permuted strides on.
     int32_t current = out.tensor;
     int64_t next = reader[current];
+    std::vector<const EValue*> chain = {&tensors_[in.tensor].evalue, &tensors_[current].evalue};
     while (next >= 0 &&
            ((is_view_kernel(spec_.ops[next].kernel) &&
              spec_.ops[next].provider == kReferenceProviderId) ||
@@ -845,6 +934,7 @@ void CompiledGraph::find_strided_operands() {
       }
       if (!scaling) strides = std::move(viewed);
       current = result;
+      chain.push_back(&tensors_[current].evalue);
       next = reader[current];
     }
     if (next < 0 || next <= static_cast<int64_t>(p)) continue;
@@ -860,6 +950,7 @@ void CompiledGraph::find_strided_operands() {
         offer.arg = a;
         offer.strides = strides;
         offer.permute = permute.name.c_str();
+        offer.keep_plain = chain;
         strided_offers_[next].push_back(std::move(offer));
         strided_permutes_[next].push_back(static_cast<int32_t>(p));
       }

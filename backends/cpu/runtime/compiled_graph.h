@@ -172,6 +172,9 @@ class CompiledGraph {
   // offered the permute's input with the permuted strides (StridedOperand), and a permute whose
   // reader takes it never runs (plan_arena aliases its output to its input, like a view).
   void find_strided_operands();
+  // A permute whose output only another permute reads: the second reads the first's input with
+  // the composed dims (its spec is rewritten), the first never runs (aliased in plan_arena).
+  void compose_permutes();
 
   executorch::runtime::Error build_tensors(const executorch::runtime::NamedDataMap* constants);
   executorch::runtime::Error bind_ops();
@@ -196,6 +199,7 @@ class CompiledGraph {
   std::vector<std::vector<StridedOperand>> strided_offers_;  // per op (find_strided_operands)
   std::vector<std::vector<int32_t>> strided_permutes_;       // per op: the permute of each offer
   std::vector<int64_t> folded_into_;  // per op: a permute's reader that took it, else -1
+  std::vector<int64_t> composed_into_;  // per op: the permute that composed this one, else -1
   std::vector<std::unique_ptr<ProviderSession>> sessions_;  // per provider id, opened lazily
   std::vector<ProviderSession*> session_by_id_;
 

@@ -88,6 +88,9 @@ struct StridedOperand {
   size_t arg = 0;                   // index into OpBinding::args
   std::vector<int64_t> strides;     // of the argument's logical shape
   const char* permute = nullptr;    // FX node name of the permute folded into the op
+  // The permute's input (whose bytes the argument then is) and every value between it and the
+  // argument: a provider that keeps activations in layouts of its own must keep these plain.
+  std::vector<const executorch::runtime::EValue*> keep_plain;
 };
 
 // What a provider sees of one op at bind time. `args` point into storage the compiled graph owns

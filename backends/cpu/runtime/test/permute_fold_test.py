@@ -49,6 +49,19 @@ class Sdpa(torch.nn.Module):
         return torch.nn.functional.scaled_dot_product_attention(q, k + 1.0, v)
 
 
+class ConvThenScores(torch.nn.Module):
+    """A Conv1d's (N, C, L) output transposed to (N, L, C) into a product: the delegate keeps a
+    convolution's output channels-last when only its own kernels read it, which the product
+    reading the bytes in place must prevent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv1d(6, 16, 3, padding=1)
+
+    def forward(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(self.conv(x).transpose(1, 2), w)
+
+
 class MatrixTransposed(torch.nn.Module):
     """mm: a @ b^T of two 2-D activations."""
 
@@ -82,6 +95,7 @@ def test_folded_permutes_match_eager_and_do_not_run() -> None:
         # softmax(...) @ v, batch 1: the head split folds as well
         (AttentionV(heads=3), (torch.randn(1, 3, 10, 10), torch.randn(1, 10, 3 * 8))),
         (MatrixTransposed(), (torch.randn(13, 20), torch.randn(30, 20))),
+        (ConvThenScores(), (torch.randn(1, 6, 20), torch.randn(1, 16, 5))),
         # attention itself, prefill and a one-row decode
         (Sdpa(), (torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8))),
         (Sdpa(), (torch.randn(1, 2, 1, 8), torch.randn(1, 2, 9, 8), torch.randn(1, 2, 9, 8))),
@@ -94,8 +108,11 @@ def test_folded_permutes_match_eager_and_do_not_run() -> None:
         assert lines, (index, run.placement)
         folded = [line for line in lines if ": folded into " in line]
         if isinstance(cases[index][0], Sdpa):
-            # k^T folds; the decomposition's permutes of the output have no product to fold into
-            assert len(folded) == 1 and "bmm" in folded[0], (index, lines)
+            # k^T folds into the product; the decomposition's two permutes of the output compose
+            # into one, which runs (no product reads it)
+            into_products = [line for line in folded if "folded into aten_bmm" in line]
+            assert len(into_products) == 1, (index, lines)
+            assert len(lines) - len(folded) == 1, (index, lines)
         else:
             assert folded == lines, (index, lines)
         products = [
@@ -138,3 +155,51 @@ def test_switch_off_keeps_the_copy() -> None:
     out_on, _, placement_on = run_pte_both(pte, inputs)
     assert_close_scaled(out_on[0], expected)
     assert any("folded into" in line for line in placement_on), placement_on
+
+
+class PermuteChain(torch.nn.Module):
+    """SDPA's output permutes (2, 0, 1, 3) then (1, 2, 0, 3), then the head merge's transpose."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = (x + 1.0).permute(2, 0, 1, 3).permute(1, 2, 0, 3).transpose(1, 2)
+        return y * 2.0
+
+
+class PermuteChainReadTwice(torch.nn.Module):
+    """The middle permute's output has a second reader: only the first permute composes."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        middle = (x + 1.0).permute(0, 2, 1, 3)
+        return middle.permute(3, 1, 2, 0) * 2.0, middle * 3.0
+
+
+def test_permute_chains_compose_into_one_copy() -> None:
+    torch.manual_seed(6)
+    runs = run_cases(
+        [
+            (PermuteChain(), (torch.randn(2, 3, 5, 4),)),
+            (PermuteChainReadTwice(), (torch.randn(2, 3, 5, 4),)),
+        ]
+    )
+    for index, (run, runs_left) in enumerate(zip(runs, (1, 2), strict=True)):
+        for got, ref, want in zip(run.optimized, run.reference, run.expected, strict=True):
+            assert torch.equal(got, want) and torch.equal(ref, want), index
+        lines = _permute_lines(run)
+        folded = [line for line in lines if ": folded into " in line]
+        assert len(lines) - len(folded) == runs_left, (index, lines)
+
+
+class ScaledTranspose3d(torch.nn.Module):
+    """k^T scaled before a 3-D product: (0, 2, 1) is the permute whose output the delegate could
+    keep channels-last for its reader; folded, every value on the way must stay plain."""
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(q + 1.0, (k + 1.0).transpose(1, 2) * 0.25)
+
+
+def test_scaled_transpose_of_a_3d_operand_matches_eager() -> None:
+    torch.manual_seed(8)
+    (run,) = run_cases([(ScaledTranspose3d(), (torch.randn(2, 7, 12), torch.randn(2, 9, 12)))])
+    assert_close_scaled(run.optimized[0], run.expected[0])
+    assert_close_scaled(run.optimized[0], run.reference[0])
+    assert _permute_lines(run), run.placement

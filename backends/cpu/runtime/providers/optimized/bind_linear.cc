@@ -56,8 +56,13 @@ class MatmulKernel final : public OptimizedKernel {
     plan_ = std::make_unique<onednn::MatmulPlan>(provider.prepare_matmul(params_, post_));
   }
   std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
-    return {impl_of(a_), impl_of(b_), impl_of(residual_)};
+    std::vector<const executorch::aten::TensorImpl*> reads = {impl_of(a_), impl_of(b_),
+                                                              impl_of(residual_)};
+    reads.insert(reads.end(), sources_.begin(), sources_.end());
+    return reads;
   }
+  // The permutes' inputs it reads in place and the values on the way (StridedOperand): plain.
+  void read_in_place(const executorch::aten::TensorImpl* source) { sources_.push_back(source); }
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
   std::string implementation() const override {
     if (!plan_) return "";
@@ -80,6 +85,7 @@ class MatmulKernel final : public OptimizedKernel {
   Tensor* output_;
   const Tensor* residual_;
   bool strided_;
+  std::vector<const executorch::aten::TensorImpl*> sources_;
   std::unique_ptr<onednn::MatmulPlan> plan_;
 };
 
@@ -229,6 +235,13 @@ Error bind_matmul(const OpBinding& op, bool batched, OptimizedSession& session,
   auto kernel =
       std::make_unique<MatmulKernel>(params, post, a, b, final_output(op, 2, *fused), residual,
                                      strided);
+  for (size_t i = 0; strided && i < op.strided.size(); ++i) {
+    for (const EValue* value : op.strided[i].keep_plain) {
+      if (value != nullptr && value->isTensor()) {
+        kernel->read_in_place(value->toTensor().unsafeGetTensorImpl());
+      }
+    }
+  }
   session.add_checked(kernel.get());
   *out = std::move(kernel);
   return Error::Ok;
