@@ -719,6 +719,18 @@ const char* const kViewKernels[] = {"aten::view_copy.out",         "aten::alias_
                                     "aten::squeeze_copy.out",      "aten::squeeze_copy.dim_out",
                                     "aten::squeeze_copy.dims_out", "aten::unsqueeze_copy.out"};
 
+// Whether `dims` (negative counting from the end) is a permutation of 0 .. dims.size() - 1.
+bool is_permutation(const std::vector<int64_t>& dims) {
+  const int64_t rank = static_cast<int64_t>(dims.size());
+  std::vector<bool> seen(dims.size(), false);
+  for (int64_t d : dims) {
+    const int64_t dim = d < 0 ? d + rank : d;
+    if (dim < 0 || dim >= rank || seen[static_cast<size_t>(dim)]) return false;
+    seen[static_cast<size_t>(dim)] = true;
+  }
+  return true;
+}
+
 bool is_view_kernel(const std::string& kernel) {
   return std::any_of(std::begin(kViewKernels), std::end(kViewKernels),
                      [&kernel](const char* view) { return kernel == view; });
@@ -786,7 +798,7 @@ void CompiledGraph::compose_permutes() {
     if (a.type != ArgValue::Type::Tensor || o.type != ArgValue::Type::Tensor ||
         dims.type != ArgValue::Type::IntList || a.tensor < 0 || o.tensor < 0 ||
         a.tensor == o.tensor || dims.ints.size() != spec_.values[a.tensor].shape.size() ||
-        !dims.int_exprs.empty()) {
+        !dims.int_exprs.empty() || !is_permutation(dims.ints)) {
       return false;
     }
     *in = a.tensor;
@@ -882,7 +894,8 @@ void CompiledGraph::find_strided_operands() {
     if (source.kind != ValueKind::Intermediate || source.producer < 0 || source.nbytes == 0 ||
         source.is_dynamic() || source.dtype != ScalarType::Float ||
         spec_.values[out.tensor].dtype != ScalarType::Float ||
-        dims.ints.size() != source.shape.size() || !single_read_intermediate(out.tensor)) {
+        dims.ints.size() != source.shape.size() || !is_permutation(dims.ints) ||
+        !single_read_intermediate(out.tensor)) {
       continue;
     }
     // The permute's output as strides over its input's contiguous bytes.
