@@ -26,6 +26,7 @@ _RUNTIME_SRCS = [
     "payload_reader.cc",
     "quantized_op_check.cc",
     "reference_provider.cc",
+    "state_kernels.cc",
     "stream_exit_guard.cc",
 ]
 
@@ -44,6 +45,7 @@ _RUNTIME_HDRS = [
     "payload_reader.h",
     "quantized_op_check.h",
     "reference_provider.h",
+    "state_kernels.h",
 ]
 
 # The fuzz smoke compiles the read path itself, sanitized, with small size limits (a hostile
