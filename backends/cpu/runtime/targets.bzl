@@ -509,6 +509,19 @@ def define_common_targets():
         deps = [":provider_compare"],
     )
 
+    # Delegate state (issue 45): mutated buffers owned by the delegate, updated in place, one copy
+    # per loaded program; the ET_CPU_DELEGATE_BUFFERS=0 / delegate_buffers=False fallback.
+    runtime.python_test(
+        name = "delegate_state_test",
+        srcs = ["test/delegate_state_test.py"],
+        deps = [
+            ":loader",
+            ":lowered_program",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:graph_reader",
+        ],
+    )
+
     # Views of intermediates share their bytes (plan_arena) instead of copying.
     runtime.python_test(
         name = "view_alias_test",
