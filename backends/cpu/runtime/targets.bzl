@@ -396,6 +396,7 @@ def define_common_targets():
             ":loader",
             ":lowered_program",
             "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:graph_reader",
             "//backends/cpu/serialization:schema",
             "//tools/bench:llm_models",
         ],
