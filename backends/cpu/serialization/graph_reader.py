@@ -218,7 +218,9 @@ def _value(index: int, raw: Any) -> PayloadValue:
     kind = ValueKind(raw.kind)
     key = _str(raw.constantKey) if raw.constantKey is not None else None
     if kind in (ValueKind.CONSTANT, ValueKind.STATE) and not key:
-        raise PayloadError(f"value {index} ('{name}'): a {kind.name.lower()} without a constant_key")
+        raise PayloadError(
+            f"value {index} ('{name}'): a {kind.name.lower()} without a constant_key"
+        )
     shape = tuple(int(d) for d in _list(raw.shape))
     update = int(getattr(raw, "stateUpdate", -1))
     return PayloadValue(index, _DTYPES[raw.dtype], shape, kind, key, name, update)

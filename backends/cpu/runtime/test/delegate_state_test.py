@@ -105,7 +105,7 @@ def test_state_lives_in_the_delegate_and_is_written_in_place(model_type: type[nn
     (payload,) = cpu_payloads(edge_program)
     graph = read_payload(payload)
     (state,) = graph.states()
-    assert state.kind == ValueKind.STATE and state.shape == tuple(model.cache.shape)
+    assert state.kind == ValueKind.STATE and state.shape == tuple(model.get_buffer("cache").shape)
     (writer,) = [op for op in graph.ops if op.args[-1].value == state.state_update]
     assert writer.kernel == "aten::index_put.out"
     assert len(graph.outputs) == 1

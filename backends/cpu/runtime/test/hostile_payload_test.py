@@ -422,7 +422,10 @@ def _state_graph(
 
 
 _HOSTILE_STATE: dict[str, tuple[Graph, tuple[str, ...]]] = {
-    "state in version 3": (_state_graph(version=3), ("a State value needs payload format version 4",)),
+    "state in version 3": (
+        _state_graph(version=3),
+        ("a State value needs payload format version 4",),
+    ),
     "state without key": (_state_graph(key=None), ("state value 4 (v4) has no constant_key",)),
     "state key not stored": (_state_graph(key="cpu/other"), ("state v4: key 'cpu/other' not in",)),
     "state bytes short": (_state_graph(stored=_STATE_BYTES[:8]), ("8 bytes stored",)),

@@ -78,7 +78,9 @@ def _lower(model: nn.Module, delegate_buffers: bool = True) -> tuple[bytes, list
 
 
 CACHES = sorted(
-    f"layers.{layer}.attention.kv_cache.{kind}_cache" for layer in range(CONFIG.layers) for kind in "kv"
+    f"layers.{layer}.attention.kv_cache.{kind}_cache"
+    for layer in range(CONFIG.layers)
+    for kind in "kv"
 )
 IN_PLACE = "in place on the delegate's state"
 
