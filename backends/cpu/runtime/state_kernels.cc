@@ -20,7 +20,9 @@ namespace {
 constexpr const char* kIndexPut = "aten::index_put.out";
 constexpr const char* kIndexCopy = "aten::index_copy.out";
 
-bool is_tensor(const ArgValue& arg) { return arg.type == ArgValue::Type::Tensor && arg.tensor >= 0; }
+bool is_tensor(const ArgValue& arg) {
+  return arg.type == ArgValue::Type::Tensor && arg.tensor >= 0;
+}
 
 // Where the row write's pieces are in its argument list, and which dimension it indexes.
 struct RowWriteArgs {
@@ -77,8 +79,8 @@ bool row_write_args(const GraphSpec& graph, const OpSpec& op, RowWriteArgs* out)
   const ValueSpec& self = graph.values[a[out->self].tensor];
   const ValueSpec& values = graph.values[a[out->values].tensor];
   const ValueSpec& result = graph.values[a.back().tensor];
-  return values.dtype == self.dtype && result.dtype == self.dtype &&
-         result.shape == self.shape && !self.is_dynamic() && values.shape.size() <= self.shape.size();
+  return values.dtype == self.dtype && result.dtype == self.dtype && result.shape == self.shape &&
+         !self.is_dynamic() && values.shape.size() <= self.shape.size();
 }
 
 class RowWrite final : public BoundKernel {
