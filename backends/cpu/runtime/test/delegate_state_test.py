@@ -8,6 +8,7 @@ the update as a copy (still right), and `CpuPartitioner(delegate_buffers=False)`
 flow (the buffer outside, ExecuTorch's copy_ write-back)."""
 
 import copy
+import threading
 from typing import Any
 
 import pytest
@@ -116,7 +117,11 @@ def test_state_lives_in_the_delegate_and_is_written_in_place(model_type: type[nn
             expected = model(pos, x)
         (got,) = module.forward([pos, x])
         torch.testing.assert_close(got, expected)
-    assert sum(IN_PLACE in line for line in loader.last_placement()) == 1, loader.last_placement()
+    placement = loader.last_placement()
+    assert sum(IN_PLACE in line for line in placement) == 1, placement
+    if model_type is IndexPutCache:  # the view of the updated cache is the cache's bytes
+        (view,) = [line for line in placement if "view_copy" in line]
+        assert "aliases its input: no copy" in view, placement
 
 
 def test_out_of_range_index_fails_and_leaves_the_state(capfd: pytest.CaptureFixture[str]) -> None:
@@ -159,6 +164,31 @@ def test_two_loaded_programs_keep_separate_states() -> None:
     with torch.no_grad():
         expected = IndexPutCache().eval()(pos, x)
     torch.testing.assert_close(load(pte).forward([pos, x])[0], expected)
+
+
+def test_programs_decoding_on_two_threads_keep_their_own_states() -> None:
+    model = IndexCopyCache().eval()
+    pte, _, _ = _lower(model)
+    modules = [load(pte), load(pte)]
+    errors: list[BaseException] = []
+
+    def decode(index: int) -> None:
+        try:
+            eager = copy.deepcopy(model)
+            for _ in range(5):  # the same sequence again and again: the states keep diverging
+                for pos, x in _calls(seed=10 + index):
+                    with torch.no_grad():
+                        expected = eager(pos, x)
+                    torch.testing.assert_close(modules[index].forward([pos, x])[0], expected)
+        except BaseException as error:  # reported by the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=decode, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
 
 
 def test_old_value_read_after_the_update_falls_back_to_a_copy() -> None:
