@@ -7,12 +7,13 @@ Use as ``to_edge_transform_and_lower(ep, partitioner=[CpuPartitioner()])``. Afte
 """
 
 import operator
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
-from executorch.exir.backend.utils import tag_constant_data
+from executorch.exir.backend.utils import tag_constant_data, tag_mutated_buffer
 from torch.export import ExportedProgram
 from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupportBase
@@ -128,15 +129,56 @@ def _fail_on_stranded_torchao_ops(left_out: list[LeftOutNode]) -> None:
         )
 
 
+def _tag_mutated_buffers(program: ExportedProgram) -> None:
+    """Moves each mutated buffer into the partition of its users (ExecuTorch's
+    `tag_mutated_buffer`), but only where the delegate can own it: every user of the buffer and
+    the node written back into it are in that one partition, and its shape is static. Any other
+    mutated buffer stays outside, as without this step."""
+    signature = program.graph_signature
+    mutated = set(signature.buffers_to_mutate.values())
+    write_back = {fqn: name for name, fqn in signature.buffers_to_mutate.items()}
+    by_name = {node.name: node for node in program.graph.nodes}
+    keep: set[torch.fx.Node] = set()
+    for node in program.graph.nodes:
+        fqn = signature.inputs_to_buffers.get(node.name) if node.op == "placeholder" else None
+        if fqn not in mutated:
+            continue
+        tags = {user.meta.get("delegation_tag") for user in node.users}
+        source = by_name.get(write_back.get(fqn, ""))
+        value = node.meta.get("val")
+        if (
+            len(tags) == 1
+            and None not in tags
+            and source is not None
+            and source.meta.get("delegation_tag") in tags
+            and isinstance(value, torch.Tensor)
+            and all(isinstance(dim, int) for dim in value.shape)
+        ):
+            keep.add(node)
+    tag_mutated_buffer(program)
+    for node in program.graph.nodes:
+        fqn = signature.inputs_to_buffers.get(node.name) if node.op == "placeholder" else None
+        if fqn in mutated and node not in keep:
+            node.meta.pop("delegation_tag", None)
+
+
 class CpuPartitioner(Partitioner):
     """Claims every node with a route whose tensors have bounded sizes and a supported dtype."""
 
     TAG_PREFIX = "cpu_backend_"
 
-    def __init__(self) -> None:
+    def __init__(self, delegate_buffers: bool | None = None) -> None:
+        """`delegate_buffers`: move mutated buffers (KV caches) whose every user is in one
+        partition into that delegate, which then owns them as state and writes them in place.
+        False keeps them outside (each call takes the buffer as an input, returns the mutated
+        copy, and ExecuTorch copies it back). None (default) reads ET_CPU_DELEGATE_BUFFERS:
+        "0" means False, anything else True."""
         super().__init__()
         self.delegation_spec = DelegationSpec(CpuBackend.__name__, [])
         self.reports: list[PartitionReport] = []
+        if delegate_buffers is None:
+            delegate_buffers = os.environ.get("ET_CPU_DELEGATE_BUFFERS", "1") != "0"
+        self.delegate_buffers = delegate_buffers
 
     @property
     def report(self) -> PartitionReport:
@@ -179,6 +221,8 @@ class CpuPartitioner(Partitioner):
         # Parameters, buffers and constants used only inside a partition move into the delegate,
         # so the .pte holds them once (as preprocess's named data), not also in the outer program.
         tag_constant_data(exported_program)
+        if self.delegate_buffers:
+            _tag_mutated_buffers(exported_program)
 
         left_out = []
         for node, decision in decisions.items():

@@ -22,6 +22,7 @@
 #include "backends/cpu/runtime/error_report.h"
 #include "backends/cpu/runtime/memory_planner.h"
 #include "backends/cpu/runtime/reference_provider.h"
+#include "backends/cpu/runtime/state_kernels.h"
 #include "backends/cpu/serialization/schema_generated.h"
 
 namespace et_cpu_plugin {
@@ -280,6 +281,10 @@ Error CompiledGraph::plan_arena() {
   // to the end.
   std::vector<bool> copied_out(spec_.values.size(), false);
   for (int32_t id : spec_.outputs) copied_out[id] = true;
+  // A state's update is read after the last op too (copied into the state), unless in place.
+  for (const ValueSpec& value : spec_.values) {
+    if (value.kind == ValueKind::State) copied_out[value.state_update] = true;
+  }
   // An op that took fused steps writes only the last step's result, when the op runs: that
   // result must not share bytes with anything alive from then on (e.g. the op's own input). The
   // op's own result and the earlier steps' results are never written: no bytes at all.
@@ -296,10 +301,23 @@ Error CompiledGraph::plan_arena() {
     for (size_t s = 0; s + 1 < taken; ++s) skipped[fusable_[op][s].output] = true;
     first_write[fusable_[op][taken - 1].output] = static_cast<int64_t>(op);
   }
+  // Up to which op each value is read (the op count: after the last op).
+  std::vector<size_t> reads_until(spec_.values.size(), 0);
+  for (size_t i = 0; i < spec_.values.size(); ++i) {
+    const int64_t use = spec_.values[i].last_use;
+    reads_until[i] = copied_out[i] ? spec_.ops.size() : use < 0 ? 0 : static_cast<size_t>(use);
+  }
+  // Views of the states alias them; updates that can run in place alias their state.
+  std::vector<int64_t> alias_of(spec_.values.size(), -1);
+  plan_states(reads_until, &alias_of);
   const auto planned = [&](size_t i) {
     const ValueSpec& value = spec_.values[i];
     return value.kind == ValueKind::Intermediate && value.producer >= 0 && value.nbytes > 0 &&
            !skipped[i];
+  };
+  const auto root_of = [&alias_of](size_t i) {
+    while (alias_of[i] >= 0) i = static_cast<size_t>(alias_of[i]);
+    return i;
   };
   std::vector<size_t> last_use(spec_.values.size(), 0);
   for (size_t i = 0; i < spec_.values.size(); ++i) {
@@ -313,18 +331,33 @@ Error CompiledGraph::plan_arena() {
   // A view of an arena intermediate is the same bytes under another shape: its output takes
   // the input's slot (which then lives until the last reader of either) and the op never runs.
   // ViT's 97 view_copy ops were 5.7% of its kernel time as copies.
-  std::vector<int64_t> alias_of(spec_.values.size(), -1);
+  // A view of an updated state (its in-place result) reads the state's final bytes: alias too.
   for (size_t op = 0; op < spec_.ops.size(); ++op) {
     int32_t input = -1;
     int32_t output = -1;
-    if (!view_operands(op, &input, &output) || !planned(static_cast<size_t>(input)) ||
-        !planned(static_cast<size_t>(output))) {
+    if (ops_[op].alias || !view_operands(op, &input, &output) ||
+        !planned(static_cast<size_t>(output)) || alias_of[static_cast<size_t>(output)] >= 0) {
       continue;
     }
-    size_t root = static_cast<size_t>(input);
-    while (alias_of[root] >= 0) root = static_cast<size_t>(alias_of[root]);
+    const size_t root = root_of(static_cast<size_t>(input));
+    const bool state_root = spec_.values[root].kind == ValueKind::State;
+    if (state_root) {
+      // Only after the state's in-place update: from then on its bytes are final.
+      const auto write = std::find_if(state_writes_.begin(), state_writes_.end(),
+                                      [root](const StateWrite& w) {
+                                        return w.state == static_cast<int32_t>(root);
+                                      });
+      if (write == state_writes_.end() || !write->in_place ||
+          static_cast<int64_t>(op) <= spec_.values[write->update].producer) {
+        continue;
+      }
+    } else if (!planned(static_cast<size_t>(input))) {
+      continue;
+    }
     alias_of[static_cast<size_t>(output)] = static_cast<int64_t>(root);
-    last_use[root] = std::max(last_use[root], last_use[static_cast<size_t>(output)]);
+    if (!state_root) {
+      last_use[root] = std::max(last_use[root], last_use[static_cast<size_t>(output)]);
+    }
     ops_[op].alias = true;
     if (composed_into_[op] >= 0) {
       const size_t into = static_cast<size_t>(composed_into_[op]);
@@ -388,6 +421,93 @@ Error CompiledGraph::plan_arena() {
   return Error::Ok;
 }
 
+void CompiledGraph::plan_states(const std::vector<size_t>& reads_until,
+                                std::vector<int64_t>* alias_of) {
+  std::vector<int64_t>& alias = *alias_of;
+  const auto root_of = [&alias](size_t i) {
+    while (alias[i] >= 0) i = static_cast<size_t>(alias[i]);
+    return i;
+  };
+  const auto is_intermediate_result = [this](size_t i) {
+    const ValueSpec& value = spec_.values[i];
+    return value.kind == ValueKind::Intermediate && value.producer >= 0;
+  };
+  // A view of a state (its value at the start of the call) is the state's bytes. It stays right
+  // while the state is not written: an in-place update below requires its readers to run first.
+  for (size_t op = 0; op < spec_.ops.size(); ++op) {
+    int32_t input = -1;
+    int32_t output = -1;
+    // (Not a view read after the call: another state's update, copied after this state may
+    // have been.)
+    if (!view_operands(op, &input, &output) || !is_intermediate_result(output) ||
+        reads_until[static_cast<size_t>(output)] >= spec_.ops.size()) {
+      continue;
+    }
+    const size_t root = root_of(static_cast<size_t>(input));
+    if (spec_.values[root].kind != ValueKind::State) continue;
+    alias[static_cast<size_t>(output)] = static_cast<int64_t>(root);
+    ops_[op].alias = true;
+    ops_[op].placement += " (aliases the delegate's state " + spec_.values[root].name +
+                          ": no copy)";
+  }
+  std::vector<bool> graph_output(spec_.values.size(), false);
+  for (int32_t id : spec_.outputs) graph_output[id] = true;
+  for (size_t s = 0; s < spec_.values.size(); ++s) {
+    const ValueSpec& state = spec_.values[s];
+    if (state.kind != ValueKind::State) continue;
+    StateWrite write{static_cast<int32_t>(s), state.state_update, false};
+    const size_t update = static_cast<size_t>(state.state_update);
+    const int64_t producer = spec_.values[update].producer;
+    int32_t self = -1;
+    // In place only where it is provably the same: the update is computed by a row write of this
+    // state (on Reference, not fused, not a view), no other argument of that op is the state or
+    // one of its views, and nothing reads the state's old value (itself or through a view) after
+    // that op. Otherwise the op runs as exported and its result is copied back after the call.
+    bool ok = producer >= 0 && !graph_output[update] && alias[update] < 0;
+    const size_t p = static_cast<size_t>(producer);
+    ok = ok && ops_[p].kernel != nullptr && !ops_[p].alias && fused_steps_[p] == 0 &&
+         ops_[p].provider == &reference_provider() && is_row_write(spec_, spec_.ops[p], &self) &&
+         self == static_cast<int32_t>(s);
+    if (ok) {
+      size_t uses = 0;
+      for (const ArgValue& arg : spec_.ops[p].args) {
+        const auto count = [&](int32_t id) {
+          if (id >= 0 && root_of(static_cast<size_t>(id)) == s) ++uses;
+        };
+        if (arg.type == ArgValue::Type::Tensor) count(arg.tensor);
+        for (int32_t id : arg.tensors) count(id);
+      }
+      ok = uses == 1 && reads_until[s] <= p;
+      for (size_t v = 0; ok && v < spec_.values.size(); ++v) {
+        if (v != s && alias[v] >= 0 && root_of(v) == s) ok = reads_until[v] < p;
+      }
+    }
+    if (ok) {
+      std::unique_ptr<BoundKernel> kernel = make_row_write(
+          spec_, spec_.ops[p], [this](int32_t id) { return &tensors_[id].evalue; });
+      ok = kernel != nullptr;
+      if (ok) {
+        ops_[p].kernel = std::move(kernel);
+        ops_[p].placement += " (in place on the delegate's state " + state.name +
+                             ": writes only the indexed rows)";
+        alias[update] = static_cast<int64_t>(s);
+      }
+    }
+    if (!ok && producer >= 0) {
+      ops_[p].placement += " (its result is copied into the delegate's state " + state.name +
+                           " after the call)";
+    }
+    write.in_place = ok;
+    state_writes_.push_back(write);
+  }
+}
+
+size_t CompiledGraph::states_in_place() const {
+  size_t count = 0;
+  for (const StateWrite& write : state_writes_) count += write.in_place ? 1 : 0;
+  return count;
+}
+
 bool CompiledGraph::view_operands(size_t op, int32_t* input, int32_t* output) const {
   static const char* const kViews[] = {"aten::view_copy.out", "aten::alias_copy.out",
                                        "aten::squeeze_copy.out", "aten::squeeze_copy.dim_out",
@@ -445,8 +565,13 @@ Error CompiledGraph::build_tensors(const NamedDataMap* constants) {
 
     // Intermediates get their arena slot after binding (plan_arena).
     void* data = kEmptyStorage;
-    if (value.kind == ValueKind::Constant && base_ != nullptr) {
-      data = base_->tensors_[i].impl->mutable_data();  // same payload: same values
+    if ((value.kind == ValueKind::Constant || value.kind == ValueKind::State) &&
+        base_ != nullptr) {
+      // Same payload: same values; a specialization updates its base's state.
+      data = base_->tensors_[i].impl->mutable_data();
+    } else if (value.kind == ValueKind::State) {
+      Error error = init_state(constants, value, &data);
+      if (error != Error::Ok) return error;
     } else if (value.kind == ValueKind::Constant) {
       if (constants == nullptr) {
         return report_error(Error::InvalidState,
@@ -482,6 +607,41 @@ Error CompiledGraph::build_tensors(const NamedDataMap* constants) {
                                      data, tensor.dim_order.data(), tensor.strides.data()));
     tensor.evalue = EValue(executorch::aten::Tensor(tensor.impl.get()));
   }
+  return Error::Ok;
+}
+
+Error CompiledGraph::init_state(const NamedDataMap* constants, const ValueSpec& value,
+                                void** data) {
+  if (value.nbytes == 0) return Error::Ok;
+  if (constants == nullptr) {
+    return report_error(Error::InvalidState,
+                        "state %s (key '%s') but the program has no named data map",
+                        value.name.c_str(), value.constant_key.c_str());
+  }
+  auto buffer = constants->get_data(value.constant_key.c_str());
+  if (!buffer.ok()) {
+    return report_error(Error::NotFound, "state %s: key '%s' not in the named data map",
+                        value.name.c_str(), value.constant_key.c_str());
+  }
+  if (buffer->size() < value.nbytes) {
+    return report_error(Error::InvalidProgram,
+                        "state %s (key '%s'): %zu bytes stored, %s %s needs %zu",
+                        value.name.c_str(), value.constant_key.c_str(), buffer->size(),
+                        dtype_name(value.dtype), shape_string(value.shape).c_str(), value.nbytes);
+  }
+  const size_t rounded = (value.nbytes + kAlignment - 1) / kAlignment * kAlignment;
+  std::unique_ptr<uint8_t, FreeDeleter> storage(
+      static_cast<uint8_t*>(std::aligned_alloc(kAlignment, rounded)));
+  if (storage == nullptr) {
+    return report_error(Error::MemoryAllocationFailed, "cannot allocate the %zu-byte state %s",
+                        value.nbytes, value.name.c_str());
+  }
+  // This delegate instance's own copy: another loaded method starts from the payload's bytes.
+  std::memcpy(storage.get(), buffer->data(), value.nbytes);
+  buffer->Free();
+  *data = storage.get();
+  state_bytes_ += value.nbytes;
+  state_storage_.push_back(std::move(storage));
   return Error::Ok;
 }
 
@@ -649,6 +809,10 @@ void CompiledGraph::find_fusion_candidates() {
   }
   std::vector<bool> is_graph_output(num_values, false);
   for (int32_t id : spec_.outputs) is_graph_output[id] = true;
+  // A state's update is written back after the call: it must be materialized.
+  for (const ValueSpec& value : spec_.values) {
+    if (value.kind == ValueKind::State) is_graph_output[value.state_update] = true;
+  }
   constexpr double kInf = std::numeric_limits<double>::infinity();
 
   for (size_t head = 0; head < num_ops; ++head) {
@@ -980,6 +1144,10 @@ Error CompiledGraph::bind_ops() {
   std::vector<bool> opened(256, false);
   std::vector<bool> graph_output(spec_.values.size(), false);
   for (int32_t id : spec_.outputs) graph_output[id] = true;
+  // A state's update is read after the call (copied into the state): never left unwritten.
+  for (const ValueSpec& value : spec_.values) {
+    if (value.kind == ValueKind::State) graph_output[value.state_update] = true;
+  }
   for (size_t i = 0; i < spec_.ops.size(); ++i) {
     const OpSpec& spec = spec_.ops[i];
     Op& op = ops_[i];
@@ -1125,6 +1293,12 @@ Error CompiledGraph::finalize_sessions() {
     const KernelProvider* owner = find_kernel_provider(static_cast<uint8_t>(id));
     std::unordered_set<const TensorImpl*> outside;
     for (int32_t v : spec_.outputs) outside.insert(tensors_[v].impl.get());
+    // States persist across calls and their updates are copied into them: plain layout.
+    for (size_t v = 0; v < spec_.values.size(); ++v) {
+      if (spec_.values[v].kind != ValueKind::State) continue;
+      outside.insert(tensors_[v].impl.get());
+      outside.insert(tensors_[spec_.values[v].state_update].impl.get());
+    }
     for (size_t j = 0; j < spec_.ops.size(); ++j) {
       if (ops_[j].provider == owner) continue;
       for (const ArgValue& arg : spec_.ops[j].args) {
@@ -1355,6 +1529,14 @@ Error CompiledGraph::run(Span<EValue*> args, MemoryAllocator* temp_allocator,
                                                                kNamedEvent, op.last_start,
                                                                op.last_end);
     }
+  }
+  // States not updated in place take their update's bytes (memmove: an update may be a view of
+  // the state itself).
+  for (const StateWrite& write : state_writes_) {
+    const ValueSpec& state = spec_.values[write.state];
+    if (write.in_place || state.nbytes == 0) continue;
+    std::memmove(tensors_[write.state].impl->mutable_data(), tensors_[write.update].impl->data(),
+                 state.nbytes);
   }
   for (size_t o = 0; o < num_outputs; ++o) {
     const ValueSpec& value = spec_.values[spec_.outputs[o]];

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdlib>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -58,6 +59,10 @@ class CompiledGraph {
   const GraphSpec& spec() const { return spec_; }
   // Bytes of the intermediate-tensor arena (after lifetime-based reuse).
   size_t arena_bytes() const { return arena_bytes_; }
+  // Bytes of the delegate's state (mutated buffers it owns: KV caches), this instance's own.
+  size_t state_bytes() const { return state_bytes_; }
+  // How many states are updated in place (only the written rows), not copied back after a call.
+  size_t states_in_place() const;
   // Bytes the intermediates would take without reuse (same alignment), for the planner's saving.
   size_t unplanned_bytes() const { return unplanned_bytes_; }
   size_t num_ops() const { return ops_.size(); }
@@ -225,6 +230,27 @@ class CompiledGraph {
   // destructor touches its boxed list).
   std::deque<executorch::runtime::EValue> list_evalues_;
 
+  // Delegate state (ValueKind::State): storage owned by the base graph (a specialization uses
+  // its base's), initialized from the named data map at compile, kept across calls. Each state
+  // is either updated in place by its update's op, or its update is copied into it after the
+  // last op of every call.
+  struct StateWrite {
+    int32_t state = -1;
+    int32_t update = -1;
+    bool in_place = false;
+  };
+  struct FreeDeleter {
+    void operator()(uint8_t* bytes) const { std::free(bytes); }
+  };
+  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> state_storage_;
+  std::vector<StateWrite> state_writes_;
+  size_t state_bytes_ = 0;
+  // Decides which state updates run in place (plan_arena): sets `alias_of` for the views of the
+  // states and the in-place results, and binds their in-place kernels.
+  void plan_states(const std::vector<size_t>& reads_until, std::vector<int64_t>* alias_of);
+  // Allocates a state's storage and copies its initial bytes from the named data map.
+  executorch::runtime::Error init_state(const executorch::runtime::NamedDataMap* constants,
+                                        const ValueSpec& value, void** data);
   std::vector<executorch::runtime::FreeableBuffer> constant_buffers_;
   std::vector<std::unique_ptr<uint8_t[]>> constant_copies_;  // realigned constants
   std::vector<size_t> slot_offsets_;  // arena offset per value, SIZE_MAX when not in the arena

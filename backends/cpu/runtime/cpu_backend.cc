@@ -71,9 +71,11 @@ class CpuBackend final : public BackendInterface {
     if (error != Error::Ok) return error;
     log_line(LogLevel::kInfo,
              "compiled %zu ops (%zu on an optimized provider, %zu of them fused); intermediate "
-             "arena %zu bytes (%zu without reuse); provider memory %zu bytes",
+             "arena %zu bytes (%zu without reuse); provider memory %zu bytes; state %zu bytes "
+             "(%zu states updated in place)",
              graph->num_ops(), graph->num_ops_on_other_providers(), graph->num_fused_ops(),
-             graph->arena_bytes(), graph->unplanned_bytes(), graph->provider_bytes());
+             graph->arena_bytes(), graph->unplanned_bytes(), graph->provider_bytes(),
+             graph->state_bytes(), graph->states_in_place());
     last_arena_bytes = graph->arena_bytes();
     last_provider_bytes = graph->provider_bytes();
     {

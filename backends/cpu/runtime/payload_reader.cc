@@ -70,6 +70,7 @@ class Reader {
     if (error == Error::Ok) error = read_io(graph);
     if (error == Error::Ok) error = read_ops(graph);
     if (error == Error::Ok) error = check_outputs_written();
+    if (error == Error::Ok) error = check_states();
     if (error == Error::Ok) error = check_symbols_from_inputs();
     return error;
   }
@@ -173,9 +174,10 @@ class Reader {
                           "dimension (rank %zu)",
                           i, spec->name.c_str(), rank);
     }
-    if (spec->kind == ValueKind::Constant) {
-      return report_error(Error::InvalidProgram, "constant value %u (%s) has symbolic dimensions",
-                          i, spec->name.c_str());
+    if (spec->kind == ValueKind::Constant || spec->kind == ValueKind::State) {
+      return report_error(Error::InvalidProgram, "%s value %u (%s) has symbolic dimensions",
+                          spec->kind == ValueKind::State ? "state" : "constant", i,
+                          spec->name.c_str());
     }
     spec->dim_min = copy_vector(mins);
     spec->dim_max = copy_vector(maxs);
@@ -302,11 +304,22 @@ class Reader {
                             spec.name.c_str(), static_cast<int>(value->dtype()));
       }
       int kind = static_cast<int>(value->kind());
-      if (kind < 0 || kind > static_cast<int>(ValueKind::Constant)) {
+      if (kind < 0 || kind > static_cast<int>(ValueKind::State)) {
         return report_error(Error::InvalidProgram, "value %u (%s): unknown kind %d", i,
                             spec.name.c_str(), kind);
       }
       spec.kind = static_cast<ValueKind>(kind);
+      if (spec.kind == ValueKind::State && version_ < kStateVersion) {
+        return report_error(Error::InvalidProgram,
+                            "value %u (%s): a State value needs payload format version %u", i,
+                            spec.name.c_str(), kStateVersion);
+      }
+      spec.state_update = value->state_update();
+      if (spec.kind != ValueKind::State && spec.state_update != -1) {
+        return report_error(Error::InvalidProgram,
+                            "value %u (%s): state_update %d on a value that is not State", i,
+                            spec.name.c_str(), spec.state_update);
+      }
       const std::vector<int64_t> shape = copy_vector(value->shape());
       size_t rank = shape.size();
       if (rank > kMaxRank) {
@@ -342,11 +355,12 @@ class Reader {
       spec.nbytes = bytes;
       Error dims_error = read_dims(*value, i, &spec);
       if (dims_error != Error::Ok) return dims_error;
-      if (spec.kind == ValueKind::Constant) {
+      if (spec.kind == ValueKind::Constant || spec.kind == ValueKind::State) {
         spec.constant_key = string_or(value->constant_key(), "");
         if (spec.constant_key.empty()) {
-          return report_error(Error::InvalidProgram, "constant value %u (%s) has no constant_key",
-                              i, spec.name.c_str());
+          return report_error(Error::InvalidProgram, "%s value %u (%s) has no constant_key",
+                              spec.kind == ValueKind::State ? "state" : "constant", i,
+                              spec.name.c_str());
         }
       }
     }
@@ -479,7 +493,7 @@ class Reader {
     }
     ValueSpec& value = graph_.values[id];
     bool ready = value.kind == ValueKind::Input || value.kind == ValueKind::Constant ||
-                 value.producer >= 0;
+                 value.kind == ValueKind::State || value.producer >= 0;
     if (!ready) {
       return report_error(Error::InvalidProgram,
                           "op %zu (%s) argument %zu reads value %d (%s) before any op writes it",
@@ -498,7 +512,8 @@ class Reader {
     const ValueSpec& value = graph_.values[id];
     if (value.kind != ValueKind::Intermediate && value.kind != ValueKind::Output) {
       return report_error(Error::InvalidProgram,
-                          "op %zu (%s) writes value %d (%s), which is a graph input or constant",
+                          "op %zu (%s) writes value %d (%s), which is a graph input or constant "
+                          "(or a state)",
                           op, graph_.ops[op].name.c_str(), id, value.name.c_str());
     }
     for (int32_t other : *writes) {
@@ -680,6 +695,37 @@ class Reader {
         return report_error(Error::InvalidProgram, "Output value %zu (%s) is never written", i,
                             value.name.c_str());
       }
+    }
+    return Error::Ok;
+  }
+
+  // Each State's update: an op result (Intermediate, written by an op) of the state's dtype and
+  // static shape, and the update of this state only.
+  Error check_states() {
+    std::vector<bool> taken(graph_.values.size(), false);
+    for (size_t i = 0; i < graph_.values.size(); ++i) {
+      const ValueSpec& state = graph_.values[i];
+      if (state.kind != ValueKind::State) continue;
+      const int32_t id = state.state_update;
+      if (id < 0 || static_cast<size_t>(id) >= graph_.values.size()) {
+        return report_error(Error::InvalidProgram,
+                            "state value %zu (%s): state_update refers to value %d of %zu", i,
+                            state.name.c_str(), id, graph_.values.size());
+      }
+      const ValueSpec& update = graph_.values[id];
+      if (update.kind != ValueKind::Intermediate || update.producer < 0 || taken[id]) {
+        return report_error(Error::InvalidProgram,
+                            "state value %zu (%s): its update, value %d (%s), is not an op result "
+                            "written back into this state only",
+                            i, state.name.c_str(), id, update.name.c_str());
+      }
+      if (update.dtype != state.dtype || update.shape != state.shape || update.is_dynamic()) {
+        return report_error(Error::InvalidProgram,
+                            "state value %zu (%s): its update, value %d (%s), has another dtype or "
+                            "shape",
+                            i, state.name.c_str(), id, update.name.c_str());
+      }
+      taken[id] = true;
     }
     return Error::Ok;
   }

@@ -19,10 +19,12 @@ namespace cpu {
 // The payload format versions this reader understands (Graph.version): 2 adds the int8 ops
 // (et_cpu_quant::*, see quantized_op_check.h), 3 symbolic dimensions with bounds (Graph.symbols,
 // Value.dim_*, SymExpr sizes of int arguments); older payloads read as before.
-constexpr uint32_t kFormatVersion = 3;
+// 4 delegate state (ValueKind::State, Value.state_update).
+constexpr uint32_t kFormatVersion = 4;
 constexpr uint32_t kMinFormatVersion = 1;
 constexpr uint32_t kQuantizedOpsVersion = 2;
 constexpr uint32_t kDynamicShapesVersion = 3;
+constexpr uint32_t kStateVersion = 4;
 // Largest upper bound of a symbol (and of a symbolic dimension); sizes are 32-bit in ExecuTorch.
 constexpr int64_t kMaxSymbolBound = INT32_MAX;
 // Terms of one size expression at most (a size rarely mixes more than two symbols).
@@ -51,7 +53,9 @@ struct SymbolSpec {
   int64_t max = 0;
 };
 
-enum class ValueKind : int8_t { Intermediate = 0, Input = 1, Output = 2, Constant = 3 };
+// State (version 4): a mutated buffer the delegate owns; initial bytes under constant_key, one
+// copy per loaded delegate, persisting across calls, overwritten by `state_update` after each.
+enum class ValueKind : int8_t { Intermediate = 0, Input = 1, Output = 2, Constant = 3, State = 4 };
 
 struct ValueSpec {
   executorch::aten::ScalarType dtype;
@@ -65,6 +69,9 @@ struct ValueSpec {
   std::vector<int64_t> dim_max;
   std::vector<SymExprSpec> dim_exprs;
   bool is_dynamic() const { return !dim_exprs.empty(); }
+  // State only: the value written back into it after each call (an op result of the same dtype
+  // and static shape, the update of no other state); -1 for any other kind.
+  int32_t state_update = -1;
   int64_t producer = -1;  // index of the op writing it (Intermediate/Output), else -1
   int64_t last_use = -1;  // index of the last op referencing it, else -1
 };

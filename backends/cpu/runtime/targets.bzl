@@ -26,6 +26,7 @@ _RUNTIME_SRCS = [
     "payload_reader.cc",
     "quantized_op_check.cc",
     "reference_provider.cc",
+    "state_kernels.cc",
     "stream_exit_guard.cc",
 ]
 
@@ -44,6 +45,7 @@ _RUNTIME_HDRS = [
     "payload_reader.h",
     "quantized_op_check.h",
     "reference_provider.h",
+    "state_kernels.h",
 ]
 
 # The fuzz smoke compiles the read path itself, sanitized, with small size limits (a hostile
@@ -394,6 +396,7 @@ def define_common_targets():
             ":loader",
             ":lowered_program",
             "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:graph_reader",
             "//backends/cpu/serialization:schema",
             "//tools/bench:llm_models",
         ],
@@ -512,6 +515,19 @@ def define_common_targets():
         name = "permute_fold_test",
         srcs = ["test/permute_fold_test.py"],
         deps = [":provider_compare"],
+    )
+
+    # Delegate state (issue 45): mutated buffers owned by the delegate, updated in place, one copy
+    # per loaded program; the ET_CPU_DELEGATE_BUFFERS=0 / delegate_buffers=False fallback.
+    runtime.python_test(
+        name = "delegate_state_test",
+        srcs = ["test/delegate_state_test.py"],
+        deps = [
+            ":loader",
+            ":lowered_program",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:graph_reader",
+        ],
     )
 
     # Views of intermediates share their bytes (plan_arena) instead of copying.

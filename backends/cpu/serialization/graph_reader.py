@@ -37,6 +37,7 @@ class ValueKind(enum.IntEnum):
     INPUT = 1
     OUTPUT = 2
     CONSTANT = 3
+    STATE = 4  # version 4: a mutated buffer the delegate owns (initial bytes under constant_key)
 
 
 class ArgKind(enum.Enum):
@@ -64,6 +65,7 @@ class PayloadValue:
     kind: ValueKind
     constant_key: str | None
     name: str
+    state_update: int = -1  # STATE: the value written back into it after every call
 
     def numel(self) -> int:
         count = 1
@@ -100,6 +102,9 @@ class PayloadGraph:
 
     def constants(self) -> tuple[PayloadValue, ...]:
         return tuple(v for v in self.values if v.kind == ValueKind.CONSTANT)
+
+    def states(self) -> tuple[PayloadValue, ...]:
+        return tuple(v for v in self.values if v.kind == ValueKind.STATE)
 
     def routes(self) -> list[str]:
         """Route key of every op, in execution order."""
@@ -152,6 +157,16 @@ def read_payload(payload: bytes) -> PayloadGraph:
             raise PayloadError(f"{where}: value id {value_id} out of range [0, {count})")
         return value_id
 
+    for state in values:
+        if state.kind == ValueKind.STATE:
+            update = check_id(state.state_update, f"state '{state.name}'")
+            if (values[update].dtype, values[update].shape) != (state.dtype, state.shape):
+                raise PayloadError(
+                    f"state '{state.name}': its update '{values[update].name}' has another dtype "
+                    "or shape"
+                )
+        elif state.state_update != -1:
+            raise PayloadError(f"value {state.id} ('{state.name}'): state_update on a {state.kind}")
     inputs = tuple(check_id(int(i), "inputs") for i in _list(graph.inputs))
     outputs = tuple(check_id(int(i), "outputs") for i in _list(graph.outputs))
     for i in inputs:
@@ -202,10 +217,13 @@ def _value(index: int, raw: Any) -> PayloadValue:
         raise PayloadError(f"value {index} ('{name}'): unknown dtype {raw.dtype}")
     kind = ValueKind(raw.kind)
     key = _str(raw.constantKey) if raw.constantKey is not None else None
-    if kind == ValueKind.CONSTANT and not key:
-        raise PayloadError(f"value {index} ('{name}'): a constant without a constant_key")
+    if kind in (ValueKind.CONSTANT, ValueKind.STATE) and not key:
+        raise PayloadError(
+            f"value {index} ('{name}'): a {kind.name.lower()} without a constant_key"
+        )
     shape = tuple(int(d) for d in _list(raw.shape))
-    return PayloadValue(index, _DTYPES[raw.dtype], shape, kind, key, name)
+    update = int(getattr(raw, "stateUpdate", -1))
+    return PayloadValue(index, _DTYPES[raw.dtype], shape, kind, key, name, update)
 
 
 def _arg(raw: Any, check_id: Any, where: str) -> PayloadArg:

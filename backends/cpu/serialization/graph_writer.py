@@ -3,6 +3,9 @@
 Each op is written with its route and its arguments in the out-variant kernel's schema order, the
 out tensors last, so the runtime can call the kernel without knowing the op. Constant bytes go to
 ExecuTorch's named data store under a stable key, once each; the payload only names the key.
+A mutated buffer the partitioner moved into the delegate (a KV cache) is a State value: its
+initial bytes are stored like a constant's, and `state_update` names the op result that the
+program's BUFFER_MUTATION output writes back into it (that output is not a delegate output).
 """
 
 import hashlib
@@ -14,6 +17,7 @@ import flatbuffers
 import torch
 from executorch.exir._serialize._named_data_store import NamedDataStore, NamedDataStoreOutput
 from torch.export import ExportedProgram
+from torch.export.graph_signature import OutputKind
 
 from backends.cpu import symbolic_dims
 from backends.cpu.routes import Route, aten_overload, op_key, route_for
@@ -63,7 +67,8 @@ def serialize_program(program: ExportedProgram) -> SerializedGraph:
     """Serializes `program` (every call node must have a route) into a payload and named data.
 
     Raises SerializationError naming the node for anything the format or the runtime cannot take:
-    ops without a route, unsupported dtypes, symbolic shapes, mutated buffers.
+    ops without a route, unsupported dtypes, symbolic shapes, a mutated buffer with a symbolic
+    shape or without its write-back, mutated user inputs.
     """
     return _Writer(program).write()
 
@@ -102,6 +107,8 @@ class _Writer:
         self.constant_keys: dict[str, str] = {}
         self.symbols: list[Any] = []  # fb.SymbolT, in order of first use
         self.symbol_ids: dict[str, int] = {}
+        self.state_ids: dict[str, int] = {}  # mutated buffer fqn -> its State value id
+        self.state_updates: set[int] = set()  # value ids written back into a state
 
     def write(self) -> SerializedGraph:
         for node in self.program.graph.nodes:
@@ -191,10 +198,10 @@ class _Writer:
 
     def _placeholder(self, node: torch.fx.Node) -> None:
         signature = self.program.graph_signature
-        if node.name in signature.inputs_to_buffers and (
-            signature.inputs_to_buffers[node.name] in signature.buffers_to_mutate.values()
-        ):
-            raise SerializationError(f"{_describe(node)}: mutated buffers are not supported")
+        buffer_fqn = signature.inputs_to_buffers.get(node.name)
+        if buffer_fqn is not None and buffer_fqn in signature.buffers_to_mutate.values():
+            self._state(node, buffer_fqn)
+            return
         constant_fqn = (
             signature.inputs_to_parameters.get(node.name)
             or signature.inputs_to_buffers.get(node.name)
@@ -209,14 +216,30 @@ class _Writer:
             return  # an unused constant never reaches the payload or the data store
         tensor = self._constant_tensor(node, constant_fqn)
         value_id = self._new_value(node, tensor, fb.ValueKind.Constant, node.name)
+        self._store_bytes(node, constant_fqn, tensor, value_id)
+
+    def _store_bytes(
+        self, node: torch.fx.Node, fqn: str, tensor: torch.Tensor, value_id: int
+    ) -> None:
         data = tensor.detach().contiguous().numpy().tobytes()
         # Stable across runs, unique across delegates of one program (the store rejects one key
         # with two contents), and readable when debugging.
-        key = f"cpu/{constant_fqn}/{hashlib.sha256(data).hexdigest()[:16]}"
+        key = f"cpu/{fqn}/{hashlib.sha256(data).hexdigest()[:16]}"
         self.store.add_named_data(key, data, alignment=CONSTANT_ALIGNMENT)
         self.values[value_id].constantKey = key
         self.constant_keys[node.name] = key
         self.value_ids[node] = [value_id]
+
+    def _state(self, node: torch.fx.Node, fqn: str) -> None:
+        """A mutated buffer the delegate owns: a State value, initialized from its current bytes."""
+        tensor = self._constant_tensor(node, fqn)
+        if any(not isinstance(dim, int) for dim in tensor.shape):
+            raise SerializationError(
+                f"{_describe(node)}: mutated buffer '{fqn}' has a symbolic shape"
+            )
+        value_id = self._new_value(node, tensor, fb.ValueKind.State, node.name)
+        self._store_bytes(node, fqn, tensor, value_id)
+        self.state_ids[fqn] = value_id
 
     def _constant_tensor(self, node: torch.fx.Node, fqn: str) -> torch.Tensor:
         tensor = self.program.state_dict.get(fqn)
@@ -244,9 +267,23 @@ class _Writer:
 
     def _output(self, node: torch.fx.Node) -> None:
         (results,) = node.args
-        for result in results if isinstance(results, (list, tuple)) else [results]:
+        results = list(results) if isinstance(results, (list, tuple)) else [results]
+        specs = self.program.graph_signature.output_specs
+        if len(specs) != len(results):
+            raise SerializationError(
+                f"the graph has {len(results)} outputs but its signature {len(specs)} output specs"
+            )
+        for result, spec in zip(results, specs, strict=True):
             value_id = self._value_id(node, result, "output")
             value = self.values[value_id]
+            if spec.kind == OutputKind.BUFFER_MUTATION:
+                self._state_update(spec.target, value_id)
+                continue
+            if spec.kind != OutputKind.USER_OUTPUT:
+                raise SerializationError(
+                    f"output '{value.name}' is a {spec.kind.name} output (target "
+                    f"{spec.target}), which the delegate cannot write back"
+                )
             if value.kind != fb.ValueKind.Intermediate:
                 # The runtime writes each op's result straight into the caller's output tensor.
                 raise SerializationError(
@@ -255,6 +292,39 @@ class _Writer:
                 )
             value.kind = fb.ValueKind.Output
             self.outputs.append(value_id)
+        for fqn, state_id in self.state_ids.items():
+            if self.values[state_id].stateUpdate < 0:
+                raise SerializationError(
+                    f"mutated buffer '{fqn}' ({self.values[state_id].name}) has no write-back "
+                    "output in the delegate's program"
+                )
+
+    def _state_update(self, fqn: str | None, value_id: int) -> None:
+        """Records that the op result `value_id` is written back into the state of buffer `fqn`."""
+        state_id = self.state_ids.get(fqn or "")
+        value = self.values[value_id]
+        if state_id is None:
+            raise SerializationError(
+                f"output '{value.name}' writes buffer '{fqn}', which is not an input of the "
+                "delegate's program"
+            )
+        state = self.values[state_id]
+        if value.kind != fb.ValueKind.Intermediate:
+            raise SerializationError(
+                f"buffer '{fqn}' is written back from '{value.name}', which is not an op result "
+                "(or is written back twice)"
+            )
+        same_type = value.dtype == state.dtype and list(value.shape) == list(state.shape)
+        if not same_type or value.dimExprs:
+            raise SerializationError(
+                f"buffer '{fqn}' is written back from '{value.name}', whose dtype or shape differs"
+            )
+        if state.stateUpdate >= 0 or value_id in self.state_updates:
+            raise SerializationError(
+                f"buffer '{fqn}' is written back twice, or '{value.name}' writes two buffers"
+            )
+        state.stateUpdate = value_id
+        self.state_updates.add(value_id)
 
     # Ops.
 

@@ -18,7 +18,8 @@ from typing import Any
 # Bump on any change that is not an append at the end of a table, or that needs a newer runtime;
 # the runtime rejects other values. 2: the int8 ops et_cpu_quant::* (backends/cpu/quantized_ops.py).
 # 3: symbolic dimensions with bounds (Graph.symbols, Value.dim_*, SymExpr sizes in int arguments).
-FORMAT_VERSION = 3
+# 4: delegate state (ValueKind.State, Value.state_update: mutated buffers the delegate owns).
+FORMAT_VERSION = 4
 # `file_identifier` in schema.fbs: bytes 4..8 of every payload.
 FILE_IDENTIFIER = b"ECP1"
 

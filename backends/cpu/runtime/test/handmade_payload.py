@@ -34,7 +34,7 @@ DTYPES = {
     torch.float32: 6,
     torch.bool: 11,
 }
-INTERMEDIATE, INPUT, OUTPUT, CONSTANT = 0, 1, 2, 3
+INTERMEDIATE, INPUT, OUTPUT, CONSTANT, STATE = 0, 1, 2, 3, 4
 OPTIONAL_TENSOR_LISTS = 1
 
 
@@ -45,6 +45,7 @@ class Value:
     kind: int
     constant_key: str | None = None
     name: str = ""
+    state_update: int = -1  # STATE (version 4): the value written back into it
 
 
 @dataclass
@@ -136,6 +137,7 @@ def payload_bytes(graph: Graph) -> bytes:
         packed.kind = value.kind
         packed.constantKey = value.constant_key
         packed.name = value.name or f"v{index}"
+        packed.stateUpdate = value.state_update
         root.values.append(packed)
     root.inputs = list(graph.inputs)
     root.outputs = list(graph.outputs)

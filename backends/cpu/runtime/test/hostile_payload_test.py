@@ -17,6 +17,7 @@ from backends.cpu.runtime.test.handmade_payload import (
     INTERMEDIATE,
     OPTIONAL_TENSOR_LISTS,
     OUTPUT,
+    STATE,
     Graph,
     Op,
     Value,
@@ -71,8 +72,8 @@ _HOSTILE: dict[str, tuple[Callable[[], Graph | bytes], tuple[str, ...]]] = {
     "wrong identifier": (lambda: _VALID[:4] + b"XXXX" + _VALID[8:], ("identifier 'ECP1'",)),
     "empty": (lambda: b"", ("too short",)),
     "future version": (
-        lambda: Graph(**{**add_graph(torch.float32, [3]).__dict__, "version": 4}),
-        ("format version 4",),
+        lambda: Graph(**{**add_graph(torch.float32, [3]).__dict__, "version": 5}),
+        ("format version 5",),
     ),
     "value id out of range": (
         lambda: Graph(
@@ -387,3 +388,72 @@ def test_valid_dynamic_payload_runs() -> None:
     module = load_program(program(lambda a, b: a + b, (x, y), _dynamic_add()()))
     (out,) = module.forward([x, y])
     assert torch.equal(out, torch.full((3,), 3.0))
+
+
+_STATE_BYTES = torch.tensor([10.0, 20.0, 30.0]).numpy().tobytes()
+
+
+def _state_graph(
+    version: int = 4,
+    key: str | None = "cpu/state",
+    update: int = 3,
+    update_shape: tuple[int, ...] = (3,),
+    stored: bytes = _STATE_BYTES,
+    input_update: int = -1,
+) -> Graph:
+    """out = a + b + state; the state then takes a + b (value 3), call after call."""
+    return Graph(
+        [
+            Value(torch.float32, [3], INPUT, state_update=input_update),
+            Value(torch.float32, [3], INPUT),
+            Value(torch.float32, [3], OUTPUT),
+            Value(torch.float32, list(update_shape), INTERMEDIATE),
+            Value(torch.float32, [3], STATE, constant_key=key, state_update=update),
+        ],
+        [0, 1],
+        [2],
+        [
+            Op("aten::add.out", [tensor(0), tensor(1), int_(1), tensor(3)]),
+            Op("aten::add.out", [tensor(3), tensor(4), int_(1), tensor(2)]),
+        ],
+        version=version,
+        constants={"cpu/state": stored},
+    )
+
+
+_HOSTILE_STATE: dict[str, tuple[Graph, tuple[str, ...]]] = {
+    "state in version 3": (
+        _state_graph(version=3),
+        ("a State value needs payload format version 4",),
+    ),
+    "state without key": (_state_graph(key=None), ("state value 4 (v4) has no constant_key",)),
+    "state key not stored": (_state_graph(key="cpu/other"), ("state v4: key 'cpu/other' not in",)),
+    "state bytes short": (_state_graph(stored=_STATE_BYTES[:8]), ("8 bytes stored",)),
+    "update out of range": (_state_graph(update=99), ("state_update refers to value 99 of 5",)),
+    "update is an input": (_state_graph(update=0), ("value 0 (v0), is not an op result",)),
+    "update is the output": (_state_graph(update=2), ("value 2 (v2), is not an op result",)),
+    "update never written": (_state_graph(update=4), ("value 4 (v4), is not an op result",)),
+    "update of another shape": (
+        _state_graph(update_shape=(1, 3)),
+        ("has another dtype or shape",),
+    ),
+    "state_update on an input": (
+        _state_graph(input_update=3),
+        ("state_update 3 on a value that is not State",),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_HOSTILE_STATE))
+def test_bad_state_entries_are_an_init_error_naming_the_problem(case: str) -> None:
+    graph, fragments = _HOSTILE_STATE[case]
+    _expect_init_error(graph, *fragments)
+
+
+def test_valid_state_persists_across_calls() -> None:
+    x, y = torch.ones(3), torch.full((3,), 2.0)
+    module = load_program(program(lambda a, b: a + b, (x, y), _state_graph()))
+    (first,) = module.forward([x, y])
+    assert torch.equal(first, torch.tensor([13.0, 23.0, 33.0]))  # the stored initial state
+    (second,) = module.forward([x, y * 2])
+    assert torch.equal(second, torch.tensor([8.0, 8.0, 8.0]))  # 1 + 4 + the state (1 + 2)

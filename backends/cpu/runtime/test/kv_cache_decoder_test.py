@@ -6,6 +6,9 @@ weights per group of 32), lowered with CpuPartitioner through the standard
 runs an 8-token prefill, then 32 decode steps fed the argmax token, against the eager model (the
 same torchao-quantized model) at every step; and a static one-token (decode-only) program. The
 .pte size of 8da4w against float is checked on the no-cache decoder (torchao_8da4w_test.py).
+The caches are the delegate's state (CpuPartitioner moves the mutated buffers in): nothing is
+left outside the delegate, and every cache update runs in place; `delegate_buffers=False` keeps
+the caches outside (ExecuTorch's copy_ write-back), as before.
 
 Export runs under torch.no_grad() (tools/bench/llm_models.export_decoder), as ExecuTorch's Llama
 export does: with parameters requiring grad the caches are traced as requiring grad and
@@ -26,6 +29,7 @@ from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
 from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.runtime import loader
 from backends.cpu.runtime.test.lowered_program import load
+from backends.cpu.serialization.graph_reader import read_payload
 from backends.cpu.serialization.schema import fb
 from tools.bench import llm_models
 from tools.bench.llm_models import LlmConfig
@@ -56,12 +60,12 @@ def _decoder(scheme: str, cache_update: llm_models.CacheUpdate) -> nn.Module:
     return model.eval()
 
 
-def _lower(model: nn.Module) -> tuple[bytes, list[bytes], Any]:
+def _lower(model: nn.Module, delegate_buffers: bool = True) -> tuple[bytes, list[bytes], Any]:
     """(.pte, delegate payloads, the ExecuTorch program's graph module)."""
     loader.load_cpu_backend()
     inputs = llm_models.example_inputs(CONFIG, PREFILL)
     exported = llm_models.export_decoder(copy.deepcopy(model), inputs)
-    partitioner = CpuPartitioner()
+    partitioner = CpuPartitioner(delegate_buffers=delegate_buffers)
     edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
     assert not partitioner.report.left_out, partitioner.report
     payloads = [
@@ -73,10 +77,41 @@ def _lower(model: nn.Module) -> tuple[bytes, list[bytes], Any]:
     return bytes(program.buffer), payloads, program.exported_program()
 
 
+CACHES = sorted(
+    f"layers.{layer}.attention.kv_cache.{kind}_cache"
+    for layer in range(CONFIG.layers)
+    for kind in "kv"
+)
+IN_PLACE = "in place on the delegate's state"
+
+
+def _assert_nothing_outside(program: Any) -> None:
+    """The program outside the delegate is one delegate call and the getitem of its output: the
+    caches live in the delegate (its state), so there is no buffer and no aten.copy_ write-back
+    outside, nothing computes outside, and no torchao op is left."""
+    graph = program.graph_module.graph
+    targets = [str(n.target) for n in graph.nodes if n.op == "call_function"]
+    assert targets.count("executorch_call_delegate") == 1, targets
+    assert set(targets) == {"executorch_call_delegate", "<built-in function getitem>"}, targets
+    assert not program.graph_signature.buffers_to_mutate, program.graph_signature
+
+
+def _assert_caches_are_state(payload: bytes) -> None:
+    """Each cache is a State of the payload, written back from an index_put result."""
+    graph = read_payload(payload)
+    states = graph.states()
+    assert len(states) == len(CACHES), [s.name for s in states]
+    writers = {op.args[-1].value: op for op in graph.ops}
+    for state in states:
+        assert state.shape == (1, CONFIG.heads, CONFIG.max_seq, CONFIG.dim // CONFIG.heads)
+        assert writers[state.state_update].kernel == "aten::index_put.out", state
+    assert len(graph.outputs) == 1  # the logits only
+
+
 def _assert_only_cache_write_back_outside(program: Any) -> None:
-    """The program outside the delegate is one delegate call, the getitems of its outputs and one
-    aten.copy_ per cache buffer (ExecuTorch's write-back of a mutated buffer): nothing computes
-    outside, and no torchao op is left."""
+    """delegate_buffers=False (today's flow before issue 45): the program outside the delegate is
+    one delegate call, the getitems of its outputs and one aten.copy_ per cache buffer
+    (ExecuTorch's write-back of a mutated buffer): nothing computes outside."""
     graph = program.graph_module.graph
     calls = [n for n in graph.nodes if n.op == "call_function"]
     targets = [str(n.target) for n in calls]
@@ -84,16 +119,11 @@ def _assert_only_cache_write_back_outside(program: Any) -> None:
     copies = [n for n in calls if str(n.target) == "aten.copy_.default"]
     others = [t for t in targets if t not in ("executorch_call_delegate", "aten.copy_.default")]
     assert set(others) == {"<built-in function getitem>"}, others
-    caches = {
-        f"layers.{layer}.attention.kv_cache.{kind}_cache"
-        for layer in range(CONFIG.layers)
-        for kind in "kv"
-    }
     signature = program.graph_signature
-    assert sorted(signature.buffers_to_mutate.values()) == sorted(caches), signature
+    assert sorted(signature.buffers_to_mutate.values()) == CACHES, signature
     # Each copy_ writes one cache buffer (a placeholder), once, from a delegate output.
     written = [signature.inputs_to_buffers[n.args[0].name] for n in copies]
-    assert sorted(written) == sorted(caches), written
+    assert sorted(written) == CACHES, written
     for copy_node in copies:
         source = copy_node.args[1]
         assert str(source.target) == "<built-in function getitem>"
@@ -113,7 +143,8 @@ def test_kv_cache_decoder_prefill_then_decode_matches_eager(
     model = _decoder(scheme, cache_update)
     pte, payloads, program = _lower(model)
     assert len(payloads) == 1
-    _assert_only_cache_write_back_outside(program)
+    _assert_nothing_outside(program)
+    _assert_caches_are_state(payloads[0])
     kernels = _kernels(payloads[0])
     linears = 7 * CONFIG.layers + 1
     if scheme == "8da4w":
@@ -134,6 +165,9 @@ def test_kv_cache_decoder_prefill_then_decode_matches_eager(
             expected = model(tokens, input_pos)
         (logits,) = module.forward([tokens, input_pos])
         assert logits.shape == expected.shape == (1, tokens.shape[1], CONFIG.vocab)
+        if step == 0:  # every cache update writes only its rows, on the cache itself
+            placement = loader.last_placement()
+            assert sum(IN_PLACE in line for line in placement) == len(CACHES), placement
         worst = max(worst, float((logits - expected).abs().max()))
         torch.testing.assert_close(logits, expected, atol=atol, rtol=atol, msg=f"step {step}")
         same_top1 += int(torch.equal(logits[:, -1].argmax(-1), expected[:, -1].argmax(-1)))
@@ -162,7 +196,7 @@ def test_static_one_token_program_decodes_from_an_empty_cache() -> None:
     edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
     assert not partitioner.report.left_out, partitioner.report
     program = edge.to_executorch()
-    _assert_only_cache_write_back_outside(program.exported_program())
+    _assert_nothing_outside(program.exported_program())
     module = load(bytes(program.buffer))
     llm_models.reset_caches(model)
     tokens = torch.tensor([[7]])
@@ -173,3 +207,22 @@ def test_static_one_token_program_decodes_from_an_empty_cache() -> None:
         (logits,) = module.forward([tokens, input_pos])
         torch.testing.assert_close(logits, expected, atol=TOLERANCE["8da4w"], rtol=1e-3)
         tokens = expected[:, -1:].argmax(-1)
+
+
+def test_buffers_outside_the_delegate_still_decode() -> None:
+    # CpuPartitioner(delegate_buffers=False) (ET_CPU_DELEGATE_BUFFERS=0): the caches stay
+    # outside, copied into a delegate output every call and back with copy_, as before issue 45.
+    model = _decoder("float32", "index_put")
+    pte, payloads, program = _lower(model, delegate_buffers=False)
+    _assert_only_cache_write_back_outside(program)
+    assert not read_payload(payloads[0]).states()
+    module = load(pte)
+    llm_models.reset_caches(model)
+    tokens, input_pos = llm_models.example_inputs(CONFIG, PREFILL)
+    for step in range(4):
+        with torch.no_grad():
+            expected = model(tokens, input_pos)
+        (logits,) = module.forward([tokens, input_pos])
+        torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4, msg=f"step {step}")
+        tokens = expected[:, -1:].argmax(-1)
+        input_pos = input_pos[-1:] + 1
