@@ -80,6 +80,7 @@ class DepthwiseConv {
   std::vector<Block> blocks_;
   std::vector<float> weights_;  // [kernel_h][kernel_w][padded_channels_]
   std::vector<float> bias_;     // [padded_channels_] (zeros without a bias)
+  std::vector<float> zero_row_;  // [in_w][C] zeros: what rows outside the held input read
   PostOps post_ops_;
 };
 
