@@ -98,9 +98,12 @@ ET_AVX512 inline __attribute__((always_inline)) void block_once(const RowArgs& a
     __m512 wv[K];
 #pragma GCC unroll 16
     for (int kx = 0; kx < K; ++kx) wv[kx] = _mm512_loadu_ps(w + (r * K + kx) * a.padded);
+    const float* p = in;
 #pragma GCC unroll 64
-    for (int t = 0; t < kSpan; ++t) {
-      const float* p = in + t * a.channels;
+    for (int t = 0; t < kSpan; ++t, p += a.channels) {
+      // One add per column instead of an offset register per column (GCC keeps kSpan offsets
+      // live across the channel loop otherwise, and spills them to vector registers).
+      asm("" : "+r"(p));
       __m512 x;
       if constexpr (kReads == Reads::kFull) {
         x = _mm512_loadu_ps(p);
