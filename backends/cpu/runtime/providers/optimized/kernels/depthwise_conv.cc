@@ -281,11 +281,14 @@ bool own_depthwise_wanted(const DepthwiseShape& shape, const PostOps& post_ops) 
   if (!depthwise_supports(shape, post_ops)) return false;
   const char* value = std::getenv("ET_CPU_OWN_DEPTHWISE");
   if (value != nullptr && std::strcmp(value, "1") == 0) return true;
-  // No shape class measured clearly faster than oneDNN 3.2's brdgmm yet (README: 0.76-1.02x
-  // of its time per shape, MobileNetV3 / EfficientNet end to end at parity or slower): oneDNN's
-  // stays the default until the kernel wins somewhere.
-  (void)shape;
-  return false;
+  // Unset: the register-blocked classes (square 3x3 / 5x5, stride 1 or 2 both ways), which
+  // measured 0.58-0.99x of oneDNN 3.2's brdgmm time on every MobileNetV2 / V3 / EfficientNet-B0
+  // layer (tools/bench/depthwise_bench.py, provider README). Other kernels and strides run
+  // the one-pixel loop here and stay on oneDNN.
+  const bool square = shape.kernel_h == shape.kernel_w && (shape.kernel_w == 3 || shape.kernel_w == 5);
+  const bool strides = (shape.stride_h == 1 || shape.stride_h == 2) &&
+                       (shape.stride_w == 1 || shape.stride_w == 2);
+  return square && strides;
 }
 
 DepthwiseConv::DepthwiseConv(const DepthwiseShape& shape, const float* weight, const float* bias,
