@@ -42,7 +42,8 @@ class Layer:
 
     @property
     def name(self) -> str:
-        return f"{self.size}x{self.size}x{self.channels} k{self.kernel} s{self.stride} {self.activation}"
+        size = f"{self.size}x{self.size}x{self.channels}"
+        return f"{size} k{self.kernel} s{self.stride} {self.activation}"
 
 
 ACTIVATIONS: dict[str, list[PostOp]] = {
@@ -112,7 +113,8 @@ def time_layer(provider: Provider, layer: Layer, batch: int, own: bool, runs: in
         else:
             os.environ["ET_CPU_OWN_DEPTHWISE"] = before
     if plan.describe().startswith("depthwise:avx512") != own:
-        raise RuntimeError(f"{layer.name}: expected {'ours' if own else 'oneDNN'}: {plan.describe()}")
+        expected = "ours" if own else "oneDNN"
+        raise RuntimeError(f"{layer.name}: expected {expected}: {plan.describe()}")
     out = plan.new_output()
     plan.time_ns(out, x, 3)  # warm up: caches, the pool's threads
     return plan.time_ns(out, x, runs) / 1000.0
@@ -125,9 +127,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=30, help="runs per timing (the fastest)")
     parser.add_argument("--only", action="append", default=[], help="layers whose name has this")
     args = parser.parse_args(argv)
-    layers = [l for l in LAYERS if not args.only or any(o in l.name for o in args.only)]
-    header = f"{'layer':<30} {'nets':<6} {'N':>2} {'T':>2} {'ours us':>9} {'oneDNN us':>9} {'ratio':>6}"
-    print(header)
+    layers = [layer for layer in LAYERS if not args.only or any(o in layer.name for o in args.only)]
+    columns = f"{'N':>2} {'T':>2} {'ours us':>9} {'oneDNN us':>9} {'ratio':>6}"
+    print(f"{'layer':<30} {'nets':<6} {columns}")
     ratios: list[float] = []
     for threads in args.threads:
         provider = Provider(num_threads=threads)
