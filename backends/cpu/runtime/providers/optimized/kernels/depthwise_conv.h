@@ -56,7 +56,10 @@ class DepthwiseConv {
                 PostOps post_ops);
 
   const DepthwiseShape& shape() const { return shape_; }
-  size_t weights_bytes() const { return (weights_.size() + bias_.size()) * sizeof(float); }
+  // The repacked weights and bias, and the zero row padding reads.
+  size_t weights_bytes() const {
+    return (weights_.size() + bias_.size() + zero_row_.size()) * sizeof(float);
+  }
 
   // Output rows [row_begin, row_end) of one image, channels-last ([rows][out_w][C]), written
   // from `output` on (output row row_begin). `input` holds the image's input rows
