@@ -1,13 +1,16 @@
 // DepthwiseConv (see depthwise_conv.h): repacking, the register-blocked row kernel, the borders.
 //
-// One output row at a time, one vector of 16 channels at a time (the channel tail masked): the
-// row's columns split into near-equal blocks of up to kBlock pixels whose accumulators stay in
-// registers while the kernel walks the window. Per kernel row, each input vector of the block's
-// span is loaded once and multiplied with every weight that meets it (kernel_w weights held in
-// registers), so a 3x3 stride-1 block of 8 pixels costs 10 input loads for 24 FMAs. A block whose
-// windows cross the left or right border loads the columns outside through an empty mask
-// (zeros), so borders run the same code; kernel rows outside the input rows the caller holds are
-// skipped. Kernel widths other than 3 and 5 or strides other than 1 and 2 take a one-pixel loop.
+// One output row at a time: the row's columns split into near-equal blocks of up to kBlock
+// pixels, and for each block every vector of 16 channels in turn (the tail masked; channels
+// innermost, so each load walks memory contiguously from one vector to the next). The block's
+// accumulators stay in registers from the bias to the only store: the K x K window is unrolled
+// over K row pointers (a row outside the input rows the caller holds points at a zero row), and
+// per kernel row each input vector of the block's span is loaded once and multiplied with every
+// weight that meets it, so a 3x3 stride-1 block of 8 pixels costs 10 input loads for 24 FMAs.
+// The post-ops the mobile networks fuse (clamp / ReLU, hardswish, SiLU) are inlined per kernel;
+// others go through epilogue16. A block whose windows cross the left or right border loads the
+// columns outside through an empty mask (zeros), so borders run the same code. Kernels other
+// than square 3x3 / 5x5, or column strides other than 1 and 2, take a one-pixel loop.
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_conv.h"
 
 #include <algorithm>
