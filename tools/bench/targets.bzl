@@ -91,6 +91,22 @@ def define_common_targets():
         ],
     )
 
+    # Issue 46: our depthwise convolution against oneDNN's on the mobile networks' layers.
+    runtime.python_binary(
+        name = "depthwise_bench",
+        main = "depthwise_bench.py",
+        deps = ["//backends/cpu/runtime/providers/optimized/test:onednn_ctypes"],
+    )
+
+    runtime.python_test(
+        name = "depthwise_bench_test",
+        srcs = [
+            "depthwise_bench.py",
+            "depthwise_bench_test.py",
+        ],
+        deps = ["//backends/cpu/runtime/providers/optimized/test:onednn_ctypes"],
+    )
+
     # Issue #6: the C++ CPU delegate runtime vs no delegate, XNNPACK and eager (ratios, peak memory).
     runtime.python_binary(
         name = "cpu_delegate_bench",

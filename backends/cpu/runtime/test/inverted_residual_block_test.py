@@ -267,10 +267,11 @@ def test_squeeze_excite_blocks_fuse_expand_and_depthwise(
     assert len(placed(separate_placement, CONV, "Optimized")) == 6, separate_placement
 
 
-@pytest.mark.parametrize("own", ["1", "0"])
+@pytest.mark.parametrize("own", ["1", "0", "unset"])
 def test_blocks_on_our_depthwise_kernel(own: str) -> None:
     # ET_CPU_OWN_DEPTHWISE=1: every block's depthwise stage runs on our AVX-512 kernel (the
-    # summary counts them), on bands of expanded rows; "0": all on oneDNN. Both match eager.
+    # summary counts them), on bands of expanded rows; "0": all on oneDNN; unset: the default,
+    # ours for these 3x3 / 5x5 stride 1 / 2 stages. All match eager.
     torch.manual_seed(1)
     blocks = [
         Block(16, 16, 16, 3, 1, "relu6", True, False, expand=False),
@@ -281,11 +282,14 @@ def test_blocks_on_our_depthwise_kernel(own: str) -> None:
     model = Chain(blocks, 3, 16, 40).eval()
     x = torch.randn(2, 3, 38, 42)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ET_CPU_OWN_DEPTHWISE", own)
+        if own == "unset":
+            patch.delenv("ET_CPU_OWN_DEPTHWISE", raising=False)
+        else:
+            patch.setenv("ET_CPU_OWN_DEPTHWISE", own)
         patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")
         out_opt, out_ref, placement = run_both(model, (x,))
     assert _blocks_fused(placement) == 4, placement
-    expected = 4 if own == "1" else 0
+    expected = 0 if own == "0" else 4
     assert f", {expected} depthwise (alone or in a block)" in _summary(placement), placement
     with torch.no_grad():
         assert_close_scaled(out_opt[0], out_ref[0])

@@ -1,18 +1,22 @@
 // DepthwiseConv (see depthwise_conv.h): repacking, the register-blocked row kernel, the borders.
 //
-// One output row at a time, one vector of 16 channels at a time (the channel tail masked): the
-// row's columns split into near-equal blocks of up to kBlock pixels whose accumulators stay in
-// registers while the kernel walks the window. Per kernel row, each input vector of the block's
-// span is loaded once and multiplied with every weight that meets it (kernel_w weights held in
-// registers), so a 3x3 stride-1 block of 8 pixels costs 10 input loads for 24 FMAs. A block whose
-// windows cross the left or right border loads the columns outside through an empty mask
-// (zeros), so borders run the same code; kernel rows outside the input rows the caller holds are
-// skipped. Kernel widths other than 3 and 5 or strides other than 1 and 2 take a one-pixel loop.
+// One output row at a time: the row's columns split into near-equal blocks of up to kBlock
+// pixels, and for each block every vector of 16 channels in turn (the tail masked; channels
+// innermost, so each load walks memory contiguously from one vector to the next). The block's
+// accumulators stay in registers from the bias to the only store: the K x K window is unrolled
+// over K row pointers (a row outside the input rows the caller holds points at a zero row), and
+// per kernel row each input vector of the block's span is loaded once and multiplied with every
+// weight that meets it, so a 3x3 stride-1 block of 8 pixels costs 10 input loads for 24 FMAs.
+// The post-ops the mobile networks fuse (clamp / ReLU, hardswish, SiLU) are inlined per kernel;
+// others go through epilogue16. A block whose windows cross the left or right border loads the
+// columns outside through an empty mask (zeros), so borders run the same code. Kernels other
+// than square 3x3 / 5x5, or column strides other than 1 and 2, take a one-pixel loop.
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_conv.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_epilogue.h"
@@ -25,85 +29,63 @@ namespace {
 constexpr int64_t kLanes = 16;  // floats per AVX-512 vector
 constexpr int kBlock = 8;       // output pixels per register block
 
-// What one output row's work needs: its window's first kernel row in the input and the weights,
-// how many kernel rows are inside the input, and the geometry.
+// How the post-ops are applied to each output vector: the three the mobile networks fuse (ReLU /
+// ReLU6 / hardtanh as a clamp, hardswish, SiLU) with their own inlined code, every other
+// in-register chain through epilogue16 (a dispatch per vector).
+enum class Epi { kClamp, kHardswish, kSilu, kGeneric };
+
+// What one output row's work needs: its window's input rows, the weights and the geometry.
 struct RowArgs {
-  const float* input;    // input row of the first kernel row inside, pixel 0, channel 0
-  const float* weights;  // weights of that kernel row, kx 0, channel 0
-  int64_t rows;          // kernel rows inside the input
-  int64_t row_stride;    // floats per input row (in_w * C)
-  int64_t weight_row;    // floats per kernel row of weights (kernel_w * padded C)
+  const float* const* rows;  // kernel_h input rows (pixel 0, channel 0); padding: a zero row
+  const float* weights;      // [kernel_h][kernel_w][padded]
   int64_t channels;
   int64_t padded;
   int64_t in_w;
-  int64_t out_w;
+  int64_t kernel_h;
   int64_t kernel_w;
   int64_t stride_w;
   int64_t pad_left;
   const float* bias;
   const PostOps* post_ops;
+  float lo;  // Epi::kClamp's bounds
+  float hi;
   float* output;  // output row, pixel 0, channel 0
 };
 
-using BlockKernel = void (*)(const RowArgs&, int64_t ox, int64_t count, int64_t c,
-                             __mmask16 mask);
+using BlockKernel = void (*)(const RowArgs&, int64_t ox, int64_t count, __mmask16 tail_mask);
 
-// The post-ops on B accumulators: each post-op's dispatch once per block, its vector form on
-// every accumulator (epilogue16 would dispatch once per vector).
-template <int B>
-ET_AVX512 inline __attribute__((always_inline)) void post_ops_on(const PostOps& post_ops, __m512 (&acc)[B]) {
-  for (const PostOp& op : post_ops) {
-    switch (op.kind) {
-      case PostOp::Kind::kRelu:
-#pragma GCC unroll 16
-        for (int b = 0; b < B; ++b) acc[b] = _mm512_max_ps(acc[b], _mm512_setzero_ps());
-        break;
-      case PostOp::Kind::kClamp:
-#pragma GCC unroll 16
-        for (int b = 0; b < B; ++b) acc[b] = clamp16(acc[b], op.min, op.max);
-        break;
-      case PostOp::Kind::kActivation:
-        switch (op.activation.kind) {
-          case Activation::Kind::kRelu:
-#pragma GCC unroll 16
-            for (int b = 0; b < B; ++b) acc[b] = _mm512_max_ps(acc[b], _mm512_setzero_ps());
-            break;
-          case Activation::Kind::kClamp:
-#pragma GCC unroll 16
-            for (int b = 0; b < B; ++b) {
-              acc[b] = clamp16(acc[b], op.activation.alpha, op.activation.beta);
-            }
-            break;
-          case Activation::Kind::kHardswish:
-#pragma GCC unroll 16
-            for (int b = 0; b < B; ++b) acc[b] = _mm512_mul_ps(acc[b], hardsigmoid16(acc[b]));
-            break;
-          default:
-            for (int b = 0; b < B; ++b) acc[b] = activation16(op.activation, acc[b]);
-            break;
-        }
-        break;
-      case PostOp::Kind::kAdd:
-        break;  // excluded by depthwise_supports
-    }
+template <Epi E>
+ET_AVX512 inline __attribute__((always_inline)) __m512 finish(const RowArgs& a, __m512 v,
+                                                              __m512 lo, __m512 hi) {
+  if constexpr (E == Epi::kClamp) {
+    return _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+  } else if constexpr (E == Epi::kHardswish) {
+    return _mm512_mul_ps(v, hardsigmoid16(v));
+  } else if constexpr (E == Epi::kSilu) {
+    return silu16(v);
+  } else {
+    return epilogue16(*a.post_ops, v, nullptr, static_cast<__mmask16>(0xFFFF));
   }
 }
 
-// How a block of pixels reads its input: every window inside the input, all 16 channels
-// (kFull) or the channel tail (kTail); or a window may cross the left or right border
-// (kChecked: input columns outside read as zero, through an empty load mask).
-enum class Reads { kFull, kTail, kChecked };
+// How a block of pixels reads its input: every window inside the input and all 16 channels
+// (kFull), or through a load mask per input column (kChecked: a window may cross the left or
+// right border, whose columns read as zero through an empty mask; or the channel tail).
+enum class Reads { kFull, kChecked };
 
-// B pixels from column `ox` on, channels [c, c + 16) under `mask`.
-template <int KW, int S, int B, Reads kReads>
+// B pixels from column `ox` on, channels [c, c + 16) under `mask`, kernel K x K, column stride S.
+// The kernel rows are unrolled (K is a constant): every accumulator stays in a register from the
+// bias to the store.
+template <int K, int S, int B, Reads kReads, Epi E>
 ET_AVX512 inline __attribute__((always_inline)) void block_once(const RowArgs& a, int64_t ox,
-                                                                int64_t c, __mmask16 mask) {
+                                                                int64_t c, __mmask16 mask,
+                                                                __m512 lo, __m512 hi) {
   __m512 acc[B];
   const __m512 bias = _mm512_loadu_ps(a.bias + c);
 #pragma GCC unroll 16
   for (int b = 0; b < B; ++b) acc[b] = bias;
   const int64_t ix0 = ox * S - a.pad_left;  // the block's first input column (may be < 0)
-  constexpr int kSpan = (B - 1) * S + KW;   // input columns the block's windows cover
+  constexpr int kSpan = (B - 1) * S + K;    // input columns the block's windows cover
   __mmask16 masks[kReads == Reads::kChecked ? kSpan : 1];
   if constexpr (kReads == Reads::kChecked) {
 #pragma GCC unroll 64
@@ -112,28 +94,30 @@ ET_AVX512 inline __attribute__((always_inline)) void block_once(const RowArgs& a
       masks[t] = inside ? mask : static_cast<__mmask16>(0);
     }
   }
-  const float* in = a.input + ix0 * a.channels + c;
   const float* w = a.weights + c;
-  for (int64_t r = 0; r < a.rows; ++r, in += a.row_stride, w += a.weight_row) {
-    __m512 wv[KW];
+#pragma GCC unroll 8
+  for (int r = 0; r < K; ++r) {
+    const float* in = a.rows[r] + ix0 * a.channels + c;
+    __m512 wv[K];
 #pragma GCC unroll 16
-    for (int kx = 0; kx < KW; ++kx) wv[kx] = _mm512_loadu_ps(w + kx * a.padded);
+    for (int kx = 0; kx < K; ++kx) wv[kx] = _mm512_loadu_ps(w + (r * K + kx) * a.padded);
+    const float* p = in;
 #pragma GCC unroll 64
-    for (int t = 0; t < kSpan; ++t) {
-      const float* p = in + t * a.channels;
+    for (int t = 0; t < kSpan; ++t, p += a.channels) {
+      // One add per column instead of an offset register per column (GCC keeps kSpan offsets
+      // live across the channel loop otherwise, and spills them to vector registers).
+      asm("" : "+r"(p));
       __m512 x;
       if constexpr (kReads == Reads::kFull) {
         x = _mm512_loadu_ps(p);
-      } else if constexpr (kReads == Reads::kTail) {
-        x = _mm512_maskz_loadu_ps(mask, p);
       } else {
         x = _mm512_maskz_loadu_ps(masks[t], p);
       }
       // Keep x in a register: GCC would otherwise fold the load into each FMA that uses it,
-      // loading the vector kernel_w times instead of once.
+      // loading the vector K times instead of once.
       asm("" : "+v"(x));
 #pragma GCC unroll 16
-      for (int kx = 0; kx < KW; ++kx) {
+      for (int kx = 0; kx < K; ++kx) {
         const int d = t - kx;  // = b * S for the pixel b this weight meets here
         if (d >= 0 && d % S == 0 && d / S < B) {
           acc[d / S] = _mm512_fmadd_ps(x, wv[kx], acc[d / S]);
@@ -141,92 +125,145 @@ ET_AVX512 inline __attribute__((always_inline)) void block_once(const RowArgs& a
       }
     }
   }
-  post_ops_on<B>(*a.post_ops, acc);
   float* out = a.output + ox * a.channels + c;
 #pragma GCC unroll 16
   for (int b = 0; b < B; ++b) {
+    const __m512 v = finish<E>(a, acc[b], lo, hi);
     if constexpr (kReads == Reads::kFull) {
-      _mm512_storeu_ps(out + b * a.channels, acc[b]);
+      _mm512_storeu_ps(out + b * a.channels, v);
     } else {
-      _mm512_mask_storeu_ps(out + b * a.channels, mask, acc[b]);
+      _mm512_mask_storeu_ps(out + b * a.channels, mask, v);
     }
   }
 }
 
-// `count` blocks of B pixels from column `ox` on, channels [c, c + 16) under `mask`. KW and S
-// are the kernel width and the column stride.
-template <int KW, int S, int B, Reads kReads>
-ET_AVX512 void block_pixels(const RowArgs& a, int64_t ox, int64_t count, int64_t c,
-                            __mmask16 mask) {
+// `count` blocks of B pixels from column `ox` on, every channel (the channels innermost, so
+// each load walks memory contiguously from one block to the next): whole vectors, then the
+// tail under `tail_mask`.
+template <int K, int S, int B, Reads kReads, Epi E>
+ET_AVX512 void block_pixels(const RowArgs& a, int64_t ox, int64_t count, __mmask16 tail_mask) {
+  const __m512 lo = _mm512_set1_ps(a.lo);
+  const __m512 hi = _mm512_set1_ps(a.hi);
+  const int64_t full = a.channels / kLanes * kLanes;
   for (int64_t n = 0; n < count; ++n, ox += B) {
-    block_once<KW, S, B, kReads>(a, ox, c, mask);
+    for (int64_t c = 0; c < full; c += kLanes) {
+      block_once<K, S, B, kReads, E>(a, ox, c, static_cast<__mmask16>(0xFFFF), lo, hi);
+    }
+    if (full < a.channels) block_once<K, S, B, Reads::kChecked, E>(a, ox, full, tail_mask, lo, hi);
   }
 }
 
-// `count` single pixels from column `ox` on, anywhere in the row (any kernel width and
-// stride), columns outside the input skipped.
-ET_AVX512 void edge_pixels(const RowArgs& a, int64_t ox, int64_t count, int64_t c,
-                           __mmask16 mask) {
+// `count` single pixels from column `ox` on, anywhere in the row (any kernel size and stride),
+// columns outside the input skipped, the post-ops through epilogue16.
+ET_AVX512 void edge_pixels(const RowArgs& a, int64_t ox, int64_t count, __mmask16 tail_mask) {
   for (int64_t end = ox + count; ox < end; ++ox) {
-    __m512 acc[1] = {_mm512_loadu_ps(a.bias + c)};
     const int64_t ix0 = ox * a.stride_w - a.pad_left;
     const int64_t kx_lo = std::max<int64_t>(0, -ix0);
     const int64_t kx_hi = std::min<int64_t>(a.kernel_w, a.in_w - ix0);
-    const float* in = a.input + c;
-    const float* w = a.weights + c;
-    for (int64_t r = 0; r < a.rows; ++r, in += a.row_stride, w += a.weight_row) {
-      for (int64_t kx = kx_lo; kx < kx_hi; ++kx) {
-        const __m512 x = _mm512_maskz_loadu_ps(mask, in + (ix0 + kx) * a.channels);
-        acc[0] = _mm512_fmadd_ps(x, _mm512_loadu_ps(w + kx * a.padded), acc[0]);
+    for (int64_t c = 0; c < a.channels; c += kLanes) {
+      const __mmask16 mask =
+          a.channels - c < kLanes ? tail_mask : static_cast<__mmask16>(0xFFFF);
+      __m512 acc = _mm512_loadu_ps(a.bias + c);
+      for (int64_t r = 0; r < a.kernel_h; ++r) {
+        const float* in = a.rows[r] + c;
+        const float* w = a.weights + r * a.kernel_w * a.padded + c;
+        for (int64_t kx = kx_lo; kx < kx_hi; ++kx) {
+          const __m512 x = _mm512_maskz_loadu_ps(mask, in + (ix0 + kx) * a.channels);
+          acc = _mm512_fmadd_ps(x, _mm512_loadu_ps(w + kx * a.padded), acc);
+        }
       }
+      acc = epilogue16(*a.post_ops, acc, nullptr, mask);
+      _mm512_mask_storeu_ps(a.output + ox * a.channels + c, mask, acc);
     }
-    post_ops_on<1>(*a.post_ops, acc);
-    _mm512_mask_storeu_ps(a.output + ox * a.channels + c, mask, acc[0]);
   }
 }
 
-template <int KW, int S, Reads kReads>
+template <int K, int S, Reads kReads, Epi E>
 BlockKernel block_kernel_of(int b) {
   switch (b) {
     case 1:
-      return block_pixels<KW, S, 1, kReads>;
+      return block_pixels<K, S, 1, kReads, E>;
     case 2:
-      return block_pixels<KW, S, 2, kReads>;
+      return block_pixels<K, S, 2, kReads, E>;
     case 3:
-      return block_pixels<KW, S, 3, kReads>;
+      return block_pixels<K, S, 3, kReads, E>;
     case 4:
-      return block_pixels<KW, S, 4, kReads>;
+      return block_pixels<K, S, 4, kReads, E>;
     case 5:
-      return block_pixels<KW, S, 5, kReads>;
+      return block_pixels<K, S, 5, kReads, E>;
     case 6:
-      return block_pixels<KW, S, 6, kReads>;
+      return block_pixels<K, S, 6, kReads, E>;
     case 7:
-      return block_pixels<KW, S, 7, kReads>;
+      return block_pixels<K, S, 7, kReads, E>;
     default:
-      return block_pixels<KW, S, 8, kReads>;
+      return block_pixels<K, S, 8, kReads, E>;
   }
 }
 
-template <int KW, int S>
-BlockKernel specialized(int b, Reads reads) {
-  switch (reads) {
-    case Reads::kFull:
-      return block_kernel_of<KW, S, Reads::kFull>(b);
-    case Reads::kTail:
-      return block_kernel_of<KW, S, Reads::kTail>(b);
+template <int K, int S, Reads kReads>
+BlockKernel with_epilogue(int b, Epi epi) {
+  switch (epi) {
+    case Epi::kClamp:
+      return block_kernel_of<K, S, kReads, Epi::kClamp>(b);
+    case Epi::kHardswish:
+      return block_kernel_of<K, S, kReads, Epi::kHardswish>(b);
+    case Epi::kSilu:
+      return block_kernel_of<K, S, kReads, Epi::kSilu>(b);
     default:
-      return block_kernel_of<KW, S, Reads::kChecked>(b);
+      return block_kernel_of<K, S, kReads, Epi::kGeneric>(b);
   }
 }
 
-// The blocked kernel of `b` pixels (1 to kBlock) for kernel width `kw` and stride `s`, or null
-// where none is specialized (then every pixel takes edge_pixels).
-BlockKernel block_kernel(int64_t kw, int64_t s, int b, Reads reads) {
-  if (kw == 3 && s == 1) return specialized<3, 1>(b, reads);
-  if (kw == 3 && s == 2) return specialized<3, 2>(b, reads);
-  if (kw == 5 && s == 1) return specialized<5, 1>(b, reads);
-  if (kw == 5 && s == 2) return specialized<5, 2>(b, reads);
+template <int K, int S>
+BlockKernel specialized(int b, Reads reads, Epi epi) {
+  return reads == Reads::kFull ? with_epilogue<K, S, Reads::kFull>(b, epi)
+                               : with_epilogue<K, S, Reads::kChecked>(b, epi);
+}
+
+// The blocked kernel of `b` pixels (1 to kBlock) for a square kernel of `k` and column stride
+// `s`, or null where none is specialized (then every pixel takes edge_pixels).
+BlockKernel block_kernel(const DepthwiseShape& shape, int b, Reads reads, Epi epi) {
+  if (shape.kernel_h != shape.kernel_w) return nullptr;
+  const int64_t k = shape.kernel_w;
+  const int64_t s = shape.stride_w;
+  if (k == 3 && s == 1) return specialized<3, 1>(b, reads, epi);
+  if (k == 3 && s == 2) return specialized<3, 2>(b, reads, epi);
+  if (k == 5 && s == 1) return specialized<5, 1>(b, reads, epi);
+  if (k == 5 && s == 2) return specialized<5, 2>(b, reads, epi);
   return nullptr;
+}
+
+// The epilogue class of `post_ops` and, for Epi::kClamp, its bounds.
+Epi epilogue_of(const PostOps& post_ops, float* lo, float* hi) {
+  *lo = 0.0f;
+  *hi = std::numeric_limits<float>::infinity();
+  if (post_ops.size() != 1) return Epi::kGeneric;
+  const PostOp& op = post_ops[0];
+  switch (op.kind) {
+    case PostOp::Kind::kRelu:
+      return Epi::kClamp;
+    case PostOp::Kind::kClamp:
+      *lo = op.min;
+      *hi = op.max;
+      return Epi::kClamp;
+    case PostOp::Kind::kActivation:
+      switch (op.activation.kind) {
+        case Activation::Kind::kRelu:
+          return Epi::kClamp;
+        case Activation::Kind::kClamp:
+          *lo = op.activation.alpha;
+          *hi = op.activation.beta;
+          return Epi::kClamp;
+        case Activation::Kind::kHardswish:
+          return Epi::kHardswish;
+        case Activation::Kind::kSilu:
+          return Epi::kSilu;
+        default:
+          return Epi::kGeneric;
+      }
+    default:
+      return Epi::kGeneric;
+  }
 }
 
 }  // namespace
@@ -247,11 +284,14 @@ bool own_depthwise_wanted(const DepthwiseShape& shape, const PostOps& post_ops) 
   if (!depthwise_supports(shape, post_ops)) return false;
   const char* value = std::getenv("ET_CPU_OWN_DEPTHWISE");
   if (value != nullptr && std::strcmp(value, "1") == 0) return true;
-  // No shape class measured clearly faster than oneDNN 3.2's brdgmm yet (README: 0.76-1.02x
-  // of its time per shape, MobileNetV3 / EfficientNet end to end at parity or slower): oneDNN's
-  // stays the default until the kernel wins somewhere.
-  (void)shape;
-  return false;
+  // Unset: the register-blocked classes (square 3x3 / 5x5, stride 1 or 2 both ways), which
+  // measured 0.58-0.99x of oneDNN 3.2's brdgmm time on every MobileNetV2 / V3 / EfficientNet-B0
+  // layer (tools/bench/depthwise_bench.py, provider README). Other kernels and strides run
+  // the one-pixel loop here and stay on oneDNN.
+  const bool square = shape.kernel_h == shape.kernel_w && (shape.kernel_w == 3 || shape.kernel_w == 5);
+  const bool strides = (shape.stride_h == 1 || shape.stride_h == 2) &&
+                       (shape.stride_w == 1 || shape.stride_w == 2);
+  return square && strides;
 }
 
 DepthwiseConv::DepthwiseConv(const DepthwiseShape& shape, const float* weight, const float* bias,
@@ -272,10 +312,11 @@ DepthwiseConv::DepthwiseConv(const DepthwiseShape& shape, const float* weight, c
   }
   bias_.assign(static_cast<size_t>(padded_channels_), 0.0f);
   if (bias) std::copy(bias, bias + c, bias_.begin());
+  zero_row_.assign(static_cast<size_t>(shape_.in_w * c), 0.0f);
   // Near-equal blocks of at most kBlock pixels (14 columns: 7 + 7, not 8 + 6 or 8 + 4 + 2);
   // without a specialized kernel every pixel is its own block. Consecutive blocks alike (same
   // width, both inside the input) make one run, one call.
-  const bool blocked = block_kernel(shape_.kernel_w, shape_.stride_w, 1, Reads::kFull) != nullptr;
+  const bool blocked = block_kernel(shape_, 1, Reads::kFull, Epi::kGeneric) != nullptr;
   const int64_t count = blocked ? (shape_.out_w + kBlock - 1) / kBlock : shape_.out_w;
   for (int64_t i = 0; i < count; ++i) {
     Block block;
@@ -297,47 +338,46 @@ DepthwiseConv::DepthwiseConv(const DepthwiseShape& shape, const float* weight, c
 void DepthwiseConv::run_rows(const float* input, int64_t input_first, int64_t input_rows,
                              float* output, int64_t row_begin, int64_t row_end) const {
   const DepthwiseShape& s = shape_;
-  // Each block's kernels for whole vectors of channels and for the channel tail.
-  std::vector<std::pair<BlockKernel, BlockKernel>> kernels;
+  RowArgs a;
+  const Epi epi = epilogue_of(post_ops_, &a.lo, &a.hi);
+  // Each block's kernel (borders: through the load masks; unspecialized sizes: one pixel).
+  std::vector<BlockKernel> kernels;
   kernels.reserve(blocks_.size());
   for (const Block& block : blocks_) {
-    const BlockKernel full = block_kernel(s.kernel_w, s.stride_w, block.pixels,
-                                          block.checked ? Reads::kChecked : Reads::kFull);
-    const BlockKernel tail = block_kernel(s.kernel_w, s.stride_w, block.pixels,
-                                          block.checked ? Reads::kChecked : Reads::kTail);
-    kernels.emplace_back(full ? full : edge_pixels, tail ? tail : edge_pixels);
+    const BlockKernel kernel =
+        block_kernel(s, block.pixels, block.checked ? Reads::kChecked : Reads::kFull, epi);
+    kernels.push_back(kernel ? kernel : edge_pixels);
   }
-  RowArgs a;
-  a.row_stride = s.in_w * s.channels;
-  a.weight_row = s.kernel_w * padded_channels_;
+  std::vector<const float*> rows(static_cast<size_t>(s.kernel_h));
+  const int64_t row_stride = s.in_w * s.channels;
+  a.rows = rows.data();
+  a.weights = weights_.data();
   a.channels = s.channels;
   a.padded = padded_channels_;
   a.in_w = s.in_w;
-  a.out_w = s.out_w;
+  a.kernel_h = s.kernel_h;
   a.kernel_w = s.kernel_w;
   a.stride_w = s.stride_w;
   a.pad_left = s.pad_left;
   a.bias = bias_.data();
   a.post_ops = &post_ops_;
   const int64_t out_row = s.out_w * s.channels;
+  const int64_t left = s.channels % kLanes;
+  const __mmask16 tail_mask =
+      left ? static_cast<__mmask16>((1u << left) - 1u) : static_cast<__mmask16>(0xFFFF);
   const int64_t input_last = input_first + input_rows;
   for (int64_t oy = row_begin; oy < row_end; ++oy) {
-    const int64_t iy0 = oy * s.stride_h - s.pad_top;  // the window's first input row
-    const int64_t ky_lo = std::max<int64_t>(0, input_first - iy0);
-    const int64_t ky_hi = std::min<int64_t>(s.kernel_h, input_last - iy0);
-    a.rows = std::max<int64_t>(0, ky_hi - ky_lo);
-    // Row pointers of a window that reaches no held row are never read.
-    a.input = input + (a.rows > 0 ? (iy0 + ky_lo - input_first) * a.row_stride : 0);
-    a.weights = weights_.data() + ky_lo * a.weight_row;
+    // The window's rows: held ones, else the zero row (padding, or rows only padding reaches).
+    const int64_t iy0 = oy * s.stride_h - s.pad_top;
+    for (int64_t ky = 0; ky < s.kernel_h; ++ky) {
+      const int64_t iy = iy0 + ky;
+      const bool held = iy >= input_first && iy < input_last;
+      rows[static_cast<size_t>(ky)] =
+          held ? input + (iy - input_first) * row_stride : zero_row_.data();
+    }
     a.output = output + (oy - row_begin) * out_row;
-    for (int64_t c = 0; c < s.channels; c += kLanes) {
-      const int64_t left = s.channels - c;
-      const bool tail = left < kLanes;
-      const __mmask16 mask = tail ? static_cast<__mmask16>((1u << left) - 1u)
-                                  : static_cast<__mmask16>(0xFFFF);
-      for (size_t i = 0; i < blocks_.size(); ++i) {
-        (tail ? kernels[i].second : kernels[i].first)(a, blocks_[i].ox, blocks_[i].count, c, mask);
-      }
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      kernels[i](a, blocks_[i].ox, blocks_[i].count, tail_mask);
     }
   }
 }

@@ -44,7 +44,7 @@ bool depthwise_supports(const DepthwiseShape& shape, const PostOps& post_ops);
 // Whether the plans (a depthwise ConvLikePlan, BlockPlan's depthwise stage) run `shape` on this
 // kernel rather than oneDNN's: depthwise_supports, and ET_CPU_OWN_DEPTHWISE=1 (every shape it
 // covers) or, with the variable unset, a shape of a class where it measured faster than
-// oneDNN 3.2's brdgmm here (see the provider README: none so far, so unset means oneDNN's).
+// oneDNN 3.2's brdgmm here: square 3x3 and 5x5 kernels at stride 1 or 2 (provider README).
 bool own_depthwise_wanted(const DepthwiseShape& shape, const PostOps& post_ops);
 
 class DepthwiseConv {
@@ -56,7 +56,10 @@ class DepthwiseConv {
                 PostOps post_ops);
 
   const DepthwiseShape& shape() const { return shape_; }
-  size_t weights_bytes() const { return (weights_.size() + bias_.size()) * sizeof(float); }
+  // The repacked weights and bias, and the zero row padding reads.
+  size_t weights_bytes() const {
+    return (weights_.size() + bias_.size() + zero_row_.size()) * sizeof(float);
+  }
 
   // Output rows [row_begin, row_end) of one image, channels-last ([rows][out_w][C]), written
   // from `output` on (output row row_begin). `input` holds the image's input rows
@@ -80,6 +83,7 @@ class DepthwiseConv {
   std::vector<Block> blocks_;
   std::vector<float> weights_;  // [kernel_h][kernel_w][padded_channels_]
   std::vector<float> bias_;     // [padded_channels_] (zeros without a bias)
+  std::vector<float> zero_row_;  // [in_w][C] zeros: what rows outside the held input read
   PostOps post_ops_;
 };
 

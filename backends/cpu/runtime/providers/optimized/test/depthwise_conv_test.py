@@ -78,7 +78,7 @@ def own_depthwise_everywhere() -> Iterator[None]:
         yield
     finally:
         if before is None:
-            del os.environ["ET_CPU_OWN_DEPTHWISE"]
+            os.environ.pop("ET_CPU_OWN_DEPTHWISE", None)
         else:
             os.environ["ET_CPU_OWN_DEPTHWISE"] = before
 
@@ -86,6 +86,13 @@ def own_depthwise_everywhere() -> Iterator[None]:
 @pytest.fixture
 def own_depthwise_off(own_depthwise_everywhere: None) -> Iterator[None]:
     os.environ["ET_CPU_OWN_DEPTHWISE"] = "0"
+    yield
+
+
+@pytest.fixture
+def own_depthwise_default(own_depthwise_everywhere: None) -> Iterator[None]:
+    """ET_CPU_OWN_DEPTHWISE unset: the classes where the kernel measured faster than oneDNN's."""
+    del os.environ["ET_CPU_OWN_DEPTHWISE"]
     yield
 
 
@@ -271,6 +278,66 @@ def test_mobile_shapes(provider: Provider) -> None:
         padding = kernel // 2
         actual = _run(provider, x, weight, bias, stride, padding, [PostOp(HARDSWISH)])
         _assert_close(actual, _expected(x, weight, bias, stride, padding, F.hardswish))
+
+
+@pytest.mark.parametrize(
+    ("kernel", "stride", "padding", "own"),
+    [
+        ((3, 3), (1, 1), (1, 1), True),
+        ((3, 3), (2, 2), (1, 1), True),
+        ((5, 5), (1, 1), (2, 2), True),
+        ((5, 5), (2, 2), (2, 2), True),
+        ((3, 3), (2, 1), (0, 1), True),
+        ((5, 5), (1, 2), (2, 1), True),
+        ((7, 7), (1, 1), (3, 3), False),
+        ((3, 5), (1, 1), (1, 2), False),
+        ((3, 3), (3, 3), (1, 1), False),
+        ((1, 1), (1, 1), (0, 0), False),
+    ],
+    ids=["3x3", "3x3_s2", "5x5", "5x5_s2", "3x3_s21", "5x5_s12", "7x7", "3x5", "3x3_s3", "1x1"],
+)
+@pytest.mark.parametrize("batch", [1, 8])
+def test_default_takes_the_blocked_classes(
+    provider: Provider,
+    own_depthwise_default: None,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    own: bool,
+    batch: int,
+) -> None:
+    """Unset switch: square 3x3 / 5x5 at stride 1 or 2 (either way) on ours, with ReLU6,
+    hardswish and SiLU as the mobile networks fuse them; every other kernel on oneDNN's."""
+    for name, (post_ops, activation) in [
+        ("relu6", ACTIVATIONS["relu6"]),
+        ("hardswish", ACTIVATIONS["hardswish"]),
+        ("silu", ACTIVATIONS["silu"]),
+    ]:
+        x, weight, bias = _inputs(batch, 40, (13, 10), kernel, batch + len(name))
+        plan = provider.conv(
+            list(x.shape),
+            weight,
+            bias,
+            list(stride),
+            list(padding),
+            [1, 1],
+            groups=40,
+            post_ops=post_ops,
+            input_channels_last=True,
+            output="channels_last",
+        )
+        assert plan.describe().startswith("depthwise:avx512") == own, plan.describe()
+        expected = activation(
+            F.conv2d(
+                x.double(),
+                weight.double(),
+                bias.double(),
+                stride=stride,
+                padding=padding,
+                groups=40,
+            )
+        ).float()
+        _assert_close(plan.run(x), expected)
 
 
 def test_switch_off_keeps_onednn(provider: Provider, own_depthwise_off: None) -> None:

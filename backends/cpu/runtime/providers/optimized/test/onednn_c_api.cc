@@ -3,6 +3,7 @@
 #include "backends/cpu/runtime/providers/optimized/test/onednn_c_api.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -297,6 +298,20 @@ int etdnn_plan_run(
         return 0;
       },
       1);
+}
+
+double etdnn_plan_time(const etdnn_plan* plan, const float* a, const float* b, float* out,
+                       const float* residual, int runs) {
+  double best = -1.0;
+  for (int i = 0; i < runs; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    if (etdnn_plan_run(plan, a, b, out, residual) != 0) return -1.0;
+    const double ns = std::chrono::duration<double, std::nano>(
+                          std::chrono::steady_clock::now() - start)
+                          .count();
+    if (best < 0.0 || ns < best) best = ns;
+  }
+  return best;
 }
 
 size_t etdnn_plan_output_bytes(const etdnn_plan* plan) {

@@ -82,6 +82,10 @@ etdnn_plan* etdnn_reorder_to_plain_prepare(etdnn_provider* provider, const etdnn
 // conv/linear/reorder read `a`; matmul reads `a` and `b`. Returns 0 on success.
 int etdnn_plan_run(const etdnn_plan* plan, const float* a, const float* b, float* out,
                    const float* residual);
+// Runs the plan `runs` times back to back (as etdnn_plan_run) and returns the fastest run in
+// nanoseconds (steady clock), or -1 on failure: timing without the caller's per-call overhead.
+double etdnn_plan_time(const etdnn_plan* plan, const float* a, const float* b, float* out,
+                       const float* residual, int runs);
 // Bytes of the output buffer run() writes (conv: of its output layout).
 size_t etdnn_plan_output_bytes(const etdnn_plan* plan);
 int etdnn_plan_output_is_plain(const etdnn_plan* plan);

@@ -73,6 +73,7 @@ def _load(path: str) -> ctypes.CDLL:
         "etdnn_matmul_prepare": (vp, [vp, i64, i64, i64, i64, vp, vp, vp, i32]),
         "etdnn_reorder_to_plain_prepare": (vp, [vp, vp]),
         "etdnn_plan_run": (i32, [vp, vp, vp, vp, vp]),
+        "etdnn_plan_time": (ctypes.c_double, [vp, vp, vp, vp, vp, i32]),
         "etdnn_plan_output_bytes": (sz, [vp]),
         "etdnn_plan_output_is_plain": (i32, [vp]),
         "etdnn_plan_output_is_channels_last": (i32, [vp]),
@@ -180,6 +181,24 @@ class Plan:
         if status != 0:
             raise ProviderError(self._provider.last_error())
         return out
+
+    def time_ns(
+        self,
+        out: torch.Tensor,
+        a: torch.Tensor,
+        runs: int,
+        b: torch.Tensor | None = None,
+        residual: torch.Tensor | None = None,
+    ) -> float:
+        """The fastest of `runs` back-to-back runs into `out`, in nanoseconds (timed in C)."""
+        ns = float(
+            self._provider.lib.etdnn_plan_time(
+                self._handle, _ptr(a), _ptr(b), _ptr(out), _ptr(residual), runs
+            )
+        )
+        if ns < 0:
+            raise ProviderError(self._provider.last_error())
+        return ns
 
     def run(
         self, a: torch.Tensor, b: torch.Tensor | None = None, residual: torch.Tensor | None = None
