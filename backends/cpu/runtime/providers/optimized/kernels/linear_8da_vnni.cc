@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -149,17 +151,22 @@ inline int32_t load_quad(const int8_t* p) {
 
 // ---- Tiles: R rows x NB blocks of 16 channels, all k ----
 
+// A tile reads block block0 + b's weights from weights + b * stride: the packed weights
+// (stride block_bytes) or, for the many-row path, a chunk of blocks unpacked to bytes.
 using TileFn = void (*)(const Linear8daPacked& p, const Rows& a, int64_t row0, int64_t block0,
-                        float* y);
+                        const uint8_t* weights, size_t stride, float* y);
 
-// y[row0 + r, 16 (block0 + b) + c] for r < R, b < NB, on AVX-512 VNNI.
+// y[row0 + r, 16 (block0 + b) + c] for r < R, b < NB, on AVX-512 VNNI. Bits is the layout of
+// the weights: 4, one vector of nibbles per step; 8, two vectors of bytes per step (8-bit
+// weights as packed, or 4-bit ones unpacked by unpack_blocks: the epilogue's offsets and sums
+// come from `p` either way).
 template <int R, int NB, int Bits>
 ET_VNNI void tile_vnni(const Linear8daPacked& p, const Rows& a, int64_t row0, int64_t block0,
-                       float* y) {
+                       const uint8_t* weights, size_t stride, float* y) {
   const int64_t group = p.params.group, groups = p.groups, n = p.params.n;
   const int64_t steps = group / kStepK;
   const uint8_t* w[NB];
-  for (int b = 0; b < NB; ++b) w[b] = p.weights() + (block0 + b) * p.block_bytes;
+  for (int b = 0; b < NB; ++b) w[b] = weights + b * stride;
   const int8_t* x[R];
   for (int r = 0; r < R; ++r) x[r] = a.q.data() + (row0 + r) * a.stride;
   const __m512i nibble = _mm512_set1_epi8(0x0F);
@@ -238,11 +245,11 @@ ET_VNNI void tile_vnni(const Linear8daPacked& p, const Rows& a, int64_t row0, in
 // sums added once per group.
 template <int R, int NB, int Bits>
 ET_AVX2 void tile_avx2(const Linear8daPacked& p, const Rows& a, int64_t row0, int64_t block0,
-                       float* y) {
+                       const uint8_t* weights, size_t stride, float* y) {
   const int64_t group = p.params.group, groups = p.groups, n = p.params.n;
   const int64_t steps = group / kStepK;
   const uint8_t* w[NB];
-  for (int b = 0; b < NB; ++b) w[b] = p.weights() + (block0 + b) * p.block_bytes;
+  for (int b = 0; b < NB; ++b) w[b] = weights + b * stride;
   const int8_t* x[R];
   for (int r = 0; r < R; ++r) x[r] = a.q.data() + (row0 + r) * a.stride;
   const __m256i nibble = _mm256_set1_epi8(0x0F);
@@ -412,14 +419,114 @@ void compute(const Linear8daPacked& p, const Rows& a, Linear8daIsa isa, const Sh
   const int chunk = rows == 1 ? shape.decode_blocks : shape.blocks;
   for (int64_t b = block_begin; b < block_end; b += chunk) {
     const int nb = static_cast<int>(std::min<int64_t>(chunk, block_end - b));
+    const uint8_t* w = p.weights() + b * p.block_bytes;
     for (int64_t r = row_begin; r < row_end; r += shape.rows) {
       const int nr = static_cast<int>(std::min<int64_t>(shape.rows, row_end - r));
       if (nb == chunk) {
-        tile(isa, nr, nb, bits)(p, a, r, b, y);
+        tile(isa, nr, nb, bits)(p, a, r, b, w, p.block_bytes, y);
       } else {
-        for (int i = 0; i < nb; ++i) tile(isa, nr, 1, bits)(p, a, r, b + i, y);
+        for (int i = 0; i < nb; ++i) {
+          tile(isa, nr, 1, bits)(p, a, r, b + i, w + i * p.block_bytes, p.block_bytes, y);
+        }
       }
     }
+  }
+}
+
+// ---- Many rows on AVX-512 VNNI (prefill): larger tiles over weights unpacked once ----
+
+// At least this many rows take the many-row path.
+constexpr int64_t kGemmMinRows = 8;
+constexpr int kGemmMaxRows = 8;
+constexpr int kGemmMaxBlocks = 4;
+
+struct GemmShape {
+  int rows;
+  int blocks;
+};
+
+GemmShape gemm_shape() {
+  GemmShape shape{6, 2};
+  const char* tile = std::getenv("ET_CPU_LINEAR_8DA_TILE");  // "RxB", for tuning
+  int r = 0, b = 0;
+  if (tile != nullptr && std::sscanf(tile, "%dx%d", &r, &b) == 2 && r >= 1 &&
+      r <= kGemmMaxRows && b >= 1 && b <= kGemmMaxBlocks) {
+    shape = {r, b};
+  }
+  return shape;
+}
+
+template <int R>
+TileFn gemm_tile_blocks(int blocks) {
+  switch (blocks) {
+    case 1:
+      return &tile_vnni<R, 1, 8>;
+    case 2:
+      return &tile_vnni<R, 2, 8>;
+    case 3:
+      return &tile_vnni<R, 3, 8>;
+    default:
+      return &tile_vnni<R, 4, 8>;
+  }
+}
+
+// The many-row tile of `rows` x `blocks` over byte-layout weights.
+TileFn gemm_tile(int64_t rows, int blocks) {
+  switch (rows) {
+    case 1:
+      return gemm_tile_blocks<1>(blocks);
+    case 2:
+      return gemm_tile_blocks<2>(blocks);
+    case 3:
+      return gemm_tile_blocks<3>(blocks);
+    case 4:
+      return gemm_tile_blocks<4>(blocks);
+    case 5:
+      return gemm_tile_blocks<5>(blocks);
+    case 6:
+      return gemm_tile_blocks<6>(blocks);
+    case 7:
+      return gemm_tile_blocks<7>(blocks);
+    default:
+      return gemm_tile_blocks<8>(blocks);
+  }
+}
+
+// Blocks [block0, block0 + count) of 4-bit weights in the byte layout, at `out` (64-byte
+// aligned, 2 block_bytes per block): per step the vector of low nibbles (k..k+3), then the one
+// of high nibbles (k+4..k+7), so the tiles of every row read them without unpacking again.
+ET_VNNI void unpack_blocks(const Linear8daPacked& p, int64_t block0, int64_t count,
+                           uint8_t* out) {
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const uint8_t* in = p.weights() + block0 * p.block_bytes;
+  const size_t vectors = static_cast<size_t>(count) * p.block_bytes / kVector;
+  for (size_t v = 0; v < vectors; ++v) {
+    const __m512i raw = _mm512_load_si512(in + v * kVector);
+    _mm512_store_si512(out + 2 * v * kVector, _mm512_and_si512(raw, nibble));
+    _mm512_store_si512(out + (2 * v + 1) * kVector,
+                       _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble));
+  }
+}
+
+// Rows [row_begin, row_end) x blocks [block_begin, block_end) on the many-row path: per chunk
+// of shape.blocks blocks, the weights unpacked once into `scratch` (4 bits; 8-bit weights are
+// read as packed), then every row tile over them.
+void compute_gemm(const Linear8daPacked& p, const Rows& a, const GemmShape& shape,
+                  int64_t row_begin, int64_t row_end, int64_t block_begin, int64_t block_end,
+                  uint8_t* scratch, float* y) {
+  const bool unpack = p.params.bits == 4;
+  const size_t stride = unpack ? 2 * p.block_bytes : p.block_bytes;
+  for (int64_t b = block_begin; b < block_end; b += shape.blocks) {
+    const int nb = static_cast<int>(std::min<int64_t>(shape.blocks, block_end - b));
+    const uint8_t* w = p.weights() + b * p.block_bytes;
+    if (unpack) {
+      unpack_blocks(p, b, nb, scratch);
+      w = scratch;
+    }
+    const TileFn full = gemm_tile(shape.rows, nb);
+    int64_t r = row_begin;
+    for (; r + shape.rows <= row_end; r += shape.rows) full(p, a, r, b, w, stride, y);
+    if (r < row_end) gemm_tile(row_end - r, nb)(p, a, r, b, w, stride, y);
   }
 }
 
@@ -598,10 +705,14 @@ void Linear8daGemm::run(const float* x, int64_t rows, float* y, WorkPool* pool) 
     quantize(0, rows);
   }
 
+  const bool gemm = isa_ == Linear8daIsa::kAvx512Vnni && rows >= kGemmMinRows;
   const Shape shape = shape_of(isa_, p.params.bits);
-  const int64_t chunk = rows == 1 ? shape.decode_blocks : shape.blocks;
+  const GemmShape gemm_tiles = gemm_shape();
+  const int64_t chunk =
+      gemm ? gemm_tiles.blocks : (rows == 1 ? shape.decode_blocks : shape.blocks);
+  const int64_t tile_rows = gemm ? gemm_tiles.rows : shape.rows;
   const int64_t chunks = (p.blocks + chunk - 1) / chunk;
-  const int64_t tiles = (rows + shape.rows - 1) / shape.rows;
+  const int64_t tiles = (rows + tile_rows - 1) / tile_rows;
   // About 0.5M multiply-adds per task at least; up to 4 tasks a thread so a descheduled thread
   // delays little (work_pool.h).
   const int64_t work = rows * k * p.params.n;
@@ -610,15 +721,31 @@ void Linear8daGemm::run(const float* x, int64_t rows, float* y, WorkPool* pool) 
   const int64_t block_parts = std::min(chunks, wanted);
   const int64_t row_parts = std::min(tiles, (wanted + block_parts - 1) / block_parts);
   const size_t tasks = static_cast<size_t>(block_parts * row_parts);
-  auto task = [&](size_t index, int) {
+  if (gemm && p.params.bits == 4) {
+    // Per thread: one chunk's weights unpacked (2 bytes per packed byte), 64-byte aligned.
+    const size_t bytes = 2 * p.block_bytes * static_cast<size_t>(chunk) + kVector;
+    scratch_.resize(static_cast<size_t>(threads));
+    for (auto& buffer : scratch_) buffer.resize(bytes);
+  }
+  auto task = [&](size_t index, int worker) {
     const int64_t bp = static_cast<int64_t>(index) % block_parts;
     const int64_t rp = static_cast<int64_t>(index) / block_parts;
     const auto [c0, c1] =
         slice_of(chunks, static_cast<size_t>(block_parts), static_cast<size_t>(bp));
     const auto [t0, t1] =
         slice_of(tiles, static_cast<size_t>(row_parts), static_cast<size_t>(rp));
-    compute(p, rows_, isa_, shape, t0 * shape.rows, std::min(rows, t1 * shape.rows),
-            c0 * chunk, std::min(p.blocks, c1 * chunk), y);
+    const int64_t r0 = t0 * tile_rows, r1 = std::min(rows, t1 * tile_rows);
+    const int64_t b0 = c0 * chunk, b1 = std::min(p.blocks, c1 * chunk);
+    if (gemm) {
+      uint8_t* scratch = nullptr;
+      if (p.params.bits == 4) {
+        uint8_t* base = scratch_[static_cast<size_t>(worker)].data();
+        scratch = base + (kVector - reinterpret_cast<uintptr_t>(base) % kVector) % kVector;
+      }
+      compute_gemm(p, rows_, gemm_tiles, r0, r1, b0, b1, scratch, y);
+    } else {
+      compute(p, rows_, isa_, shape, r0, r1, b0, b1, y);
+    }
   };
   if (tasks <= 1) {
     task(0, 0);

@@ -117,6 +117,8 @@ class Linear8daGemm {
   std::shared_ptr<const Linear8daPacked> packed_;
   Linear8daIsa isa_;
   Rows rows_;
+  // Per worker of the pool: the many-row path's unpacked weights of one chunk of blocks.
+  std::vector<std::vector<uint8_t>> scratch_;
 };
 
 }  // namespace onednn
