@@ -56,10 +56,13 @@ void finish_row(const int8_t* q, int64_t k, int64_t group, float scale, float ze
   rows.scale[static_cast<size_t>(m)] = scale;
   rows.zero_point[static_cast<size_t>(m)] = static_cast<int32_t>(zero);
   int32_t* sums = rows.sums.data() + m * groups;
+  int32_t* offset_sums = rows.offset_sums.data() + m * groups;
   for (int64_t g = 0; g < groups; ++g) {
     int32_t s = 0;
     for (int64_t i = g * group; i < (g + 1) * group; ++i) s += q[i];
     sums[g] = s;
+    offset_sums[g] = static_cast<int32_t>(static_cast<uint32_t>(rows.offset) *
+                                          static_cast<uint32_t>(s));  // wraps
   }
 }
 
@@ -160,28 +163,37 @@ using TileFn = void (*)(const Linear8daPacked& p, const Rows& a, int64_t row0, i
 // the weights: 4, one vector of nibbles per step; 8, two vectors of bytes per step (8-bit
 // weights as packed, or 4-bit ones unpacked by unpack_blocks: the epilogue's offsets and sums
 // come from `p` either way).
-template <int R, int NB, int Bits>
+// Steps: group / 8 when known at compile time (the step loop unrolled), else 0.
+template <int R, int NB, int Bits, int Steps = 0>
 ET_VNNI void tile_vnni(const Linear8daPacked& p, const Rows& a, int64_t row0, int64_t block0,
                        const uint8_t* weights, size_t stride, float* y) {
   const int64_t group = p.params.group, groups = p.groups, n = p.params.n;
-  const int64_t steps = group / kStepK;
+  const int64_t steps = Steps != 0 ? Steps : group / kStepK;
   const uint8_t* w[NB];
+  #pragma GCC unroll 16
   for (int b = 0; b < NB; ++b) w[b] = weights + b * stride;
   const int8_t* x[R];
+  #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) x[r] = a.q.data() + (row0 + r) * a.stride;
   const __m512i nibble = _mm512_set1_epi8(0x0F);
   __m512 sum[R][NB];
+  #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
+    #pragma GCC unroll 16
     for (int b = 0; b < NB; ++b) sum[r][b] = _mm512_setzero_ps();
   }
   for (int64_t g = 0; g < groups; ++g) {
     __m512i acc[R][NB];
+    #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
+      #pragma GCC unroll 16
       for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_setzero_si512();
     }
+#pragma GCC unroll 8
     for (int64_t s = 0; s < steps; ++s) {
       const int64_t k = g * group + s * kStepK;
       __m512i lo[NB], hi[NB];
+      #pragma GCC unroll 16
       for (int b = 0; b < NB; ++b) {
         if constexpr (Bits == 4) {
           const __m512i raw = _mm512_loadu_si512(w[b]);
@@ -194,30 +206,32 @@ ET_VNNI void tile_vnni(const Linear8daPacked& p, const Rows& a, int64_t row0, in
           w[b] += 2 * kVector;
         }
       }
+      #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const __m512i xa = _mm512_set1_epi32(load_quad(x[r] + k));
         const __m512i xb = _mm512_set1_epi32(load_quad(x[r] + k + 4));
+        #pragma GCC unroll 16
         for (int b = 0; b < NB; ++b) {
           acc[r][b] = _mm512_dpbusd_epi32(acc[r][b], lo[b], xa);
           acc[r][b] = _mm512_dpbusd_epi32(acc[r][b], hi[b], xb);
         }
       }
     }
+    #pragma GCC unroll 16
     for (int b = 0; b < NB; ++b) {
       const size_t meta = static_cast<size_t>(((block0 + b) * groups + g) * kBlock);
       const __m512 scale = _mm512_loadu_ps(p.scales.data() + meta);
       const __m512i sums = _mm512_loadu_si512(p.weight_sums.data() + meta);
       const __m512i offset = p.has_zero_points ? _mm512_loadu_si512(p.offsets.data() + meta)
                                                : _mm512_set1_epi32(p.offset);
+      #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const int64_t row = row0 + r;
-        // Without zero points the offset is one number: a scalar product, not a vector one.
-        const int32_t sum_q = a.sums[row * groups + g];
-        const auto scalar = static_cast<int32_t>(static_cast<uint32_t>(p.offset) *
-                                                 static_cast<uint32_t>(sum_q));  // wraps
-        const __m512i by_offset = p.has_zero_points
-                                      ? _mm512_mullo_epi32(offset, _mm512_set1_epi32(sum_q))
-                                      : _mm512_set1_epi32(scalar);
+        // Without zero points the offset is one number: offset * sum(q), precomputed per row.
+        const __m512i by_offset =
+            p.has_zero_points
+                ? _mm512_mullo_epi32(offset, _mm512_set1_epi32(a.sums[row * groups + g]))
+                : _mm512_set1_epi32(a.offset_sums[row * groups + g]);
         const __m512i correction = _mm512_add_epi32(
             by_offset, _mm512_mullo_epi32(sums, _mm512_set1_epi32(a.zero_point[row])));
         const __m512 value = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][b], correction));
@@ -225,11 +239,13 @@ ET_VNNI void tile_vnni(const Linear8daPacked& p, const Rows& a, int64_t row0, in
       }
     }
   }
+  #pragma GCC unroll 16
   for (int b = 0; b < NB; ++b) {
     const int64_t c0 = (block0 + b) * kBlock;
     const int64_t width = std::min<int64_t>(kBlock, n - c0);
     const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1u);
     const __m512 bias = _mm512_loadu_ps(p.bias.data() + c0);
+    #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512 out =
           _mm512_add_ps(_mm512_mul_ps(sum[r][b], _mm512_set1_ps(a.scale[row0 + r])), bias);
@@ -440,14 +456,13 @@ constexpr int64_t kGemmMinRows = 8;
 constexpr int kGemmMaxRows = 8;
 constexpr int kGemmMaxBlocks = 4;
 
-struct GemmShape {
-  int rows;
-  int blocks;
-};
+}  // namespace
 
-GemmShape gemm_shape() {
-  GemmShape shape{6, 2};
-  const char* tile = std::getenv("ET_CPU_LINEAR_8DA_TILE");  // "RxB", for tuning
+Linear8daGemm::GemmShape linear_8da_gemm_shape() {
+  // 4 x 2 measured best on Zen 4 (K = N = 2048, 128 rows, one core): 8 int32 and 8 float
+  // accumulators stay in registers with the per-row zero points; 6 x 2 and larger spill.
+  Linear8daGemm::GemmShape shape{4, 2};
+  const char* tile = std::getenv("ET_CPU_LINEAR_8DA_TILE");
   int r = 0, b = 0;
   if (tile != nullptr && std::sscanf(tile, "%dx%d", &r, &b) == 2 && r >= 1 &&
       r <= kGemmMaxRows && b >= 1 && b <= kGemmMaxBlocks) {
@@ -456,40 +471,51 @@ GemmShape gemm_shape() {
   return shape;
 }
 
-template <int R>
+namespace {
+
+using GemmShape = Linear8daGemm::GemmShape;
+
+template <int R, int Steps>
 TileFn gemm_tile_blocks(int blocks) {
   switch (blocks) {
     case 1:
-      return &tile_vnni<R, 1, 8>;
+      return &tile_vnni<R, 1, 8, Steps>;
     case 2:
-      return &tile_vnni<R, 2, 8>;
+      return &tile_vnni<R, 2, 8, Steps>;
     case 3:
-      return &tile_vnni<R, 3, 8>;
+      return &tile_vnni<R, 3, 8, Steps>;
     default:
-      return &tile_vnni<R, 4, 8>;
+      return &tile_vnni<R, 4, 8, Steps>;
   }
 }
 
-// The many-row tile of `rows` x `blocks` over byte-layout weights.
-TileFn gemm_tile(int64_t rows, int blocks) {
+template <int Steps>
+TileFn gemm_tile_steps(int64_t rows, int blocks) {
   switch (rows) {
     case 1:
-      return gemm_tile_blocks<1>(blocks);
+      return gemm_tile_blocks<1, Steps>(blocks);
     case 2:
-      return gemm_tile_blocks<2>(blocks);
+      return gemm_tile_blocks<2, Steps>(blocks);
     case 3:
-      return gemm_tile_blocks<3>(blocks);
+      return gemm_tile_blocks<3, Steps>(blocks);
     case 4:
-      return gemm_tile_blocks<4>(blocks);
+      return gemm_tile_blocks<4, Steps>(blocks);
     case 5:
-      return gemm_tile_blocks<5>(blocks);
+      return gemm_tile_blocks<5, Steps>(blocks);
     case 6:
-      return gemm_tile_blocks<6>(blocks);
+      return gemm_tile_blocks<6, Steps>(blocks);
     case 7:
-      return gemm_tile_blocks<7>(blocks);
+      return gemm_tile_blocks<7, Steps>(blocks);
     default:
-      return gemm_tile_blocks<8>(blocks);
+      return gemm_tile_blocks<8, Steps>(blocks);
   }
+}
+
+// The many-row tile of `rows` x `blocks` over byte-layout weights; group 32 (torchao's 8da4w
+// default) with its 4 steps unrolled.
+TileFn gemm_tile(int64_t rows, int blocks, int64_t group) {
+  return group == 4 * kStepK ? gemm_tile_steps<4>(rows, blocks)
+                             : gemm_tile_steps<0>(rows, blocks);
 }
 
 // Blocks [block0, block0 + count) of 4-bit weights in the byte layout, at `out` (64-byte
@@ -523,10 +549,10 @@ void compute_gemm(const Linear8daPacked& p, const Rows& a, const GemmShape& shap
       unpack_blocks(p, b, nb, scratch);
       w = scratch;
     }
-    const TileFn full = gemm_tile(shape.rows, nb);
+    const TileFn full = gemm_tile(shape.rows, nb, p.params.group);
     int64_t r = row_begin;
     for (; r + shape.rows <= row_end; r += shape.rows) full(p, a, r, b, w, stride, y);
-    if (r < row_end) gemm_tile(row_end - r, nb)(p, a, r, b, w, stride, y);
+    if (r < row_end) gemm_tile(row_end - r, nb, p.params.group)(p, a, r, b, w, stride, y);
   }
 }
 
@@ -670,7 +696,7 @@ std::shared_ptr<const Linear8daPacked> pack_linear_8da(const Linear8daParams& pa
 }
 
 Linear8daGemm::Linear8daGemm(std::shared_ptr<const Linear8daPacked> packed, Linear8daIsa isa)
-    : packed_(std::move(packed)), isa_(isa) {
+    : packed_(std::move(packed)), isa_(isa), gemm_shape_(linear_8da_gemm_shape()) {
   if (!packed_ || isa_ == Linear8daIsa::kNone || isa_ > linear_8da_cpu_isa()) {
     throw std::invalid_argument("linear_8da: no packed weights or an ISA this CPU lacks");
   }
@@ -685,6 +711,8 @@ void Linear8daGemm::run(const float* x, int64_t rows, float* y, WorkPool* pool) 
   rows_.scale.resize(static_cast<size_t>(rows));
   rows_.zero_point.resize(static_cast<size_t>(rows));
   rows_.sums.resize(static_cast<size_t>(rows * p.groups));
+  rows_.offset_sums.resize(static_cast<size_t>(rows * p.groups));
+  rows_.offset = p.offset;
   const int threads = pool != nullptr ? pool->size() : 1;
   auto quantize = [&](int64_t first, int64_t last) {
     for (int64_t m = first; m < last; ++m) {
@@ -707,7 +735,7 @@ void Linear8daGemm::run(const float* x, int64_t rows, float* y, WorkPool* pool) 
 
   const bool gemm = isa_ == Linear8daIsa::kAvx512Vnni && rows >= kGemmMinRows;
   const Shape shape = shape_of(isa_, p.params.bits);
-  const GemmShape gemm_tiles = gemm_shape();
+  const GemmShape gemm_tiles = gemm_shape_;
   const int64_t chunk =
       gemm ? gemm_tiles.blocks : (rows == 1 ? shape.decode_blocks : shape.blocks);
   const int64_t tile_rows = gemm ? gemm_tiles.rows : shape.rows;
