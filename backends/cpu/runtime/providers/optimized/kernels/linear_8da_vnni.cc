@@ -61,8 +61,8 @@ void finish_row(const int8_t* q, int64_t k, int64_t group, float scale, float ze
     int32_t s = 0;
     for (int64_t i = g * group; i < (g + 1) * group; ++i) s += q[i];
     sums[g] = s;
-    offset_sums[g] = static_cast<int32_t>(static_cast<uint32_t>(rows.offset) *
-                                          static_cast<uint32_t>(s));  // wraps
+    offset_sums[g] = static_cast<int32_t>(0u - static_cast<uint32_t>(rows.offset) *
+                                                   static_cast<uint32_t>(s));  // wraps
   }
 }
 
@@ -176,18 +176,33 @@ ET_VNNI void tile_vnni(const Linear8daPacked& p, const Rows& a, int64_t row0, in
   #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) x[r] = a.q.data() + (row0 + r) * a.stride;
   const __m512i nibble = _mm512_set1_epi8(0x0F);
-  __m512 sum[R][NB];
+  // The float sums over groups: in registers for small tiles; for larger ones in an L1 buffer
+  // (read and written once per group), leaving the registers to the int32 accumulators.
+  constexpr bool kSumsInMemory = R * NB > 8;
+  __m512 sum[kSumsInMemory ? 1 : R][kSumsInMemory ? 1 : NB];
+  alignas(64) float totals[kSumsInMemory ? R : 1][kSumsInMemory ? NB : 1][kBlock];
   #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
     #pragma GCC unroll 16
-    for (int b = 0; b < NB; ++b) sum[r][b] = _mm512_setzero_ps();
+    for (int b = 0; b < NB; ++b) {
+      if constexpr (kSumsInMemory) {
+        _mm512_store_ps(totals[r][b], _mm512_setzero_ps());
+      } else {
+        sum[r][b] = _mm512_setzero_ps();
+      }
+    }
   }
   for (int64_t g = 0; g < groups; ++g) {
+    // Without zero points the accumulators start at -offset * sum(q) (precomputed per row and
+    // group; int32 arithmetic wraps alike in any order, so the result is the same integer).
     __m512i acc[R][NB];
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
+      const __m512i start = p.has_zero_points
+                                ? _mm512_setzero_si512()
+                                : _mm512_set1_epi32(a.offset_sums[(row0 + r) * groups + g]);
       #pragma GCC unroll 16
-      for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_setzero_si512();
+      for (int b = 0; b < NB; ++b) acc[r][b] = start;
     }
 #pragma GCC unroll 8
     for (int64_t s = 0; s < steps; ++s) {
@@ -223,19 +238,23 @@ ET_VNNI void tile_vnni(const Linear8daPacked& p, const Rows& a, int64_t row0, in
       const __m512 scale = _mm512_loadu_ps(p.scales.data() + meta);
       const __m512i sums = _mm512_loadu_si512(p.weight_sums.data() + meta);
       const __m512i offset = p.has_zero_points ? _mm512_loadu_si512(p.offsets.data() + meta)
-                                               : _mm512_set1_epi32(p.offset);
+                                               : _mm512_setzero_si512();
       #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const int64_t row = row0 + r;
-        // Without zero points the offset is one number: offset * sum(q), precomputed per row.
-        const __m512i by_offset =
-            p.has_zero_points
-                ? _mm512_mullo_epi32(offset, _mm512_set1_epi32(a.sums[row * groups + g]))
-                : _mm512_set1_epi32(a.offset_sums[row * groups + g]);
-        const __m512i correction = _mm512_add_epi32(
-            by_offset, _mm512_mullo_epi32(sums, _mm512_set1_epi32(a.zero_point[row])));
-        const __m512 value = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][b], correction));
-        sum[r][b] = _mm512_add_ps(sum[r][b], _mm512_mul_ps(value, scale));
+        __m512i dot = _mm512_sub_epi32(
+            acc[r][b], _mm512_mullo_epi32(sums, _mm512_set1_epi32(a.zero_point[row])));
+        if (p.has_zero_points) {
+          dot = _mm512_sub_epi32(
+              dot, _mm512_mullo_epi32(offset, _mm512_set1_epi32(a.sums[row * groups + g])));
+        }
+        const __m512 value = _mm512_cvtepi32_ps(dot);
+        if constexpr (kSumsInMemory) {
+          _mm512_store_ps(totals[r][b], _mm512_add_ps(_mm512_load_ps(totals[r][b]),
+                                                      _mm512_mul_ps(value, scale)));
+        } else {
+          sum[r][b] = _mm512_add_ps(sum[r][b], _mm512_mul_ps(value, scale));
+        }
       }
     }
   }
@@ -248,7 +267,9 @@ ET_VNNI void tile_vnni(const Linear8daPacked& p, const Rows& a, int64_t row0, in
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512 out =
-          _mm512_add_ps(_mm512_mul_ps(sum[r][b], _mm512_set1_ps(a.scale[row0 + r])), bias);
+          _mm512_add_ps(_mm512_mul_ps(kSumsInMemory ? _mm512_load_ps(totals[r][b]) : sum[r][b],
+                                      _mm512_set1_ps(a.scale[row0 + r])),
+                        bias);
       _mm512_mask_storeu_ps(y + (row0 + r) * n + c0, mask, out);
     }
   }
@@ -265,8 +286,10 @@ ET_AVX2 void tile_avx2(const Linear8daPacked& p, const Rows& a, int64_t row0, in
   const int64_t group = p.params.group, groups = p.groups, n = p.params.n;
   const int64_t steps = group / kStepK;
   const uint8_t* w[NB];
+  #pragma GCC unroll 16
   for (int b = 0; b < NB; ++b) w[b] = weights + b * stride;
   const int8_t* x[R];
+  #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) x[r] = a.q.data() + (row0 + r) * a.stride;
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
@@ -275,8 +298,11 @@ ET_AVX2 void tile_avx2(const Linear8daPacked& p, const Rows& a, int64_t row0, in
   alignas(32) float sum[R][NB][kBlock] = {};
   for (int64_t g = 0; g < groups; ++g) {
     __m256i acc[R][NB][kParts];
+    #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
+      #pragma GCC unroll 16
       for (int b = 0; b < NB; ++b) {
+        #pragma GCC unroll 16
         for (int h = 0; h < kParts; ++h) acc[r][b][h] = _mm256_setzero_si256();
       }
     }
@@ -284,7 +310,9 @@ ET_AVX2 void tile_avx2(const Linear8daPacked& p, const Rows& a, int64_t row0, in
       const int64_t k = g * group + s * kStepK;
       if constexpr (Bits == 4) {
         __m256i lo[NB][2], hi[NB][2];
+        #pragma GCC unroll 16
         for (int b = 0; b < NB; ++b) {
+          #pragma GCC unroll 16
           for (int h = 0; h < 2; ++h) {
             const __m256i raw =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b] + 32 * h));
@@ -293,10 +321,13 @@ ET_AVX2 void tile_avx2(const Linear8daPacked& p, const Rows& a, int64_t row0, in
           }
           w[b] += kVector;
         }
+        #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
           const __m256i xa = _mm256_set1_epi32(load_quad(x[r] + k));
           const __m256i xb = _mm256_set1_epi32(load_quad(x[r] + k + 4));
+          #pragma GCC unroll 16
           for (int b = 0; b < NB; ++b) {
+            #pragma GCC unroll 16
             for (int h = 0; h < 2; ++h) {
               const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo[b][h], xa),
                                                      _mm256_maddubs_epi16(hi[b][h], xb));
@@ -307,18 +338,23 @@ ET_AVX2 void tile_avx2(const Linear8daPacked& p, const Rows& a, int64_t row0, in
       } else {
         for (int half = 0; half < 2; ++half) {  // k..k+3, then k+4..k+7
           __m256i wide[NB][4];
+          #pragma GCC unroll 16
           for (int b = 0; b < NB; ++b) {
+            #pragma GCC unroll 16
             for (int h = 0; h < 4; ++h) {
               wide[b][h] = _mm256_cvtepu8_epi16(
                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b] + 16 * h)));
             }
             w[b] += kVector;
           }
+          #pragma GCC unroll 16
           for (int r = 0; r < R; ++r) {
             const int8_t* q = x[r] + k + 4 * half;
             const __m256i xq = _mm256_setr_epi16(q[0], q[1], q[2], q[3], q[0], q[1], q[2], q[3],
                                                  q[0], q[1], q[2], q[3], q[0], q[1], q[2], q[3]);
+            #pragma GCC unroll 16
             for (int b = 0; b < NB; ++b) {
+              #pragma GCC unroll 16
               for (int h = 0; h < 4; ++h) {
                 acc[r][b][h] = _mm256_add_epi32(acc[r][b][h], _mm256_madd_epi16(wide[b][h], xq));
               }
@@ -327,8 +363,10 @@ ET_AVX2 void tile_avx2(const Linear8daPacked& p, const Rows& a, int64_t row0, in
         }
       }
     }
+    #pragma GCC unroll 16
     for (int b = 0; b < NB; ++b) {
       const size_t meta = static_cast<size_t>(((block0 + b) * groups + g) * kBlock);
+      #pragma GCC unroll 16
       for (int h = 0; h < 2; ++h) {
         const __m256 scale = _mm256_loadu_ps(p.scales.data() + meta + 8 * h);
         const __m256i sums = _mm256_loadu_si256(
@@ -338,6 +376,7 @@ ET_AVX2 void tile_avx2(const Linear8daPacked& p, const Rows& a, int64_t row0, in
                 ? _mm256_loadu_si256(
                       reinterpret_cast<const __m256i*>(p.offsets.data() + meta + 8 * h))
                 : _mm256_set1_epi32(p.offset);
+        #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
           const int64_t row = row0 + r;
           __m256i dot;
@@ -359,9 +398,11 @@ ET_AVX2 void tile_avx2(const Linear8daPacked& p, const Rows& a, int64_t row0, in
       }
     }
   }
+  #pragma GCC unroll 16
   for (int b = 0; b < NB; ++b) {
     const int64_t c0 = (block0 + b) * kBlock;
     const int64_t width = std::min<int64_t>(kBlock, n - c0);
+    #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const float scale = a.scale[row0 + r];
       float* out = y + (row0 + r) * n + c0;
@@ -459,9 +500,9 @@ constexpr int kGemmMaxBlocks = 4;
 }  // namespace
 
 Linear8daGemm::GemmShape linear_8da_gemm_shape() {
-  // 4 x 2 measured best on Zen 4 (K = N = 2048, 128 rows, one core): 8 int32 and 8 float
-  // accumulators stay in registers with the per-row zero points; 6 x 2 and larger spill.
-  Linear8daGemm::GemmShape shape{4, 2};
+  // 4 x 3 measured best on Zen 4 (128 rows; K, N of 512 to 5632; one core): ~5% above 4 x 2
+  // and 8 x 2; the 12 int32 accumulators in registers, the float sums in L1 (tile_vnni).
+  Linear8daGemm::GemmShape shape{4, 3};
   const char* tile = std::getenv("ET_CPU_LINEAR_8DA_TILE");
   int r = 0, b = 0;
   if (tile != nullptr && std::sscanf(tile, "%dx%d", &r, &b) == 2 && r >= 1 &&

@@ -16,10 +16,12 @@
 // points) offsets.
 //
 // Decode (1 row) streams the weights once, output-channel blocks shared out on the work pool;
-// prefill tiles rows (up to 4 rows x 2 blocks in registers, each unpacked weight vector feeds 4
-// rows) over chunks of blocks that stay in cache while all rows pass. From 8 rows on AVX-512 VNNI
-// (the many-row path) a chunk's 4-bit weights are first unpacked to bytes in a per-thread buffer,
-// once for all its row tiles. The tiles' loops over rows and blocks are fully unrolled (the
+// prefill tiles rows (up to 4 rows x 2 blocks, each unpacked weight vector feeds 4 rows) over
+// chunks of blocks that stay in cache while all rows pass. From 8 rows on AVX-512 VNNI (the
+// many-row path: 4 rows x 3 blocks) a chunk's 4-bit weights are first unpacked to bytes in a
+// per-thread buffer, once for all its row tiles. Without weight zero points the accumulators
+// start at -offset * sum(q), so the per-group epilogue is one vpmulld (zero point x weight sums),
+// a subtraction, the conversion and the reference's multiply and add. The tiles' loops over rows and blocks are fully unrolled (the
 // accumulators must stay in registers: rolled, GCC kept them on the stack, ~1.6x slower), and
 // for group 32 the step loop too. ISA chosen at run time:
 // AVX-512 VNNI (vpdpbusd), else AVX2 (vpmaddubsw + vpmaddwd for 4 bits, 16-bit products for 8
@@ -122,7 +124,7 @@ class Linear8daGemm {
     std::vector<int32_t> zero_point;  // per row
     std::vector<int32_t> sums;        // rows x groups: sum of q over each group
     int32_t offset = 0;               // the weights' offset (8 or 128)
-    std::vector<int32_t> offset_sums;  // rows x groups: offset * sums (wrapping)
+    std::vector<int32_t> offset_sums;  // rows x groups: -offset * sums (wrapping)
   };
 
  private:
@@ -134,7 +136,7 @@ class Linear8daGemm {
   std::vector<std::vector<uint8_t>> scratch_;
 };
 
-// The many-row tile: 4 rows x 2 blocks, or ET_CPU_LINEAR_8DA_TILE="RxB" (R <= 8, B <= 4; for
+// The many-row tile: 4 rows x 3 blocks, or ET_CPU_LINEAR_8DA_TILE="RxB" (R <= 8, B <= 4; for
 // tuning and tests), read when a kernel is made.
 Linear8daGemm::GemmShape linear_8da_gemm_shape();
 
