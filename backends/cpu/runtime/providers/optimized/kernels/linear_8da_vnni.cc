@@ -787,8 +787,14 @@ void Linear8daGemm::run(const float* x, int64_t rows, float* y, WorkPool* pool) 
   const int64_t work = rows * k * p.params.n;
   const int64_t wanted =
       threads == 1 ? 1 : std::max<int64_t>(1, std::min<int64_t>(4 * threads, work >> 19));
-  const int64_t block_parts = std::min(chunks, wanted);
-  const int64_t row_parts = std::min(tiles, (wanted + block_parts - 1) / block_parts);
+  int64_t block_parts = std::min(chunks, wanted);
+  int64_t row_parts = std::min(tiles, (wanted + block_parts - 1) / block_parts);
+  if (gemm && wanted > 1 && chunks < 2 * wanted && chunks % wanted != 0) {
+    // Few chunks that do not split evenly (11 chunks of N = 512 in 8 parts: 1 or 2 each, one
+    // thread ~10% behind): one chunk per task and the rows in parts, tasks of equal size.
+    block_parts = chunks;
+    row_parts = std::min(tiles, (2 * wanted + chunks - 1) / chunks);
+  }
   const size_t tasks = static_cast<size_t>(block_parts * row_parts);
   if (gemm && p.params.bits == 4) {
     // Per thread: one chunk's weights unpacked (2 bytes per packed byte), 64-byte aligned.
