@@ -1,10 +1,10 @@
 """The Optimized provider's `et_cpu_quant::linear_8da` kernel (providers/optimized/kernels/
 linear_8da_vnni.cc) against the Reference provider's scalar kernel (runtime/linear_8da.cc) on the
 same lowered program: many shapes (K from 32 to past 4096, N not a multiple of 16, 1-17, 33, 37,
-128 and 197 rows),
-group sizes 32 / 64 / 128 / per channel, 4- and 8-bit weights with and without zero points and
-bias, inputs with constant, zero, huge and tiny rows; once per instruction set this CPU runs
-(ET_CPU_LINEAR_8DA_ISA caps it). The integer products are exact and the float steps are the
+128 and 197 rows), group sizes 32 / 64 / 128 / per channel, 4- and 8-bit weights with and without
+zero points and bias, inputs with constant, zero, huge and tiny rows; once per instruction set
+this CPU runs (ET_CPU_LINEAR_8DA_ISA caps it), and on AVX-512 VNNI once per many-row tile shape
+(ET_CPU_LINEAR_8DA_TILE). The integer products are exact and the float steps are the
 reference's, in its order: the outputs must be equal."""
 
 import ctypes
