@@ -7,7 +7,8 @@ memory rather than the last-level cache; the time per linear is the forward's ov
 Effective bandwidth: the payload's weight bytes (int4 + float32 scales) per linear over that
 time, beside a simple memory-read figure (torch summing a 512 MiB tensor).
 
-    ./bazelw run //tools/bench:linear_8da_bench -- [--copies 8] [--repeats 20]
+    ./bazelw run //tools/bench:linear_8da_bench -- [--copies 8] [--repeats 20] [--no-scalar]
+        [--shapes 2048x2048x128,5632x2048x128]
 """
 
 from __future__ import annotations
@@ -83,10 +84,16 @@ def main(argv: Any = None) -> None:
     parser.add_argument("--copies", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--no-scalar", action="store_true", help="skip the scalar kernel")
+    parser.add_argument(
+        "--shapes",
+        default="2048x2048x1,2048x5632x1,2048x5632x128",
+        help="comma-separated KxNxROWS shapes (default: the decode GEMVs and a 128-row GEMM)",
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
     print(f"memory read (torch sum of 512 MiB, 2 threads): {_memory_read_gbs():.1f} GB/s")
-    for k, n, rows in ((2048, 2048, 1), (2048, 5632, 1), (2048, 5632, 128)):
+    shapes = [tuple(int(v) for v in shape.split("x")) for shape in args.shapes.split(",")]
+    for k, n, rows in shapes:
         pte, x = _program(k, n, rows, args.copies)
         weight_bytes = n * k // 2 + n * (k // GROUP) * 4
         line = f"K={k} N={n} rows={rows}:"

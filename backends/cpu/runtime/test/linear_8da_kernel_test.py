@@ -1,9 +1,10 @@
 """The Optimized provider's `et_cpu_quant::linear_8da` kernel (providers/optimized/kernels/
 linear_8da_vnni.cc) against the Reference provider's scalar kernel (runtime/linear_8da.cc) on the
-same lowered program: many shapes (K from 32 to past 4096, N not a multiple of 16, 1-37 rows),
-group sizes 32 / 64 / 128 / per channel, 4- and 8-bit weights with and without zero points and
-bias, inputs with constant, zero, huge and tiny rows; once per instruction set this CPU runs
-(ET_CPU_LINEAR_8DA_ISA caps it). The integer products are exact and the float steps are the
+same lowered program: many shapes (K from 32 to past 4096, N not a multiple of 16, 1-17, 33, 37,
+128 and 197 rows), group sizes 32 / 64 / 128 / per channel, 4- and 8-bit weights with and without
+zero points and bias, inputs with constant, zero, huge and tiny rows; once per instruction set
+this CPU runs (ET_CPU_LINEAR_8DA_ISA caps it), and on AVX-512 VNNI once per many-row tile shape
+(ET_CPU_LINEAR_8DA_TILE). The integer products are exact and the float steps are the
 reference's, in its order: the outputs must be equal."""
 
 import ctypes
@@ -102,7 +103,28 @@ CASES = [
     (256, 100, 128, 8, True, True, 37),
     (4128, 24, 32, 8, True, False, 1),
     (128, 64, 32, 8, False, False, 2),
+    # The many-row path (8 rows and more on AVX-512 VNNI): every row count up to 17 (partial row
+    # tiles of every height), 33, 128, 197; N leaving a partial chunk of blocks and a partial
+    # block; weights unpacked once per chunk (4 bits) or read as packed (8 bits).
+    (64, 40, 32, 4, False, True, 8),
+    (128, 72, 32, 4, True, False, 10),
+    (96, 200, 32, 4, False, True, 11),
+    (256, 56, 64, 4, False, False, 12),
+    (64, 24, 64, 4, True, True, 14),
+    (160, 88, 32, 4, False, True, 15),
+    (96, 130, 96, 4, True, False, 16),
+    (2080, 40, 32, 4, False, True, 17),
+    (256, 104, 32, 4, False, False, 33),
+    (512, 130, 32, 4, False, True, 128),
+    (320, 88, 32, 4, True, True, 197),
+    (128, 72, 32, 8, False, True, 8),
+    (96, 56, 32, 8, True, False, 17),
+    (64, 136, 64, 8, False, True, 33),
 ]
+
+# The many-row tile shapes (rows x blocks) besides the default that the VNNI path is checked
+# with (ET_CPU_LINEAR_8DA_TILE).
+GEMM_TILES = ["1x1", "3x3", "4x2", "5x4", "7x1", "8x2", "8x4"]
 
 
 def _lowered() -> Any:
@@ -158,6 +180,18 @@ def test_fast_kernel_equals_the_scalar_reference(
         # And torchao's eager model agrees up to float32 rounding over K.
         scale = max(1.0, float(expected.abs().max()))
         torch.testing.assert_close(got, expected, atol=1e-4 * scale, rtol=1e-4)
+
+
+@pytest.mark.skipif("avx512_vnni" not in ISAS, reason="this CPU has no AVX-512 VNNI")
+@pytest.mark.parametrize("tile", GEMM_TILES)
+def test_every_many_row_tile_equals_the_scalar_reference(
+    lowered: Any, tile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reference = run_pte(lowered.pte, lowered.inputs, reference_only=True)
+    monkeypatch.setenv("ET_CPU_LINEAR_8DA_TILE", tile)
+    fast = _run(lowered, "avx512_vnni", monkeypatch)
+    for case, (got, want) in enumerate(zip(fast, reference, strict=True)):
+        assert torch.equal(got, want), (tile, CASES[case], float((got - want).abs().max()))
 
 
 def test_switched_off_or_unsupported_runs_the_scalar_kernel(

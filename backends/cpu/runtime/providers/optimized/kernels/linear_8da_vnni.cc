@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -54,10 +56,13 @@ void finish_row(const int8_t* q, int64_t k, int64_t group, float scale, float ze
   rows.scale[static_cast<size_t>(m)] = scale;
   rows.zero_point[static_cast<size_t>(m)] = static_cast<int32_t>(zero);
   int32_t* sums = rows.sums.data() + m * groups;
+  int32_t* offset_sums = rows.offset_sums.data() + m * groups;
   for (int64_t g = 0; g < groups; ++g) {
     int32_t s = 0;
     for (int64_t i = g * group; i < (g + 1) * group; ++i) s += q[i];
     sums[g] = s;
+    offset_sums[g] = static_cast<int32_t>(0u - static_cast<uint32_t>(rows.offset) *
+                                                   static_cast<uint32_t>(s));  // wraps
   }
 }
 
@@ -149,32 +154,61 @@ inline int32_t load_quad(const int8_t* p) {
 
 // ---- Tiles: R rows x NB blocks of 16 channels, all k ----
 
+// A tile reads block block0 + b's weights from weights + b * stride: the packed weights
+// (stride block_bytes) or, for the many-row path, a chunk of blocks unpacked to bytes.
 using TileFn = void (*)(const Linear8daPacked& p, const Rows& a, int64_t row0, int64_t block0,
-                        float* y);
+                        const uint8_t* weights, size_t stride, float* y);
 
-// y[row0 + r, 16 (block0 + b) + c] for r < R, b < NB, on AVX-512 VNNI.
-template <int R, int NB, int Bits>
+// y[row0 + r, 16 (block0 + b) + c] for r < R, b < NB, on AVX-512 VNNI. Bits is the layout of
+// the weights: 4, one vector of nibbles per step; 8, two vectors of bytes per step (8-bit
+// weights as packed, or 4-bit ones unpacked by unpack_blocks: the epilogue's offsets and sums
+// come from `p` either way).
+// Steps: group / 8 when known at compile time (the step loop unrolled), else 0.
+template <int R, int NB, int Bits, int Steps = 0>
 ET_VNNI void tile_vnni(const Linear8daPacked& p, const Rows& a, int64_t row0, int64_t block0,
-                       float* y) {
+                       const uint8_t* weights, size_t stride, float* y) {
   const int64_t group = p.params.group, groups = p.groups, n = p.params.n;
-  const int64_t steps = group / kStepK;
+  const int64_t steps = Steps != 0 ? Steps : group / kStepK;
   const uint8_t* w[NB];
-  for (int b = 0; b < NB; ++b) w[b] = p.weights() + (block0 + b) * p.block_bytes;
+  #pragma GCC unroll 16
+  for (int b = 0; b < NB; ++b) w[b] = weights + b * stride;
   const int8_t* x[R];
+  #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) x[r] = a.q.data() + (row0 + r) * a.stride;
   const __m512i nibble = _mm512_set1_epi8(0x0F);
-  __m512 sum[R][NB];
+  // The float sums over groups: in registers for small tiles; for larger ones in an L1 buffer
+  // (read and written once per group), leaving the registers to the int32 accumulators.
+  constexpr bool kSumsInMemory = R * NB > 8;
+  __m512 sum[kSumsInMemory ? 1 : R][kSumsInMemory ? 1 : NB];
+  alignas(64) float totals[kSumsInMemory ? R : 1][kSumsInMemory ? NB : 1][kBlock];
+  #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-    for (int b = 0; b < NB; ++b) sum[r][b] = _mm512_setzero_ps();
+    #pragma GCC unroll 16
+    for (int b = 0; b < NB; ++b) {
+      if constexpr (kSumsInMemory) {
+        _mm512_store_ps(totals[r][b], _mm512_setzero_ps());
+      } else {
+        sum[r][b] = _mm512_setzero_ps();
+      }
+    }
   }
   for (int64_t g = 0; g < groups; ++g) {
+    // Without zero points the accumulators start at -offset * sum(q) (precomputed per row and
+    // group; int32 arithmetic wraps alike in any order, so the result is the same integer).
     __m512i acc[R][NB];
+    #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_setzero_si512();
+      const __m512i start = p.has_zero_points
+                                ? _mm512_setzero_si512()
+                                : _mm512_set1_epi32(a.offset_sums[(row0 + r) * groups + g]);
+      #pragma GCC unroll 16
+      for (int b = 0; b < NB; ++b) acc[r][b] = start;
     }
+#pragma GCC unroll 8
     for (int64_t s = 0; s < steps; ++s) {
       const int64_t k = g * group + s * kStepK;
       __m512i lo[NB], hi[NB];
+      #pragma GCC unroll 16
       for (int b = 0; b < NB; ++b) {
         if constexpr (Bits == 4) {
           const __m512i raw = _mm512_loadu_si512(w[b]);
@@ -187,45 +221,55 @@ ET_VNNI void tile_vnni(const Linear8daPacked& p, const Rows& a, int64_t row0, in
           w[b] += 2 * kVector;
         }
       }
+      #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const __m512i xa = _mm512_set1_epi32(load_quad(x[r] + k));
         const __m512i xb = _mm512_set1_epi32(load_quad(x[r] + k + 4));
+        #pragma GCC unroll 16
         for (int b = 0; b < NB; ++b) {
           acc[r][b] = _mm512_dpbusd_epi32(acc[r][b], lo[b], xa);
           acc[r][b] = _mm512_dpbusd_epi32(acc[r][b], hi[b], xb);
         }
       }
     }
+    #pragma GCC unroll 16
     for (int b = 0; b < NB; ++b) {
       const size_t meta = static_cast<size_t>(((block0 + b) * groups + g) * kBlock);
       const __m512 scale = _mm512_loadu_ps(p.scales.data() + meta);
       const __m512i sums = _mm512_loadu_si512(p.weight_sums.data() + meta);
       const __m512i offset = p.has_zero_points ? _mm512_loadu_si512(p.offsets.data() + meta)
-                                               : _mm512_set1_epi32(p.offset);
+                                               : _mm512_setzero_si512();
+      #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const int64_t row = row0 + r;
-        // Without zero points the offset is one number: a scalar product, not a vector one.
-        const int32_t sum_q = a.sums[row * groups + g];
-        const auto scalar = static_cast<int32_t>(static_cast<uint32_t>(p.offset) *
-                                                 static_cast<uint32_t>(sum_q));  // wraps
-        const __m512i by_offset = p.has_zero_points
-                                      ? _mm512_mullo_epi32(offset, _mm512_set1_epi32(sum_q))
-                                      : _mm512_set1_epi32(scalar);
-        const __m512i correction = _mm512_add_epi32(
-            by_offset, _mm512_mullo_epi32(sums, _mm512_set1_epi32(a.zero_point[row])));
-        const __m512 value = _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[r][b], correction));
-        sum[r][b] = _mm512_add_ps(sum[r][b], _mm512_mul_ps(value, scale));
+        __m512i dot = _mm512_sub_epi32(
+            acc[r][b], _mm512_mullo_epi32(sums, _mm512_set1_epi32(a.zero_point[row])));
+        if (p.has_zero_points) {
+          dot = _mm512_sub_epi32(
+              dot, _mm512_mullo_epi32(offset, _mm512_set1_epi32(a.sums[row * groups + g])));
+        }
+        const __m512 value = _mm512_cvtepi32_ps(dot);
+        if constexpr (kSumsInMemory) {
+          _mm512_store_ps(totals[r][b], _mm512_add_ps(_mm512_load_ps(totals[r][b]),
+                                                      _mm512_mul_ps(value, scale)));
+        } else {
+          sum[r][b] = _mm512_add_ps(sum[r][b], _mm512_mul_ps(value, scale));
+        }
       }
     }
   }
+  #pragma GCC unroll 16
   for (int b = 0; b < NB; ++b) {
     const int64_t c0 = (block0 + b) * kBlock;
     const int64_t width = std::min<int64_t>(kBlock, n - c0);
     const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1u);
     const __m512 bias = _mm512_loadu_ps(p.bias.data() + c0);
+    #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const __m512 out =
-          _mm512_add_ps(_mm512_mul_ps(sum[r][b], _mm512_set1_ps(a.scale[row0 + r])), bias);
+          _mm512_add_ps(_mm512_mul_ps(kSumsInMemory ? _mm512_load_ps(totals[r][b]) : sum[r][b],
+                                      _mm512_set1_ps(a.scale[row0 + r])),
+                        bias);
       _mm512_mask_storeu_ps(y + (row0 + r) * n + c0, mask, out);
     }
   }
@@ -238,12 +282,14 @@ ET_VNNI void tile_vnni(const Linear8daPacked& p, const Rows& a, int64_t row0, in
 // sums added once per group.
 template <int R, int NB, int Bits>
 ET_AVX2 void tile_avx2(const Linear8daPacked& p, const Rows& a, int64_t row0, int64_t block0,
-                       float* y) {
+                       const uint8_t* weights, size_t stride, float* y) {
   const int64_t group = p.params.group, groups = p.groups, n = p.params.n;
   const int64_t steps = group / kStepK;
   const uint8_t* w[NB];
-  for (int b = 0; b < NB; ++b) w[b] = p.weights() + (block0 + b) * p.block_bytes;
+  #pragma GCC unroll 16
+  for (int b = 0; b < NB; ++b) w[b] = weights + b * stride;
   const int8_t* x[R];
+  #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) x[r] = a.q.data() + (row0 + r) * a.stride;
   const __m256i nibble = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
@@ -252,8 +298,11 @@ ET_AVX2 void tile_avx2(const Linear8daPacked& p, const Rows& a, int64_t row0, in
   alignas(32) float sum[R][NB][kBlock] = {};
   for (int64_t g = 0; g < groups; ++g) {
     __m256i acc[R][NB][kParts];
+    #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
+      #pragma GCC unroll 16
       for (int b = 0; b < NB; ++b) {
+        #pragma GCC unroll 16
         for (int h = 0; h < kParts; ++h) acc[r][b][h] = _mm256_setzero_si256();
       }
     }
@@ -261,7 +310,9 @@ ET_AVX2 void tile_avx2(const Linear8daPacked& p, const Rows& a, int64_t row0, in
       const int64_t k = g * group + s * kStepK;
       if constexpr (Bits == 4) {
         __m256i lo[NB][2], hi[NB][2];
+        #pragma GCC unroll 16
         for (int b = 0; b < NB; ++b) {
+          #pragma GCC unroll 16
           for (int h = 0; h < 2; ++h) {
             const __m256i raw =
                 _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w[b] + 32 * h));
@@ -270,10 +321,13 @@ ET_AVX2 void tile_avx2(const Linear8daPacked& p, const Rows& a, int64_t row0, in
           }
           w[b] += kVector;
         }
+        #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
           const __m256i xa = _mm256_set1_epi32(load_quad(x[r] + k));
           const __m256i xb = _mm256_set1_epi32(load_quad(x[r] + k + 4));
+          #pragma GCC unroll 16
           for (int b = 0; b < NB; ++b) {
+            #pragma GCC unroll 16
             for (int h = 0; h < 2; ++h) {
               const __m256i pairs = _mm256_add_epi16(_mm256_maddubs_epi16(lo[b][h], xa),
                                                      _mm256_maddubs_epi16(hi[b][h], xb));
@@ -284,18 +338,23 @@ ET_AVX2 void tile_avx2(const Linear8daPacked& p, const Rows& a, int64_t row0, in
       } else {
         for (int half = 0; half < 2; ++half) {  // k..k+3, then k+4..k+7
           __m256i wide[NB][4];
+          #pragma GCC unroll 16
           for (int b = 0; b < NB; ++b) {
+            #pragma GCC unroll 16
             for (int h = 0; h < 4; ++h) {
               wide[b][h] = _mm256_cvtepu8_epi16(
                   _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b] + 16 * h)));
             }
             w[b] += kVector;
           }
+          #pragma GCC unroll 16
           for (int r = 0; r < R; ++r) {
             const int8_t* q = x[r] + k + 4 * half;
             const __m256i xq = _mm256_setr_epi16(q[0], q[1], q[2], q[3], q[0], q[1], q[2], q[3],
                                                  q[0], q[1], q[2], q[3], q[0], q[1], q[2], q[3]);
+            #pragma GCC unroll 16
             for (int b = 0; b < NB; ++b) {
+              #pragma GCC unroll 16
               for (int h = 0; h < 4; ++h) {
                 acc[r][b][h] = _mm256_add_epi32(acc[r][b][h], _mm256_madd_epi16(wide[b][h], xq));
               }
@@ -304,8 +363,10 @@ ET_AVX2 void tile_avx2(const Linear8daPacked& p, const Rows& a, int64_t row0, in
         }
       }
     }
+    #pragma GCC unroll 16
     for (int b = 0; b < NB; ++b) {
       const size_t meta = static_cast<size_t>(((block0 + b) * groups + g) * kBlock);
+      #pragma GCC unroll 16
       for (int h = 0; h < 2; ++h) {
         const __m256 scale = _mm256_loadu_ps(p.scales.data() + meta + 8 * h);
         const __m256i sums = _mm256_loadu_si256(
@@ -315,6 +376,7 @@ ET_AVX2 void tile_avx2(const Linear8daPacked& p, const Rows& a, int64_t row0, in
                 ? _mm256_loadu_si256(
                       reinterpret_cast<const __m256i*>(p.offsets.data() + meta + 8 * h))
                 : _mm256_set1_epi32(p.offset);
+        #pragma GCC unroll 16
         for (int r = 0; r < R; ++r) {
           const int64_t row = row0 + r;
           __m256i dot;
@@ -336,9 +398,11 @@ ET_AVX2 void tile_avx2(const Linear8daPacked& p, const Rows& a, int64_t row0, in
       }
     }
   }
+  #pragma GCC unroll 16
   for (int b = 0; b < NB; ++b) {
     const int64_t c0 = (block0 + b) * kBlock;
     const int64_t width = std::min<int64_t>(kBlock, n - c0);
+    #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       const float scale = a.scale[row0 + r];
       float* out = y + (row0 + r) * n + c0;
@@ -412,14 +476,124 @@ void compute(const Linear8daPacked& p, const Rows& a, Linear8daIsa isa, const Sh
   const int chunk = rows == 1 ? shape.decode_blocks : shape.blocks;
   for (int64_t b = block_begin; b < block_end; b += chunk) {
     const int nb = static_cast<int>(std::min<int64_t>(chunk, block_end - b));
+    const uint8_t* w = p.weights() + b * p.block_bytes;
     for (int64_t r = row_begin; r < row_end; r += shape.rows) {
       const int nr = static_cast<int>(std::min<int64_t>(shape.rows, row_end - r));
       if (nb == chunk) {
-        tile(isa, nr, nb, bits)(p, a, r, b, y);
+        tile(isa, nr, nb, bits)(p, a, r, b, w, p.block_bytes, y);
       } else {
-        for (int i = 0; i < nb; ++i) tile(isa, nr, 1, bits)(p, a, r, b + i, y);
+        for (int i = 0; i < nb; ++i) {
+          tile(isa, nr, 1, bits)(p, a, r, b + i, w + i * p.block_bytes, p.block_bytes, y);
+        }
       }
     }
+  }
+}
+
+// ---- Many rows on AVX-512 VNNI (prefill): larger tiles over weights unpacked once ----
+
+// At least this many rows take the many-row path.
+constexpr int64_t kGemmMinRows = 8;
+constexpr int kGemmMaxRows = 8;
+constexpr int kGemmMaxBlocks = 4;
+
+}  // namespace
+
+Linear8daGemm::GemmShape linear_8da_gemm_shape() {
+  // 4 x 3 measured best on Zen 4 (128 rows; K, N of 512 to 5632; one core): ~5% above 4 x 2
+  // and 8 x 2; the 12 int32 accumulators in registers, the float sums in L1 (tile_vnni).
+  Linear8daGemm::GemmShape shape{4, 3};
+  const char* tile = std::getenv("ET_CPU_LINEAR_8DA_TILE");
+  int r = 0, b = 0;
+  if (tile != nullptr && std::sscanf(tile, "%dx%d", &r, &b) == 2 && r >= 1 &&
+      r <= kGemmMaxRows && b >= 1 && b <= kGemmMaxBlocks) {
+    shape = {r, b};
+  }
+  return shape;
+}
+
+namespace {
+
+using GemmShape = Linear8daGemm::GemmShape;
+
+template <int R, int Steps>
+TileFn gemm_tile_blocks(int blocks) {
+  switch (blocks) {
+    case 1:
+      return &tile_vnni<R, 1, 8, Steps>;
+    case 2:
+      return &tile_vnni<R, 2, 8, Steps>;
+    case 3:
+      return &tile_vnni<R, 3, 8, Steps>;
+    default:
+      return &tile_vnni<R, 4, 8, Steps>;
+  }
+}
+
+template <int Steps>
+TileFn gemm_tile_steps(int64_t rows, int blocks) {
+  switch (rows) {
+    case 1:
+      return gemm_tile_blocks<1, Steps>(blocks);
+    case 2:
+      return gemm_tile_blocks<2, Steps>(blocks);
+    case 3:
+      return gemm_tile_blocks<3, Steps>(blocks);
+    case 4:
+      return gemm_tile_blocks<4, Steps>(blocks);
+    case 5:
+      return gemm_tile_blocks<5, Steps>(blocks);
+    case 6:
+      return gemm_tile_blocks<6, Steps>(blocks);
+    case 7:
+      return gemm_tile_blocks<7, Steps>(blocks);
+    default:
+      return gemm_tile_blocks<8, Steps>(blocks);
+  }
+}
+
+// The many-row tile of `rows` x `blocks` over byte-layout weights; group 32 (torchao's 8da4w
+// default) with its 4 steps unrolled.
+TileFn gemm_tile(int64_t rows, int blocks, int64_t group) {
+  return group == 4 * kStepK ? gemm_tile_steps<4>(rows, blocks)
+                             : gemm_tile_steps<0>(rows, blocks);
+}
+
+// Blocks [block0, block0 + count) of 4-bit weights in the byte layout, at `out` (64-byte
+// aligned, 2 block_bytes per block): per step the vector of low nibbles (k..k+3), then the one
+// of high nibbles (k+4..k+7), so the tiles of every row read them without unpacking again.
+ET_VNNI void unpack_blocks(const Linear8daPacked& p, int64_t block0, int64_t count,
+                           uint8_t* out) {
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const uint8_t* in = p.weights() + block0 * p.block_bytes;
+  const size_t vectors = static_cast<size_t>(count) * p.block_bytes / kVector;
+  for (size_t v = 0; v < vectors; ++v) {
+    const __m512i raw = _mm512_load_si512(in + v * kVector);
+    _mm512_store_si512(out + 2 * v * kVector, _mm512_and_si512(raw, nibble));
+    _mm512_store_si512(out + (2 * v + 1) * kVector,
+                       _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble));
+  }
+}
+
+// Rows [row_begin, row_end) x blocks [block_begin, block_end) on the many-row path: per chunk
+// of shape.blocks blocks, the weights unpacked once into `scratch` (4 bits; 8-bit weights are
+// read as packed), then every row tile over them.
+void compute_gemm(const Linear8daPacked& p, const Rows& a, const GemmShape& shape,
+                  int64_t row_begin, int64_t row_end, int64_t block_begin, int64_t block_end,
+                  uint8_t* scratch, float* y) {
+  const bool unpack = p.params.bits == 4;
+  const size_t stride = unpack ? 2 * p.block_bytes : p.block_bytes;
+  for (int64_t b = block_begin; b < block_end; b += shape.blocks) {
+    const int nb = static_cast<int>(std::min<int64_t>(shape.blocks, block_end - b));
+    const uint8_t* w = p.weights() + b * p.block_bytes;
+    if (unpack) {
+      unpack_blocks(p, b, nb, scratch);
+      w = scratch;
+    }
+    const TileFn full = gemm_tile(shape.rows, nb, p.params.group);
+    int64_t r = row_begin;
+    for (; r + shape.rows <= row_end; r += shape.rows) full(p, a, r, b, w, stride, y);
+    if (r < row_end) gemm_tile(row_end - r, nb, p.params.group)(p, a, r, b, w, stride, y);
   }
 }
 
@@ -563,7 +737,7 @@ std::shared_ptr<const Linear8daPacked> pack_linear_8da(const Linear8daParams& pa
 }
 
 Linear8daGemm::Linear8daGemm(std::shared_ptr<const Linear8daPacked> packed, Linear8daIsa isa)
-    : packed_(std::move(packed)), isa_(isa) {
+    : packed_(std::move(packed)), isa_(isa), gemm_shape_(linear_8da_gemm_shape()) {
   if (!packed_ || isa_ == Linear8daIsa::kNone || isa_ > linear_8da_cpu_isa()) {
     throw std::invalid_argument("linear_8da: no packed weights or an ISA this CPU lacks");
   }
@@ -578,6 +752,8 @@ void Linear8daGemm::run(const float* x, int64_t rows, float* y, WorkPool* pool) 
   rows_.scale.resize(static_cast<size_t>(rows));
   rows_.zero_point.resize(static_cast<size_t>(rows));
   rows_.sums.resize(static_cast<size_t>(rows * p.groups));
+  rows_.offset_sums.resize(static_cast<size_t>(rows * p.groups));
+  rows_.offset = p.offset;
   const int threads = pool != nullptr ? pool->size() : 1;
   auto quantize = [&](int64_t first, int64_t last) {
     for (int64_t m = first; m < last; ++m) {
@@ -598,27 +774,53 @@ void Linear8daGemm::run(const float* x, int64_t rows, float* y, WorkPool* pool) 
     quantize(0, rows);
   }
 
+  const bool gemm = isa_ == Linear8daIsa::kAvx512Vnni && rows >= kGemmMinRows;
   const Shape shape = shape_of(isa_, p.params.bits);
-  const int64_t chunk = rows == 1 ? shape.decode_blocks : shape.blocks;
+  const GemmShape gemm_tiles = gemm_shape_;
+  const int64_t chunk =
+      gemm ? gemm_tiles.blocks : (rows == 1 ? shape.decode_blocks : shape.blocks);
+  const int64_t tile_rows = gemm ? gemm_tiles.rows : shape.rows;
   const int64_t chunks = (p.blocks + chunk - 1) / chunk;
-  const int64_t tiles = (rows + shape.rows - 1) / shape.rows;
+  const int64_t tiles = (rows + tile_rows - 1) / tile_rows;
   // About 0.5M multiply-adds per task at least; up to 4 tasks a thread so a descheduled thread
   // delays little (work_pool.h).
   const int64_t work = rows * k * p.params.n;
   const int64_t wanted =
       threads == 1 ? 1 : std::max<int64_t>(1, std::min<int64_t>(4 * threads, work >> 19));
-  const int64_t block_parts = std::min(chunks, wanted);
-  const int64_t row_parts = std::min(tiles, (wanted + block_parts - 1) / block_parts);
+  int64_t block_parts = std::min(chunks, wanted);
+  int64_t row_parts = std::min(tiles, (wanted + block_parts - 1) / block_parts);
+  if (gemm && wanted > 1 && chunks < 2 * wanted && chunks % wanted != 0) {
+    // Few chunks that do not split evenly (11 chunks of N = 512 in 8 parts: 1 or 2 each, one
+    // thread ~10% behind): one chunk per task and the rows in parts, tasks of equal size.
+    block_parts = chunks;
+    row_parts = std::min(tiles, (2 * wanted + chunks - 1) / chunks);
+  }
   const size_t tasks = static_cast<size_t>(block_parts * row_parts);
-  auto task = [&](size_t index, int) {
+  if (gemm && p.params.bits == 4) {
+    // Per thread: one chunk's weights unpacked (2 bytes per packed byte), 64-byte aligned.
+    const size_t bytes = 2 * p.block_bytes * static_cast<size_t>(chunk) + kVector;
+    scratch_.resize(static_cast<size_t>(threads));
+    for (auto& buffer : scratch_) buffer.resize(bytes);
+  }
+  auto task = [&](size_t index, int worker) {
     const int64_t bp = static_cast<int64_t>(index) % block_parts;
     const int64_t rp = static_cast<int64_t>(index) / block_parts;
     const auto [c0, c1] =
         slice_of(chunks, static_cast<size_t>(block_parts), static_cast<size_t>(bp));
     const auto [t0, t1] =
         slice_of(tiles, static_cast<size_t>(row_parts), static_cast<size_t>(rp));
-    compute(p, rows_, isa_, shape, t0 * shape.rows, std::min(rows, t1 * shape.rows),
-            c0 * chunk, std::min(p.blocks, c1 * chunk), y);
+    const int64_t r0 = t0 * tile_rows, r1 = std::min(rows, t1 * tile_rows);
+    const int64_t b0 = c0 * chunk, b1 = std::min(p.blocks, c1 * chunk);
+    if (gemm) {
+      uint8_t* scratch = nullptr;
+      if (p.params.bits == 4) {
+        uint8_t* base = scratch_[static_cast<size_t>(worker)].data();
+        scratch = base + (kVector - reinterpret_cast<uintptr_t>(base) % kVector) % kVector;
+      }
+      compute_gemm(p, rows_, gemm_tiles, r0, r1, b0, b1, scratch, y);
+    } else {
+      compute(p, rows_, isa_, shape, r0, r1, b0, b1, y);
+    }
   };
   if (tasks <= 1) {
     task(0, 0);

@@ -16,8 +16,14 @@
 // points) offsets.
 //
 // Decode (1 row) streams the weights once, output-channel blocks shared out on the work pool;
-// prefill tiles rows (up to 4 rows x 2 blocks in registers, each unpacked weight vector feeds 4
-// rows) over chunks of blocks that stay in cache while all rows pass. ISA chosen at run time:
+// prefill tiles rows (up to 4 rows x 2 blocks, each unpacked weight vector feeds 4 rows) over
+// chunks of blocks that stay in cache while all rows pass. From 8 rows on AVX-512 VNNI (the
+// many-row path: 4 rows x 3 blocks) a chunk's 4-bit weights are first unpacked to bytes in a
+// per-thread buffer, once for all its row tiles. Without weight zero points the accumulators
+// start at -offset * sum(q), so the per-group epilogue is one vpmulld (zero point x weight sums),
+// a subtraction, the conversion and the reference's multiply and add. The tiles' loops over rows and blocks are fully unrolled (the
+// accumulators must stay in registers: rolled, GCC kept them on the stack, ~1.6x slower), and
+// for group 32 the step loop too. ISA chosen at run time:
 // AVX-512 VNNI (vpdpbusd), else AVX2 (vpmaddubsw + vpmaddwd for 4 bits, 16-bit products for 8
 // bits), else the binder declines and the Reference provider's scalar kernel runs.
 //
@@ -102,6 +108,12 @@ class Linear8daGemm {
   // y [rows, n] from x [rows, k], shared out on `pool` (null: the calling thread alone).
   void run(const float* x, int64_t rows, float* y, WorkPool* pool);
   Linear8daIsa isa() const { return isa_; }
+
+  // Rows x blocks of the many-row path's tiles (8 rows and more on AVX-512 VNNI).
+  struct GemmShape {
+    int rows;
+    int blocks;
+  };
   size_t weights_bytes() const { return packed_->bytes(); }
 
   // The quantized rows (per token, as the reference): public for the kernels in the .cc.
@@ -111,13 +123,22 @@ class Linear8daGemm {
     std::vector<float> scale;         // per row
     std::vector<int32_t> zero_point;  // per row
     std::vector<int32_t> sums;        // rows x groups: sum of q over each group
+    int32_t offset = 0;               // the weights' offset (8 or 128)
+    std::vector<int32_t> offset_sums;  // rows x groups: -offset * sums (wrapping)
   };
 
  private:
   std::shared_ptr<const Linear8daPacked> packed_;
   Linear8daIsa isa_;
+  GemmShape gemm_shape_;
   Rows rows_;
+  // Per worker of the pool: the many-row path's unpacked weights of one chunk of blocks.
+  std::vector<std::vector<uint8_t>> scratch_;
 };
+
+// The many-row tile: 4 rows x 3 blocks, or ET_CPU_LINEAR_8DA_TILE="RxB" (R <= 8, B <= 4; for
+// tuning and tests), read when a kernel is made.
+Linear8daGemm::GemmShape linear_8da_gemm_shape();
 
 }  // namespace onednn
 }  // namespace et_cpu_plugin
