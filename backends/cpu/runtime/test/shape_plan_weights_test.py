@@ -145,4 +145,3 @@ def test_shape_plans_prepared_at_bind_too_match_eager(
     module = portable_lib._load_for_executorch_from_buffer(pte)
     for size in (MAX_BATCH, 1, 9, MAX_BATCH):
         _check(module, model, _input("cnn", size))
-
