@@ -1231,6 +1231,7 @@ Error CompiledGraph::bind_ops() {
       binding.decline_reason = &reason;
       binding.bound_in_base = base_ != nullptr && base_->ops_[i].provider == provider &&
                               base_->ops_[i].kernel != nullptr;
+      binding.base_fused_steps = binding.bound_in_base ? base_->fused_steps_[i] : 0;
       reason.clear();
       const et_timestamp_t bind_start = executorch::runtime::pal_current_ticks();
       error = provider->bind(binding, &op.kernel);

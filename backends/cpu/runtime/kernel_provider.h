@@ -127,6 +127,9 @@ struct OpBinding {
   // provider may leave preparing its plans to ProviderSession::finalize (prepared once, with the
   // final layouts) instead of preparing them now to check that it can.
   bool bound_in_base = false;
+  // With bound_in_base: how many of the offered steps the base's kernel took (a provider defers
+  // a fused kernel, e.g. a whole inverted residual block, only when the base fused the same).
+  size_t base_fused_steps = 0;
 };
 
 // One op bound to an implementation; run() is called once per execute.

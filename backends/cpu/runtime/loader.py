@@ -146,6 +146,28 @@ def shape_plan_stats() -> tuple[int, int]:
     )
 
 
+def weight_cache_stats() -> tuple[int, int, int]:
+    """(hits, made, made_bytes) of the Optimized provider's prepared constants, process-wide.
+
+    A hit is a reordered or packed weight found alive in a delegate's weight cache (a graph
+    compiled for a new size reusing its base's); made counts those reordered or packed, with
+    their bytes. (0, 0, 0) from a runtime built without the Optimized provider.
+    """
+    library = _library()
+    names = (
+        "et_cpu_runtime_weight_cache_hits",
+        "et_cpu_runtime_weights_made",
+        "et_cpu_runtime_weights_made_bytes",
+    )
+    if not all(hasattr(library, name) for name in names):
+        return (0, 0, 0)
+    counters = [getattr(library, name) for name in names]
+    for counter in counters:
+        counter.restype = ctypes.c_uint64
+    hits, made, made_bytes = (int(counter()) for counter in counters)
+    return hits, made, made_bytes
+
+
 def live_arena_bytes() -> int:
     """Intermediate-arena bytes of every CpuBackend delegate currently alive in this process."""
     return int(_library().et_cpu_runtime_live_arena_bytes())

@@ -247,6 +247,19 @@ def define_common_targets():
         ],
     )
 
+    # Issue 47: a new size's first call reuses the weights the base graph prepared (the weight
+    # cache's counters), fused blocks deferred to finalize; results against eager.
+    runtime.python_test(
+        name = "shape_plan_weights_test",
+        size = "medium",
+        srcs = ["test/shape_plan_weights_test.py"],
+        deps = [
+            ":loader",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//tools/bench:zoo",
+        ],
+    )
+
     # Issue 43: threads x programs x calls, to process exit. The programs (float CNN, int8 CNN,
     # decoder, dynamic-batch CNN) are lowered once at build time; the C++ test runs them with
     # ExecuTorch's Module and, under --config=asan / --config=tsan, is the sanitizer stress test;

@@ -284,13 +284,20 @@ bool bind_block(const OpBinding& op, const ConvRecipe& head, const Tensor* input
                                      has_project ? project.bias : nullptr};
   auto kernel = std::make_unique<BlockKernel>(params, weights, post, input,
                                               &op.fusable[index - 1].output->toTensor());
-  try {
-    kernel->prepare(session.provider(), [](const executorch::aten::TensorImpl*) { return false; });
-  } catch (const std::exception& e) {
-    log_line(LogLevel::kInfo, "oneDNN block at %s not fused: %s", op.op_name, e.what());
-    return false;
+  if (session.defers_prepare() && op.base_fused_steps == index) {
+    // A shape plan of a graph whose base fused this same block (at the upper bounds): finalize
+    // prepares it once, with its final layouts, instead of also here with plain ones.
+    session.add_unprepared(kernel.get());
+  } else {
+    try {
+      kernel->prepare(session.provider(),
+                      [](const executorch::aten::TensorImpl*) { return false; });
+    } catch (const std::exception& e) {
+      log_line(LogLevel::kInfo, "oneDNN block at %s not fused: %s", op.op_name, e.what());
+      return false;
+    }
+    session.add(kernel.get());
   }
-  session.add(kernel.get());
   session.count_block();
   *out = std::move(kernel);
   *fused = index;

@@ -31,8 +31,12 @@ OptimizedSession::OptimizedSession(const OptimizedSession* base)
       provider_(std::make_unique<onednn::Provider>(options())),
       shape_plan_(base != nullptr) {}
 
+bool OptimizedSession::defers_prepare() const {
+  return shape_plan_ && bound_in_base_ && onednn::kernel_switched_on("ET_CPU_SHAPE_PLAN_DEFER");
+}
+
 void OptimizedSession::add_checked(OptimizedKernel* kernel) {
-  if (shape_plan_ && bound_in_base_ && onednn::kernel_switched_on("ET_CPU_SHAPE_PLAN_DEFER")) {
+  if (defers_prepare()) {
     add_unprepared(kernel);
     return;
   }

@@ -68,6 +68,9 @@ class OptimizedSession final : public ProviderSession {
   // kernel once with its final layouts (a CNN's re-plan used to prepare them twice).
   // ET_CPU_SHAPE_PLAN_DEFER=0: prepared now, as in the base.
   void add_checked(OptimizedKernel* kernel);
+  // Whether the op being bound may leave preparing to finalize (add_checked's rule): a shape
+  // plan whose base bound it here, ET_CPU_SHAPE_PLAN_DEFER not 0.
+  bool defers_prepare() const;
   // A kernel bind only checked: finalize prepares it (the int8 ops).
   void add_unprepared(OptimizedKernel* kernel) {
     kernels_.push_back(kernel);

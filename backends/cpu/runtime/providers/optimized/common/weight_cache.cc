@@ -2,6 +2,7 @@
 // constant's address and the layouts (oneDNN reorders) or k and n (RowGemm packing).
 #include "backends/cpu/runtime/providers/optimized/common/weight_cache.h"
 
+#include <atomic>
 #include <mutex>
 
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
@@ -11,6 +12,21 @@
 
 namespace et_cpu_plugin {
 namespace onednn {
+
+namespace {
+
+// Over every delegate of the process (et_cpu_runtime_weight_cache_*): prepared constants found
+// alive in a cache, and made (reordered or packed, with or without a cache) with their bytes.
+std::atomic<uint64_t> total_hits{0};
+std::atomic<uint64_t> total_made{0};
+std::atomic<uint64_t> total_made_bytes{0};
+
+void count_made(size_t bytes) {
+  ++total_made;
+  total_made_bytes += bytes;
+}
+
+}  // namespace
 
 struct WeightCache::Impl {
   // A reordered constant: `data` read as `from`, written as `to`.
@@ -88,7 +104,10 @@ bool weight_cache_enabled() { return kernel_switched_on("ET_CPU_WEIGHT_CACHE"); 
 
 OwnedTensor cached_constant(WeightCache* cache, const memory::desc& from, const float* data,
                             const memory::desc& to, const std::function<OwnedTensor()>& make) {
-  if (cache == nullptr) return make();
+  if (cache == nullptr) {
+    count_made(to.get_size());
+    return make();
+  }
   WeightCache::Impl& impl = cache->impl();
   {
     std::lock_guard<std::mutex> lock(impl.mutex);
@@ -96,11 +115,13 @@ OwnedTensor cached_constant(WeightCache* cache, const memory::desc& from, const 
       if (e.data != data || e.from != from || e.to != to) continue;
       if (auto bytes = e.bytes.lock()) {
         ++impl.hits;
+        ++total_hits;
         return OwnedTensor{to, std::move(bytes)};
       }
     }
   }
   OwnedTensor made = make();  // outside the lock: a reorder takes a while
+  count_made(to.get_size());
   std::lock_guard<std::mutex> lock(impl.mutex);
   ++impl.misses;
   impl.prune();
@@ -112,7 +133,11 @@ std::shared_ptr<const RowGemm::Packed> cached_row_gemm_weights(WeightCache* cach
                                                                int64_t n, const float* weight,
                                                                bool weight_is_k_by_n,
                                                                const float* bias) {
-  if (cache == nullptr) return RowGemm::pack(k, n, weight, weight_is_k_by_n, bias);
+  if (cache == nullptr) {
+    auto packed = RowGemm::pack(k, n, weight, weight_is_k_by_n, bias);
+    count_made(packed->bytes());
+    return packed;
+  }
   WeightCache::Impl& impl = cache->impl();
   {
     std::lock_guard<std::mutex> lock(impl.mutex);
@@ -123,12 +148,14 @@ std::shared_ptr<const RowGemm::Packed> cached_row_gemm_weights(WeightCache* cach
       }
       if (auto packed = e.packed.lock()) {
         ++impl.hits;
+        ++total_hits;
         return packed;
       }
     }
   }
   std::shared_ptr<const RowGemm::Packed> packed =
       RowGemm::pack(k, n, weight, weight_is_k_by_n, bias);
+  count_made(packed->bytes());
   std::lock_guard<std::mutex> lock(impl.mutex);
   ++impl.misses;
   impl.prune();
@@ -142,7 +169,11 @@ std::shared_ptr<const Linear8daPacked> cached_linear_8da_weights(WeightCache* ca
                                                                  const float* scales,
                                                                  const int8_t* zero_points,
                                                                  const float* bias) {
-  if (cache == nullptr) return pack_linear_8da(params, weight, scales, zero_points, bias);
+  if (cache == nullptr) {
+    auto packed = pack_linear_8da(params, weight, scales, zero_points, bias);
+    count_made(packed->bytes());
+    return packed;
+  }
   WeightCache::Impl& impl = cache->impl();
   auto same = [&](const WeightCache::Impl::Packed8da& e) {
     return e.weight == weight && e.scales == scales && e.zero_points == zero_points &&
@@ -155,12 +186,14 @@ std::shared_ptr<const Linear8daPacked> cached_linear_8da_weights(WeightCache* ca
       if (!same(e)) continue;
       if (auto packed = e.packed.lock()) {
         ++impl.hits;
+        ++total_hits;
         return packed;
       }
     }
   }
   std::shared_ptr<const Linear8daPacked> packed =
       pack_linear_8da(params, weight, scales, zero_points, bias);
+  count_made(packed->bytes());
   std::lock_guard<std::mutex> lock(impl.mutex);
   ++impl.misses;
   impl.prune();
@@ -171,3 +204,22 @@ std::shared_ptr<const Linear8daPacked> cached_linear_8da_weights(WeightCache* ca
 
 }  // namespace onednn
 }  // namespace et_cpu_plugin
+
+// Prepared constants over the process (the loader's weight_cache_stats): found alive in a weight
+// cache (a shape plan reusing its base's), and made, with their bytes. Exported by the Optimized
+// provider, so absent from a runtime built without it.
+extern "C" {
+
+__attribute__((visibility("default"))) uint64_t et_cpu_runtime_weight_cache_hits() {
+  return et_cpu_plugin::onednn::total_hits.load();
+}
+
+__attribute__((visibility("default"))) uint64_t et_cpu_runtime_weights_made() {
+  return et_cpu_plugin::onednn::total_made.load();
+}
+
+__attribute__((visibility("default"))) uint64_t et_cpu_runtime_weights_made_bytes() {
+  return et_cpu_plugin::onednn::total_made_bytes.load();
+}
+
+}  // extern "C"
