@@ -38,6 +38,7 @@ using executorch::runtime::FreeableBuffer;
 using executorch::runtime::KernelRuntimeContext;
 using executorch::runtime::MemoryAllocator;
 using executorch::runtime::NamedDataMap;
+using executorch::runtime::Result;
 using executorch::runtime::Span;
 
 namespace {
@@ -573,23 +574,8 @@ Error CompiledGraph::build_tensors(const NamedDataMap* constants) {
       Error error = init_state(constants, value, &data);
       if (error != Error::Ok) return error;
     } else if (value.kind == ValueKind::Constant) {
-      if (constants == nullptr) {
-        return report_error(Error::InvalidState,
-                            "constant %s (key '%s') but the program has no named data map",
-                            value.name.c_str(), value.constant_key.c_str());
-      }
-      auto buffer = constants->get_data(value.constant_key.c_str());
-      if (!buffer.ok()) {
-        return report_error(Error::NotFound, "constant %s: key '%s' not in the named data map",
-                            value.name.c_str(), value.constant_key.c_str());
-      }
-      if (buffer->size() < value.nbytes) {
-        return report_error(Error::InvalidProgram,
-                            "constant %s (key '%s'): %zu bytes stored, %s %s needs %zu",
-                            value.name.c_str(), value.constant_key.c_str(), buffer->size(),
-                            dtype_name(value.dtype), shape_string(value.shape).c_str(),
-                            value.nbytes);
-      }
+      auto buffer = stored_bytes(constants, value, "constant");
+      if (!buffer.ok()) return buffer.error();
       const void* bytes = buffer->data();
       if (value.nbytes > 0 && reinterpret_cast<uintptr_t>(bytes) % alignof(int64_t) != 0) {
         // Kernels read elements in place: realign rather than risk unaligned loads.
@@ -610,25 +596,32 @@ Error CompiledGraph::build_tensors(const NamedDataMap* constants) {
   return Error::Ok;
 }
 
-Error CompiledGraph::init_state(const NamedDataMap* constants, const ValueSpec& value,
-                                void** data) {
-  if (value.nbytes == 0) return Error::Ok;
+Result<FreeableBuffer> CompiledGraph::stored_bytes(const NamedDataMap* constants,
+                                                   const ValueSpec& value, const char* what) {
   if (constants == nullptr) {
     return report_error(Error::InvalidState,
-                        "state %s (key '%s') but the program has no named data map",
+                        "%s %s (key '%s') but the program has no named data map", what,
                         value.name.c_str(), value.constant_key.c_str());
   }
   auto buffer = constants->get_data(value.constant_key.c_str());
   if (!buffer.ok()) {
-    return report_error(Error::NotFound, "state %s: key '%s' not in the named data map",
+    return report_error(Error::NotFound, "%s %s: key '%s' not in the named data map", what,
                         value.name.c_str(), value.constant_key.c_str());
   }
   if (buffer->size() < value.nbytes) {
     return report_error(Error::InvalidProgram,
-                        "state %s (key '%s'): %zu bytes stored, %s %s needs %zu",
+                        "%s %s (key '%s'): %zu bytes stored, %s %s needs %zu", what,
                         value.name.c_str(), value.constant_key.c_str(), buffer->size(),
                         dtype_name(value.dtype), shape_string(value.shape).c_str(), value.nbytes);
   }
+  return std::move(buffer.get());
+}
+
+Error CompiledGraph::init_state(const NamedDataMap* constants, const ValueSpec& value,
+                                void** data) {
+  if (value.nbytes == 0) return Error::Ok;
+  auto buffer = stored_bytes(constants, value, "state");
+  if (!buffer.ok()) return buffer.error();
   const size_t rounded = (value.nbytes + kAlignment - 1) / kAlignment * kAlignment;
   std::unique_ptr<uint8_t, FreeDeleter> storage(
       static_cast<uint8_t*>(std::aligned_alloc(kAlignment, rounded)));

@@ -19,6 +19,7 @@
 #include <executorch/runtime/core/freeable_buffer.h>
 #include <executorch/runtime/core/memory_allocator.h>
 #include <executorch/runtime/core/named_data_map.h>
+#include <executorch/runtime/core/result.h>
 #include <executorch/runtime/core/span.h>
 
 #include "backends/cpu/runtime/kernel_provider.h"
@@ -248,6 +249,10 @@ class CompiledGraph {
   // Decides which state updates run in place (plan_arena): sets `alias_of` for the views of the
   // states and the in-place results, and binds their in-place kernels.
   void plan_states(const std::vector<size_t>& reads_until, std::vector<int64_t>* alias_of);
+  // The named data a constant or state (`what`) is stored as, checked to hold its bytes.
+  executorch::runtime::Result<executorch::runtime::FreeableBuffer> stored_bytes(
+      const executorch::runtime::NamedDataMap* constants, const ValueSpec& value,
+      const char* what);
   // Allocates a state's storage and copies its initial bytes from the named data map.
   executorch::runtime::Error init_state(const executorch::runtime::NamedDataMap* constants,
                                         const ValueSpec& value, void** data);
