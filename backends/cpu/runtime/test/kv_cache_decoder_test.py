@@ -29,7 +29,7 @@ from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
 from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.runtime import loader
 from backends.cpu.runtime.test.lowered_program import load
-from backends.cpu.serialization.graph_reader import read_payload
+from backends.cpu.serialization.graph_reader import ArgKind, read_payload
 from backends.cpu.serialization.schema import fb
 from tools.bench import llm_models
 from tools.bench.llm_models import LlmConfig
@@ -226,3 +226,71 @@ def test_buffers_outside_the_delegate_still_decode() -> None:
         torch.testing.assert_close(logits, expected, atol=1e-4, rtol=1e-4, msg=f"step {step}")
         tokens = expected[:, -1:].argmax(-1)
         input_pos = input_pos[-1:] + 1
+
+
+_VIEWS = {
+    "aten::view_copy.out",
+    "aten::alias_copy.out",
+    "aten::squeeze_copy.out",
+    "aten::squeeze_copy.dim_out",
+    "aten::squeeze_copy.dims_out",
+    "aten::unsqueeze_copy.out",
+    "aten::expand_copy.out",
+}
+
+
+def _cache_permutes(payload: bytes) -> list[str]:
+    """The names of the permute_copy ops reading a cache: the state, its update or a view of
+    either (the K cache's transpose for q @ k^T)."""
+    graph = read_payload(payload)
+    cache_values: set[int] = set()
+    for state in graph.states():
+        cache_values |= {state.id, state.state_update}
+    names = []
+    for op in graph.ops:
+        tensors = [a.value for a in op.args if a.kind == ArgKind.TENSOR]
+        if len(tensors) < 2 or tensors[0] not in cache_values:
+            continue
+        if op.kernel in _VIEWS:
+            cache_values.add(tensors[-1])
+        elif op.kernel == "aten::permute_copy.out":
+            names.append(op.name)
+    return names
+
+
+@pytest.mark.parametrize("scheme", ["float32", "8da4w"])
+def test_k_cache_transpose_is_folded_into_the_decode_product(scheme: str) -> None:
+    # The one-token decode program: each layer's k^T (a permute of the K cache, the delegate's
+    # state after its in-place update) is read by the q @ k^T product with strides, never copied;
+    # the logits match eager over several steps.
+    model = _decoder(scheme, "index_copy")
+    loader.load_cpu_backend()
+    exported = llm_models.export_decoder(
+        copy.deepcopy(model), llm_models.example_inputs(CONFIG, 1), dynamic=False
+    )
+    edge = to_edge_transform_and_lower(exported, partitioner=[CpuPartitioner()])
+    payloads = [
+        bytes(sub.processed_bytes)
+        for _, sub in edge.exported_program().graph_module.named_children()
+        if isinstance(sub, LoweredBackendModule)
+    ]
+    assert len(payloads) == 1
+    permutes = _cache_permutes(payloads[0])
+    assert len(permutes) == CONFIG.layers, permutes
+    module = load(bytes(edge.to_executorch().buffer))
+    llm_models.reset_caches(model)
+    tokens = torch.tensor([[5]])
+    for position in range(12):
+        input_pos = torch.tensor([position])
+        with torch.no_grad():
+            expected = model(tokens, input_pos)
+        (logits,) = module.forward([tokens, input_pos])
+        if position == 0:
+            placement = loader.last_placement()
+            for name in permutes:
+                line = next(line for line in placement if line.startswith(name + " "))
+                assert ": folded into " in line, placement
+            assert sum(IN_PLACE in line for line in placement) == len(CACHES), placement
+        atol = TOLERANCE[scheme]
+        torch.testing.assert_close(logits, expected, atol=atol, rtol=atol, msg=f"step {position}")
+        tokens = expected[:, -1:].argmax(-1)
