@@ -224,3 +224,50 @@ def test_switch_keeps_buffers_outside(switch: str, monkeypatch: pytest.MonkeyPat
             expected = model(pos, x)
         torch.testing.assert_close(module.forward([pos, x])[0], expected)
     assert not any(IN_PLACE in line for line in loader.last_placement())
+
+
+class ProductThenWrite(nn.Module):
+    """x @ cache^T reads the cache's value at the start of the call; the update comes after."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache: torch.Tensor
+        initial = torch.arange(ROWS * WIDTH, dtype=torch.float32).view(ROWS, WIDTH) / 10.0
+        self.register_buffer("cache", initial)
+
+    def forward(self, pos: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        scores = x @ self.cache.transpose(0, 1)
+        self.cache.index_copy_(0, pos, x)
+        return scores
+
+
+class TransposeThenWrite(nn.Module):
+    """cache^T (its old value) is taken before the update and multiplied after it: the product
+    must see the old rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache: torch.Tensor
+        initial = torch.arange(ROWS * WIDTH, dtype=torch.float32).view(ROWS, WIDTH) / 10.0
+        self.register_buffer("cache", initial)
+
+    def forward(self, pos: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        old_t = self.cache.transpose(0, 1)
+        new = self.cache.index_put((pos,), x)
+        scores = x @ old_t
+        self.cache.copy_(new)
+        return scores
+
+
+@pytest.mark.parametrize("model_type", [ProductThenWrite, TransposeThenWrite])
+def test_old_value_read_around_the_update(model_type: type[nn.Module]) -> None:
+    """A transposed read of the state's start-of-call value, before or across its update, sees
+    the old rows on every call (the state persists between calls, as the eager buffer does)."""
+    model = model_type().eval()
+    pte, _, _ = _lower(model)
+    module = load(pte)
+    for pos, x in _calls(seed=5):
+        with torch.no_grad():
+            expected = model(pos, x)
+        (got,) = module.forward([pos, x])
+        torch.testing.assert_close(got, expected, msg=lambda m: f"{m}\n{loader.last_placement()}")
