@@ -33,6 +33,8 @@ class ProgramConstants:
             for spec in ep.graph_signature.input_specs
             if isinstance(spec.arg, TensorArgument)
         }
+        # A buffer the program writes (a KV cache) holds a different value on every call.
+        self._mutated: set[str] = set(ep.graph_signature.buffers_to_mutate.values())
         self._dirty = False
         self._anchor: torch.fx.Node | None = None
         self._fake_mode: Any = None
@@ -51,11 +53,14 @@ class ProgramConstants:
         return self._spec_by_name.get(node.name)
 
     def is_constant(self, node: object) -> bool:
-        """True when `node` is a parameter, buffer or constant-tensor input of the program."""
+        """True when `node` is a parameter, buffer or constant-tensor input of the program, and
+        not a buffer the program mutates (its value changes from call to call)."""
         if not isinstance(node, torch.fx.Node):
             return False
         spec = self.spec_of(node)
-        return spec is not None and spec.kind in CONSTANT_KINDS
+        return (
+            spec is not None and spec.kind in CONSTANT_KINDS and spec.target not in self._mutated
+        )
 
     def value(self, node: torch.fx.Node) -> torch.Tensor:
         """The tensor behind constant placeholder `node`."""
