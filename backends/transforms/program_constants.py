@@ -58,9 +58,7 @@ class ProgramConstants:
         if not isinstance(node, torch.fx.Node):
             return False
         spec = self.spec_of(node)
-        return (
-            spec is not None and spec.kind in CONSTANT_KINDS and spec.target not in self._mutated
-        )
+        return spec is not None and spec.kind in CONSTANT_KINDS and spec.target not in self._mutated
 
     def value(self, node: torch.fx.Node) -> torch.Tensor:
         """The tensor behind constant placeholder `node`."""
