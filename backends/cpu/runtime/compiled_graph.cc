@@ -778,27 +778,34 @@ bool eltwise_of(const std::string& route, const std::vector<ArgValue>& a,
 
 }  // namespace
 
+void CompiledGraph::count_readers(std::vector<int>* reads,
+                                  std::vector<int64_t>* last_reader) const {
+  reads->assign(spec_.values.size(), 0);
+  if (last_reader != nullptr) last_reader->assign(spec_.values.size(), -1);
+  for (size_t op = 0; op < spec_.ops.size(); ++op) {
+    for (const ArgValue& arg : spec_.ops[op].args) {
+      auto count = [&](int32_t id) {
+        if (id < 0 || spec_.values[id].producer == static_cast<int64_t>(op)) return;
+        ++(*reads)[id];
+        if (last_reader != nullptr) (*last_reader)[id] = static_cast<int64_t>(op);
+      };
+      if (arg.type == ArgValue::Type::Tensor) count(arg.tensor);
+      for (int32_t id : arg.tensors) count(id);
+    }
+  }
+}
+
 void CompiledGraph::find_fusion_candidates() {
   const size_t num_ops = spec_.ops.size();
   const size_t num_values = spec_.values.size();
   fusable_.assign(num_ops, {});
   // Readers and outputs per value, from the ops' tensor arguments.
-  std::vector<int> reads(num_values, 0);
-  std::vector<int64_t> reader(num_values, -1);
+  std::vector<int> reads;
+  std::vector<int64_t> reader;
+  count_readers(&reads, &reader);
   std::vector<std::vector<int32_t>> written(num_ops);
   for (size_t v = 0; v < num_values; ++v) {
     if (spec_.values[v].producer >= 0) written[spec_.values[v].producer].push_back(v);
-  }
-  for (size_t op = 0; op < num_ops; ++op) {
-    for (const ArgValue& arg : spec_.ops[op].args) {
-      auto count = [&](int32_t id) {
-        if (id < 0 || spec_.values[id].producer == static_cast<int64_t>(op)) return;
-        ++reads[id];
-        reader[id] = static_cast<int64_t>(op);
-      };
-      if (arg.type == ArgValue::Type::Tensor) count(arg.tensor);
-      for (int32_t id : arg.tensors) count(id);
-    }
   }
   std::vector<bool> is_graph_output(num_values, false);
   for (int32_t id : spec_.outputs) is_graph_output[id] = true;
@@ -932,18 +939,8 @@ void CompiledGraph::compose_permutes() {
     if (std::string(off) == "0") return;
   }
   const size_t num_values = spec_.values.size();
-  std::vector<int> reads(num_values, 0);
-  for (size_t op = 0; op < num_ops; ++op) {
-    for (const ArgValue& arg : spec_.ops[op].args) {
-      if (arg.type == ArgValue::Type::Tensor && arg.tensor >= 0 &&
-          spec_.values[arg.tensor].producer != static_cast<int64_t>(op)) {
-        ++reads[arg.tensor];
-      }
-      for (int32_t id : arg.tensors) {
-        if (id >= 0 && spec_.values[id].producer != static_cast<int64_t>(op)) ++reads[id];
-      }
-    }
-  }
+  std::vector<int> reads;
+  count_readers(&reads, nullptr);
   std::vector<bool> is_graph_output(num_values, false);
   for (int32_t id : spec_.outputs) is_graph_output[id] = true;
   const auto permute_operands = [&](size_t op, int32_t* in, int32_t* out) {
@@ -1014,20 +1011,9 @@ void CompiledGraph::find_strided_operands() {
     if (std::string(off) == "0") return;
   }
   const size_t num_values = spec_.values.size();
-  // Readers per value (an op reading it twice counts twice).
-  std::vector<int> reads(num_values, 0);
-  std::vector<int64_t> reader(num_values, -1);
-  for (size_t op = 0; op < num_ops; ++op) {
-    for (const ArgValue& arg : spec_.ops[op].args) {
-      auto count = [&](int32_t id) {
-        if (id < 0 || spec_.values[id].producer == static_cast<int64_t>(op)) return;
-        ++reads[id];
-        reader[id] = static_cast<int64_t>(op);
-      };
-      if (arg.type == ArgValue::Type::Tensor) count(arg.tensor);
-      for (int32_t id : arg.tensors) count(id);
-    }
-  }
+  std::vector<int> reads;
+  std::vector<int64_t> reader;
+  count_readers(&reads, &reader);
   std::vector<bool> is_graph_output(num_values, false);
   for (int32_t id : spec_.outputs) is_graph_output[id] = true;
   // An arena intermediate of static shape read by exactly one op.

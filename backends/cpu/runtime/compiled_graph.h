@@ -173,6 +173,9 @@ class CompiledGraph {
     double alpha = 0.0;                                             // kEltwise
   };
 
+  // Per value: how many times ops other than its producer read it (an op reading it twice
+  // counts twice) and, if `last_reader` is given, the last op that does (-1: none).
+  void count_readers(std::vector<int>* reads, std::vector<int64_t>* last_reader) const;
   void find_fusion_candidates();
   // Permutes whose output reaches a single bmm / mm operand through views only: the product is
   // offered the permute's input with the permuted strides (StridedOperand), and a permute whose
