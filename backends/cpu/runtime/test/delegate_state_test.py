@@ -226,14 +226,18 @@ def test_switch_keeps_buffers_outside(switch: str, monkeypatch: pytest.MonkeyPat
     assert not any(IN_PLACE in line for line in loader.last_placement())
 
 
-class ProductThenWrite(nn.Module):
-    """x @ cache^T reads the cache's value at the start of the call; the update comes after."""
+class _DistinctRowsCache(nn.Module):
+    """A cache whose rows all differ, so a product reading a stale row shows it."""
 
     def __init__(self) -> None:
         super().__init__()
         self.cache: torch.Tensor
         initial = torch.arange(ROWS * WIDTH, dtype=torch.float32).view(ROWS, WIDTH) / 10.0
         self.register_buffer("cache", initial)
+
+
+class ProductThenWrite(_DistinctRowsCache):
+    """x @ cache^T reads the cache's value at the start of the call; the update comes after."""
 
     def forward(self, pos: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         scores = x @ self.cache.transpose(0, 1)
@@ -241,15 +245,9 @@ class ProductThenWrite(nn.Module):
         return scores
 
 
-class TransposeThenWrite(nn.Module):
+class TransposeThenWrite(_DistinctRowsCache):
     """cache^T (its old value) is taken before the update and multiplied after it: the product
     must see the old rows."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.cache: torch.Tensor
-        initial = torch.arange(ROWS * WIDTH, dtype=torch.float32).view(ROWS, WIDTH) / 10.0
-        self.register_buffer("cache", initial)
 
     def forward(self, pos: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         old_t = self.cache.transpose(0, 1)
