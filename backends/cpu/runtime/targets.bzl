@@ -225,6 +225,7 @@ def define_common_targets():
         size = "medium",
         srcs = ["test/dynamic_shape_test.py"],
         deps = [
+            ":lowered_program",
             ":loader",
             "//backends/cpu/partition:cpu_partitioner",
             "//backends/cpu/serialization:graph_reader",
@@ -240,6 +241,7 @@ def define_common_targets():
         size = "medium",
         srcs = ["test/plain_dynamic_flow_test.py"],
         deps = [
+            ":lowered_program",
             ":loader",
             "//backends/cpu:symbolic_dims",
             "//backends/cpu/partition:cpu_partitioner",
@@ -254,6 +256,7 @@ def define_common_targets():
         size = "medium",
         srcs = ["test/shape_plan_weights_test.py"],
         deps = [
+            ":lowered_program",
             ":loader",
             "//backends/cpu/partition:cpu_partitioner",
             "//tools/bench:zoo",

@@ -16,6 +16,7 @@ from torch.export import Dim
 
 from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.runtime import loader
+from backends.cpu.runtime.test.lowered_program import assert_single_output_close
 from backends.cpu.serialization.graph_reader import cpu_payloads
 from backends.cpu.serialization.schema import fb
 from tools.bench.zoo_sequence import LlamaLike
@@ -83,11 +84,7 @@ def llama() -> tuple[torch.nn.Module, Any]:
 
 
 def _check(module: Any, model: torch.nn.Module, x: torch.Tensor) -> None:
-    (actual,) = module.forward([x])
-    with torch.no_grad():
-        expected = model(x)
-    assert actual.shape == expected.shape
-    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+    assert_single_output_close(module, model, x, atol=ATOL, rtol=RTOL)
 
 
 def test_payload_records_the_symbolic_dims_and_their_bounds() -> None:

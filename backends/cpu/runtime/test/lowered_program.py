@@ -160,3 +160,14 @@ def assert_exact(actual: list[Any], expected: list[Any]) -> None:
     for got, want in zip(actual, expected, strict=True):
         assert got.dtype == want.dtype
         assert torch.equal(got, want), (got, want)
+
+
+def assert_single_output_close(
+    module: Any, model: torch.nn.Module, x: torch.Tensor, atol: float, rtol: float
+) -> None:
+    """A loaded program's one output on `x` has eager's shape and is within atol/rtol of it."""
+    (actual,) = module.forward([x])
+    with torch.no_grad():
+        expected = model(x)
+    assert actual.shape == expected.shape
+    torch.testing.assert_close(actual, expected, atol=atol, rtol=rtol)

@@ -24,6 +24,7 @@ from torch.utils._sympy.value_ranges import ValueRanges
 from backends.cpu import symbolic_dims
 from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.runtime import loader
+from backends.cpu.runtime.test.lowered_program import assert_single_output_close
 from tools.bench.zoo import MobileNetV3Like
 from tools.bench.zoo_sequence import LlamaLike
 
@@ -75,11 +76,7 @@ def _save_and_load(program: Any, path: Path) -> Any:
 
 
 def _check(module: Any, model: torch.nn.Module, x: torch.Tensor) -> None:
-    (actual,) = module.forward([x])
-    with torch.no_grad():
-        expected = model(x)
-    assert actual.shape == expected.shape
-    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+    assert_single_output_close(module, model, x, atol=ATOL, rtol=RTOL)
 
 
 def test_cnn_with_bounded_batch_runs_at_every_size_with_plain_to_executorch(

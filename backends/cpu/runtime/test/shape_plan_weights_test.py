@@ -16,6 +16,7 @@ from torch.export import Dim
 
 from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.runtime import loader
+from backends.cpu.runtime.test.lowered_program import assert_single_output_close
 from tools.bench.zoo import MobileNetV3Like
 from tools.bench.zoo_sequence import LlamaLike
 
@@ -63,11 +64,7 @@ def _input(name: str, size: int) -> torch.Tensor:
 
 
 def _check(module: Any, model: torch.nn.Module, x: torch.Tensor) -> None:
-    (actual,) = module.forward([x])
-    with torch.no_grad():
-        expected = model(x)
-    assert actual.shape == expected.shape
-    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+    assert_single_output_close(module, model, x, atol=ATOL, rtol=RTOL)
 
 
 def _made_at_new_sizes(
