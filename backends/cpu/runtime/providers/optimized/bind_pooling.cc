@@ -3,8 +3,7 @@
 // nearest / bilinear resampling, concatenation and permute_copy. Their kernels take part in
 // layout chaining (an output may stay channels-last after a channels-last input).
 #include "backends/cpu/runtime/providers/optimized/binders.h"
-
-#include <cmath>
+#include "backends/cpu/runtime/providers/optimized/kernels/reductions.h"
 
 namespace et_cpu_plugin {
 namespace cpu {
@@ -72,7 +71,10 @@ class MeanKernel final : public OptimizedKernel {
 
   Error run(KernelRuntimeContext&) override {
     if (rows_plain_) {
-      row_means(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>());
+      const int64_t rows = input_->size(0) * input_->size(1);
+      const int64_t length = rows > 0 ? static_cast<int64_t>(input_->numel()) / rows : 0;
+      onednn::row_means(rows, length, input_->const_data_ptr<float>(),
+                        output_->mutable_data_ptr<float>());
       return Error::Ok;
     }
     return guarded("mean", [&] {
@@ -81,24 +83,6 @@ class MeanKernel final : public OptimizedKernel {
   }
 
  private:
-  // Each of the N x C rows' mean, eight partial sums per row (independent chains).
-  void row_means(const float* in, float* out) const {
-    const int64_t rows = input_->size(0) * input_->size(1);
-    const int64_t length = rows > 0 ? static_cast<int64_t>(input_->numel()) / rows : 0;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = in + r * length;
-      float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      int64_t i = 0;
-      for (; i + 8 <= length; i += 8) {
-        for (int lane = 0; lane < 8; ++lane) partial[lane] += row[i + lane];
-      }
-      float sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
-                  ((partial[4] + partial[5]) + (partial[6] + partial[7]));
-      for (; i < length; ++i) sum += row[i];
-      out[r] = length > 0 ? sum / static_cast<float>(length) : std::nanf("");
-    }
-  }
-
   const Tensor* input_;
   Tensor* output_;
   bool rows_plain_ = false;

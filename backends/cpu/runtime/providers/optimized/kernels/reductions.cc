@@ -163,5 +163,20 @@ void reduce_any(const ReductionShape& s, const bool* x, bool* out) {
   }
 }
 
+void row_means(int64_t rows, int64_t length, const float* x, float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * length;
+    float partial[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= length; i += 8) {
+      for (int lane = 0; lane < 8; ++lane) partial[lane] += row[i + lane];
+    }
+    float sum = ((partial[0] + partial[1]) + (partial[2] + partial[3])) +
+                ((partial[4] + partial[5]) + (partial[6] + partial[7]));
+    for (; i < length; ++i) sum += row[i];
+    out[r] = length > 0 ? sum / static_cast<float>(length) : std::nanf("");
+  }
+}
+
 }  // namespace onednn
 }  // namespace et_cpu_plugin

@@ -1,7 +1,8 @@
 // Our own loops for reductions over one run of adjacent dims of a contiguous tensor: amax / amin
 // (text CNN's max over time), argmax / argmin (a classifier's predicted class), any (the
-// attention guard's "is any score in this row unmasked"). ExecuTorch's portable kernels compute
-// an index per element; here the tensor is read as [outer, extent, inner] in one pass.
+// attention guard's "is any score in this row unmasked"), row means (RMSNorm's mean).
+// ExecuTorch's portable kernels compute an index per element; here the tensor is read as
+// [outer, extent, inner] in one pass.
 // No ExecuTorch or oneDNN types.
 #pragma once
 
@@ -33,6 +34,10 @@ void reduce_argmax(const ReductionShape& shape, bool minimum, const float* x, in
 
 // out[o, i] = any over k of x[o, k, i].
 void reduce_any(const ReductionShape& shape, const bool* x, bool* out);
+
+// out[r] = the mean of x's r-th contiguous row of `length` (NaN when `length` is 0), eight
+// partial sums per row (independent chains): a plain-layout global average (RMSNorm's mean).
+void row_means(int64_t rows, int64_t length, const float* x, float* out);
 
 }  // namespace onednn
 }  // namespace et_cpu_plugin
