@@ -4,7 +4,9 @@ torchao's `quantize_` turns a module's weight into a tensor subclass that export
 
     dequantize_affine(W_q, [1, group], scales, zero_points, int8, qmin, qmax) -> float32 weight
 
-on constants (int8-stored int4/int8 values, float32 scales, integer zero points).
+on constants (int8-stored int4/int8 values, float32, bfloat16 or float16 scales, integer zero
+points). torchao multiplies the float32 (q - zero point) by the scale upcast to float32, so the
+packed weight keeps the scales widened to float32: the same values, exactly.
 `match_weight` recognises it for every fused op (linear_8da.py, weight_only.py); `pack_weight`
 stores it packed: two int4 values a byte when its range fits [-8, 7] and the row is even, else
 one int8 a byte. `lift_weight` adds the packed constants to the program for a fused op.
@@ -24,6 +26,8 @@ DEQUANTIZE = "torchao.dequantize_affine.default"
 LINEAR = "aten.linear.default"
 EMBEDDING = "aten.embedding.default"
 TORCHAO_OPS = frozenset({CHOOSE_QPARAMS, QUANTIZE, DEQUANTIZE})
+# Weight scale dtypes whose values float32 holds exactly (torchao upcasts them when dequantizing).
+SCALE_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16})
 
 
 def key(node: object) -> str | None:
@@ -63,7 +67,7 @@ class WeightMatch:
 
     dequantize: torch.fx.Node
     weight: torch.fx.Node  # int8 constant [rows, cols]
-    scales: torch.fx.Node  # float32 constant [rows, cols / group]
+    scales: torch.fx.Node  # float32 / bfloat16 / float16 constant [rows, cols / group]
     zero_points: torch.fx.Node | None  # integer constant [rows, cols / group], or absent
     rows: int
     cols: int
@@ -96,8 +100,11 @@ def match_weight(w_dq: object) -> WeightMatch | str:
     if group <= 0 or cols % group != 0:
         return f"weight group size {group} does not divide the row length {cols}"
     groups = cols // group
-    if s_val.dtype != torch.float32 or s_val.numel() != rows * groups:
-        return "weight scales are not float32, one per (row, group)"
+    if s_val.dtype not in SCALE_DTYPES or s_val.numel() != rows * groups:
+        return (
+            f"weight scales ({s_val.dtype}) are not float32, bfloat16 or float16, one per "
+            "(row, group)"
+        )
     if zero_points is not None:
         z_val = val(zero_points)
         if z_val is None or z_val.dtype not in (torch.int8, torch.int32, torch.int64):
@@ -147,12 +154,13 @@ class LiftedWeight:
 
 
 def lift_weight(constants: ProgramConstants, found: WeightMatch, name: str) -> LiftedWeight:
-    """Adds `found`'s packed weight, scales and (only when some are not 0) int8 zero points to
-    the program as constants named after `name`."""
+    """Adds `found`'s packed weight, float32 scales and (only when some are not 0) int8 zero
+    points to the program as constants named after `name`."""
     weight = constants.value(found.weight)
     packed, bits = pack_weight(weight, found.weight_range)
     groups = found.cols // found.group_size
-    scales = constants.value(found.scales).reshape(found.rows, groups).contiguous()
+    scales = constants.value(found.scales).reshape(found.rows, groups).to(torch.float32)
+    scales = scales.contiguous()
     zero_points = None
     if found.zero_points is not None:
         z = constants.value(found.zero_points).reshape(found.rows, groups)

@@ -1,10 +1,11 @@
 """torchao's weight-only programs (IntxWeightOnlyConfig: int4 or int8 weights per group or per
-channel, symmetric or asymmetric, float32 activations) lowered with CpuPartitioner through the
-standard `to_edge_transform_and_lower(...).to_executorch()`: fully delegated, each linear one
-`et_cpu_quant::linear_wo` kernel and each quantized embedding one `et_cpu_quant::embedding_wo`,
-outputs against torchao's eager model; a Llama-style decoder with a weight-only embedding and 8da4w
-linears fully delegated and small; an out-of-range index fails at run time naming the op; a scheme
-the delegate does not run fails lowering naming the op, the node and the reason."""
+channel, symmetric or asymmetric, scales in float32, bfloat16 or float16, float32 activations)
+lowered with CpuPartitioner through the standard `to_edge_transform_and_lower(...).to_executorch()`:
+fully delegated, each linear one `et_cpu_quant::linear_wo` kernel and each quantized embedding one
+`et_cpu_quant::embedding_wo`, outputs against torchao's eager model; a Llama-style decoder with a
+weight-only embedding and 8da4w linears fully delegated and small; an out-of-range index fails at
+run time naming the op; a scheme the delegate does not run fails lowering naming the op, the node
+and the reason."""
 
 import copy
 from typing import Any
@@ -251,17 +252,47 @@ def test_decoder_with_quantized_embedding_is_fully_delegated_and_small(
     assert len(pte) < limit * len(float_pte), (len(pte), len(float_pte))
 
 
-def test_unsupported_torchao_scheme_fails_lowering_naming_op_node_and_reason() -> None:
-    # bfloat16 scales: not a scheme the fused ops take. Lowering stops at the partitioner instead
-    # of failing later in to_executorch() with "Missing out variants".
-    model = nn.Linear(64, 32)
-    config = IntxWeightOnlyConfig(
-        weight_dtype=INT4, granularity=PerGroup(32), scale_dtype=torch.bfloat16
+@pytest.mark.parametrize("scale_dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_half_precision_weight_scales_are_widened_exactly(scale_dtype: torch.dtype) -> None:
+    # torchao multiplies the float32 (q - zero point) by the scale upcast to float32, so scales
+    # stored in bfloat16 or float16 lower to the same float32 values: a weight-only and an 8da4w
+    # linear, each one delegated kernel, against torchao's eager model.
+    torch.manual_seed(3)
+    weight_only = nn.Linear(128, 48)
+    quantize_(
+        weight_only,
+        IntxWeightOnlyConfig(weight_dtype=INT4, granularity=PerGroup(32), scale_dtype=scale_dtype),
     )
-    quantize_(model, config)
+    dynamic = nn.Linear(128, 48)
+    quantize_(
+        dynamic,
+        Int8DynamicActivationIntxWeightConfig(
+            weight_dtype=INT4, weight_granularity=PerGroup(32), weight_scale_dtype=scale_dtype
+        ),
+    )
+    cases = [(weight_only.eval(), (torch.randn(5, 128),)), (dynamic.eval(), (torch.randn(5, 128),))]
+    lowered = lower_cases(cases)
+    assert _kernels(lowered.payload) == [LINEAR_KERNEL, "et_cpu_quant::linear_8da.out"]
+    program = load(lowered.pte)
+    torch.testing.assert_close(
+        _run(program, lowered.inputs), list(lowered.expected), atol=ATOL, rtol=RTOL
+    )
+    # One-hot rows read single dequantized weights: equal to torchao's, bit for bit.
+    one_hot = (torch.eye(128)[:5], torch.randn(5, 128))
+    with torch.no_grad():
+        expected = weight_only(one_hot[0])
+    assert torch.equal(_run(program, one_hot)[0], expected)
+
+
+def test_unsupported_torchao_scheme_fails_lowering_naming_op_node_and_reason() -> None:
+    # A bfloat16 model: its linear is not a float32 one the fused ops take. Lowering stops at the
+    # partitioner instead of failing later in to_executorch() with "Missing out variants" (as
+    # XNNPACK's lowering of the same program does).
+    model = nn.Linear(64, 32).to(torch.bfloat16)
+    quantize_(model, IntxWeightOnlyConfig(weight_dtype=INT4, granularity=PerGroup(32)))
     with pytest.raises(UnsupportedTorchaoOpError) as raised:
-        lower_to_pte(model.eval(), (torch.randn(3, 64),))
+        lower_to_pte(model.eval(), (torch.randn(3, 64, dtype=torch.bfloat16),))
     message = str(raised.value)
     assert "torchao_dequantize_affine_default (torchao.dequantize_affine.default)" in message
-    assert "weight scales are not float32" in message
+    assert "not by a linear" in message
     assert "IntxWeightOnlyConfig" in message
