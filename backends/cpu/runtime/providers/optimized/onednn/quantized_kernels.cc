@@ -822,6 +822,12 @@ bool quantized_layout_follows_input(const std::string& kernel) {
 
 int quantized_second_input(const std::string& kernel) { return kernel == kAdd ? 3 : -1; }
 
+std::string quantized_implementation(const BoundKernel& kernel) {
+  return dynamic_cast<const DepthwiseInt8Kernel*>(&kernel) != nullptr
+             ? "depthwise_int8:avx512_vnni"
+             : "";
+}
+
 namespace {
 
 Error bind_or_check(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason,
