@@ -102,14 +102,30 @@ def _reference(case: Case, d: dict[str, np.ndarray | float | int]) -> np.ndarray
 def _run(lib: ctypes.CDLL, case: Case, d: dict[str, np.ndarray | float | int]) -> np.ndarray | None:
     out_h, out_w = _output_size(case)
     geometry = np.array(
-        [case.channels, *case.size, out_h, out_w, case.kernel, *case.stride, case.padding,
-         case.padding],
+        [
+            case.channels,
+            *case.size,
+            out_h,
+            out_w,
+            case.kernel,
+            *case.stride,
+            case.padding,
+            case.padding,
+        ],
         dtype=np.int64,
     )
     qmin, qmax = (-128, 127) if case.signed else (0, 255)
     quant = np.array(
-        [d["in_scale"], d["in_zp"], d["out_scale"], d["out_zp"], qmin, qmax, *case.clamp,
-         1.0 if case.signed else 0.0],
+        [
+            d["in_scale"],
+            d["in_zp"],
+            d["out_scale"],
+            d["out_zp"],
+            qmin,
+            qmax,
+            *case.clamp,
+            1.0 if case.signed else 0.0,
+        ],
         dtype=np.float64,
     )
     act = np.int8 if case.signed else np.uint8
@@ -211,8 +227,11 @@ def test_rounding_ties_go_to_even(lib: ctypes.CDLL) -> None:
 
 @pytest.mark.parametrize(
     "case",
-    [Case(16, (8, 8), kernel=7, padding=3), Case(16, (8, 8), stride=(1, 3)),
-     Case(16, (8, 8), kernel=1, padding=0)],
+    [
+        Case(16, (8, 8), kernel=7, padding=3),
+        Case(16, (8, 8), stride=(1, 3)),
+        Case(16, (8, 8), kernel=1, padding=0),
+    ],
     ids=str,
 )
 def test_declines_other_kernels_and_strides(lib: ctypes.CDLL, case: Case) -> None:
