@@ -64,6 +64,9 @@ class QuantizedChainKernel final : public OptimizedKernel {
   const executorch::aten::TensorImpl* chainable_output() const override {
     return quantized_output_chainable(kernel_name_) ? impl_of(output_) : nullptr;
   }
+  std::string implementation() const override {
+    return kernel_ ? quantized_implementation(*kernel_) : "";
+  }
   // The int8 max pool's / add's output may be channels-last when all its inputs are.
   const executorch::aten::TensorImpl* chainable_output_after(
       const Chained& chained) const override {

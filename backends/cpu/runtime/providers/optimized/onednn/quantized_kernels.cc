@@ -17,6 +17,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "backends/cpu/runtime/providers/optimized/kernels/depthwise_int8.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/quantize_convert.h"
 #include "backends/cpu/runtime/providers/optimized/common/slices.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
@@ -371,9 +372,123 @@ void split_rows(QuantizedKernel& kernel, onednn::WorkPool* pool, const memory::d
   kernel.use_bands(pool);
 }
 
+// An int8 depthwise convolution on our own kernel (kernels/depthwise_int8.h), channels-last in
+// and out: each image's output rows in bands on the pool (two per pool thread, as split_rows), or
+// whole on the calling thread without a pool or with ET_CPU_ONEDNN_INT8_SPLIT=0.
+class DepthwiseInt8Kernel final : public BoundKernel {
+ public:
+  DepthwiseInt8Kernel(const OpBinding& op, const onednn::DepthwiseShape& shape,
+                      const onednn::DepthwiseInt8Quant& quant, onednn::WorkPool* pool)
+      : conv_(shape, op.args[1]->toTensor().const_data_ptr<int8_t>(),
+              op.args[2]->toTensor().const_data_ptr<float>(),
+              op.args[3]->isTensor() ? op.args[3]->toTensor().const_data_ptr<float>() : nullptr,
+              quant) {
+    const Tensor& input = op.args[0]->toTensor();
+    input_ = input.unsafeGetTensorImpl();
+    output_ = op.args[op.args.size() - 2]->toTensor().unsafeGetTensorImpl();
+    images_ = input.size(0);
+    in_image_ = shape.channels * shape.in_h * shape.in_w;
+    out_image_ = shape.channels * shape.out_h * shape.out_w;
+    if (pool != nullptr && pool->size() >= 2 && int8_split_enabled()) {
+      pool_ = pool;
+      bands_ = std::min<int64_t>(shape.out_h, 2 * pool->size());
+    }
+  }
+
+  Error run(KernelRuntimeContext& /*context*/) override {
+    const auto* in = static_cast<const uint8_t*>(input_->data());
+    auto* out = static_cast<uint8_t*>(output_->mutable_data());
+    const int64_t rows = conv_.shape().out_h;
+    if (pool_ == nullptr) {
+      for (int64_t n = 0; n < images_; ++n) {
+        conv_.run_rows(in + n * in_image_, out + n * out_image_, 0, rows);
+      }
+      return Error::Ok;
+    }
+    pool_->run(static_cast<size_t>(images_ * bands_), [&](size_t task, int) {
+      const int64_t n = static_cast<int64_t>(task) / bands_;
+      const auto [first, last] = onednn::slice_of(rows, static_cast<size_t>(bands_),
+                                                  task % static_cast<size_t>(bands_));
+      conv_.run_rows(in + n * in_image_, out + n * out_image_, first, last);
+    });
+    return Error::Ok;
+  }
+
+ private:
+  onednn::DepthwiseInt8 conv_;
+  executorch::aten::TensorImpl* input_ = nullptr;
+  executorch::aten::TensorImpl* output_ = nullptr;
+  onednn::WorkPool* pool_ = nullptr;  // null: every row on the calling thread
+  int64_t bands_ = 1;
+  int64_t images_ = 1;
+  int64_t in_image_ = 0;
+  int64_t out_image_ = 0;
+};
+
+// The int8 depthwise convolution's shape and quantization when our kernel takes `op`: groups ==
+// input channels == output channels, one filter each, dilation 1, channels-last input and
+// output, and depthwise_int8_supports.
+bool own_depthwise_int8(const OpBinding& op, bool input_channels_last, bool output_channels_last,
+                        onednn::DepthwiseShape* shape, onednn::DepthwiseInt8Quant* quant) {
+  const Tensor& input = op.args[0]->toTensor();
+  const Tensor& weight = op.args[1]->toTensor();
+  const Tensor& output = op.args[op.args.size() - 2]->toTensor();
+  const int64_t groups = op.args[7]->toInt();
+  if (!input_channels_last || !output_channels_last || input.dim() != 4 || weight.dim() != 4 ||
+      groups < 2 || input.size(1) != groups || weight.size(0) != groups || weight.size(1) != 1 ||
+      output.size(1) != groups) {
+    return false;
+  }
+  const auto stride = op.args[4]->toIntList();
+  const auto padding = op.args[5]->toIntList();
+  const auto dilation = op.args[6]->toIntList();
+  if (dilation[0] != 1 || dilation[1] != 1) return false;
+  onednn::DepthwiseShape& s = *shape;
+  s.channels = groups;
+  s.in_h = input.size(2);
+  s.in_w = input.size(3);
+  s.out_h = output.size(2);
+  s.out_w = output.size(3);
+  s.kernel_h = weight.size(2);
+  s.kernel_w = weight.size(3);
+  s.stride_h = stride[0];
+  s.stride_w = stride[1];
+  s.pad_top = padding[0];
+  s.pad_left = padding[1];
+  // torch's output size with this padding on both sides (the kernel pads the far sides as the
+  // output size implies).
+  if (s.out_h != (s.in_h + 2 * s.pad_top - s.kernel_h) / s.stride_h + 1 ||
+      s.out_w != (s.in_w + 2 * s.pad_left - s.kernel_w) / s.stride_w + 1) {
+    return false;
+  }
+  const Quantization q = read_quantization(op, 8);
+  quant->input_scale = q.input_scale;
+  quant->input_zero_point = q.input_zero_point;
+  quant->output_scale = q.output_scale;
+  quant->output_zero_point = q.output_zero_point;
+  quant->quant_min = static_cast<int32_t>(q.quant_min);
+  quant->quant_max = static_cast<int32_t>(q.quant_max);
+  quant->output_min = q.output_min;
+  quant->output_max = q.output_max;
+  quant->is_signed = input.scalar_type() == ScalarType::Char;
+  return onednn::depthwise_int8_supports(s, *quant);
+}
+
 Error bind_conv(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::string* reason,
                 bool input_channels_last, bool output_channels_last, onednn::WorkPool* pool,
                 bool validate_only) {
+  onednn::DepthwiseShape depthwise;
+  onednn::DepthwiseInt8Quant depthwise_quant;
+  if (own_depthwise_int8(op, input_channels_last, output_channels_last, &depthwise,
+                         &depthwise_quant)) {
+    if (validate_only) return Error::Ok;
+    try {
+      *out = std::make_unique<DepthwiseInt8Kernel>(op, depthwise, depthwise_quant, pool);
+      return Error::Ok;
+    } catch (const onednn::ProviderError&) {
+      // fall through to oneDNN
+    }
+  }
   const Tensor& input = op.args[0]->toTensor();
   const Tensor& weight = op.args[1]->toTensor();
   const Tensor& output = op.args[op.args.size() - 2]->toTensor();
@@ -706,6 +821,12 @@ bool quantized_layout_follows_input(const std::string& kernel) {
 }
 
 int quantized_second_input(const std::string& kernel) { return kernel == kAdd ? 3 : -1; }
+
+std::string quantized_implementation(const BoundKernel& kernel) {
+  return dynamic_cast<const DepthwiseInt8Kernel*>(&kernel) != nullptr
+             ? "depthwise_int8:avx512_vnni"
+             : "";
+}
 
 namespace {
 

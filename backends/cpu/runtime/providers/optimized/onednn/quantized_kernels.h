@@ -42,6 +42,10 @@ bool quantized_output_chainable(const std::string& kernel);
 // max pool and add): the session keeps its output channels-last when all its inputs are.
 bool quantized_layout_follows_input(const std::string& kernel);
 
+// Which of our own kernels runs a bound int8 op: "depthwise_int8:avx512_vnni" for a depthwise
+// convolution on kernels/depthwise_int8.h, else "" (oneDNN's).
+std::string quantized_implementation(const BoundKernel& kernel);
+
 // The argument index of `kernel`'s second activation input (the add's b), or -1.
 int quantized_second_input(const std::string& kernel);
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/depthwise_int8.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_activations.h"
 
 namespace onednn = et_cpu_plugin::onednn;
@@ -398,6 +399,40 @@ int etdnn_vector_activation(int kind, const float* input, float* output, size_t 
                                       " is not 3 (sigmoid) or 4 (silu)");
         }
         onednn::apply_vector_activation(activation_of_kind(kind), input, output, count);
+        return 0;
+      },
+      1);
+}
+
+int etdnn_depthwise_int8_run(const int64_t* geometry, const double* quant, const int8_t* weight,
+                             const float* weight_scales, const float* bias, const uint8_t* input,
+                             uint8_t* output) {
+  return guarded(
+      [&] {
+        onednn::DepthwiseShape s;
+        s.channels = geometry[0];
+        s.in_h = geometry[1];
+        s.in_w = geometry[2];
+        s.out_h = geometry[3];
+        s.out_w = geometry[4];
+        s.kernel_h = s.kernel_w = geometry[5];
+        s.stride_h = geometry[6];
+        s.stride_w = geometry[7];
+        s.pad_top = geometry[8];
+        s.pad_left = geometry[9];
+        onednn::DepthwiseInt8Quant q;
+        q.input_scale = static_cast<float>(quant[0]);
+        q.input_zero_point = static_cast<int32_t>(quant[1]);
+        q.output_scale = static_cast<float>(quant[2]);
+        q.output_zero_point = static_cast<int32_t>(quant[3]);
+        q.quant_min = static_cast<int32_t>(quant[4]);
+        q.quant_max = static_cast<int32_t>(quant[5]);
+        q.output_min = quant[6];
+        q.output_max = quant[7];
+        q.is_signed = quant[8] != 0.0;
+        if (!onednn::depthwise_int8_supports(s, q)) return 2;
+        onednn::DepthwiseInt8 conv(s, weight, weight_scales, bias, q);
+        conv.run_rows(input, output, 0, s.out_h);
         return 0;
       },
       1);

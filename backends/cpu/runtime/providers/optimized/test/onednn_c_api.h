@@ -108,6 +108,15 @@ void etdnn_plan_destroy(etdnn_plan* plan);
 int etdnn_has_vector_activation(int kind);
 int etdnn_vector_activation(int kind, const float* input, float* output, size_t count);
 
+// The int8 depthwise kernel (kernels/depthwise_int8.h) on one channels-last image, all rows on
+// the calling thread. `geometry`: channels, in_h, in_w, out_h, out_w, kernel, stride_h,
+// stride_w, pad_top, pad_left. `quant`: input scale, input zero point, output scale, output
+// zero point, quant_min, quant_max, output_min, output_max (+-inf: none), is_signed (1: s8).
+// `bias` may be null. 0: done; 1: an error (etdnn_last_error); 2: the kernel does not take it.
+int etdnn_depthwise_int8_run(const int64_t* geometry, const double* quant, const int8_t* weight,
+                             const float* weight_scales, const float* bias, const uint8_t* input,
+                             uint8_t* output);
+
 #ifdef __cplusplus
 }
 #endif
