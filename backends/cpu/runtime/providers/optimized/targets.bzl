@@ -39,6 +39,8 @@ def define_common_targets():
             "kernels/linear_8da_vnni.cc",
             "kernels/permute_plan.cc",
             "kernels/row_gemm.cc",
+            "kernels/stem_conv.cc",
+            "kernels/stem_conv.h",
             "kernels/row_gemm.h",
             "kernels/vector_epilogue.h",
             "kernels/vector_activations.cc",

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_conv.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/stem_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
 
@@ -328,6 +329,66 @@ ConvPlan prepare_own_depthwise(const std::shared_ptr<ProviderState>& state, cons
   return ConvPlan(std::move(impl));
 }
 
+// The shape our stem kernel (stem_conv.h) computes for a dense 2D convolution (groups 1,
+// dilation 1) from 1 to 4 input channels, plain or channels-last, asked for a channels-last
+// output (or oneDNN's choice), when it is wanted there; nothing otherwise.
+std::optional<StemShape> own_stem_shape(const ConvParams& p, const PostOps& post_ops,
+                                        const memory::desc& src_md, OutputLayout output) {
+  if (p.input_size.size() != 2 || p.groups != 1 || p.dilation[0] != 1 || p.dilation[1] != 1 ||
+      output == OutputLayout::kPlain) {
+    return std::nullopt;
+  }
+  const Dims src_dims{p.batch, p.in_channels, p.input_size[0], p.input_size[1]};
+  StemShape shape;
+  if (src_md == channels_last_md(src_dims)) {
+    shape.input_channels_last = true;
+  } else if (src_md == plain_md(src_dims)) {
+    shape.input_channels_last = false;
+  } else {
+    return std::nullopt;
+  }
+  const std::vector<int64_t> out = conv_output_size(p);
+  shape.in_channels = p.in_channels;
+  shape.out_channels = p.out_channels;
+  shape.in_h = p.input_size[0];
+  shape.in_w = p.input_size[1];
+  shape.out_h = out[0];
+  shape.out_w = out[1];
+  shape.kernel_h = p.kernel_size[0];
+  shape.kernel_w = p.kernel_size[1];
+  shape.stride_h = p.stride[0];
+  shape.stride_w = p.stride[1];
+  shape.pad_top = p.padding[0];
+  shape.pad_left = p.padding[1];
+  if (!own_stem_wanted(shape, post_ops)) return std::nullopt;
+  return shape;
+}
+
+// The plan of a stem convolution on our kernel: the given input layout, channels-last output,
+// the batch's output rows shared out on the pool.
+ConvPlan prepare_own_stem(const std::shared_ptr<ProviderState>& state, const ConvParams& p,
+                          const StemShape& shape, const float* weight, const float* bias,
+                          const PostOps& post_ops, const memory::desc& src_md) {
+  auto impl = std::make_shared<ConvLikePlan::Impl>();
+  impl->state = state;
+  StemRun run;
+  run.conv = std::make_shared<StemConv>(shape, weight, bias, post_ops);
+  run.batch = p.batch;
+  const double flops = 2.0 * static_cast<double>(p.batch * shape.out_h * shape.out_w) *
+                       static_cast<double>(shape.out_channels * shape.in_channels *
+                                           shape.kernel_h * shape.kernel_w);
+  run.tasks = state->pieces_for(flops, p.batch * shape.out_h);
+  state->weights_bytes += run.conv->weights_bytes();
+  impl->implementation = "stem:avx512" + pieces_note(run.tasks);
+  impl->stem = std::move(run);
+  impl->has_bias = bias != nullptr;
+  impl->has_add = false;
+  impl->input_layout = layout_of(src_md);
+  impl->output_layout =
+      layout_of(channels_last_md({p.batch, p.out_channels, shape.out_h, shape.out_w}));
+  return ConvPlan(std::move(impl));
+}
+
 }  // namespace
 
 ConvPlan Provider::prepare_conv(
@@ -364,6 +425,10 @@ ConvPlan Provider::prepare_conv(
           own_depthwise_shape(params, post_ops, given_src_md, layouts.output)) {
     return prepare_own_depthwise(state_, params, *depthwise, weight, bias, post_ops,
                                  given_src_md);
+  }
+  if (const std::optional<StemShape> stem =
+          own_stem_shape(params, post_ops, given_src_md, layouts.output)) {
+    return prepare_own_stem(state_, params, *stem, weight, bias, post_ops, given_src_md);
   }
   const memory::desc bias_md = bias ? any_md({params.out_channels}) : memory::desc();
 
