@@ -34,6 +34,7 @@ def define_common_targets():
             "common/work_pool.cc",
             "kernels/channel_binary.cc",
             "kernels/channel_binary.h",
+            "kernels/conv_window.h",
             "kernels/depthwise_conv.cc",
             "kernels/depthwise_conv.h",
             "kernels/linear_8da_vnni.cc",

@@ -15,26 +15,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cpu/runtime/providers/optimized/kernels/conv_window.h"
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
 
 namespace et_cpu_plugin {
 namespace onednn {
 
-// One image's convolution, torch's semantics (dilation 1). Padding on the right and bottom is
-// whatever out_w / out_h imply (anything past the input reads as zero).
-struct StemShape {
+// One image's convolution: its window (conv_window.h) from `in_channels` to `out_channels`.
+struct StemShape : ConvWindow {
   int64_t in_channels = 0;
   int64_t out_channels = 0;
-  int64_t in_h = 0;
-  int64_t in_w = 0;
-  int64_t out_h = 0;
-  int64_t out_w = 0;
-  int64_t kernel_h = 0;
-  int64_t kernel_w = 0;
-  int64_t stride_h = 1;
-  int64_t stride_w = 1;
-  int64_t pad_top = 0;
-  int64_t pad_left = 0;
   bool input_channels_last = true;  // false: plain [C][H][W]
 };
 

@@ -21,12 +21,9 @@ import torch.nn.functional as F
 
 from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import (
     ADD,
-    CLAMP,
-    HARDSIGMOID,
     HARDSWISH,
-    LEAKY_RELU,
+    IN_REGISTER_POST_OPS,
     RELU,
-    SIGMOID,
     SILU,
     PostOp,
     Provider,
@@ -34,20 +31,7 @@ from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import (
 
 Reference = Callable[[torch.Tensor], torch.Tensor]
 
-ACTIVATIONS: dict[str, tuple[list[PostOp], Reference]] = {
-    "none": ([], lambda y: y),
-    "relu": ([PostOp(RELU)], torch.relu),
-    "relu6": ([PostOp(CLAMP, 0.0, 6.0)], lambda y: y.clamp(0.0, 6.0)),
-    "hardswish": ([PostOp(HARDSWISH)], F.hardswish),
-    "silu": ([PostOp(SILU)], F.silu),
-    "sigmoid": ([PostOp(SIGMOID)], torch.sigmoid),
-    "hardsigmoid": ([PostOp(HARDSIGMOID)], F.hardsigmoid),
-    "leaky_relu": ([PostOp(LEAKY_RELU, 0.1)], lambda y: F.leaky_relu(y, 0.1)),
-    "relu_then_clamp": (
-        [PostOp(RELU), PostOp(CLAMP, -1.0, 0.5)],
-        lambda y: y.relu().clamp(max=0.5),
-    ),
-}
+ACTIVATIONS = IN_REGISTER_POST_OPS
 NAMES = list(ACTIVATIONS)
 # Output channels: one vector, a tail, two (MobileNetV2's 32), a tail after two, a chunk of four
 # and one more vector, and a tail after that.
