@@ -1,5 +1,6 @@
 """Keeps the depthwise benchmark runnable: two layers (3x3 and 5x5) and MobileNetV3's stem at
-batch 1 on one thread, ours and oneDNN's each prepared as asked (the benchmark checks the plan it got) and timed."""
+batch 1 on one thread, ours and oneDNN's each prepared as asked (the benchmark checks the plan
+it got) and timed."""
 
 import pytest
 

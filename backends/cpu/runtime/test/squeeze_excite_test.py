@@ -4,7 +4,7 @@ convolution, hardsigmoid or sigmoid gate) runs as one kernel of the Optimized pr
 multiply: MobileNetV3-style (ReLU, hardsigmoid) and EfficientNet-style (SiLU, sigmoid) tails
 after a channels-last depthwise stage and on a plain graph input, batch 1 and 3, with and
 without biases, a dynamic-batch program, the zoo's small MobileNetV3 / EfficientNet, and the
-switch (ET_CPU_OWN_SE=0: the pool and the two products as before).
+switch (off by default: the pool and the two products as before; ET_CPU_OWN_SE=1 takes it).
 
 Reference: the same model in float64 eager; tolerance 1e-5 (absolute and relative: the pool sums
 at most 24 x 24 values, the products at most 96 terms).
@@ -76,7 +76,7 @@ def test_tail_on_our_kernel(style: str, depthwise: bool, bias: bool) -> None:
         model = Tail(channels, squeezed, style, depthwise, bias).eval()
         x = torch.randn(batch, channels, *size) * 3.0
         pte, _ = lower_to_pte(model, (x,))
-        for own, tails in [("unset", 1), ("0", 0)]:
+        for own, tails in [("1", 1), ("unset", 0), ("0", 0)]:
             with pytest.MonkeyPatch.context() as patch:
                 if own == "unset":
                     patch.delenv("ET_CPU_OWN_SE", raising=False)
@@ -89,7 +89,8 @@ def test_tail_on_our_kernel(style: str, depthwise: bool, bias: bool) -> None:
             model = model.float()
 
 
-def test_tail_with_a_dynamic_batch() -> None:
+def test_tail_with_a_dynamic_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ET_CPU_OWN_SE", "1")
     torch.manual_seed(8)
     model = Tail(48, 12, "efficientnet", True, True).eval()
     loader.load_cpu_backend()
@@ -111,8 +112,9 @@ def test_tail_with_a_dynamic_batch() -> None:
 
 
 @pytest.mark.parametrize("name", ["mobilenet_v3", "efficientnet"])
-def test_zoo_models(name: str) -> None:
+def test_zoo_models(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every squeeze-excite block of the zoo's small MobileNetV3 / EfficientNet is one kernel."""
+    monkeypatch.setenv("ET_CPU_OWN_SE", "1")
     model, _ = zoo.create(name, "small", seed=2)
     model = model.eval()
     x = torch.randn(2, 3, 32, 32)

@@ -215,7 +215,13 @@ def test_split_over_the_pool(
     )
     _assert_close(actual, _expected(x, weight, bias, 2, 1, F.silu))
     plan = splitting.conv(
-        list(x.shape), weight, bias, [2, 2], [1, 1], [1, 1], input_channels_last=True,
+        list(x.shape),
+        weight,
+        bias,
+        [2, 2],
+        [1, 1],
+        [1, 1],
+        input_channels_last=True,
         output=output,
     )
     assert plan.pieces > 1
@@ -257,16 +263,30 @@ def test_what_stays_on_onednn(provider: Provider, monkeypatch: pytest.MonkeyPatc
     _assert_close(dilated, y.relu().float())
     # A residual add.
     plan = provider.conv(
-        list(x.shape), weight, bias, [2, 2], [1, 1], [1, 1], post_ops=[PostOp(ADD)],
-        input_channels_last=True, output="channels_last",
+        list(x.shape),
+        weight,
+        bias,
+        [2, 2],
+        [1, 1],
+        [1, 1],
+        post_ops=[PostOp(ADD)],
+        input_channels_last=True,
+        output="channels_last",
     )
     assert not plan.describe().startswith("stem:avx512"), plan.describe()
     # Five input channels; groups.
     x5, w5, b5 = _inputs(1, 5, 16, (20, 20), (3, 3), 12)
     _run(provider, x5, w5, b5, 2, 1, relu, True, own=False)
     plan = provider.conv(
-        [1, 4, 20, 20], torch.randn(16, 2, 3, 3), None, [2, 2], [1, 1], [1, 1], groups=2,
-        input_channels_last=True, output="channels_last",
+        [1, 4, 20, 20],
+        torch.randn(16, 2, 3, 3),
+        None,
+        [2, 2],
+        [1, 1],
+        [1, 1],
+        groups=2,
+        input_channels_last=True,
+        output="channels_last",
     )
     assert not plan.describe().startswith("stem:avx512"), plan.describe()
     # The switch off.
