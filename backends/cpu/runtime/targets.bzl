@@ -590,6 +590,32 @@ def define_common_targets():
     )
 
     runtime.python_test(
+        name = "mobile_stem_test",
+        size = "medium",
+        srcs = ["test/mobile_stem_test.py"],
+        deps = [
+            ":loader",
+            ":lowered_program",
+            ":provider_compare",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//tools/bench:zoo",
+        ],
+    )
+
+    runtime.python_test(
+        name = "squeeze_excite_test",
+        size = "medium",
+        srcs = ["test/squeeze_excite_test.py"],
+        deps = [
+            ":loader",
+            ":lowered_program",
+            ":provider_compare",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//tools/bench:zoo",
+        ],
+    )
+
+    runtime.python_test(
         name = "inverted_residual_block_test",
         srcs = ["test/inverted_residual_block_test.py"],
         # ~4 min on a busy 2-core machine, past the 300 s default when the load is higher.

@@ -241,7 +241,7 @@ Error bind_max_pool(const OpBinding& op, OptimizedSession& session,
 // aten::mean.out(self, dim[]?, keepdim, *, dtype?, out): taken for float32 over exactly the
 // spatial dims of a 3D-5D tensor (global average pooling), keepdim or not.
 Error bind_mean(const OpBinding& op, OptimizedSession& session, std::unique_ptr<BoundKernel>* out,
-                Decline* decline) {
+                Decline* decline, size_t* fused) {
   const Tensor* input = tensor_arg(op, 0);
   Tensor* output = op.args.size() > 4 && op.args[4]->isTensor() ? &op.args[4]->toTensor() : nullptr;
   if (!is_f32(input) || !is_f32(output) || input->dim() < 3 || input->dim() > 5 ||
@@ -272,6 +272,7 @@ Error bind_mean(const OpBinding& op, OptimizedSession& session, std::unique_ptr<
     decline->reason = "mean: output size differs from N x C";
     return Error::NotSupported;
   }
+  if (bind_squeeze_excite(op, input, output, session, out, fused)) return Error::Ok;
   auto kernel = std::make_unique<MeanKernel>(input, output);
   return bind_prepared(std::move(kernel), session, out);
 }
@@ -351,7 +352,7 @@ Error bind_avg_pool(const OpBinding& op, OptimizedSession& session,
 // aten::_adaptive_avg_pool2d.out(self, output_size, *, out): taken when the output size divides
 // the input size (every window then has the same size and stride: a plain average pooling).
 Error bind_adaptive_avg_pool(const OpBinding& op, OptimizedSession& session,
-                             std::unique_ptr<BoundKernel>* out, Decline* decline) {
+                             std::unique_ptr<BoundKernel>* out, Decline* decline, size_t* fused) {
   const Tensor* input = tensor_arg(op, 0);
   Tensor* output = op.args.size() > 2 && op.args[2]->isTensor() ? &op.args[2]->toTensor() : nullptr;
   if (!is_f32(input) || !is_f32(output) || input->dim() != 4 || output->dim() != 4 ||
@@ -382,6 +383,7 @@ Error bind_adaptive_avg_pool(const OpBinding& op, OptimizedSession& session,
     decline->reason = support.reason;
     return Error::NotSupported;
   }
+  if (bind_squeeze_excite(op, input, output, session, out, fused)) return Error::Ok;
   return bind_prepared(avg_pool_kernel(params, false, input, output), session, out);
 }
 

@@ -26,8 +26,10 @@ Error mm(const R& r) { return bind_matmul(r.op, false, r.session, r.out, r.decli
 Error bmm(const R& r) { return bind_matmul(r.op, true, r.session, r.out, r.decline, r.fused); }
 Error max_pool(const R& r) { return bind_max_pool(r.op, r.session, r.out, r.decline); }
 Error avg_pool(const R& r) { return bind_avg_pool(r.op, r.session, r.out, r.decline); }
-Error adaptive(const R& r) { return bind_adaptive_avg_pool(r.op, r.session, r.out, r.decline); }
-Error mean(const R& r) { return bind_mean(r.op, r.session, r.out, r.decline); }
+Error adaptive(const R& r) {
+  return bind_adaptive_avg_pool(r.op, r.session, r.out, r.decline, r.fused);
+}
+Error mean(const R& r) { return bind_mean(r.op, r.session, r.out, r.decline, r.fused); }
 Error nearest(const R& r) { return bind_upsample(r.op, false, r.session, r.out, r.decline); }
 Error bilinear(const R& r) { return bind_upsample(r.op, true, r.session, r.out, r.decline); }
 Error cat(const R& r) { return bind_cat(r.op, r.session, r.out, r.decline); }

@@ -34,8 +34,14 @@ Error bind_matmul(const OpBinding& op, bool batched, OptimizedSession& session, 
 Error bind_max_pool(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
 Error bind_avg_pool(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
 Error bind_adaptive_avg_pool(const OpBinding& op, OptimizedSession& session, Out out,
-                             Decline* decline);
-Error bind_mean(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
+                             Decline* decline, size_t* fused);
+Error bind_mean(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline,
+                size_t* fused);
+// bind_squeeze_excite.cc: a global average pool of `input` into `pooled` ([N, C, 1, 1]) and its
+// offered steps as one squeeze-excite kernel (kernels/squeeze_excite.h); false (nothing bound)
+// when the steps are not that tail.
+bool bind_squeeze_excite(const OpBinding& op, const Tensor* input, const Tensor* pooled,
+                         OptimizedSession& session, Out out, size_t* fused);
 Error bind_upsample(const OpBinding& op, bool linear, OptimizedSession& session, Out out,
                     Decline* decline);
 Error bind_cat(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);

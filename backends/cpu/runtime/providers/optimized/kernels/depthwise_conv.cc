@@ -29,10 +29,8 @@ namespace {
 constexpr int64_t kLanes = 16;  // floats per AVX-512 vector
 constexpr int kBlock = 8;       // output pixels per register block
 
-// How the post-ops are applied to each output vector: the three the mobile networks fuse (ReLU /
-// ReLU6 / hardtanh as a clamp, hardswish, SiLU) with their own inlined code, every other
-// in-register chain through epilogue16 (a dispatch per vector).
-enum class Epi { kClamp, kHardswish, kSilu, kGeneric };
+// How the post-ops are applied to each output vector (vector_epilogue.h).
+using Epi = FusedEpilogue;
 
 // What one output row's work needs: its window's input rows, the weights and the geometry.
 struct RowArgs {
@@ -53,20 +51,6 @@ struct RowArgs {
 };
 
 using BlockKernel = void (*)(const RowArgs&, int64_t ox, int64_t count, __mmask16 tail_mask);
-
-template <Epi E>
-ET_AVX512 inline __attribute__((always_inline)) __m512 finish(const RowArgs& a, __m512 v,
-                                                              __m512 lo, __m512 hi) {
-  if constexpr (E == Epi::kClamp) {
-    return _mm512_min_ps(_mm512_max_ps(v, lo), hi);
-  } else if constexpr (E == Epi::kHardswish) {
-    return _mm512_mul_ps(v, hardsigmoid16(v));
-  } else if constexpr (E == Epi::kSilu) {
-    return silu16(v);
-  } else {
-    return epilogue16(*a.post_ops, v, nullptr, static_cast<__mmask16>(0xFFFF));
-  }
-}
 
 // How a block of pixels reads its input: every window inside the input and all 16 channels
 // (kFull), or through a load mask per input column (kChecked: a window may cross the left or
@@ -128,7 +112,7 @@ ET_AVX512 inline __attribute__((always_inline)) void block_once(const RowArgs& a
   float* out = a.output + ox * a.channels + c;
 #pragma GCC unroll 16
   for (int b = 0; b < B; ++b) {
-    const __m512 v = finish<E>(a, acc[b], lo, hi);
+    const __m512 v = fused_epilogue<E>(*a.post_ops, acc[b], lo, hi);
     if constexpr (kReads == Reads::kFull) {
       _mm512_storeu_ps(out + b * a.channels, v);
     } else {
@@ -233,39 +217,6 @@ BlockKernel block_kernel(const DepthwiseShape& shape, int b, Reads reads, Epi ep
   return nullptr;
 }
 
-// The epilogue class of `post_ops` and, for Epi::kClamp, its bounds.
-Epi epilogue_of(const PostOps& post_ops, float* lo, float* hi) {
-  *lo = 0.0f;
-  *hi = std::numeric_limits<float>::infinity();
-  if (post_ops.size() != 1) return Epi::kGeneric;
-  const PostOp& op = post_ops[0];
-  switch (op.kind) {
-    case PostOp::Kind::kRelu:
-      return Epi::kClamp;
-    case PostOp::Kind::kClamp:
-      *lo = op.min;
-      *hi = op.max;
-      return Epi::kClamp;
-    case PostOp::Kind::kActivation:
-      switch (op.activation.kind) {
-        case Activation::Kind::kRelu:
-          return Epi::kClamp;
-        case Activation::Kind::kClamp:
-          *lo = op.activation.alpha;
-          *hi = op.activation.beta;
-          return Epi::kClamp;
-        case Activation::Kind::kHardswish:
-          return Epi::kHardswish;
-        case Activation::Kind::kSilu:
-          return Epi::kSilu;
-        default:
-          return Epi::kGeneric;
-      }
-    default:
-      return Epi::kGeneric;
-  }
-}
-
 }  // namespace
 
 bool depthwise_supports(const DepthwiseShape& s, const PostOps& post_ops) {
@@ -339,7 +290,7 @@ void DepthwiseConv::run_rows(const float* input, int64_t input_first, int64_t in
                              float* output, int64_t row_begin, int64_t row_end) const {
   const DepthwiseShape& s = shape_;
   RowArgs a;
-  const Epi epi = epilogue_of(post_ops_, &a.lo, &a.hi);
+  const Epi epi = fused_epilogue_of(post_ops_, &a.lo, &a.hi);
   // Each block's kernel (borders: through the load masks; unspecialized sizes: one pixel).
   std::vector<BlockKernel> kernels;
   kernels.reserve(blocks_.size());

@@ -15,25 +15,15 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cpu/runtime/providers/optimized/kernels/conv_window.h"
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
 
 namespace et_cpu_plugin {
 namespace onednn {
 
-// One image's depthwise convolution, torch's semantics (dilation 1). Padding on the right and
-// bottom is whatever out_w / out_h imply (anything past the input reads as zero).
-struct DepthwiseShape {
+// One image's depthwise convolution: its window (conv_window.h) over `channels` channels.
+struct DepthwiseShape : ConvWindow {
   int64_t channels = 0;
-  int64_t in_h = 0;
-  int64_t in_w = 0;
-  int64_t out_h = 0;
-  int64_t out_w = 0;
-  int64_t kernel_h = 0;
-  int64_t kernel_w = 0;
-  int64_t stride_h = 1;
-  int64_t stride_w = 1;
-  int64_t pad_top = 0;
-  int64_t pad_left = 0;
 };
 
 // Whether the kernel runs this shape with these post-ops here: AVX-512F, positive extents, every

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <limits>
 
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
@@ -87,6 +88,60 @@ inline bool post_ops_in_registers(const PostOps& post_ops) {
   return std::all_of(post_ops.begin(), post_ops.end(), [](const PostOp& op) {
     return op.kind != PostOp::Kind::kActivation || activation_in_registers(op.activation.kind);
   });
+}
+
+// How a kernel with the post-ops as a template parameter applies them to each output vector: the
+// three the mobile networks fuse (ReLU / ReLU6 / hardtanh as a clamp, hardswish, SiLU) with their
+// own inlined code, every other in-register chain through epilogue16 (a dispatch per vector).
+enum class FusedEpilogue { kClamp, kHardswish, kSilu, kGeneric };
+
+// The class of `post_ops` (no add) and, for kClamp, its bounds.
+inline FusedEpilogue fused_epilogue_of(const PostOps& post_ops, float* lo, float* hi) {
+  *lo = 0.0f;
+  *hi = std::numeric_limits<float>::infinity();
+  if (post_ops.size() != 1) return FusedEpilogue::kGeneric;
+  const PostOp& op = post_ops[0];
+  switch (op.kind) {
+    case PostOp::Kind::kRelu:
+      return FusedEpilogue::kClamp;
+    case PostOp::Kind::kClamp:
+      *lo = op.min;
+      *hi = op.max;
+      return FusedEpilogue::kClamp;
+    case PostOp::Kind::kActivation:
+      switch (op.activation.kind) {
+        case Activation::Kind::kRelu:
+          return FusedEpilogue::kClamp;
+        case Activation::Kind::kClamp:
+          *lo = op.activation.alpha;
+          *hi = op.activation.beta;
+          return FusedEpilogue::kClamp;
+        case Activation::Kind::kHardswish:
+          return FusedEpilogue::kHardswish;
+        case Activation::Kind::kSilu:
+          return FusedEpilogue::kSilu;
+        default:
+          return FusedEpilogue::kGeneric;
+      }
+    default:
+      return FusedEpilogue::kGeneric;
+  }
+}
+
+// The post-ops of class E on one vector (`lo` / `hi`: kClamp's bounds, broadcast).
+template <FusedEpilogue E>
+ET_AVX512 inline __attribute__((always_inline)) __m512 fused_epilogue(const PostOps& post_ops,
+                                                                      __m512 v, __m512 lo,
+                                                                      __m512 hi) {
+  if constexpr (E == FusedEpilogue::kClamp) {
+    return _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+  } else if constexpr (E == FusedEpilogue::kHardswish) {
+    return _mm512_mul_ps(v, hardsigmoid16(v));
+  } else if constexpr (E == FusedEpilogue::kSilu) {
+    return silu16(v);
+  } else {
+    return epilogue16(post_ops, v, nullptr, static_cast<__mmask16>(0xFFFF));
+  }
 }
 
 }  // namespace onednn

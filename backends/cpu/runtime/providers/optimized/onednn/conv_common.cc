@@ -8,6 +8,7 @@
 
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/stem_conv.h"
 
 namespace et_cpu_plugin {
 namespace onednn {
@@ -23,6 +24,7 @@ std::string ConvLikePlan::implementation() const { return impl_->implementation;
 size_t ConvLikePlan::pieces() const {
   if (impl_->row_gemm) return impl_->row_gemm->tasks;
   if (impl_->depthwise) return impl_->depthwise->tasks;
+  if (impl_->stem) return impl_->stem->tasks;
   return std::max<size_t>(1, impl_->pieces.size());
 }
 
@@ -82,6 +84,7 @@ void ConvCore::describe_split() {
 size_t ConvCore::weights_bytes() const {
   if (row_gemm) return row_gemm->gemm->weights_bytes();
   if (depthwise) return depthwise->conv->weights_bytes();
+  if (stem) return stem->conv->weights_bytes();
   size_t total = weights.md.get_size() + (has_bias ? bias.md.get_size() : 0);
   // Channel pieces own their weight blocks; other pieces' weights are empty (the plan's).
   for (const Piece& piece : pieces) {
@@ -132,30 +135,57 @@ std::vector<Piece> split_images_or_rows(ProviderState& state, const Dims& src_di
   });
 }
 
+namespace {
+
+// Runs `rows(image, row_begin, row_end, first_output_row)` over the batch's output rows (`batch`
+// images of `out_h` rows, image after image) in `tasks` near-equal contiguous slices on the pool;
+// a slice crossing images is one call per image.
+template <typename Rows>
+void run_image_rows(ProviderState& state, size_t tasks, int64_t batch, int64_t out_h,
+                    const Rows& rows) {
+  const auto slice = [&](int64_t begin, int64_t end) {
+    while (begin < end) {
+      const int64_t image = begin / out_h;
+      const int64_t row = begin - image * out_h;
+      const int64_t last = std::min(end - image * out_h, out_h);
+      rows(image, row, last, begin);
+      begin = image * out_h + last;
+    }
+  };
+  if (tasks < 2) {
+    slice(0, batch * out_h);
+    return;
+  }
+  state.pool->run(tasks, [&](size_t index, int) {
+    const auto [begin, end] = slice_of(batch * out_h, tasks, index);
+    slice(begin, end);
+  });
+}
+
+}  // namespace
+
 void run_depthwise(ProviderState& state, const DepthwiseRun& run, const float* input,
                    float* output) {
   const DepthwiseConv& conv = *run.conv;
   const DepthwiseShape& s = conv.shape();
   const int64_t in_image = s.in_h * s.in_w * s.channels;
   const int64_t out_row = s.out_w * s.channels;
-  const int64_t rows = run.batch * s.out_h;  // the batch's output rows, image after image
-  const auto slice = [&](int64_t begin, int64_t end) {
-    while (begin < end) {
-      const int64_t image = begin / s.out_h;
-      const int64_t row = begin - image * s.out_h;
-      const int64_t last = std::min(end - image * s.out_h, s.out_h);
-      conv.run_rows(input + image * in_image, 0, s.in_h, output + begin * out_row, row, last);
-      begin = image * s.out_h + last;
-    }
-  };
-  if (run.tasks < 2) {
-    slice(0, rows);
-    return;
-  }
-  state.pool->run(run.tasks, [&](size_t index, int) {
-    const auto [begin, end] = slice_of(rows, run.tasks, index);
-    slice(begin, end);
-  });
+  run_image_rows(state, run.tasks, run.batch, s.out_h,
+                 [&](int64_t image, int64_t row, int64_t last, int64_t first) {
+                   conv.run_rows(input + image * in_image, 0, s.in_h, output + first * out_row,
+                                 row, last);
+                 });
+}
+
+void run_stem(ProviderState& state, const StemRun& run, const float* input, float* output) {
+  const StemConv& conv = *run.conv;
+  const StemShape& s = conv.shape();
+  const int64_t in_image = s.in_h * s.in_w * s.in_channels;
+  const int64_t out_row = s.out_w * s.out_channels;
+  run_image_rows(state, run.tasks, run.batch, s.out_h,
+                 [&](int64_t image, int64_t row, int64_t last, int64_t first) {
+                   conv.run_rows(input + image * in_image, output + first * out_row, row, last);
+                 });
 }
 
 void ConvCore::run(const char* what, const float* input, float* output,
@@ -171,6 +201,10 @@ void ConvCore::run(const char* what, const float* input, float* output,
   }
   if (p.depthwise) {
     run_depthwise(state, *p.depthwise, input, output);
+    return;
+  }
+  if (p.stem) {
+    run_stem(state, *p.stem, input, output);
     return;
   }
   ThreadCountGuard threads(state.omp_threads);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_conv.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/stem_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
 
@@ -273,6 +274,24 @@ ConvPlan prepare_row_product(const std::shared_ptr<ProviderState>& state, const 
   return ConvPlan(std::move(impl));
 }
 
+// The window (conv_window.h) of a dense 2D convolution: one image's extents, kernel, strides
+// and top / left padding.
+ConvWindow window_of(const ConvParams& p) {
+  const std::vector<int64_t> out = conv_output_size(p);
+  ConvWindow w;
+  w.in_h = p.input_size[0];
+  w.in_w = p.input_size[1];
+  w.out_h = out[0];
+  w.out_w = out[1];
+  w.kernel_h = p.kernel_size[0];
+  w.kernel_w = p.kernel_size[1];
+  w.stride_h = p.stride[0];
+  w.stride_w = p.stride[1];
+  w.pad_top = p.padding[0];
+  w.pad_left = p.padding[1];
+  return w;
+}
+
 // The shape our depthwise kernel (depthwise_conv.h) computes for a 2D convolution with one
 // filter per channel (groups == in == out channels), dense (dilation 1), reading a channels-last
 // input and asked for a channels-last output (or oneDNN's choice, which is channels-last for
@@ -286,46 +305,63 @@ std::optional<DepthwiseShape> own_depthwise_shape(const ConvParams& p, const Pos
   }
   const Dims src_dims{p.batch, p.in_channels, p.input_size[0], p.input_size[1]};
   if (src_md != channels_last_md(src_dims)) return std::nullopt;
-  const std::vector<int64_t> out = conv_output_size(p);
   DepthwiseShape shape;
+  static_cast<ConvWindow&>(shape) = window_of(p);
   shape.channels = p.in_channels;
-  shape.in_h = p.input_size[0];
-  shape.in_w = p.input_size[1];
-  shape.out_h = out[0];
-  shape.out_w = out[1];
-  shape.kernel_h = p.kernel_size[0];
-  shape.kernel_w = p.kernel_size[1];
-  shape.stride_h = p.stride[0];
-  shape.stride_w = p.stride[1];
-  shape.pad_top = p.padding[0];
-  shape.pad_left = p.padding[1];
   if (!own_depthwise_wanted(shape, post_ops)) return std::nullopt;
   return shape;
 }
 
-// The plan of a depthwise convolution on our kernel: channels-last in and out, the batch's
-// output rows shared out on the pool.
-ConvPlan prepare_own_depthwise(const std::shared_ptr<ProviderState>& state, const ConvParams& p,
-                               const DepthwiseShape& shape, const float* weight,
-                               const float* bias, const PostOps& post_ops,
-                               const memory::desc& src_md) {
+// The plan of a convolution on one of our own kernels (`Run`: DepthwiseRun or StemRun, `Kernel`
+// its DepthwiseConv or StemConv, built from `shape`), `macs` multiply-adds per output pixel:
+// the given input layout, channels-last output, the batch's output rows shared out on the pool;
+// `name` plus the pieces note is its implementation, `member` the Impl's slot for the run.
+template <typename Kernel, typename Run, typename Shape>
+ConvPlan prepare_own(const std::shared_ptr<ProviderState>& state, const ConvParams& p,
+                     const Shape& shape, double macs, const float* weight, const float* bias,
+                     const PostOps& post_ops, const memory::desc& src_md, const char* name,
+                     std::optional<Run> ConvCore::*member) {
   auto impl = std::make_shared<ConvLikePlan::Impl>();
   impl->state = state;
-  DepthwiseRun run;
-  run.conv = std::make_shared<DepthwiseConv>(shape, weight, bias, post_ops);
+  Run run;
+  run.conv = std::make_shared<Kernel>(shape, weight, bias, post_ops);
   run.batch = p.batch;
-  const double flops = 2.0 * static_cast<double>(p.batch * shape.out_h * shape.out_w) *
-                       static_cast<double>(shape.channels * shape.kernel_h * shape.kernel_w);
+  const double flops = 2.0 * static_cast<double>(p.batch * shape.out_h * shape.out_w) * macs;
   run.tasks = state->pieces_for(flops, p.batch * shape.out_h);
   state->weights_bytes += run.conv->weights_bytes();
-  impl->implementation = "depthwise:avx512" + pieces_note(run.tasks);
-  impl->depthwise = std::move(run);
+  impl->implementation = name + pieces_note(run.tasks);
+  (*impl).*member = std::move(run);
   impl->has_bias = bias != nullptr;
   impl->has_add = false;
   impl->input_layout = layout_of(src_md);
   impl->output_layout =
       layout_of(channels_last_md({p.batch, p.out_channels, shape.out_h, shape.out_w}));
   return ConvPlan(std::move(impl));
+}
+
+// The shape our stem kernel (stem_conv.h) computes for a dense 2D convolution (groups 1,
+// dilation 1) from 1 to 4 input channels, plain or channels-last, asked for a channels-last
+// output (or oneDNN's choice), when it is wanted there; nothing otherwise.
+std::optional<StemShape> own_stem_shape(const ConvParams& p, const PostOps& post_ops,
+                                        const memory::desc& src_md, OutputLayout output) {
+  if (p.input_size.size() != 2 || p.groups != 1 || p.dilation[0] != 1 || p.dilation[1] != 1 ||
+      output == OutputLayout::kPlain) {
+    return std::nullopt;
+  }
+  const Dims src_dims{p.batch, p.in_channels, p.input_size[0], p.input_size[1]};
+  StemShape shape;
+  if (src_md == channels_last_md(src_dims)) {
+    shape.input_channels_last = true;
+  } else if (src_md == plain_md(src_dims)) {
+    shape.input_channels_last = false;
+  } else {
+    return std::nullopt;
+  }
+  static_cast<ConvWindow&>(shape) = window_of(p);
+  shape.in_channels = p.in_channels;
+  shape.out_channels = p.out_channels;
+  if (!own_stem_wanted(shape, post_ops)) return std::nullopt;
+  return shape;
 }
 
 }  // namespace
@@ -362,8 +398,18 @@ ConvPlan Provider::prepare_conv(
   }
   if (const std::optional<DepthwiseShape> depthwise =
           own_depthwise_shape(params, post_ops, given_src_md, layouts.output)) {
-    return prepare_own_depthwise(state_, params, *depthwise, weight, bias, post_ops,
-                                 given_src_md);
+    const double macs = static_cast<double>(depthwise->channels * depthwise->kernel_h *
+                                            depthwise->kernel_w);
+    return prepare_own<DepthwiseConv>(state_, params, *depthwise, macs, weight, bias, post_ops,
+                                      given_src_md, "depthwise:avx512",
+                                      &ConvLikePlan::Impl::depthwise);
+  }
+  if (const std::optional<StemShape> stem =
+          own_stem_shape(params, post_ops, given_src_md, layouts.output)) {
+    const double macs = static_cast<double>(stem->out_channels * stem->in_channels *
+                                            stem->kernel_h * stem->kernel_w);
+    return prepare_own<StemConv>(state_, params, *stem, macs, weight, bias, post_ops,
+                                 given_src_md, "stem:avx512", &ConvLikePlan::Impl::stem);
   }
   const memory::desc bias_md = bias ? any_md({params.out_channels}) : memory::desc();
 

@@ -159,6 +159,7 @@ const char* activation_name(Activation::Kind kind);
 
 class RowGemm;
 class DepthwiseConv;
+class StemConv;
 
 struct ProviderState {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
@@ -402,6 +403,15 @@ struct DepthwiseRun {
 // batch's output rows in near-equal contiguous slices.
 void run_depthwise(ProviderState& state, const DepthwiseRun& run, const float* input,
                    float* output);
+// A plan's StemConv (stem_conv.h), the same way.
+struct StemRun {
+  std::shared_ptr<const StemConv> conv;
+  int64_t batch = 1;
+  size_t tasks = 1;
+};
+// Runs it on whole images (input {N, C, H, W} plain or channels-last as its shape says, output
+// channels-last {N, C, H_out, W_out}): the batch's output rows in near-equal contiguous slices.
+void run_stem(ProviderState& state, const StemRun& run, const float* input, float* output);
 // Runs every piece on the pool; `data(piece)` gives what it reads and writes.
 void run_pieces(ProviderState& state, const std::vector<Piece>& pieces,
                 const std::function<PieceData(const Piece&)>& data);
@@ -515,6 +525,9 @@ struct ConvCore {
   // A depthwise convolution on channels-last input and output runs on our own kernel
   // (depthwise_conv.h) when it covers it; then, too, only the layouts below are set.
   std::optional<DepthwiseRun> depthwise;
+  // So does a convolution from 1 to 4 input channels (the stem) to a channels-last output when
+  // our stem kernel covers it and wins (stem_conv.h).
+  std::optional<StemRun> stem;
   Layout input_layout{nullptr};
   Layout output_layout{nullptr};
   // What the primitive reads and writes (its own choice of layouts, or channels-last); where

@@ -19,12 +19,9 @@ import torch.nn.functional as F
 
 from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import (
     ADD,
-    CLAMP,
-    HARDSIGMOID,
     HARDSWISH,
-    LEAKY_RELU,
+    IN_REGISTER_POST_OPS,
     RELU,
-    SIGMOID,
     SILU,
     PostOp,
     Provider,
@@ -32,22 +29,7 @@ from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import (
 
 Reference = Callable[[torch.Tensor], torch.Tensor]
 
-# Each activation the kernel applies in registers and what torch computes for it.
-ACTIVATIONS: dict[str, tuple[list[PostOp], Reference]] = {
-    "none": ([], lambda y: y),
-    "relu": ([PostOp(RELU)], torch.relu),
-    "relu6": ([PostOp(CLAMP, 0.0, 6.0)], lambda y: y.clamp(0.0, 6.0)),
-    "hardtanh": ([PostOp(CLAMP, -1.0, 1.0)], lambda y: y.clamp(-1.0, 1.0)),
-    "hardswish": ([PostOp(HARDSWISH)], F.hardswish),
-    "silu": ([PostOp(SILU)], F.silu),
-    "sigmoid": ([PostOp(SIGMOID)], torch.sigmoid),
-    "hardsigmoid": ([PostOp(HARDSIGMOID)], F.hardsigmoid),
-    "leaky_relu": ([PostOp(LEAKY_RELU, 0.1)], lambda y: F.leaky_relu(y, 0.1)),
-    "relu_then_clamp": (
-        [PostOp(RELU), PostOp(CLAMP, -1.0, 0.5)],
-        lambda y: y.relu().clamp(max=0.5),
-    ),
-}
+ACTIVATIONS = IN_REGISTER_POST_OPS
 NAMES = list(ACTIVATIONS)
 CHANNELS = [8, 16, 24, 40, 72, 120, 528]
 # (H, W): odd and even, narrower than a register block of pixels and wider than two.

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 _ENV_VAR = "ONEDNN_PROVIDER_SO"
 _PACKAGE = "backends/cpu/runtime/providers/optimized/test"
@@ -30,6 +31,25 @@ class PostOp:
     kind: int
     lo: float = 0.0
     hi: float = 0.0
+
+
+# Each post-op chain our AVX-512 kernels apply in registers and what torch computes for it (the
+# references of the kernel tests).
+IN_REGISTER_POST_OPS: dict[str, tuple[list[PostOp], Callable[[torch.Tensor], torch.Tensor]]] = {
+    "none": ([], lambda y: y),
+    "relu": ([PostOp(RELU)], torch.relu),
+    "relu6": ([PostOp(CLAMP, 0.0, 6.0)], lambda y: y.clamp(0.0, 6.0)),
+    "hardtanh": ([PostOp(CLAMP, -1.0, 1.0)], lambda y: y.clamp(-1.0, 1.0)),
+    "hardswish": ([PostOp(HARDSWISH)], F.hardswish),
+    "silu": ([PostOp(SILU)], F.silu),
+    "sigmoid": ([PostOp(SIGMOID)], torch.sigmoid),
+    "hardsigmoid": ([PostOp(HARDSIGMOID)], F.hardsigmoid),
+    "leaky_relu": ([PostOp(LEAKY_RELU, 0.1)], lambda y: F.leaky_relu(y, 0.1)),
+    "relu_then_clamp": (
+        [PostOp(RELU), PostOp(CLAMP, -1.0, 0.5)],
+        lambda y: y.relu().clamp(max=0.5),
+    ),
+}
 
 
 def library_path() -> str:

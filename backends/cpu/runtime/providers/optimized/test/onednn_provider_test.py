@@ -492,10 +492,14 @@ def test_memory_accounting_covers_reordered_weights(provider: Provider) -> None:
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_plain_graph_input_is_reordered_in_bands_by_the_pool(threads: int) -> None:
+def test_plain_graph_input_is_reordered_in_bands_by_the_pool(
+    threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A stem conv reads the graph's NCHW input: with work sharing its conversion to the
     primitive's layout runs as bands of rows on the pool (default piece size), with the same
-    result as the single-threaded reorder; one thread converts it in one call."""
+    result as the single-threaded reorder; one thread converts it in one call. (On oneDNN:
+    ET_CPU_OWN_STEM=0; our stem kernel reads the plain input directly, stem_conv_test.)"""
+    monkeypatch.setenv("ET_CPU_OWN_STEM", "0")
     shared = Provider(num_threads=threads)
     torch.manual_seed(3)
     w, b = torch.randn(32, 3, 3, 3) / 5, torch.randn(32)

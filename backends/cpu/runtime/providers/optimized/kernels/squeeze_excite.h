@@ -1,0 +1,62 @@
+// Our own squeeze-excite tail (MobileNetV3, EfficientNet) as one step: the global average of
+// each channel of x, a 1x1 convolution (C -> S) with its activation, a 1x1 convolution (S -> C)
+// and the gate activation (hardsigmoid, sigmoid), written as the [N, C] gate; the gate multiply
+// with x stays the graph's broadcast multiply (one channels-last pass, channel_binary). The
+// runtime otherwise runs the pool, two oneDNN / row_gemm products and their post-ops as three
+// kernels at a few microseconds of dispatch and reorder each (provider README, MobileNetV3).
+//
+// The pool reads x channels-last ([N][pixels][C], 16 channels a vector, the pixels streamed) or
+// plain ([N][C][pixels]: row means); the two products are matrix-vector products per image with
+// the weights packed once transposed ([C][S rounded up to 16], [S][C rounded up to 16]), one
+// broadcast input value per FMA row, the accumulators in registers, the post-ops applied in
+// registers before the only store (vector_epilogue.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
+
+namespace et_cpu_plugin {
+namespace onednn {
+
+// Whether the kernel runs these post-ops (after the first product: `act`, after the second:
+// `gate`): AVX-512F, every post-op in registers and no add, and ET_CPU_OWN_SE is "1" (off by
+// default: one thread, it measured slower than the three kernels it replaces on MobileNetV3,
+// provider README; read at bind).
+bool squeeze_excite_supports(const PostOps& act, const PostOps& gate);
+
+class SqueezeExcite {
+ public:
+  // `reduce` is torch's [squeezed, channels, 1, 1], `expand` [channels, squeezed, 1, 1], the
+  // biases [squeezed] / [channels] or null; all are copied (repacked). Throws ProviderError
+  // unless squeeze_excite_supports(act, gate) and the counts are positive.
+  SqueezeExcite(int64_t channels, int64_t squeezed, const float* reduce, const float* reduce_bias,
+                PostOps act, const float* expand, const float* expand_bias, PostOps gate);
+
+  int64_t channels() const { return channels_; }
+  size_t weights_bytes() const {
+    return (reduce_.size() + reduce_bias_.size() + expand_.size() + expand_bias_.size()) *
+           sizeof(float);
+  }
+
+  // The gates [batch][channels] of `batch` images x of `pixels` pixels each, channels-last
+  // ([batch][pixels][channels]) or plain ([batch][channels][pixels]).
+  void run(const float* x, int64_t batch, int64_t pixels, bool channels_last, float* gate) const;
+
+ private:
+  int64_t channels_ = 0;
+  int64_t squeezed_ = 0;
+  int64_t padded_channels_ = 0;
+  int64_t padded_squeezed_ = 0;
+  std::vector<float> reduce_;       // [channels][padded_squeezed_]
+  std::vector<float> reduce_bias_;  // [padded_squeezed_]
+  std::vector<float> expand_;       // [squeezed][padded_channels_]
+  std::vector<float> expand_bias_;  // [padded_channels_]
+  PostOps act_;
+  PostOps gate_;
+};
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin

@@ -1,0 +1,312 @@
+// StemConv (see stem_conv.h): repacking, the register-blocked row kernel, the borders.
+//
+// One output row at a time. The row's output channels go in chunks of up to 4 vectors (64
+// channels: MobileNetV3's 16 is one vector, MobileNetV2 / EfficientNet's 32 two), and its columns
+// whose windows lie inside the input in blocks of P pixels (P x V accumulators, 24 at most); per
+// kernel tap and input channel the block loads the V weight vectors once and multiplies each with
+// one broadcast input value per pixel (an FMA with a broadcast memory operand), so the input is
+// read straight from either layout without staging. Rows whose window crosses the top or bottom
+// border skip the kernel rows outside; columns whose window crosses the left or right border,
+// and the columns left over after the blocks, take a one-pixel loop that skips the taps outside.
+// The common column steps (stride 2 on a plain input, stride 2 on 3 channels-last channels) are
+// compile-time constants, so each broadcast's address is an immediate offset.
+#include "backends/cpu/runtime/providers/optimized/kernels/stem_conv.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "backends/cpu/runtime/providers/optimized/kernels/vector_epilogue.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
+
+namespace et_cpu_plugin {
+namespace onednn {
+namespace {
+
+constexpr int64_t kLanes = 16;  // floats per AVX-512 vector
+constexpr int kMaxVectors = 4;  // output-channel vectors per chunk
+
+// What one output row's work needs.
+struct RowArgs {
+  const float* input;    // the image, pixel (0, 0), channel 0
+  const float* weights;  // [kernel_h][kernel_w][in_channels][padded]
+  const float* bias;     // [padded]
+  const PostOps* post_ops;
+  int64_t in_channels;
+  int64_t out_channels;
+  int64_t padded;
+  int64_t in_w;
+  int64_t kernel_w;
+  int64_t stride_w;
+  int64_t pad_left;
+  int64_t pixel_step;    // floats from one input column to the next
+  int64_t channel_step;  // floats from one input channel to the next
+  int64_t row_step;      // floats from one input row to the next
+  int64_t iy0;           // the row's first window row (may be < 0)
+  int64_t ky_lo;         // kernel rows inside the input: [ky_lo, ky_hi)
+  int64_t ky_hi;
+  float lo;  // FusedEpilogue::kClamp's bounds
+  float hi;
+  float* output;  // output row, pixel 0, channel 0
+};
+
+// The mask of the output-channel vector starting at channel c (the tail: fewer lanes).
+inline __mmask16 lanes_from(int64_t c, int64_t channels) {
+  const int64_t left = channels - c;
+  return left >= kLanes ? static_cast<__mmask16>(0xFFFF)
+                        : static_cast<__mmask16>((1u << left) - 1u);
+}
+
+// One block of P pixels from column `ox` on (every window inside the input's columns), output
+// channels [c, c + 16 V). kStep: the input column step between neighbouring pixels (stride x
+// pixel_step) when constant, 0 when it is a.stride_w * a.pixel_step. Not inlined into the loop
+// over blocks: there GCC hoists the epilogue's constants (SiLU's) out of it, and the registers
+// they take push the weights onto the stack.
+template <int V, int P, int kStep, FusedEpilogue E>
+ET_AVX512 __attribute__((noinline)) void block_once(const RowArgs& a, int64_t ox, int64_t c) {
+  const int64_t step = kStep > 0 ? kStep : a.stride_w * a.pixel_step;
+  const int64_t taps_per_row = a.kernel_w * a.in_channels;
+  {
+    __m512 acc[P][V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      const __m512 b = _mm512_loadu_ps(a.bias + c + v * kLanes);
+#pragma GCC unroll 16
+      for (int p = 0; p < P; ++p) acc[p][v] = b;
+    }
+    const int64_t ix0 = ox * a.stride_w - a.pad_left;
+    for (int64_t ky = a.ky_lo; ky < a.ky_hi; ++ky) {
+      const float* row = a.input + (a.iy0 + ky) * a.row_step + ix0 * a.pixel_step;
+      const float* w = a.weights + ky * taps_per_row * a.padded + c;
+      for (int64_t kx = 0; kx < a.kernel_w; ++kx) {
+        for (int64_t ci = 0; ci < a.in_channels; ++ci, w += a.padded) {
+          const float* src = row + kx * a.pixel_step + ci * a.channel_step;
+          __m512 wv[V];
+#pragma GCC unroll 4
+          for (int v = 0; v < V; ++v) {
+            wv[v] = _mm512_loadu_ps(w + v * kLanes);
+            // Keep the weights in registers: GCC otherwise copies them to the stack and takes
+            // them as the FMAs' memory operands (a load per FMA instead of a broadcast per P).
+            asm("" : "+v"(wv[v]));
+          }
+#pragma GCC unroll 16
+          for (int p = 0; p < P; ++p) {
+            const __m512 x = _mm512_set1_ps(src[p * step]);
+#pragma GCC unroll 4
+            for (int v = 0; v < V; ++v) acc[p][v] = _mm512_fmadd_ps(x, wv[v], acc[p][v]);
+          }
+        }
+      }
+    }
+    // The clamp's bounds only now: live across the accumulation they would take two of the
+    // registers the accumulators and weights need.
+    const __m512 lo = _mm512_set1_ps(a.lo);
+    const __m512 hi = _mm512_set1_ps(a.hi);
+    float* out = a.output + ox * a.out_channels + c;
+    const __mmask16 last = lanes_from(c + (V - 1) * kLanes, a.out_channels);
+#pragma GCC unroll 16
+    for (int p = 0; p < P; ++p) {
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) {
+        const __m512 r = fused_epilogue<E>(*a.post_ops, acc[p][v], lo, hi);
+        float* to = out + p * a.out_channels + v * kLanes;
+        if (v == V - 1) {
+          _mm512_mask_storeu_ps(to, last, r);
+        } else {
+          _mm512_storeu_ps(to, r);
+        }
+      }
+    }
+  }
+}
+
+// `count` single pixels from column `ox` on, anywhere in the row (taps outside the input's
+// columns skipped), every output channel, one vector at a time.
+ET_AVX512 void edge_pixels(const RowArgs& a, int64_t ox, int64_t count) {
+  for (int64_t end = ox + count; ox < end; ++ox) {
+    const int64_t ix0 = ox * a.stride_w - a.pad_left;
+    const int64_t kx_lo = std::max<int64_t>(0, -ix0);
+    const int64_t kx_hi = std::min<int64_t>(a.kernel_w, a.in_w - ix0);
+    for (int64_t c = 0; c < a.out_channels; c += kLanes) {
+      __m512 acc = _mm512_loadu_ps(a.bias + c);
+      for (int64_t ky = a.ky_lo; ky < a.ky_hi; ++ky) {
+        const float* row = a.input + (a.iy0 + ky) * a.row_step + ix0 * a.pixel_step;
+        for (int64_t kx = kx_lo; kx < kx_hi; ++kx) {
+          const float* w =
+              a.weights + ((ky * a.kernel_w + kx) * a.in_channels) * a.padded + c;
+          for (int64_t ci = 0; ci < a.in_channels; ++ci) {
+            const __m512 x = _mm512_set1_ps(row[kx * a.pixel_step + ci * a.channel_step]);
+            acc = _mm512_fmadd_ps(x, _mm512_loadu_ps(w + ci * a.padded), acc);
+          }
+        }
+      }
+      const __mmask16 mask = lanes_from(c, a.out_channels);
+      acc = epilogue16(*a.post_ops, acc, nullptr, mask);
+      _mm512_mask_storeu_ps(a.output + ox * a.out_channels + c, mask, acc);
+    }
+  }
+}
+
+// `count` blocks of P pixels from column `ox` on.
+template <int V, int P, int kStep, FusedEpilogue E>
+ET_AVX512 void block_pixels(const RowArgs& a, int64_t ox, int64_t count, int64_t c) {
+  for (int64_t n = 0; n < count; ++n, ox += P) block_once<V, P, kStep, E>(a, ox, c);
+}
+
+using BlockKernel = void (*)(const RowArgs&, int64_t ox, int64_t count, int64_t c);
+
+// Pixels per block for V vectors: 12, 12, 8, 6 (at most 24 accumulators, the V weight vectors
+// and the broadcasts in the 32 registers).
+constexpr int pixels_for(int v) { return v <= 2 ? 12 : 24 / v; }
+
+template <int V, int kStep>
+BlockKernel with_epilogue(FusedEpilogue epi) {
+  constexpr int P = pixels_for(V);
+  switch (epi) {
+    case FusedEpilogue::kClamp:
+      return block_pixels<V, P, kStep, FusedEpilogue::kClamp>;
+    case FusedEpilogue::kHardswish:
+      return block_pixels<V, P, kStep, FusedEpilogue::kHardswish>;
+    case FusedEpilogue::kSilu:
+      return block_pixels<V, P, kStep, FusedEpilogue::kSilu>;
+    default:
+      return block_pixels<V, P, kStep, FusedEpilogue::kGeneric>;
+  }
+}
+
+template <int kStep>
+BlockKernel with_vectors(int v, FusedEpilogue epi) {
+  switch (v) {
+    case 1:
+      return with_epilogue<1, kStep>(epi);
+    case 2:
+      return with_epilogue<2, kStep>(epi);
+    case 3:
+      return with_epilogue<3, kStep>(epi);
+    default:
+      return with_epilogue<4, kStep>(epi);
+  }
+}
+
+// The block kernel of `v` vectors for a column step of `step` floats.
+BlockKernel block_kernel(int v, int64_t step, FusedEpilogue epi) {
+  if (step == 2) return with_vectors<2>(v, epi);  // stride 2, plain input
+  if (step == 6) return with_vectors<6>(v, epi);  // stride 2, 3 channels-last channels
+  return with_vectors<0>(v, epi);
+}
+
+}  // namespace
+
+bool stem_supports(const StemShape& s, const PostOps& post_ops) {
+  if (!kernel_switched_on("ET_CPU_OWN_STEM") || !cpu_has_avx512()) return false;
+  if (s.in_channels < 1 || s.in_channels > 4 || s.out_channels < 1 || s.in_h < 1 ||
+      s.in_w < 1 || s.out_h < 1 || s.out_w < 1 || s.kernel_h < 1 || s.kernel_w < 1 ||
+      s.kernel_h > 7 || s.kernel_w > 7 || s.stride_h < 1 || s.stride_w < 1 || s.pad_top < 0 ||
+      s.pad_left < 0) {
+    return false;
+  }
+  const bool add = std::any_of(post_ops.begin(), post_ops.end(),
+                               [](const PostOp& op) { return op.kind == PostOp::Kind::kAdd; });
+  return !add && post_ops_in_registers(post_ops);
+}
+
+bool own_stem_wanted(const StemShape& shape, const PostOps& post_ops) {
+  if (!stem_supports(shape, post_ops)) return false;
+  const char* value = std::getenv("ET_CPU_OWN_STEM");
+  if (value != nullptr && std::strcmp(value, "1") == 0) return true;
+  // Unset: 3x3 at stride 2 to at most 32 output channels, the stems of MobileNetV2 / V3 and
+  // EfficientNet-B0: 0.86-0.89x of oneDNN 3.2's time on MobileNetV3's 3 -> 16 (hardswish),
+  // 0.98-1.02x on the 3 -> 32 ones (ReLU6, SiLU); ResNet's 7x7 3 -> 64 measured 1.06x, stays
+  // on oneDNN (tools/bench/depthwise_bench.py --only stem, provider README). Both run at about
+  // one 16-lane FMA per cycle here; ours also reads the plain graph input without a reorder.
+  return shape.kernel_h == 3 && shape.kernel_w == 3 && shape.stride_h == 2 &&
+         shape.stride_w == 2 && shape.out_channels <= 32;
+}
+
+StemConv::StemConv(const StemShape& shape, const float* weight, const float* bias,
+                   PostOps post_ops)
+    : shape_(shape), post_ops_(std::move(post_ops)) {
+  if (!stem_supports(shape_, post_ops_)) {
+    throw ProviderError("stem conv: this shape or these post-ops are not supported here");
+  }
+  if (weight == nullptr) throw ProviderError("stem conv: weight is null");
+  const int64_t oc = shape_.out_channels;
+  const int64_t ic = shape_.in_channels;
+  const int64_t kh = shape_.kernel_h;
+  const int64_t kw = shape_.kernel_w;
+  padded_out_ = (oc + kLanes - 1) / kLanes * kLanes;
+  weights_.assign(static_cast<size_t>(kh * kw * ic * padded_out_), 0.0f);
+  for (int64_t o = 0; o < oc; ++o) {
+    for (int64_t ci = 0; ci < ic; ++ci) {
+      for (int64_t ky = 0; ky < kh; ++ky) {
+        for (int64_t kx = 0; kx < kw; ++kx) {
+          weights_[static_cast<size_t>(((ky * kw + kx) * ic + ci) * padded_out_ + o)] =
+              weight[((o * ic + ci) * kh + ky) * kw + kx];
+        }
+      }
+    }
+  }
+  bias_.assign(static_cast<size_t>(padded_out_), 0.0f);
+  if (bias) std::copy(bias, bias + oc, bias_.begin());
+}
+
+void StemConv::run_rows(const float* input, float* output, int64_t row_begin,
+                        int64_t row_end) const {
+  const StemShape& s = shape_;
+  RowArgs a;
+  const FusedEpilogue epi = fused_epilogue_of(post_ops_, &a.lo, &a.hi);
+  a.input = input;
+  a.weights = weights_.data();
+  a.bias = bias_.data();
+  a.post_ops = &post_ops_;
+  a.in_channels = s.in_channels;
+  a.out_channels = s.out_channels;
+  a.padded = padded_out_;
+  a.in_w = s.in_w;
+  a.kernel_w = s.kernel_w;
+  a.stride_w = s.stride_w;
+  a.pad_left = s.pad_left;
+  a.pixel_step = s.input_channels_last ? s.in_channels : 1;
+  a.channel_step = s.input_channels_last ? 1 : s.in_h * s.in_w;
+  a.row_step = s.in_w * a.pixel_step;
+  // The columns whose windows lie inside the input: [inner_lo, inner_hi).
+  const int64_t inner_lo =
+      std::min(s.out_w, (s.pad_left + s.stride_w - 1) / s.stride_w);
+  const int64_t last_start = s.in_w - s.kernel_w + s.pad_left;  // the last window inside
+  const int64_t inner_hi =
+      last_start < 0 ? inner_lo
+                     : std::max(inner_lo, std::min(s.out_w, last_start / s.stride_w + 1));
+  // Output-channel chunks of up to kMaxVectors vectors, each with its block kernel.
+  struct Chunk {
+    int64_t c;
+    int pixels;
+    BlockKernel kernel;
+  };
+  std::vector<Chunk> chunks;
+  const int64_t vectors = padded_out_ / kLanes;
+  for (int64_t v = 0; v < vectors; v += kMaxVectors) {
+    const int count = static_cast<int>(std::min<int64_t>(kMaxVectors, vectors - v));
+    chunks.push_back(
+        {v * kLanes, pixels_for(count), block_kernel(count, s.stride_w * a.pixel_step, epi)});
+  }
+  for (int64_t oy = row_begin; oy < row_end; ++oy) {
+    a.iy0 = oy * s.stride_h - s.pad_top;
+    a.ky_lo = std::max<int64_t>(0, -a.iy0);
+    a.ky_hi = std::min<int64_t>(s.kernel_h, s.in_h - a.iy0);
+    a.output = output + (oy - row_begin) * s.out_w * s.out_channels;
+    edge_pixels(a, 0, inner_lo);
+    int64_t done = inner_hi;
+    for (const Chunk& chunk : chunks) {
+      const int64_t blocks = (inner_hi - inner_lo) / chunk.pixels;
+      chunk.kernel(a, inner_lo, blocks, chunk.c);
+      done = std::min(done, inner_lo + blocks * chunk.pixels);
+    }
+    // Columns the blocks left (chunks of fewer vectors take wider blocks: each chunk's own
+    // leftover is redone here for every chunk, the same values).
+    edge_pixels(a, done, inner_hi - done);
+    edge_pixels(a, inner_hi, s.out_w - inner_hi);
+  }
+}
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin

@@ -1,0 +1,128 @@
+"""Issue 46: the squeeze-excite tail (global average pool, 1x1 convolution, activation, 1x1
+convolution, hardsigmoid or sigmoid gate) runs as one kernel of the Optimized provider
+(providers/optimized/kernels/squeeze_excite.h), the gate multiply after it as the broadcast
+multiply: MobileNetV3-style (ReLU, hardsigmoid) and EfficientNet-style (SiLU, sigmoid) tails
+after a channels-last depthwise stage and on a plain graph input, batch 1 and 3, with and
+without biases, a dynamic-batch program, the zoo's small MobileNetV3 / EfficientNet, and the
+switch (off by default: the pool and the two products as before; ET_CPU_OWN_SE=1 takes it).
+
+Reference: the same model in float64 eager; tolerance 1e-5 (absolute and relative: the pool sums
+at most 24 x 24 values, the products at most 96 terms).
+"""
+
+from typing import Any
+
+import pytest
+import torch
+from executorch.exir import to_edge_transform_and_lower
+from executorch.extension.pybindings import portable_lib
+from torch import nn
+from torch.export import Dim
+
+from backends.cpu.partition.cpu_partitioner import CpuPartitioner
+from backends.cpu.runtime import loader
+from backends.cpu.runtime.test.lowered_program import lower_to_pte
+from backends.cpu.runtime.test.provider_compare import (
+    assert_close_scaled,
+    run_pte,
+    run_pte_both,
+)
+from tools.bench import zoo
+
+_BUFFERS: list[bytes] = []  # the runtime does not own a program's buffer
+
+
+def _summary(placement: list[str]) -> str:
+    (line,) = [entry for entry in placement if entry.startswith("Optimized(oneDNN): ")]
+    return line
+
+
+def _tails(placement: list[str]) -> int:
+    return int(_summary(placement).split(" squeeze-excite tails")[0].split(", ")[-1])
+
+
+class Tail(nn.Module):
+    """An optional depthwise stage (its output channels-last in the delegate), then the tail."""
+
+    def __init__(self, channels: int, squeezed: int, style: str, depthwise: bool, bias: bool):
+        super().__init__()
+        self.depthwise = (
+            nn.Conv2d(channels, channels, 3, padding=1, groups=channels) if depthwise else None
+        )
+        self.reduce = nn.Conv2d(channels, squeezed, 1, bias=bias)
+        self.expand = nn.Conv2d(squeezed, channels, 1, bias=bias)
+        self.act: nn.Module = nn.ReLU() if style == "v3" else nn.SiLU()
+        self.gate: nn.Module = nn.Hardsigmoid() if style == "v3" else nn.Sigmoid()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.depthwise is not None:
+            x = torch.relu(self.depthwise(x))
+        scale = nn.functional.adaptive_avg_pool2d(x, 1)
+        return x * self.gate(self.expand(self.act(self.reduce(scale))))
+
+
+def _expected(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model.double()(x.double()).float()
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+@pytest.mark.parametrize("depthwise", [True, False], ids=["channels_last", "plain"])
+@pytest.mark.parametrize("style", ["v3", "efficientnet"])
+def test_tail_on_our_kernel(style: str, depthwise: bool, bias: bool) -> None:
+    """Batch 1 and 3, channels with a tail (40) and without (96); the switch on and off."""
+    torch.manual_seed(7)
+    for batch, channels, squeezed, size in [(1, 40, 10, (9, 11)), (3, 96, 24, (7, 6))]:
+        model = Tail(channels, squeezed, style, depthwise, bias).eval()
+        x = torch.randn(batch, channels, *size) * 3.0
+        pte, _ = lower_to_pte(model, (x,))
+        for own, tails in [("1", 1), ("unset", 0), ("0", 0)]:
+            with pytest.MonkeyPatch.context() as patch:
+                if own == "unset":
+                    patch.delenv("ET_CPU_OWN_SE", raising=False)
+                else:
+                    patch.setenv("ET_CPU_OWN_SE", own)
+                out_opt, out_ref, placement = run_pte_both(pte, (x,))
+            assert _tails(placement) == tails, (own, placement)
+            torch.testing.assert_close(out_opt[0], _expected(model, x), rtol=1e-5, atol=1e-5)
+            assert_close_scaled(out_opt[0], out_ref[0])
+            model = model.float()
+
+
+def test_tail_with_a_dynamic_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ET_CPU_OWN_SE", "1")
+    torch.manual_seed(8)
+    model = Tail(48, 12, "efficientnet", True, True).eval()
+    loader.load_cpu_backend()
+    partitioner = CpuPartitioner()
+    exported = torch.export.export(
+        model, (torch.randn(2, 48, 8, 8),), dynamic_shapes=({0: Dim("batch", min=1, max=4)},)
+    )
+    edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
+    assert partitioner.report.left_out == (), partitioner.report
+    pte = bytes(edge.to_executorch().buffer)
+    _BUFFERS.append(pte)
+    module: Any = portable_lib._load_for_executorch_from_buffer(pte)
+    for batch in [1, 3, 4]:
+        x = torch.randn(batch, 48, 8, 8)
+        (actual,) = module.forward([x])
+        assert _tails(loader.last_placement()) == 1, loader.last_placement()
+        torch.testing.assert_close(actual, _expected(model, x), rtol=1e-5, atol=1e-5)
+        model = model.float()
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v3", "efficientnet"])
+def test_zoo_models(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every squeeze-excite block of the zoo's small MobileNetV3 / EfficientNet is one kernel."""
+    monkeypatch.setenv("ET_CPU_OWN_SE", "1")
+    model, _ = zoo.create(name, "small", seed=2)
+    model = model.eval()
+    x = torch.randn(2, 3, 32, 32)
+    pte, _ = lower_to_pte(model, (x,))
+    out = run_pte(pte, (x,), reference_only=False)
+    placement = loader.last_placement()
+    blocks = sum(isinstance(m, zoo.SqueezeExcite) for m in model.modules())
+    assert blocks > 0
+    assert _tails(placement) == blocks, placement
+    with torch.no_grad():
+        assert_close_scaled(out[0], model(x))
