@@ -130,13 +130,6 @@ std::vector<Piece> split_linear_rows(ProviderState& state, const LinearParams& p
 // Rows per tile of a linear run in row tiles (split_linear_tiles).
 constexpr int64_t kLinearTile = kLinearRows;
 
-// A linear of at least kLinearTile rows as bands of whole tiles of kLinearTile rows, every tile
-// run by one primitive whose shape does not depend on the row count (so a graph compiled for a
-// new size generates no kernel for it: oneDNN 3.2's matmul with a run-time M runs gemm:jit,
-// 7-27% slower than brgemm), plus one piece for the last rows % kLinearTile rows (a kernel per
-// distinct remainder, made once). The plan's weights take the tile primitive's layout, the same
-// at every size. Empty (the plan goes the usual way) when the tile does not run brgemm, the
-// remainder would run the reference kernel (see tile_pd for the rest).
 // The tile primitive's descriptor of a linear (k, n, bias, post-ops), when row tiles are on and it
 // runs brgemm: smaller row counts read their weights in its layout too, so every size shares them.
 std::optional<dnnl::matmul::primitive_desc> tile_pd(ProviderState& state, int64_t k, int64_t n,
@@ -149,6 +142,13 @@ std::optional<dnnl::matmul::primitive_desc> tile_pd(ProviderState& state, int64_
   return tile;
 }
 
+// A linear of at least kLinearTile rows as bands of whole tiles of kLinearTile rows, every tile
+// run by one primitive whose shape does not depend on the row count (so a graph compiled for a
+// new size generates no kernel for it: oneDNN 3.2's matmul with a run-time M runs gemm:jit,
+// 7-27% slower than brgemm), plus one piece for the last rows % kLinearTile rows (a kernel per
+// distinct remainder, made once). The plan's weights take the tile primitive's layout, the same
+// at every size. Empty (the plan goes the usual way) when the remainder would run the reference
+// kernel, or when too few tiles would leave pool threads idle that column blocks would use.
 std::vector<Piece> split_linear_tiles(ProviderState& state, const LinearParams& params,
                                       const dnnl::matmul::primitive_desc& tile,
                                       const dnnl::primitive_attr& attr, bool has_bias,
@@ -159,17 +159,25 @@ std::vector<Piece> split_linear_tiles(ProviderState& state, const LinearParams& 
   if (m < kLinearTile) return {};
   const int64_t tiles = m / kLinearTile;
   const int64_t rest = m % kLinearTile;
+  const double flops = 2.0 * m * k * n;
+  const size_t count = state.pieces_for(flops, tiles);
+  if (count < 2 && state.pieces_for(flops, n / kLinearColumns) >= 2) {
+    return {};  // too few tiles to share out: column blocks keep the pool's threads busy
+  }
   const memory::desc bias_md = has_bias ? plain_md({1, n}) : memory::desc();
   *implementation = tile.impl_info_str();
   std::vector<Piece> pieces;
   std::optional<dnnl::matmul::primitive_desc> rest_pd;
   if (rest > 0) {
-    rest_pd.emplace(state.engine, plain_md({rest, k}), tile.weights_desc(), bias_md,
-                    plain_md({rest, n}), attr);
+    try {
+      rest_pd.emplace(state.engine, plain_md({rest, k}), tile.weights_desc(), bias_md,
+                      plain_md({rest, n}), attr);
+    } catch (const dnnl::error&) {
+      return {};  // no kernel reads the tile's weight layout at this row count
+    }
     if (std::string(rest_pd->impl_info_str()).rfind("ref", 0) == 0) return {};
   }
   const dnnl::matmul tile_primitive = make_matmul(tile);
-  const size_t count = state.pieces_for(2.0 * m * k * n, tiles);
   for (size_t i = 0; i < count; ++i) {
     const auto [begin, end] = block_slice(tiles * kLinearTile, kLinearTile, count, i);
     Piece piece;
