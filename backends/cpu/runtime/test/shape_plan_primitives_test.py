@@ -113,3 +113,29 @@ def test_a_decoder_matches_eager_at_several_sizes(
     for size in (MAX_TOKENS, 1, 16, 45, 64, 100, 33, MAX_TOKENS):
         tokens = torch.randint(0, VOCAB, (1, size), generator=torch.Generator().manual_seed(size))
         assert_single_output_close(module, model, tokens, atol=ATOL, rtol=RTOL)
+
+
+class ResidualCnn(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.conv = torch.nn.Conv2d(16, 16, 3, padding=1)
+        self.head = torch.nn.Conv2d(16, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.stem(x))
+        return self.head(torch.relu(self.conv(y) + y))
+
+
+@pytest.mark.parametrize("images", ["1", "0"])
+def test_a_cnn_with_per_image_primitives_matches_eager(
+    monkeypatch: pytest.MonkeyPatch, images: str
+) -> None:
+    monkeypatch.setenv("ET_CPU_CONV_IMAGE_TILES", images)
+    torch.manual_seed(0)
+    model = ResidualCnn().eval()
+    example = torch.randn(2, 3, 32, 32)
+    module = _lower(model, example, {0: Dim("batch", min=1, max=12)})
+    for batch in (12, 1, 2, 5, 8, 12):
+        x = torch.randn(batch, 3, 32, 32, generator=torch.Generator().manual_seed(batch))
+        assert_single_output_close(module, model, x, atol=ATOL, rtol=RTOL)
