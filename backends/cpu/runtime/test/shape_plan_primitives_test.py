@@ -99,22 +99,6 @@ def test_without_row_tiles_a_new_size_makes_new_kernels(monkeypatch: pytest.Monk
     assert new > 0, new
 
 
-@pytest.mark.parametrize("tiles", ["1", "0"])
-def test_a_decoder_matches_eager_at_several_sizes(
-    monkeypatch: pytest.MonkeyPatch, tiles: str
-) -> None:
-    monkeypatch.setenv("ET_CPU_ROW_TILES", tiles)
-    torch.manual_seed(0)
-    model = LlamaLike(
-        vocab=VOCAB, dim=64, depth=2, heads=2, hidden=128, max_tokens=MAX_TOKENS
-    ).eval()
-    example = torch.randint(0, VOCAB, (1, 8))
-    module = _lower(model, example, {1: Dim("tokens", min=1, max=MAX_TOKENS)})
-    for size in (MAX_TOKENS, 1, 16, 45, 64, 100, 33, MAX_TOKENS):
-        tokens = torch.randint(0, VOCAB, (1, size), generator=torch.Generator().manual_seed(size))
-        assert_single_output_close(module, model, tokens, atol=ATOL, rtol=RTOL)
-
-
 class ResidualCnn(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -127,15 +111,39 @@ class ResidualCnn(torch.nn.Module):
         return self.head(torch.relu(self.conv(y) + y))
 
 
-@pytest.mark.parametrize("images", ["1", "0"])
-def test_a_cnn_with_per_image_primitives_matches_eager(
-    monkeypatch: pytest.MonkeyPatch, images: str
-) -> None:
-    monkeypatch.setenv("ET_CPU_CONV_IMAGE_TILES", images)
-    torch.manual_seed(0)
+def _decoder_case() -> tuple[torch.nn.Module, Any, list[torch.Tensor]]:
+    model = LlamaLike(vocab=VOCAB, dim=64, depth=2, heads=2, hidden=128, max_tokens=MAX_TOKENS)
+    module = _lower(
+        model.eval(), torch.randint(0, VOCAB, (1, 8)), {1: Dim("tokens", min=1, max=MAX_TOKENS)}
+    )
+    sizes = (MAX_TOKENS, 1, 16, 45, 64, 100, 33, MAX_TOKENS)
+    inputs = [
+        torch.randint(0, VOCAB, (1, s), generator=torch.Generator().manual_seed(s)) for s in sizes
+    ]
+    return model, module, inputs
+
+
+def _cnn_case() -> tuple[torch.nn.Module, Any, list[torch.Tensor]]:
     model = ResidualCnn().eval()
-    example = torch.randn(2, 3, 32, 32)
-    module = _lower(model, example, {0: Dim("batch", min=1, max=12)})
-    for batch in (12, 1, 2, 5, 8, 12):
-        x = torch.randn(batch, 3, 32, 32, generator=torch.Generator().manual_seed(batch))
+    module = _lower(model, torch.randn(2, 3, 32, 32), {0: Dim("batch", min=1, max=12)})
+    batches = (12, 1, 2, 5, 8, 12)
+    inputs = [
+        torch.randn(b, 3, 32, 32, generator=torch.Generator().manual_seed(b)) for b in batches
+    ]
+    return model, module, inputs
+
+
+@pytest.mark.parametrize("value", ["1", "0"])
+@pytest.mark.parametrize(
+    "case, switch", [("decoder", "ET_CPU_ROW_TILES"), ("cnn", "ET_CPU_CONV_IMAGE_TILES")]
+)
+def test_matches_eager_at_several_sizes(
+    monkeypatch: pytest.MonkeyPatch, case: str, switch: str, value: str
+) -> None:
+    # The decoder's linears in row tiles (the default) or not; the CNN's convolutions with one
+    # single-image primitive per image (ET_CPU_CONV_IMAGE_TILES=1, off by default) or not.
+    monkeypatch.setenv(switch, value)
+    torch.manual_seed(0)
+    model, module, inputs = _decoder_case() if case == "decoder" else _cnn_case()
+    for x in inputs:
         assert_single_output_close(module, model, x, atol=ATOL, rtol=RTOL)
