@@ -122,19 +122,35 @@ std::vector<int64_t> concrete_shape(const ValueSpec& value, const std::vector<in
 }
 
 GraphSpec specialize(const GraphSpec& graph, const std::vector<int64_t>& symbols) {
-  GraphSpec out = graph;
-  out.symbols.clear();
-  for (ValueSpec& value : out.values) {
-    if (!value.is_dynamic()) continue;
+  // Built field by field rather than copied and cleared: a dynamic value's bounds and size
+  // expressions (a vector per dimension) were most of the copy's allocations, each freed again.
+  GraphSpec out;
+  out.inputs = graph.inputs;
+  out.outputs = graph.outputs;
+  out.ops = graph.ops;
+  out.values.reserve(graph.values.size());
+  for (const ValueSpec& value : graph.values) {
+    if (!value.is_dynamic()) {
+      out.values.push_back(value);
+      continue;
+    }
+    // Every field of ValueSpec but the symbolic ones (dim_min, dim_max, dim_exprs).
+    ValueSpec& sized = out.values.emplace_back();
+    sized.dtype = value.dtype;
+    sized.kind = value.kind;
+    sized.constant_key = value.constant_key;
+    sized.name = value.name;
+    sized.state_update = value.state_update;
+    sized.producer = value.producer;
+    sized.last_use = value.last_use;
     // Sizes lie inside the recorded bounds (reader + solve_symbols), so bytes only shrink.
-    const size_t item = element_size(value.dtype);
-    value.shape = concrete_shape(value, symbols);
+    sized.shape.reserve(value.dim_exprs.size());
     size_t elements = 1;
-    for (int64_t size : value.shape) elements *= static_cast<size_t>(size);
-    value.nbytes = elements * item;
-    value.dim_min.clear();
-    value.dim_max.clear();
-    value.dim_exprs.clear();
+    for (const SymExprSpec& expr : value.dim_exprs) {
+      sized.shape.push_back(evaluate_size(expr, symbols));
+      elements *= static_cast<size_t>(sized.shape.back());
+    }
+    sized.nbytes = elements * element_size(value.dtype);
   }
   for (OpSpec& op : out.ops) {
     for (ArgValue& arg : op.args) {

@@ -153,19 +153,36 @@ def weight_cache_stats() -> tuple[int, int, int]:
     compiled for a new size reusing its base's); made counts those reordered or packed, with
     their bytes. (0, 0, 0) from a runtime built without the Optimized provider.
     """
-    library = _library()
-    names = (
+    hits, made, made_bytes = _optimized_counters(
         "et_cpu_runtime_weight_cache_hits",
         "et_cpu_runtime_weights_made",
         "et_cpu_runtime_weights_made_bytes",
     )
+    return hits, made, made_bytes
+
+
+def _optimized_counters(*names: str) -> list[int]:
+    """The uint64 counters `names` the Optimized provider exports; zeros without it."""
+    library = _library()
     if not all(hasattr(library, name) for name in names):
-        return (0, 0, 0)
+        return [0] * len(names)
     counters = [getattr(library, name) for name in names]
     for counter in counters:
         counter.restype = ctypes.c_uint64
-    hits, made, made_bytes = (int(counter()) for counter in counters)
-    return hits, made, made_bytes
+    return [int(counter()) for counter in counters]
+
+
+def matmul_primitive_stats() -> tuple[int, int]:
+    """(new, reused) matmul primitives the Optimized provider's plans made, process-wide.
+
+    New: of operands, kernel and post-ops no plan of the process had made before (oneDNN generates
+    a kernel for it, the cost of a size nobody compiled); reused: seen before. (0, 0) from a
+    runtime built without the Optimized provider.
+    """
+    made, reused = _optimized_counters(
+        "et_cpu_runtime_matmul_primitives_new", "et_cpu_runtime_matmul_primitives_reused"
+    )
+    return made, reused
 
 
 def live_arena_bytes() -> int:

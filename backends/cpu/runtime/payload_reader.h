@@ -57,6 +57,8 @@ struct SymbolSpec {
 // copy per loaded delegate, persisting across calls, overwritten by `state_update` after each.
 enum class ValueKind : int8_t { Intermediate = 0, Input = 1, Output = 2, Constant = 3, State = 4 };
 
+// specialize() (dynamic_shapes.cc) copies a dynamic value field by field: a new field goes there
+// too.
 struct ValueSpec {
   executorch::aten::ScalarType dtype;
   std::vector<int64_t> shape;

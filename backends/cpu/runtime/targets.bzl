@@ -263,6 +263,20 @@ def define_common_targets():
         ],
     )
 
+    # Issue 47: a linear of 32 rows or more runs in row tiles, so a new size makes no new oneDNN
+    # matmul kernel (the matmul primitive counters); a decoder against eager at several sizes.
+    runtime.python_test(
+        name = "shape_plan_primitives_test",
+        size = "medium",
+        srcs = ["test/shape_plan_primitives_test.py"],
+        deps = [
+            ":lowered_program",
+            ":loader",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//tools/bench:zoo",
+        ],
+    )
+
     # Issue 43: threads x programs x calls, to process exit. The programs (float CNN, int8 CNN,
     # decoder, dynamic-batch CNN) are lowered once at build time; the C++ test runs them with
     # ExecuTorch's Module and, under --config=asan / --config=tsan, is the sanitizer stress test;

@@ -1,7 +1,9 @@
 // Split plans' pieces: running primitives on the pool's threads, slicing ops, making splits.
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
 
+#include <atomic>
 #include <cstring>
+#include <mutex>
 
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_activations.h"
@@ -123,8 +125,13 @@ void WholeOp::run(const float* input, float* output) const {
 
 void execute_piece(ProviderState& state, const Piece& piece, int worker, const PieceData& data) {
   wrap_dnnl("execute piece", [&] {
-    execute_on_worker(state, piece.primitive, piece.args, piece.src_md, piece.dst_md,
-                      piece.scratchpad_md, worker, data);
+    PieceData tile = data;
+    for (int64_t t = 0; t < piece.tiles; ++t) {
+      execute_on_worker(state, piece.primitive, piece.args, piece.src_md, piece.dst_md,
+                        piece.scratchpad_md, worker, tile);
+      tile.src += piece.src_tile;
+      tile.dst += piece.dst_tile;
+    }
   });
 }
 
@@ -273,5 +280,77 @@ std::vector<Piece> make_pieces(ProviderState& state, size_t count,
   return pieces;
 }
 
+namespace {
+
+// The matmul primitives plans made in this process (count_matmul_primitive): their operands,
+// kernel and post-ops, at most kMatmulShapes of them (beyond that, new ones count as new).
+struct MatmulShape {
+  memory::desc src, weights, bias, dst;
+  std::string kernel;
+};
+constexpr size_t kMatmulShapes = 4096;
+std::mutex matmul_shapes_mutex;
+std::vector<MatmulShape>& matmul_shapes() {
+  static std::vector<MatmulShape> shapes;
+  return shapes;
+}
+std::atomic<uint64_t> matmul_primitives_new{0};
+std::atomic<uint64_t> matmul_primitives_reused{0};
+
+// The pd's kernel and its post-ops (kinds, algorithms and their parameters) as text.
+std::string kernel_of(const dnnl::matmul::primitive_desc& pd) {
+  std::string key = pd.impl_info_str();
+  const dnnl::post_ops ops = pd.get_primitive_attr().get_post_ops();
+  for (int i = 0; i < ops.len(); ++i) {
+    key += "|" + std::to_string(static_cast<int>(ops.kind(i)));
+    if (ops.kind(i) == dnnl::primitive::kind::eltwise) {
+      dnnl::algorithm algorithm;
+      float alpha = 0.f;
+      float beta = 0.f;
+      ops.get_params_eltwise(i, algorithm, alpha, beta);
+      key += ":" + std::to_string(static_cast<int>(algorithm)) + ":" + std::to_string(alpha) +
+             ":" + std::to_string(beta);
+    }
+  }
+  return key;
+}
+
+}  // namespace
+
+void count_matmul_primitive(const dnnl::matmul::primitive_desc& pd) {
+  MatmulShape shape{pd.src_desc(), pd.weights_desc(), pd.bias_desc(), pd.dst_desc(),
+                    kernel_of(pd)};
+  std::lock_guard<std::mutex> lock(matmul_shapes_mutex);
+  std::vector<MatmulShape>& shapes = matmul_shapes();
+  for (const MatmulShape& seen : shapes) {
+    if (seen.kernel == shape.kernel && seen.src == shape.src && seen.dst == shape.dst &&
+        seen.weights == shape.weights && seen.bias == shape.bias) {
+      ++matmul_primitives_reused;
+      return;
+    }
+  }
+  ++matmul_primitives_new;
+  if (shapes.size() < kMatmulShapes) shapes.push_back(std::move(shape));
+}
+
+dnnl::matmul make_matmul(const dnnl::matmul::primitive_desc& pd) {
+  count_matmul_primitive(pd);
+  return dnnl::matmul(pd);
+}
+
 }  // namespace onednn
 }  // namespace et_cpu_plugin
+
+// Matmul primitives the plans made over the process (the loader's matmul_primitive_stats): of a
+// shape new to the process (oneDNN generated a kernel) and of one seen before.
+extern "C" {
+
+__attribute__((visibility("default"))) uint64_t et_cpu_runtime_matmul_primitives_new() {
+  return et_cpu_plugin::onednn::matmul_primitives_new.load();
+}
+
+__attribute__((visibility("default"))) uint64_t et_cpu_runtime_matmul_primitives_reused() {
+  return et_cpu_plugin::onednn::matmul_primitives_reused.load();
+}
+
+}  // extern "C"

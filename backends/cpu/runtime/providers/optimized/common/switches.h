@@ -16,5 +16,12 @@ inline bool kernel_switched_on(const char* variable) {
   return value == nullptr || std::strcmp(value, "0") != 0;
 }
 
+// Whether the environment switches on a behaviour that is off by default: `variable` set to
+// anything but "0" (or empty). Read at each call, like kernel_switched_on.
+inline bool kernel_opted_in(const char* variable) {
+  const char* value = std::getenv(variable);
+  return value != nullptr && value[0] != '\0' && std::strcmp(value, "0") != 0;
+}
+
 }  // namespace onednn
 }  // namespace et_cpu_plugin

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
 
 namespace et_cpu_plugin {
@@ -126,6 +127,86 @@ std::vector<Piece> split_linear_rows(ProviderState& state, const LinearParams& p
   });
 }
 
+// Rows per tile of a linear run in row tiles (split_linear_tiles).
+constexpr int64_t kLinearTile = kLinearRows;
+
+// The tile primitive's descriptor of a linear (k, n, bias, post-ops), when row tiles are on and it
+// runs brgemm: smaller row counts read their weights in its layout too, so every size shares them.
+std::optional<dnnl::matmul::primitive_desc> tile_pd(ProviderState& state, int64_t k, int64_t n,
+                                                    const memory::desc& bias_md,
+                                                    const dnnl::primitive_attr& attr) {
+  if (!state.pool || !kernel_switched_on("ET_CPU_ROW_TILES")) return std::nullopt;
+  dnnl::matmul::primitive_desc tile(state.engine, plain_md({kLinearTile, k}), any_md({k, n}),
+                                    bias_md, plain_md({kLinearTile, n}), attr);
+  if (std::string(tile.impl_info_str()).rfind("brg", 0) != 0) return std::nullopt;
+  return tile;
+}
+
+// A linear of at least kLinearTile rows as bands of whole tiles of kLinearTile rows, every tile
+// run by one primitive whose shape does not depend on the row count (so a graph compiled for a
+// new size generates no kernel for it: oneDNN 3.2's matmul with a run-time M runs gemm:jit,
+// 7-27% slower than brgemm), plus one piece for the last rows % kLinearTile rows (a kernel per
+// distinct remainder, made once). The plan's weights take the tile primitive's layout, the same
+// at every size. Empty (the plan goes the usual way) when the remainder would run the reference
+// kernel, or when too few tiles would leave pool threads idle that column blocks would use.
+std::vector<Piece> split_linear_tiles(ProviderState& state, const LinearParams& params,
+                                      const dnnl::matmul::primitive_desc& tile,
+                                      const dnnl::primitive_attr& attr, bool has_bias,
+                                      std::string* implementation) {
+  const int64_t m = params.rows;
+  const int64_t k = params.in_features;
+  const int64_t n = params.out_features;
+  if (m < kLinearTile) return {};
+  const int64_t tiles = m / kLinearTile;
+  const int64_t rest = m % kLinearTile;
+  const double flops = 2.0 * m * k * n;
+  const size_t count = state.pieces_for(flops, tiles);
+  if (count < 2 && state.pieces_for(flops, n / kLinearColumns) >= 2) {
+    return {};  // too few tiles to share out: column blocks keep the pool's threads busy
+  }
+  const memory::desc bias_md = has_bias ? plain_md({1, n}) : memory::desc();
+  *implementation = tile.impl_info_str();
+  std::vector<Piece> pieces;
+  std::optional<dnnl::matmul::primitive_desc> rest_pd;
+  if (rest > 0) {
+    try {
+      rest_pd.emplace(state.engine, plain_md({rest, k}), tile.weights_desc(), bias_md,
+                      plain_md({rest, n}), attr);
+    } catch (const dnnl::error&) {
+      return {};  // no kernel reads the tile's weight layout at this row count
+    }
+    if (std::string(rest_pd->impl_info_str()).rfind("ref", 0) == 0) return {};
+  }
+  const dnnl::matmul tile_primitive = make_matmul(tile);
+  for (size_t i = 0; i < count; ++i) {
+    const auto [begin, end] = block_slice(tiles * kLinearTile, kLinearTile, count, i);
+    Piece piece;
+    piece.primitive = tile_primitive;
+    piece.scratchpad_md = tile.scratchpad_desc();
+    piece.src_md = plain_md({kLinearTile, k});
+    piece.dst_md = plain_md({kLinearTile, n});
+    piece.src_offset = static_cast<size_t>(begin * k);
+    piece.dst_offset = static_cast<size_t>(begin * n);
+    piece.tiles = (end - begin) / kLinearTile;
+    piece.src_tile = static_cast<size_t>(kLinearTile * k);
+    piece.dst_tile = static_cast<size_t>(kLinearTile * n);
+    pieces.push_back(std::move(piece));
+  }
+  if (rest_pd) {
+    Piece piece;
+    set_primitive<dnnl::matmul>(piece, *rest_pd);
+    piece.src_md = plain_md({rest, k});
+    piece.dst_md = plain_md({rest, n});
+    piece.src_offset = static_cast<size_t>(tiles * kLinearTile * k);
+    piece.dst_offset = static_cast<size_t>(tiles * kLinearTile * n);
+    pieces.push_back(std::move(piece));
+  }
+  for (const Piece& piece : pieces) state.reserve_piece_scratchpad(piece.scratchpad_md);
+  *implementation += pieces_note(pieces.size()) + " (row tiles of " +
+                     std::to_string(kLinearTile) + ")";
+  return pieces;
+}
+
 // Splits a linear into column blocks of its output: each piece reads the whole input, owns its
 // block of the weights (reordered once here, so the weights are not duplicated) and writes its
 // columns of the row-major output. Empty result: the plan stays whole.
@@ -211,8 +292,37 @@ LinearPlan Provider::prepare_linear(
     // Plain or row-strided outputs: a trailing sigmoid / SiLU always suits the plan's kernel.
     const SplitPostOps split = split_tail(post_ops);
     impl->tail = split.tail;
-    const dnnl::matmul::primitive_desc pd(state.engine, impl->src_md, any_md({k, n}), bias_md,
-                                          impl->dst_md, make_attr(split.primitive));
+    impl->has_bias = bias != nullptr;
+    impl->has_add = has_add(post_ops);
+    const std::optional<dnnl::matmul::primitive_desc> tile =
+        tile_pd(state, k, n, bias_md, make_attr(split.primitive));
+    if (tile) {
+      impl->pieces = split_linear_tiles(state, params, *tile, make_attr(split.primitive),
+                                        bias != nullptr, &impl->implementation);
+    }
+    if (!impl->pieces.empty()) {  // no primitive of m rows: nothing here depends on the size
+      const size_t weights_before = state.weights_bytes;
+      impl->row_bands = true;
+      impl->implementation += split.note();
+      impl->weights = reorder_constant(state, user_weight_md, weight, tile->weights_desc());
+      if (bias) impl->bias = reorder_constant(state, bias_md, bias, bias_md);
+      impl->weights_bytes = state.weights_bytes - weights_before;
+      return LinearPlan(std::move(impl));
+    }
+    // Fewer rows than a tile: the weights in the tile's layout when brgemm takes it, so the
+    // sizes share them.
+    dnnl::matmul::primitive_desc pd(state.engine, impl->src_md, any_md({k, n}), bias_md,
+                                    impl->dst_md, make_attr(split.primitive));
+    if (tile && pd.weights_desc() != tile->weights_desc()) {
+      try {
+        const dnnl::matmul::primitive_desc fixed(state.engine, impl->src_md,
+                                                 tile->weights_desc(), bias_md, impl->dst_md,
+                                                 make_attr(split.primitive));
+        if (std::string(fixed.impl_info_str()) == pd.impl_info_str()) pd = fixed;
+      } catch (const dnnl::error&) {
+        // no kernel reads that layout at this row count: keep the any-layout choice
+      }
+    }
     impl->implementation = pd.impl_info_str();
     impl->has_bias = bias != nullptr;
     impl->has_add = has_add(post_ops);
@@ -233,7 +343,7 @@ LinearPlan Provider::prepare_linear(
     if (impl->pieces.empty()) {
       // Only now: a split plan never runs the whole op, and generating its kernel costs
       // ~100 us of every compile (each new size of a dynamic graph).
-      impl->primitive = dnnl::matmul(pd);
+      impl->primitive = make_matmul(pd);
       impl->scratchpad_md = pd.scratchpad_desc();
       state.reserve_scratchpad(impl->scratchpad_md);
     }

@@ -174,7 +174,7 @@ MatmulPlan Provider::prepare_matmul(const MatmulParams& params, const PostOps& p
     impl->pieces =
         split_matmul(state, params, make_attr(split.primitive), impl->implementation);
     if (impl->pieces.empty()) {  // the whole op's kernel only when it runs (see prepare_linear)
-      impl->primitive = dnnl::matmul(pd);
+      impl->primitive = make_matmul(pd);
       impl->scratchpad_md = pd.scratchpad_desc();
       state.reserve_scratchpad(impl->scratchpad_md);
     }

@@ -255,6 +255,11 @@ struct Piece {
   int64_t first_channel = 0;
   int64_t channels = 0;
   int64_t pixels = 0;  // N * spatial: rows of the strided copy
+  // Row tiles (split_linear_tiles): the primitive runs `tiles` times, each time `src_tile` and
+  // `dst_tile` floats further on, so one size-independent primitive covers any band.
+  int64_t tiles = 1;
+  size_t src_tile = 0;
+  size_t dst_tile = 0;
   // Memory objects of the piece's arguments, made on its first run and re-pointed afterwards
   // (making them costs about as much as a small piece's kernel). One thread runs a piece at a
   // time, so no lock.
@@ -483,12 +488,21 @@ std::vector<Part> split_parts(ProviderState& state, size_t count, MakeWhole make
 std::vector<Piece> make_pieces(ProviderState& state, size_t count,
                                const std::function<bool(size_t index, Piece& piece)>& make);
 
+// Counts a matmul primitive a plan makes of `pd` (the loader's matmul_primitive_stats): new when
+// no plan of the process made one of the same operands, kernel and post-ops before (oneDNN
+// generates its kernel then; otherwise its primitive cache has it), reused otherwise.
+void count_matmul_primitive(const dnnl::matmul::primitive_desc& pd);
+// A matmul primitive of `pd`, counted (count_matmul_primitive).
+dnnl::matmul make_matmul(const dnnl::matmul::primitive_desc& pd);
+
 // Gives `piece` the primitive of `pd` and its scratchpad size.
 template <typename Primitive, typename PrimitiveDesc>
 void set_primitive(Piece& piece, const PrimitiveDesc& pd) {
+  if constexpr (std::is_same_v<Primitive, dnnl::matmul>) count_matmul_primitive(pd);
   piece.primitive = Primitive(pd);
   piece.scratchpad_md = pd.scratchpad_desc();
 }
+
 
 // ---------------------------------------------------------------------------------------------
 // Convolution primitives (conv_plan.cc; the block plan builds its stages with it too)

@@ -1,0 +1,149 @@
+"""Issue 47: the first call at a new size makes no new oneDNN matmul kernel for a linear of 32 rows
+or more. Such a linear runs in row tiles of 32 rows (split_linear_tiles): one primitive whose shape
+does not depend on the row count, which every size's graph shares, plus one for the rows left over
+(made once per remainder). The loader's matmul_primitive_stats counts the matmul primitives the
+plans make that are new to the process (oneDNN generates a kernel) and those seen before. Results
+against eager at several sizes, a Llama-style decoder among them, from the plain `to_executorch()`
+flow.
+"""
+
+import os
+from typing import Any
+
+import pytest
+import torch
+from executorch.exir import to_edge_transform_and_lower
+from torch.export import Dim
+
+from backends.cpu.partition.cpu_partitioner import CpuPartitioner
+from backends.cpu.runtime import loader
+from backends.cpu.runtime.test.lowered_program import assert_single_output_close, load
+from tools.bench.zoo_sequence import LlamaLike
+
+ATOL = 1e-4
+RTOL = 1e-4
+MAX_ROWS = 256
+FEATURES = 64
+VOCAB = 64
+MAX_TOKENS = 128
+
+
+def _has_avx512() -> bool:
+    with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+        return "avx512f" in cpuinfo.read()
+
+
+# Row tiles need oneDNN's brgemm (AVX-512 here) and a work pool (two threads or more).
+TILES_POSSIBLE = _has_avx512() and len(os.sched_getaffinity(0)) >= 2
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(FEATURES, 2 * FEATURES)
+        self.down = torch.nn.Linear(2 * FEATURES, FEATURES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(x)))
+
+
+def _lower(model: torch.nn.Module, example: torch.Tensor, dims: dict[int, Dim]) -> Any:
+    exported = torch.export.export(model, (example,), dynamic_shapes=(dims,))
+    partitioner = CpuPartitioner()
+    edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
+    assert partitioner.report.left_out == (), partitioner.report
+    return load(bytes(edge.to_executorch().buffer))
+
+
+def _rows(size: int) -> torch.Tensor:
+    return torch.randn(size, FEATURES, generator=torch.Generator().manual_seed(size))
+
+
+def _new_primitives(module: Any, model: torch.nn.Module, size: int) -> tuple[int, int]:
+    """(new, reused) matmul primitives of the first call at `size` (checked against eager)."""
+    new_before, reused_before = loader.matmul_primitive_stats()
+    assert_single_output_close(module, model, _rows(size), atol=ATOL, rtol=RTOL)
+    new_after, reused_after = loader.matmul_primitive_stats()
+    return new_after - new_before, reused_after - reused_before
+
+
+@pytest.mark.skipif(not TILES_POSSIBLE, reason="row tiles need AVX-512 and two threads")
+def test_a_new_size_makes_no_new_matmul_kernel_for_whole_tiles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ET_CPU_ROW_TILES", "1")
+    torch.manual_seed(0)
+    model = Mlp().eval()
+    module = _lower(model, _rows(8), {0: Dim("rows", min=1, max=MAX_ROWS)})
+    _new_primitives(module, model, MAX_ROWS)  # init: the graph at the bound
+    for size in (64, 96, 224):  # whole tiles: the base's tile primitives serve them
+        new, reused = _new_primitives(module, model, size)
+        assert new == 0 and reused > 0, (size, new, reused)
+    # 70 = 2 tiles + 6 rows: one kernel for the 6 rows per linear shape, made once ...
+    new, _ = _new_primitives(module, model, 70)
+    assert 0 < new <= 2, new
+    # ... and reused by another size with the same remainder.
+    new, _ = _new_primitives(module, model, 134)
+    assert new == 0, new
+
+
+@pytest.mark.skipif(not TILES_POSSIBLE, reason="row tiles need AVX-512 and two threads")
+def test_without_row_tiles_a_new_size_makes_new_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The counter can see what the tiles save: switched off, a new row count is a new shape.
+    torch.manual_seed(1)
+    model = Mlp().eval()
+    module = _lower(model, _rows(8), {0: Dim("rows", min=1, max=MAX_ROWS)})
+    monkeypatch.setenv("ET_CPU_ROW_TILES", "0")
+    _new_primitives(module, model, MAX_ROWS)
+    new, _ = _new_primitives(module, model, 160)
+    assert new > 0, new
+
+
+class ResidualCnn(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.conv = torch.nn.Conv2d(16, 16, 3, padding=1)
+        self.head = torch.nn.Conv2d(16, 8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.stem(x))
+        return self.head(torch.relu(self.conv(y) + y))
+
+
+def _decoder_case() -> tuple[torch.nn.Module, Any, list[torch.Tensor]]:
+    model = LlamaLike(vocab=VOCAB, dim=64, depth=2, heads=2, hidden=128, max_tokens=MAX_TOKENS)
+    module = _lower(
+        model.eval(), torch.randint(0, VOCAB, (1, 8)), {1: Dim("tokens", min=1, max=MAX_TOKENS)}
+    )
+    sizes = (MAX_TOKENS, 1, 16, 45, 64, 100, 33, MAX_TOKENS)
+    inputs = [
+        torch.randint(0, VOCAB, (1, s), generator=torch.Generator().manual_seed(s)) for s in sizes
+    ]
+    return model, module, inputs
+
+
+def _cnn_case() -> tuple[torch.nn.Module, Any, list[torch.Tensor]]:
+    model = ResidualCnn().eval()
+    module = _lower(model, torch.randn(2, 3, 32, 32), {0: Dim("batch", min=1, max=12)})
+    batches = (12, 1, 2, 5, 8, 12)
+    inputs = [
+        torch.randn(b, 3, 32, 32, generator=torch.Generator().manual_seed(b)) for b in batches
+    ]
+    return model, module, inputs
+
+
+@pytest.mark.parametrize("value", ["1", "0"])
+@pytest.mark.parametrize(
+    "case, switch", [("decoder", "ET_CPU_ROW_TILES"), ("cnn", "ET_CPU_CONV_IMAGE_TILES")]
+)
+def test_matches_eager_at_several_sizes(
+    monkeypatch: pytest.MonkeyPatch, case: str, switch: str, value: str
+) -> None:
+    # The decoder's linears in row tiles (the default) or not; the CNN's convolutions with one
+    # single-image primitive per image (ET_CPU_CONV_IMAGE_TILES=1, off by default) or not.
+    monkeypatch.setenv(switch, value)
+    torch.manual_seed(0)
+    model, module, inputs = _decoder_case() if case == "decoder" else _cnn_case()
+    for x in inputs:
+        assert_single_output_close(module, model, x, atol=ATOL, rtol=RTOL)
