@@ -89,6 +89,50 @@ void LinearPlan::run(const float* input, float* output, const float* residual) c
   execute_whole(state, p.primitive, p.args, p.src_md, p.dst_md, p.scratchpad_md, data);
 }
 
+size_t LinearPlan::row_bands() const {
+  return impl_->row_bands ? impl_->pieces.size() : 0;
+}
+
+void LinearPlan::run_group(const std::vector<const LinearPlan*>& plans, const float* input,
+                           const std::vector<float*>& outputs, const float* residual) {
+  if (plans.empty() || outputs.size() != plans.size()) {
+    throw ProviderError("linear group: one output per plan expected");
+  }
+  const Impl& head = *plans[0]->impl_;
+  const size_t bands = plans[0]->row_bands();
+  bool together = bands > 1;
+  for (const LinearPlan* plan : plans) {
+    together = together && plan->row_bands() == bands && plan->impl_->state == head.state &&
+               (plan == plans[0] || !plan->impl_->has_add);
+  }
+  if (!together) {
+    for (size_t i = 0; i < plans.size(); ++i) {
+      plans[i]->run(input, outputs[i], i == 0 ? residual : nullptr);
+    }
+    return;
+  }
+  ProviderState& state = *head.state;
+  if (head.has_add && residual == nullptr) {
+    throw ProviderError("linear plan: post-op add needs a residual tensor, got null");
+  }
+  ThreadCountGuard threads(state.omp_threads);
+  if (head.has_add && residual != outputs[0]) {
+    std::memcpy(outputs[0], residual, head.dst_md.get_size());
+  }
+  // Band-major: a thread's contiguous share of tasks is the same rows of every product (the
+  // rows the ops before and after it split alike), so it reads its rows of the input once.
+  const size_t members = plans.size();
+  state.pool->run(bands * members, [&](size_t task, int worker) {
+    const Impl& p = *plans[task % members]->impl_;
+    const Piece& piece = p.pieces[task / members];
+    PieceData data =
+        piece_data(input + piece.src_offset, outputs[task % members] + piece.dst_offset,
+                   p.weights, p.has_bias ? &p.bias : nullptr);
+    data.tail = tail_of(p.tail);
+    execute_piece(state, piece, worker, data);
+  });
+}
+
 namespace {
 
 // Rows per band at least: below this oneDNN's brgemm runs short of rows to block over, and a
@@ -102,11 +146,13 @@ constexpr int64_t kLinearRows = 32;
 // band's primitive would want another weight layout or kernel).
 std::vector<Piece> split_linear_rows(ProviderState& state, const LinearParams& params,
                                      const dnnl::matmul::primitive_desc& whole,
-                                     const dnnl::primitive_attr& attr, bool has_bias) {
+                                     const dnnl::primitive_attr& attr, bool has_bias,
+                                     size_t max_bands) {
   const int64_t m = params.rows;
   const int64_t k = params.in_features;
   const int64_t n = params.out_features;
-  const size_t count = state.pieces_for(2.0 * m * k * n, m / kLinearRows);
+  size_t count = state.pieces_for(2.0 * m * k * n, m / kLinearRows);
+  if (max_bands > 0 && count > max_bands) count = max_bands < 2 ? 1 : max_bands;
   const std::string whole_implementation = whole.impl_info_str();
   const memory::desc whole_weights = whole.weights_desc();
   return make_pieces(state, count, [&](size_t i, Piece& piece) {
@@ -173,8 +219,9 @@ std::vector<Piece> split_linear(
 
 }  // namespace
 
-LinearPlan Provider::prepare_linear(
-    const LinearParams& params, const float* weight, const float* bias, const PostOps& post_ops) {
+LinearPlan Provider::prepare_linear(const LinearParams& params, const float* weight,
+                                    const float* bias, const PostOps& post_ops,
+                                    size_t max_row_bands) {
   const Support support = supports_linear(params, post_ops);
   if (!support.ok) {
     throw ProviderError("prepare_linear: " + support.reason);
@@ -220,7 +267,8 @@ LinearPlan Provider::prepare_linear(
     const bool brgemm = impl->implementation.rfind("brg", 0) == 0;
     if (brgemm) {
       impl->pieces =
-          split_linear_rows(state, params, pd, make_attr(split.primitive), bias != nullptr);
+          split_linear_rows(state, params, pd, make_attr(split.primitive), bias != nullptr,
+                            max_row_bands);
       impl->row_bands = !impl->pieces.empty();
     }
     if (!impl->row_bands) {
