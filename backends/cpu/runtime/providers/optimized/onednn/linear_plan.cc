@@ -2,6 +2,7 @@
 // transformer tokens) or output column blocks (few rows: MLP batches).
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
 
+#include <cstdlib>
 #include <cstring>
 
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
@@ -119,15 +120,22 @@ void LinearPlan::run_group(const std::vector<const LinearPlan*>& plans, const fl
   if (head.has_add && residual != outputs[0]) {
     std::memcpy(outputs[0], residual, head.dst_md.get_size());
   }
-  // Band-major: a thread's contiguous share of tasks is the same rows of every product (the
-  // rows the ops before and after it split alike), so it reads its rows of the input once.
   const size_t members = plans.size();
+  // Member-major by default: a thread's contiguous share of tasks is all rows of as few
+  // products as possible, so each thread streams fewer of the group's weights (the ones that
+  // did not stay in cache since the last call: the zoo decoder's weights exceed the L3).
+  // ET_CPU_SIBLING_BAND_MAJOR=1 (read once): the same rows of every product instead.
+  static const bool band_major = [] {
+    const char* order = std::getenv("ET_CPU_SIBLING_BAND_MAJOR");
+    return order != nullptr && order[0] == '1';
+  }();
   state.pool->run(bands * members, [&](size_t task, int worker) {
-    const Impl& p = *plans[task % members]->impl_;
-    const Piece& piece = p.pieces[task / members];
-    PieceData data =
-        piece_data(input + piece.src_offset, outputs[task % members] + piece.dst_offset,
-                   p.weights, p.has_bias ? &p.bias : nullptr);
+    const size_t member = band_major ? task % members : task / bands;
+    const size_t band = band_major ? task / members : task % bands;
+    const Impl& p = *plans[member]->impl_;
+    const Piece& piece = p.pieces[band];
+    PieceData data = piece_data(input + piece.src_offset, outputs[member] + piece.dst_offset,
+                                p.weights, p.has_bias ? &p.bias : nullptr);
     data.tail = tail_of(p.tail);
     execute_piece(state, piece, worker, data);
   });
@@ -152,6 +160,12 @@ std::vector<Piece> split_linear_rows(ProviderState& state, const LinearParams& p
   const int64_t k = params.in_features;
   const int64_t n = params.out_features;
   size_t count = state.pieces_for(2.0 * m * k * n, m / kLinearRows);
+  // ET_CPU_LINEAR_MAX_BANDS=N (for measuring): every linear at most N bands of rows.
+  if (max_bands == 0) {
+    if (const char* cap = std::getenv("ET_CPU_LINEAR_MAX_BANDS")) {
+      max_bands = static_cast<size_t>(std::max(0L, std::strtol(cap, nullptr, 10)));
+    }
+  }
   if (max_bands > 0 && count > max_bands) count = max_bands < 2 ? 1 : max_bands;
   const std::string whole_implementation = whole.impl_info_str();
   const memory::desc whole_weights = whole.weights_desc();

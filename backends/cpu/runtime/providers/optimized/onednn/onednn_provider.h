@@ -491,8 +491,8 @@ class LinearPlan {
   void run(const float* input, float* output, const float* residual = nullptr) const;
   // Runs plans over the same input (linears reading one activation: q/k/v projections, SwiGLU's
   // w1 and w3), plans[i] writing outputs[i], as one job on the pool when every plan is split
-  // into the same bands of rows (each thread takes the same rows of every product); otherwise
-  // one plan after the other. `residual` is plans[0]'s (its fused add), the others have none.
+  // into the same number of bands of rows (tasks member by member: a thread takes whole
+  // products where it can, reading fewer of the weights); otherwise one plan after the other. `residual` is plans[0]'s (its fused add), the others have none.
   static void run_group(const std::vector<const LinearPlan*>& plans, const float* input,
                         const std::vector<float*>& outputs, const float* residual);
   // Whether this plan's split can join a group's job (row bands of the pool's oneDNN kernels).
