@@ -58,15 +58,21 @@ class SharedInput(nn.Module):
         return self.other(q) + torch.cat([k, v], dim=-1)[..., :16]
 
 
-def test_decoder_prefill_fuses_qkv_and_swiglu_and_matches_eager() -> None:
+@pytest.mark.parametrize("split_all", [False, True])
+def test_decoder_prefill_fuses_qkv_and_swiglu_and_matches_eager(split_all: bool) -> None:
+    """split_all (ET_CPU_ONEDNN_TASK_FLOPS=0): every product that can be split into bands of rows
+    is, so every group of 64 rows or more runs as one job of bands on the pool."""
     torch.manual_seed(11)
-    decoder = Decoder(vocab=96, dim=64, layers=2).eval()
+    decoder = Decoder(vocab=96, dim=128, layers=2).eval()
     cases: list[tuple[nn.Module, tuple[torch.Tensor, ...]]] = [
         (decoder, (torch.randint(0, 96, (1, 128)),)),
         (decoder, (torch.randint(0, 96, (1, 20)),)),
         (SharedInput().eval(), (torch.randn(1, 70, 48),)),
     ]
-    runs = run_cases(cases)
+    with pytest.MonkeyPatch.context() as patch:
+        if split_all:
+            patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")
+        runs = run_cases(cases)
     for index, run in enumerate(runs):
         assert_close_scaled(run.optimized[0], run.expected[0])
         assert_close_scaled(run.optimized[0], run.reference[0])
