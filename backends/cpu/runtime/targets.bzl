@@ -561,6 +561,16 @@ def define_common_targets():
         deps = [":provider_compare"],
     )
 
+    # Linears on one input (q/k/v, SwiGLU's w1 and w3) computed as one product (issue 45).
+    runtime.python_test(
+        name = "sibling_linear_test",
+        srcs = ["test/sibling_linear_test.py"],
+        deps = [
+            ":llama_like",
+            ":provider_compare",
+        ],
+    )
+
     # Delegate state (issue 45): mutated buffers owned by the delegate, updated in place, one copy
     # per loaded program; the ET_CPU_DELEGATE_BUFFERS=0 / delegate_buffers=False fallback.
     runtime.python_test(
