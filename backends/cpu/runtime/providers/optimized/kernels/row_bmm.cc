@@ -1,0 +1,94 @@
+// One-row batched products on strided operands (see row_bmm.h).
+#include "backends/cpu/runtime/providers/optimized/kernels/row_bmm.h"
+
+#include <algorithm>
+
+#include "backends/cpu/runtime/providers/optimized/common/slices.h"
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
+#include "backends/cpu/runtime/providers/optimized/common/work_pool.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
+
+namespace et_cpu_plugin {
+namespace onednn {
+namespace {
+
+// sum over k of a[k] * b[k], both contiguous: 16 lanes, two accumulators, masked tail.
+ET_AVX512 float dot(const float* a, const float* b, int64_t k) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= k; i += 32) {
+    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+  }
+  for (; i < k; i += 16) {
+    const __mmask16 mask =
+        i + 16 <= k ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (k - i)) - 1u);
+    s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a + i), _mm512_maskz_loadu_ps(mask, b + i),
+                         s0);
+  }
+  return horizontal16<Horizontal::kSum>(_mm512_add_ps(s0, s1));
+}
+
+// b's k contiguous: outputs j in [j0, j1), every batch row each.
+ET_AVX512 void dot_columns(const RowBmmParams& p, const float* a, const float* b, float* out,
+                           int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; ++j) {
+    for (int64_t i = 0; i < p.batch; ++i) {
+      out[i * p.n + j] = dot(a + i * p.a_batch, b + i * p.b_batch + j * p.b_n, p.k);
+    }
+  }
+}
+
+// b's n contiguous: batch rows [i0, i1), out[i, :] = sum over k in order of a[i, k] * b[i, k, :]
+// (accumulated in out, k outermost so b's rows are read in memory order).
+ET_AVX512 void accumulate_rows(const RowBmmParams& p, const float* a, const float* b, float* out,
+                               int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) std::fill(out + i * p.n, out + (i + 1) * p.n, 0.0f);
+  for (int64_t kk = 0; kk < p.k; ++kk) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const __m512 scale = _mm512_set1_ps(a[i * p.a_batch + kk * p.a_k]);
+      const float* row = b + i * p.b_batch + kk * p.b_k;
+      float* o = out + i * p.n;
+      for (int64_t j = 0; j < p.n; j += 16) {
+        const __mmask16 mask = j + 16 <= p.n ? static_cast<__mmask16>(0xFFFF)
+                                             : static_cast<__mmask16>((1u << (p.n - j)) - 1u);
+        _mm512_mask_storeu_ps(o + j, mask,
+                              _mm512_fmadd_ps(scale, _mm512_maskz_loadu_ps(mask, row + j),
+                                              _mm512_maskz_loadu_ps(mask, o + j)));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool row_bmm_supports(const RowBmmParams& p) {
+  return kernel_switched_on("ET_CPU_ROW_BMM") && cpu_has_avx512() && p.batch > 0 && p.k > 0 &&
+         p.n > 0 && p.a_k == 1 && (p.b_k == 1 || p.b_n == 1);
+}
+
+void row_bmm(const RowBmmParams& p, const float* a, const float* b, float* out, WorkPool* pool) {
+  const bool by_columns = p.b_k == 1;
+  const int64_t units = by_columns ? p.n : p.batch;
+  // About 64 KiB of b per task at least; up to 4 tasks a thread (work_pool.h).
+  const int64_t threads = pool != nullptr ? pool->size() : 1;
+  const int64_t bytes = p.batch * p.k * p.n * static_cast<int64_t>(sizeof(float));
+  const int64_t tasks =
+      std::max<int64_t>(1, std::min({units, 4 * threads, bytes / (64 * 1024)}));
+  auto task = [&](size_t index, int) {
+    const auto [begin, end] = slice_of(units, static_cast<size_t>(tasks), index);
+    if (by_columns) {
+      dot_columns(p, a, b, out, begin, end);
+    } else {
+      accumulate_rows(p, a, b, out, begin, end);
+    }
+  };
+  if (tasks == 1 || pool == nullptr) {
+    for (int64_t t = 0; t < tasks; ++t) task(static_cast<size_t>(t), 0);
+  } else {
+    pool->run(static_cast<size_t>(tasks), task);
+  }
+}
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin
