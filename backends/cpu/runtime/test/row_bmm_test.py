@@ -55,6 +55,8 @@ CASES: list[tuple[torch.nn.Module, tuple[torch.Tensor, ...]]] = [
     # partial vectors: dim 20 / 7, 37 and 1 keys, 3 heads
     (QKt(), (torch.randn(1, 3, 1, 20), torch.randn(1, 37, 3, 20))),
     (QKt(), (torch.randn(1, 3, 1, 7), torch.randn(1, 1, 3, 7))),
+    # 19 heads: a run of 16 summed together, then 3 alone
+    (QKt(), (torch.randn(1, 19, 1, 40), torch.randn(1, 21, 19, 40))),
     (ProbsV(heads=3), (torch.randn(1, 3, 1, 37), torch.randn(1, 37, 3 * 20))),
     (ProbsV(heads=5), (torch.randn(1, 5, 1, 9), torch.randn(1, 9, 5 * 33))),
     # plain operands, one row, both k and n past a vector
@@ -79,9 +81,9 @@ def test_one_row_products_run_on_row_bmm_and_match() -> None:
         assert_close_scaled(run.optimized[0], run.reference[0])
         products = [line for line in run.placement if "aten::bmm.out" in line]
         assert products and all(": Optimized" in line for line in products), (index, products)
-    # every one-row product (7 of the 8 cases) on row_bmm, the several-row one on oneDNN
+    # every one-row product (8 of the 9 cases) on row_bmm, the several-row one on oneDNN
     summary = _summary(CASES)
-    assert " 7 row_bmm, " in summary, summary
+    assert " 8 row_bmm, " in summary, summary
 
 
 def test_switched_off_keeps_onednn(monkeypatch: pytest.MonkeyPatch) -> None:

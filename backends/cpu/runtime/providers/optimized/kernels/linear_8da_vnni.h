@@ -105,8 +105,8 @@ std::shared_ptr<const Linear8daPacked> cached_linear_8da_weights(WeightCache* ca
 // The one-row (decode) path on AVX-512 VNNI with 4-bit weights, read when a kernel is made:
 // `gemv` (ET_CPU_LINEAR_8DA_GEMV, default on; 0 runs the general 1-row tile instead, which reads
 // the precomputed weight sums) streams only the int4 weights and scales, the activation zero
-// point's term computed in registers; `prefetch` (ET_CPU_LINEAR_8DA_PREFETCH, bytes, 0 to 65536)
-// how far ahead each weight stream is prefetched in software, 0 for none.
+// point's term computed in registers; `prefetch` (ET_CPU_LINEAR_8DA_PREFETCH, bytes, 0 to 65536,
+// default 256) how far ahead each weight stream is prefetched in software, 0 for none.
 struct Linear8daDecodeOptions {
   bool gemv = true;
   int64_t prefetch = 0;

@@ -12,29 +12,64 @@ namespace et_cpu_plugin {
 namespace onednn {
 namespace {
 
-// sum over k of a[k] * b[k], both contiguous: 16 lanes, two accumulators, masked tail.
-ET_AVX512 float dot(const float* a, const float* b, int64_t k) {
-  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-  int64_t i = 0;
-  for (; i + 32 <= k; i += 32) {
-    s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-    s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+// 16 lanes of partial sums of a[k] * b[k] over k, both contiguous (masked tail).
+ET_AVX512 inline __m512 partial_dot(const float* a, const float* b, int64_t k) {
+  __m512 s = _mm512_setzero_ps();
+  for (int64_t i = 0; i < k; i += 16) {
+    const __mmask16 mask = i + 16 <= k ? static_cast<__mmask16>(0xFFFF)
+                                       : static_cast<__mmask16>((1u << (k - i)) - 1u);
+    s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a + i), _mm512_maskz_loadu_ps(mask, b + i),
+                        s);
   }
-  for (; i < k; i += 16) {
-    const __mmask16 mask =
-        i + 16 <= k ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << (k - i)) - 1u);
-    s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a + i), _mm512_maskz_loadu_ps(mask, b + i),
-                         s0);
-  }
-  return horizontal16<Horizontal::kSum>(_mm512_add_ps(s0, s1));
+  return s;
 }
 
-// b's k contiguous: outputs j in [j0, j1), every batch row each.
+// [x's 128-bit lanes 0 + 1, 2 + 3, y's 0 + 1, 2 + 3].
+ET_AVX512 inline __m512 fold_lanes(__m512 x, __m512 y) {
+  constexpr __mmask16 kAll = 0xFFFF;
+  return _mm512_add_ps(_mm512_maskz_shuffle_f32x4(kAll, x, y, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_maskz_shuffle_f32x4(kAll, x, y, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Lane t of the result: the sum of v[t]'s 16 lanes, for 16 vectors at once (a transposing tree
+// of pairwise sums: within 128-bit lanes by unpack and shuffle, then across them), instead of
+// 16 separate horizontal sums. Zero-masked shuffles, as vector_math.h's horizontal16 (GCC 12).
+ET_AVX512 inline __m512 sums_of_16(const __m512 (&v)[16]) {
+  constexpr __mmask16 kAll = 0xFFFF;
+  __m512 t[8], u[4];
+  #pragma GCC unroll 8
+  for (int p = 0; p < 8; ++p) {  // per 128-bit lane: v[2p] at 0 and 2, v[2p+1] at 1 and 3
+    t[p] = _mm512_add_ps(_mm512_maskz_unpacklo_ps(kAll, v[2 * p], v[2 * p + 1]),
+                         _mm512_maskz_unpackhi_ps(kAll, v[2 * p], v[2 * p + 1]));
+  }
+  #pragma GCC unroll 4
+  for (int q = 0; q < 4; ++q) {  // per 128-bit lane: v[4q .. 4q+3] at 0 .. 3
+    u[q] = _mm512_add_ps(
+        _mm512_maskz_shuffle_ps(kAll, t[2 * q], t[2 * q + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+        _mm512_maskz_shuffle_ps(kAll, t[2 * q], t[2 * q + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  // Across the 128-bit lanes: pairs of lanes, then pairs of pairs.
+  return fold_lanes(fold_lanes(u[0], u[1]), fold_lanes(u[2], u[3]));
+}
+
+// b's k contiguous: outputs j in [j0, j1), every batch row each; 16 batch rows at a time.
 ET_AVX512 void dot_columns(const RowBmmParams& p, const float* a, const float* b, float* out,
                            int64_t j0, int64_t j1) {
+  alignas(64) float sums[16];
   for (int64_t j = j0; j < j1; ++j) {
-    for (int64_t i = 0; i < p.batch; ++i) {
-      out[i * p.n + j] = dot(a + i * p.a_batch, b + i * p.b_batch + j * p.b_n, p.k);
+    int64_t i = 0;
+    for (; i + 16 <= p.batch; i += 16) {
+      __m512 v[16];
+      #pragma GCC unroll 16
+      for (int t = 0; t < 16; ++t) {
+        v[t] = partial_dot(a + (i + t) * p.a_batch, b + (i + t) * p.b_batch + j * p.b_n, p.k);
+      }
+      _mm512_store_ps(sums, sums_of_16(v));
+      for (int t = 0; t < 16; ++t) out[(i + t) * p.n + j] = sums[t];
+    }
+    for (; i < p.batch; ++i) {
+      out[i * p.n + j] = horizontal16<Horizontal::kSum>(
+          partial_dot(a + i * p.a_batch, b + i * p.b_batch + j * p.b_n, p.k));
     }
   }
 }
