@@ -74,6 +74,58 @@ ET_AVX512 void dot_columns(const RowBmmParams& p, const float* a, const float* b
   }
 }
 
+// b's k contiguous, batch rows far apart ([heads, positions, dim] caches): batch rows [i0, i1)
+// outermost, each row's outputs j 16 at a time, so each batch row's part of b is read front to
+// back.
+ET_AVX512 void dot_rows(const RowBmmParams& p, const float* a, const float* b, float* out,
+                        int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) {
+    const float* x = a + i * p.a_batch;
+    const float* w = b + i * p.b_batch;
+    int64_t j = 0;
+    for (; j + 16 <= p.n; j += 16) {
+      __m512 v[16];
+      #pragma GCC unroll 16
+      for (int t = 0; t < 16; ++t) v[t] = partial_dot(x, w + (j + t) * p.b_n, p.k);
+      _mm512_storeu_ps(out + i * p.n + j, sums_of_16(v));
+    }
+    for (; j < p.n; ++j) {
+      out[i * p.n + j] = horizontal16<Horizontal::kSum>(partial_dot(x, w + j * p.b_n, p.k));
+    }
+  }
+}
+
+// b's n contiguous, batch rows far apart ([heads, positions, dim] caches): batch rows [i0, i1)
+// outermost, per row 64 outputs at a time in registers over every k in order, so each batch
+// row's part of b is read front to back. Each output's sum runs over k in the same order as in
+// accumulate_rows: the same floats.
+ET_AVX512 void accumulate_by_row(const RowBmmParams& p, const float* a, const float* b,
+                                 float* out, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) {
+    for (int64_t j0 = 0; j0 < p.n; j0 += 64) {
+      __mmask16 mask[4];
+      __m512 acc[4];
+      #pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) {
+        const int64_t j = j0 + 16 * v;
+        const int64_t width = std::max<int64_t>(0, std::min<int64_t>(16, p.n - j));
+        mask[v] = static_cast<__mmask16>((1u << width) - 1u);
+        acc[v] = _mm512_setzero_ps();
+      }
+      for (int64_t kk = 0; kk < p.k; ++kk) {
+        const __m512 scale = _mm512_set1_ps(a[i * p.a_batch + kk * p.a_k]);
+        const float* row = b + i * p.b_batch + kk * p.b_k + j0;
+        #pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) {
+          acc[v] = _mm512_fmadd_ps(scale, _mm512_maskz_loadu_ps(mask[v], row + 16 * v), acc[v]);
+        }
+      }
+      #pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) _mm512_mask_storeu_ps(out + i * p.n + j0 + 16 * v, mask[v], acc[v]);
+    }
+  }
+}
+
 // b's n contiguous: batch rows [i0, i1), out[i, :] = sum over k in order of a[i, k] * b[i, k, :]
 // (accumulated in out, k outermost so b's rows are read in memory order).
 ET_AVX512 void accumulate_rows(const RowBmmParams& p, const float* a, const float* b, float* out,
@@ -103,7 +155,11 @@ bool row_bmm_supports(const RowBmmParams& p) {
 }
 
 void row_bmm(const RowBmmParams& p, const float* a, const float* b, float* out, WorkPool* pool) {
-  const bool by_columns = p.b_k == 1;
+  const bool dots = p.b_k == 1;
+  // Batch rows outermost when b's batch stride is the largest (each row's part of b contiguous),
+  // else the other index (positions of a [positions, heads, dim] cache) outermost.
+  const bool by_row = dots ? p.b_batch >= p.b_n : p.b_batch >= p.b_k;
+  const bool by_columns = dots && !by_row;
   const int64_t units = by_columns ? p.n : p.batch;
   // About 64 KiB of b per task at least; up to 4 tasks a thread (work_pool.h).
   const int64_t threads = pool != nullptr ? pool->size() : 1;
@@ -112,10 +168,10 @@ void row_bmm(const RowBmmParams& p, const float* a, const float* b, float* out, 
       std::max<int64_t>(1, std::min({units, 4 * threads, bytes / (64 * 1024)}));
   auto task = [&](size_t index, int) {
     const auto [begin, end] = slice_of(units, static_cast<size_t>(tasks), index);
-    if (by_columns) {
-      dot_columns(p, a, b, out, begin, end);
+    if (dots) {
+      (by_row ? dot_rows : dot_columns)(p, a, b, out, begin, end);
     } else {
-      accumulate_rows(p, a, b, out, begin, end);
+      (by_row ? accumulate_by_row : accumulate_rows)(p, a, b, out, begin, end);
     }
   };
   if (tasks == 1 || pool == nullptr) {

@@ -3,11 +3,12 @@
 // strides (StridedOperand, runtime README), out[i, j] = sum_k a[i, k] * b[i, k, j] for each
 // batch i (batch x heads). oneDNN ran these ~3x below the memory bandwidth (issue 45's profile:
 // q @ k^T ~6 GB/s over a cache whose rows hold every head). Two layouts of b:
-// - k contiguous (k^T): per output a dot product over k (16 batch rows' sums at once); the
-//   outputs j outermost, so the cache rows (every head's k at one position) are read front to
-//   back, j shared out on the pool;
-// - j contiguous (v): per batch row an accumulation over k of a[i, k] times b's row k (16 j per
-//   vector); k outermost over the task's batch rows, batch rows shared out on the pool.
+// - k contiguous (k^T): per output a dot product over k, 16 outputs' sums at once;
+// - j contiguous (v): per batch row an accumulation over k of a[i, k] times b's row k.
+// The loops follow b's memory: when the batch rows (heads) are farthest apart (a [heads,
+// positions, dim] cache, the bench's layout) batch rows outermost, each head's keys / values read
+// front to back, batch rows shared out on the pool; else ([positions, heads, dim]) the other index
+// outermost (positions for k^T, shared out; k for v, over the task's batch rows).
 // Each output's sum runs over k in order on one thread, so the result does not depend on the
 // split. AVX-512F only (elsewhere the binder keeps oneDNN). Plain types only, like kernels/.
 #pragma once
