@@ -695,6 +695,18 @@ ET_VNNI void unpack_blocks(const Linear8daPacked& p, int64_t block0, int64_t cou
   }
 }
 
+// `bytes` of 64-byte aligned scratch for the many-row path's unpacked weights, owned by the
+// calling thread (the pool's workers, a caller running tasks itself) and grown to the largest
+// chunk any kernel asked for: one buffer per thread instead of one per kernel and worker (a
+// decoder's 57 linears held ~264 KiB each per worker). Tasks never nest, so a thread's buffer
+// serves one chunk at a time.
+uint8_t* unpack_scratch(size_t bytes) {
+  thread_local std::vector<uint8_t> buffer;
+  if (buffer.size() < bytes + kVector) buffer.resize(bytes + kVector);
+  uint8_t* base = buffer.data();
+  return base + (kVector - reinterpret_cast<uintptr_t>(base) % kVector) % kVector;
+}
+
 // Rows [row_begin, row_end) x blocks [block_begin, block_end) on the many-row path: per chunk
 // of shape.blocks blocks, the weights unpacked once into `scratch` (4 bits; 8-bit weights are
 // read as packed), then every row tile over them.
@@ -932,13 +944,9 @@ void Linear8daGemm::run(const float* x, int64_t rows, float* y, WorkPool* pool) 
     row_parts = std::min(tiles, (2 * wanted + chunks - 1) / chunks);
   }
   const size_t tasks = static_cast<size_t>(block_parts * row_parts);
-  if (gemm && p.params.bits == 4) {
-    // Per thread: one chunk's weights unpacked (2 bytes per packed byte), 64-byte aligned.
-    const size_t bytes = 2 * p.block_bytes * static_cast<size_t>(chunk) + kVector;
-    scratch_.resize(static_cast<size_t>(threads));
-    for (auto& buffer : scratch_) buffer.resize(bytes);
-  }
-  auto task = [&](size_t index, int worker) {
+  // The many-row path's unpacked chunk (2 bytes per packed byte), in the running thread's buffer.
+  const size_t scratch_bytes = 2 * p.block_bytes * static_cast<size_t>(chunk);
+  auto task = [&](size_t index, int) {
     const int64_t bp = static_cast<int64_t>(index) % block_parts;
     const int64_t rp = static_cast<int64_t>(index) / block_parts;
     const auto [c0, c1] =
@@ -948,11 +956,7 @@ void Linear8daGemm::run(const float* x, int64_t rows, float* y, WorkPool* pool) 
     const int64_t r0 = t0 * tile_rows, r1 = std::min(rows, t1 * tile_rows);
     const int64_t b0 = c0 * chunk, b1 = std::min(p.blocks, c1 * chunk);
     if (gemm) {
-      uint8_t* scratch = nullptr;
-      if (p.params.bits == 4) {
-        uint8_t* base = scratch_[static_cast<size_t>(worker)].data();
-        scratch = base + (kVector - reinterpret_cast<uintptr_t>(base) % kVector) % kVector;
-      }
+      uint8_t* scratch = p.params.bits == 4 ? unpack_scratch(scratch_bytes) : nullptr;
       compute_gemm(p, rows_, gemm_tiles, r0, r1, b0, b1, scratch, y);
     } else {
       compute(p, rows_, isa_, shape, r0, r1, b0, b1, y, decode_);

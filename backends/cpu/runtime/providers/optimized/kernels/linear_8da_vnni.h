@@ -145,8 +145,8 @@ class Linear8daGemm {
   GemmShape gemm_shape_;
   Linear8daDecodeOptions decode_;
   Rows rows_;
-  // Per worker of the pool: the many-row path's unpacked weights of one chunk of blocks.
-  std::vector<std::vector<uint8_t>> scratch_;
+  // The many-row path unpacks a chunk's weights into a buffer of the running thread (one per
+  // thread, not per kernel: unpack_scratch in the .cc).
 };
 
 // The many-row tile: 4 rows x 3 blocks, or ET_CPU_LINEAR_8DA_TILE="RxB" (R <= 8, B <= 4; for
