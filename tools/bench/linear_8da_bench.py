@@ -60,9 +60,7 @@ def _program(k: int, n: int, rows: int, copies: int) -> tuple[bytes, torch.Tenso
     return pte, x
 
 
-def _time(
-    pte: bytes, x: torch.Tensor, repeats: int, fast: bool, env: Mapping[str, str]
-) -> float:
+def _time(pte: bytes, x: torch.Tensor, repeats: int, fast: bool, env: Mapping[str, str]) -> float:
     """Median seconds of one forward, the program loaded with the fast kernel on or off and
     `env` set (the kernel reads its switches when the delegate binds, at the first call)."""
     saved = {name: os.environ.get(name) for name in (*env, "ET_CPU_LINEAR_8DA")}

@@ -5,8 +5,8 @@ same lowered program: many shapes (K from 32 to past 4096, N not a multiple of 1
 zero points and bias, inputs with constant, zero, huge and tiny rows; once per instruction set
 this CPU runs (ET_CPU_LINEAR_8DA_ISA caps it), and on AVX-512 VNNI once per many-row tile shape
 (ET_CPU_LINEAR_8DA_TILE), and on its one-row path once per decode option
-(ET_CPU_LINEAR_8DA_GEMV, ET_CPU_LINEAR_8DA_PREFETCH). The integer products are exact and the float steps are the
-reference's, in its order: the outputs must be equal."""
+(ET_CPU_LINEAR_8DA_GEMV, ET_CPU_LINEAR_8DA_PREFETCH). The integer products are exact and the
+float steps are the reference's, in its order: the outputs must be equal."""
 
 import ctypes
 import gc
@@ -211,7 +211,9 @@ DECODE_OPTIONS = [
 
 
 @pytest.mark.skipif("avx512_vnni" not in ISAS, reason="this CPU has no AVX-512 VNNI")
-@pytest.mark.parametrize("options", DECODE_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))
+@pytest.mark.parametrize(
+    "options", DECODE_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items())
+)
 def test_decode_options_equal_the_scalar_reference(
     lowered: Any, options: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
