@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import time
 from collections.abc import Mapping
@@ -34,6 +33,7 @@ from torchao.quantization.granularity import PerGroup
 from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
 
 from backends.cpu.runtime.test.lowered_program import load, lower_to_pte
+from tools.bench.harness import environment
 from tools.bench.llm_bench import read_bandwidth
 
 INT4: torch.dtype = torch.int4  # type: ignore[attr-defined]
@@ -63,13 +63,8 @@ def _program(k: int, n: int, rows: int, copies: int) -> tuple[bytes, torch.Tenso
 def _time(pte: bytes, x: torch.Tensor, repeats: int, fast: bool, env: Mapping[str, str]) -> float:
     """Median seconds of one forward, the program loaded with the fast kernel on or off and
     `env` set (the kernel reads its switches when the delegate binds, at the first call)."""
-    saved = {name: os.environ.get(name) for name in (*env, "ET_CPU_LINEAR_8DA")}
-    os.environ.update(env)
-    if fast:
-        os.environ.pop("ET_CPU_LINEAR_8DA", None)
-    else:
-        os.environ["ET_CPU_LINEAR_8DA"] = "0"
-    try:
+    settings: dict[str, str | None] = {**env, "ET_CPU_LINEAR_8DA": None if fast else "0"}
+    with environment(settings):
         program = load(pte)
         program.forward([x])  # init (the delegate binds here), warm up
         times = []
@@ -77,12 +72,6 @@ def _time(pte: bytes, x: torch.Tensor, repeats: int, fast: bool, env: Mapping[st
             start = time.perf_counter()
             program.forward([x])
             times.append(time.perf_counter() - start)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
     return statistics.median(times)
 
 

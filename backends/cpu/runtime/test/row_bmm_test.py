@@ -25,16 +25,10 @@ class QKt(torch.nn.Module):
 
 
 class ProbsV(torch.nn.Module):
-    """softmax(scores) @ v, v split into heads from [batch, keys, heads * dim]."""
+    """softmax(scores) @ v, v from a [batch, keys, heads, dim] cache, transposed."""
 
-    def __init__(self, heads: int) -> None:
-        super().__init__()
-        self.heads = heads
-
-    def forward(self, scores: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        batch, keys, width = x.shape
-        v = (x + 1.0).view(batch, keys, self.heads, width // self.heads).transpose(1, 2)
-        return torch.matmul(torch.softmax(scores, dim=-1), v)
+    def forward(self, scores: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(scores, dim=-1) @ (cache - 0.5).transpose(1, 2)
 
 
 class QKtHeadsFirst(torch.nn.Module):
@@ -67,14 +61,14 @@ class Rows(torch.nn.Module):
 CASES: list[tuple[torch.nn.Module, tuple[torch.Tensor, ...]]] = [
     # the large decoder's shapes: 32 heads of 64, 256 cached positions
     (QKt(), (torch.randn(1, 32, 1, 64), torch.randn(1, 256, 32, 64))),
-    (ProbsV(heads=32), (torch.randn(1, 32, 1, 256), torch.randn(1, 256, 32 * 64))),
+    (ProbsV(), (torch.randn(1, 32, 1, 256), torch.randn(1, 256, 32, 64))),
     # partial vectors: dim 20 / 7, 37 and 1 keys, 3 heads
     (QKt(), (torch.randn(1, 3, 1, 20), torch.randn(1, 37, 3, 20))),
     (QKt(), (torch.randn(1, 3, 1, 7), torch.randn(1, 1, 3, 7))),
     # 19 heads: a run of 16 summed together, then 3 alone
     (QKt(), (torch.randn(1, 19, 1, 40), torch.randn(1, 21, 19, 40))),
-    (ProbsV(heads=3), (torch.randn(1, 3, 1, 37), torch.randn(1, 37, 3 * 20))),
-    (ProbsV(heads=5), (torch.randn(1, 5, 1, 9), torch.randn(1, 9, 5 * 33))),
+    (ProbsV(), (torch.randn(1, 3, 1, 37), torch.randn(1, 37, 3, 20))),
+    (ProbsV(), (torch.randn(1, 5, 1, 9), torch.randn(1, 9, 5, 33))),
     # [heads, keys, dim] caches (the bench's): heads outermost; 16 keys at a time and a tail,
     # v rows of 64 and of 80 outputs (a second chunk of 16)
     (QKtHeadsFirst(), (torch.randn(1, 32, 1, 64), torch.randn(1, 32, 256, 64))),

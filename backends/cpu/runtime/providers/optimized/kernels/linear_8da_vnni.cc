@@ -159,6 +159,18 @@ inline int32_t load_quad(const int8_t* p) {
 using TileFn = void (*)(const Linear8daPacked& p, const Rows& a, int64_t row0, int64_t block0,
                         const uint8_t* weights, size_t stride, float* y);
 
+// A row's outputs of block `block` (y_row[16 block + c], c < 16 and below n): the sum over
+// groups times the row's scale, plus the bias (the reference's operations, in its order).
+ET_VNNI inline void store_block(const Linear8daPacked& p, int64_t block, __m512 total,
+                                float row_scale, float* y_row) {
+  const int64_t c0 = block * kBlock;
+  const int64_t width = std::min<int64_t>(kBlock, p.params.n - c0);
+  const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1u);
+  const __m512 out = _mm512_add_ps(_mm512_mul_ps(total, _mm512_set1_ps(row_scale)),
+                                   _mm512_loadu_ps(p.bias.data() + c0));
+  _mm512_mask_storeu_ps(y_row + c0, mask, out);
+}
+
 // y[row0 + r, 16 (block0 + b) + c] for r < R, b < NB, on AVX-512 VNNI. Bits is the layout of
 // the weights: 4, one vector of nibbles per step; 8, two vectors of bytes per step (8-bit
 // weights as packed, or 4-bit ones unpacked by unpack_blocks: the epilogue's offsets and sums
@@ -260,17 +272,10 @@ ET_VNNI void tile_vnni(const Linear8daPacked& p, const Rows& a, int64_t row0, in
   }
   #pragma GCC unroll 16
   for (int b = 0; b < NB; ++b) {
-    const int64_t c0 = (block0 + b) * kBlock;
-    const int64_t width = std::min<int64_t>(kBlock, n - c0);
-    const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1u);
-    const __m512 bias = _mm512_loadu_ps(p.bias.data() + c0);
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const __m512 out =
-          _mm512_add_ps(_mm512_mul_ps(kSumsInMemory ? _mm512_load_ps(totals[r][b]) : sum[r][b],
-                                      _mm512_set1_ps(a.scale[row0 + r])),
-                        bias);
-      _mm512_mask_storeu_ps(y + (row0 + r) * n + c0, mask, out);
+      store_block(p, block0 + b, kSumsInMemory ? _mm512_load_ps(totals[r][b]) : sum[r][b],
+                  a.scale[row0 + r], y + (row0 + r) * n);
     }
   }
 }
@@ -359,13 +364,7 @@ ET_VNNI void gemv_vnni4(const Linear8daPacked& p, const Rows& a, int64_t row, in
   }
   #pragma GCC unroll 16
   for (int b = 0; b < NB; ++b) {
-    const int64_t c0 = (block0 + b) * kBlock;
-    const int64_t width = std::min<int64_t>(kBlock, n - c0);
-    const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1u);
-    const __m512 bias = _mm512_loadu_ps(p.bias.data() + c0);
-    const __m512 out = _mm512_add_ps(
-        _mm512_mul_ps(sum[b], _mm512_set1_ps(a.scale[static_cast<size_t>(row)])), bias);
-    _mm512_mask_storeu_ps(y + row * n + c0, mask, out);
+    store_block(p, block0 + b, sum[b], a.scale[static_cast<size_t>(row)], y + row * n);
   }
 }
 
