@@ -564,6 +564,25 @@ def wait_until_threads_idle(timeout_s: float = 0.05, poll_s: float = 0.0005) -> 
 
 
 @contextmanager
+def environment(env: Mapping[str, str | None]) -> Iterator[None]:
+    """`env`'s variables set (None: unset) for the duration of the block, then restored."""
+    saved = {name: os.environ.get(name) for name in env}
+    for name, value in env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    try:
+        yield
+    finally:
+        for name, old in saved.items():
+            if old is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = old
+
+
+@contextmanager
 def background_load(processes: int) -> Iterator[None]:
     """`processes` busy-looping Python processes for the duration of the block."""
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(processes)]

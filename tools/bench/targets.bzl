@@ -195,7 +195,10 @@ def define_common_targets():
         name = "linear_8da_bench",
         main = "linear_8da_bench.py",
         srcs = ["linear_8da_bench.py"],
-        deps = ["//backends/cpu/runtime:lowered_program"],
+        deps = [
+            ":llm_bench_lib",
+            "//backends/cpu/runtime:lowered_program",
+        ],
     )
 
     # What each payload op computes (FLOPs, kernel class): the zoo profile's distance to the GEMM

@@ -137,16 +137,8 @@ def make_program(
     os.environ.setdefault(loader.ENV_LIBRARY, loader.load_cpu_backend())
     module = portable_lib._load_for_executorch_from_buffer(pte)
     args = list(inputs)
-    saved = {name: os.environ.get(name) for name in env or {}}
-    os.environ.update(env or {})
-    try:
+    with harness.environment(dict(env or {})):
         module.forward(args)  # loads the method: the delegate's init runs here
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
     return lambda: module.forward(args)
 
 

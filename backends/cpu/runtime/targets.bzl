@@ -571,6 +571,17 @@ def define_common_targets():
         ],
     )
 
+    # One-row bmm (decode attention) on our row_bmm kernel instead of oneDNN (issue 45).
+    runtime.python_test(
+        name = "row_bmm_test",
+        srcs = ["test/row_bmm_test.py"],
+        deps = [
+            ":loader",
+            ":lowered_program",
+            ":provider_compare",
+        ],
+    )
+
     # Delegate state (issue 45): mutated buffers owned by the delegate, updated in place, one copy
     # per loaded program; the ET_CPU_DELEGATE_BUFFERS=0 / delegate_buffers=False fallback.
     runtime.python_test(

@@ -4,8 +4,9 @@ same lowered program: many shapes (K from 32 to past 4096, N not a multiple of 1
 128 and 197 rows), group sizes 32 / 64 / 128 / per channel, 4- and 8-bit weights with and without
 zero points and bias, inputs with constant, zero, huge and tiny rows; once per instruction set
 this CPU runs (ET_CPU_LINEAR_8DA_ISA caps it), and on AVX-512 VNNI once per many-row tile shape
-(ET_CPU_LINEAR_8DA_TILE). The integer products are exact and the float steps are the
-reference's, in its order: the outputs must be equal."""
+(ET_CPU_LINEAR_8DA_TILE), and on its one-row path once per decode option
+(ET_CPU_LINEAR_8DA_GEMV, ET_CPU_LINEAR_8DA_PREFETCH). The integer products are exact and the
+float steps are the reference's, in its order: the outputs must be equal."""
 
 import ctypes
 import gc
@@ -97,6 +98,11 @@ CASES = [
     (4128, 72, 32, 4, False, True, 1),
     (4128, 24, 4128, 4, True, False, 6),
     (4096, 40, 128, 4, True, True, 4),
+    # One row (decode) with weight zero points, 4 bits: N leaving 1-3 single blocks after the
+    # chunks of 4 blocks, 2048 x 200 with its groups of 64 (not unrolled).
+    (64, 70, 32, 4, True, True, 1),
+    (2048, 200, 64, 4, True, False, 1),
+    (1024, 112, 32, 4, False, False, 1),
     (32, 17, 32, 8, False, True, 1),
     (64, 33, 64, 8, True, False, 7),
     (96, 40, 96, 8, False, True, 13),
@@ -192,6 +198,31 @@ def test_every_many_row_tile_equals_the_scalar_reference(
     fast = _run(lowered, "avx512_vnni", monkeypatch)
     for case, (got, want) in enumerate(zip(fast, reference, strict=True)):
         assert torch.equal(got, want), (tile, CASES[case], float((got - want).abs().max()))
+
+
+# The one-row path's options on AVX-512 VNNI (Linear8daDecodeOptions): the general tile instead
+# of the decode kernel, and software prefetch distances (none, one line, past a group's weights).
+DECODE_OPTIONS = [
+    {"ET_CPU_LINEAR_8DA_GEMV": "0"},
+    {"ET_CPU_LINEAR_8DA_PREFETCH": "0"},
+    {"ET_CPU_LINEAR_8DA_PREFETCH": "64"},
+    {"ET_CPU_LINEAR_8DA_PREFETCH": "4096"},
+]
+
+
+@pytest.mark.skipif("avx512_vnni" not in ISAS, reason="this CPU has no AVX-512 VNNI")
+@pytest.mark.parametrize(
+    "options", DECODE_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items())
+)
+def test_decode_options_equal_the_scalar_reference(
+    lowered: Any, options: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reference = run_pte(lowered.pte, lowered.inputs, reference_only=True)
+    for name, value in options.items():
+        monkeypatch.setenv(name, value)
+    fast = _run(lowered, "avx512_vnni", monkeypatch)
+    for case, (got, want) in enumerate(zip(fast, reference, strict=True)):
+        assert torch.equal(got, want), (options, CASES[case], float((got - want).abs().max()))
 
 
 def test_switched_off_or_unsupported_runs_the_scalar_kernel(

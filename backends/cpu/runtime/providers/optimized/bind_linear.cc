@@ -5,6 +5,11 @@
 #include "backends/cpu/runtime/providers/optimized/binders.h"
 #include "backends/cpu/runtime/providers/optimized/common/switches.h"
 
+#include <optional>
+
+#include "backends/cpu/runtime/providers/optimized/common/work_pool.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/row_bmm.h"
+
 namespace et_cpu_plugin {
 namespace cpu {
 namespace optimized {
@@ -90,12 +95,18 @@ class LinearKernel final : public OptimizedKernel {
 
 class MatmulKernel final : public OptimizedKernel {
  public:
+  // `row`: one-row products run on our row_bmm kernel (kernels/row_bmm.h) instead of oneDNN.
   MatmulKernel(onednn::MatmulParams params, onednn::PostOps post, const Tensor* a,
-               const Tensor* b, Tensor* output, const Tensor* residual, bool strided)
+               const Tensor* b, Tensor* output, const Tensor* residual, bool strided,
+               std::optional<onednn::RowBmmParams> row)
       : params_(std::move(params)), post_(std::move(post)), a_(a), b_(b), output_(output),
-        residual_(residual), strided_(strided) {}
+        residual_(residual), strided_(strided), row_(row) {}
 
   void prepare(onednn::Provider& provider, const InChannelsLast&) override {
+    if (row_) {
+      pool_ = provider.work_pool();
+      return;
+    }
     plan_ = std::make_unique<onednn::MatmulPlan>(provider.prepare_matmul(params_, post_));
   }
   std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
@@ -108,11 +119,19 @@ class MatmulKernel final : public OptimizedKernel {
   void read_in_place(const executorch::aten::TensorImpl* source) { sources_.push_back(source); }
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
   std::string implementation() const override {
+    const std::string note = strided_ ? ", operand read in place (permute folded)" : "";
+    if (row_) return "row_bmm" + note;
     if (!plan_) return "";
-    return plan_->implementation() + (strided_ ? ", operand read in place (permute folded)" : "");
+    return plan_->implementation() + note;
   }
 
   Error run(KernelRuntimeContext&) override {
+    if (row_) {
+      return guarded("matmul", [&] {
+        onednn::row_bmm(*row_, a_->const_data_ptr<float>(), b_->const_data_ptr<float>(),
+                        output_->mutable_data_ptr<float>(), pool_);
+      });
+    }
     return guarded("matmul", [&] {
       plan_->run(a_->const_data_ptr<float>(), b_->const_data_ptr<float>(),
                  output_->mutable_data_ptr<float>(),
@@ -128,9 +147,31 @@ class MatmulKernel final : public OptimizedKernel {
   Tensor* output_;
   const Tensor* residual_;
   bool strided_;
+  std::optional<onednn::RowBmmParams> row_;
+  onednn::WorkPool* pool_ = nullptr;
   std::vector<const executorch::aten::TensorImpl*> sources_;
   std::unique_ptr<onednn::MatmulPlan> plan_;
 };
+
+// A bmm of one-row products (decode attention) as row_bmm runs it, when it does: no fused
+// post-ops, a's k contiguous, b's k or n contiguous (params' strides, empty = plain).
+std::optional<onednn::RowBmmParams> row_bmm_params(const onednn::MatmulParams& params,
+                                                   bool batched, size_t fused) {
+  if (!batched || params.batch < 2 || params.m != 1 || fused != 0) return std::nullopt;
+  onednn::RowBmmParams row;
+  row.batch = params.batch;
+  row.k = params.k;
+  row.n = params.n;
+  const std::vector<int64_t>& a = params.a_strides;  // (batch, m, k)
+  const std::vector<int64_t>& b = params.b_strides;  // (batch, k, n)
+  row.a_batch = a.empty() ? params.k : a[0];
+  row.a_k = a.empty() ? 1 : a[2];
+  row.b_batch = b.empty() ? params.k * params.n : b[0];
+  row.b_k = b.empty() ? params.n : b[1];
+  row.b_n = b.empty() ? 1 : b[2];
+  if (!onednn::row_bmm_supports(row)) return std::nullopt;
+  return row;
+}
 
 // Takes the runtime's offer of operands read in place with a permute's strides
 // (StridedOperand) when oneDNN runs the strided product on the kernel it would choose for plain
@@ -315,9 +356,9 @@ Error bind_matmul(const OpBinding& op, bool batched, OptimizedSession& session,
       op, [&](const onednn::PostOps& p) { return onednn::supports_matmul(params, p); }, &post,
       &residual);
   const bool strided = take_strided_operands(op, rank, session, post, &params);
-  auto kernel =
-      std::make_unique<MatmulKernel>(params, post, a, b, final_output(op, 2, *fused), residual,
-                                     strided);
+  auto kernel = std::make_unique<MatmulKernel>(params, post, a, b, final_output(op, 2, *fused),
+                                               residual, strided,
+                                               row_bmm_params(params, batched, *fused));
   for (size_t i = 0; strided && i < op.strided.size(); ++i) {
     for (const EValue* value : op.strided[i].keep_plain) {
       if (value != nullptr && value->isTensor()) {

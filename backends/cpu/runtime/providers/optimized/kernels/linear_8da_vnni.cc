@@ -159,6 +159,18 @@ inline int32_t load_quad(const int8_t* p) {
 using TileFn = void (*)(const Linear8daPacked& p, const Rows& a, int64_t row0, int64_t block0,
                         const uint8_t* weights, size_t stride, float* y);
 
+// A row's outputs of block `block` (y_row[16 block + c], c < 16 and below n): the sum over
+// groups times the row's scale, plus the bias (the reference's operations, in its order).
+ET_VNNI inline void store_block(const Linear8daPacked& p, int64_t block, __m512 total,
+                                float row_scale, float* y_row) {
+  const int64_t c0 = block * kBlock;
+  const int64_t width = std::min<int64_t>(kBlock, p.params.n - c0);
+  const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1u);
+  const __m512 out = _mm512_add_ps(_mm512_mul_ps(total, _mm512_set1_ps(row_scale)),
+                                   _mm512_loadu_ps(p.bias.data() + c0));
+  _mm512_mask_storeu_ps(y_row + c0, mask, out);
+}
+
 // y[row0 + r, 16 (block0 + b) + c] for r < R, b < NB, on AVX-512 VNNI. Bits is the layout of
 // the weights: 4, one vector of nibbles per step; 8, two vectors of bytes per step (8-bit
 // weights as packed, or 4-bit ones unpacked by unpack_blocks: the epilogue's offsets and sums
@@ -260,19 +272,115 @@ ET_VNNI void tile_vnni(const Linear8daPacked& p, const Rows& a, int64_t row0, in
   }
   #pragma GCC unroll 16
   for (int b = 0; b < NB; ++b) {
-    const int64_t c0 = (block0 + b) * kBlock;
-    const int64_t width = std::min<int64_t>(kBlock, n - c0);
-    const __mmask16 mask = static_cast<__mmask16>((1u << width) - 1u);
-    const __m512 bias = _mm512_loadu_ps(p.bias.data() + c0);
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const __m512 out =
-          _mm512_add_ps(_mm512_mul_ps(kSumsInMemory ? _mm512_load_ps(totals[r][b]) : sum[r][b],
-                                      _mm512_set1_ps(a.scale[row0 + r])),
-                        bias);
-      _mm512_mask_storeu_ps(y + (row0 + r) * n + c0, mask, out);
+      store_block(p, block0 + b, kSumsInMemory ? _mm512_load_ps(totals[r][b]) : sum[r][b],
+                  a.scale[row0 + r], y + (row0 + r) * n);
     }
   }
+}
+
+// Decode on AVX-512 VNNI, 4-bit weights, one row: NB blocks from block0 streamed once, straight
+// from the packed nibbles (no unpacking to memory). Unlike tile_vnni it reads no weight sums:
+// the activation zero point's term zq * sum(w - zw) comes from the weights in registers, one
+// more vpdpbusd per vector (low + high nibbles, at most 30 per byte, times zq as int8), so the
+// stream is the int4 weights and their scales only (the sums were 64 more bytes per block and
+// group beside 256 + 64: a fifth of the traffic). With wrapping int32 arithmetic
+//   dot = acc - zq * (sum(u) - (offset + zw) * group) - (offset + zw) * sum(q)
+// is the same integer tile_vnni's epilogue forms, so the outputs are bit for bit the same.
+// Row `row` of `a` into row `row` of y. `prefetch`: how many bytes ahead on each weight stream
+// to prefetch (the scales ahead by as many groups), 0 for none.
+template <int NB, int Steps = 0>
+ET_VNNI void gemv_vnni4(const Linear8daPacked& p, const Rows& a, int64_t row, int64_t block0,
+                        float* y, int64_t prefetch) {
+  const int64_t group = p.params.group, groups = p.groups, n = p.params.n;
+  const int64_t steps = Steps != 0 ? Steps : group / kStepK;
+  const uint8_t* w[NB];
+  #pragma GCC unroll 16
+  for (int b = 0; b < NB; ++b) w[b] = p.weights() + (block0 + b) * p.block_bytes;
+  const int8_t* x = a.q.data() + row * a.stride;
+  const int32_t* offset_sums = a.offset_sums.data() + row * groups;
+  const int32_t* q_sums = a.sums.data() + row * groups;
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  const int32_t zq = a.zero_point[static_cast<size_t>(row)];
+  const __m512i zq_bytes = _mm512_set1_epi8(static_cast<int8_t>(zq));
+  // zq * group (wrapping): with zero points, per group (offset + zw) * (zq * group - sum(q));
+  // without, the accumulators start at -offset * sum(q) + offset * zq * group.
+  const uint32_t zq_group = static_cast<uint32_t>(zq) * static_cast<uint32_t>(group);
+  const uint32_t offset_zq_group = static_cast<uint32_t>(p.offset) * zq_group;
+  // Scales are 16 floats (64 bytes) per block and group; groups ahead of the weights' prefetch.
+  const int64_t scale_ahead =
+      prefetch > 0 ? kBlock * std::max<int64_t>(1, prefetch / (steps * kVector)) : 0;
+  __m512 sum[NB];
+  #pragma GCC unroll 16
+  for (int b = 0; b < NB; ++b) sum[b] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    const __m512i start =
+        p.has_zero_points
+            ? _mm512_setzero_si512()
+            : _mm512_set1_epi32(static_cast<int32_t>(
+                  static_cast<uint32_t>(offset_sums[g]) + offset_zq_group));
+    __m512i acc[NB], zacc[NB];
+    #pragma GCC unroll 16
+    for (int b = 0; b < NB; ++b) {
+      acc[b] = start;
+      zacc[b] = _mm512_setzero_si512();
+    }
+#pragma GCC unroll 8
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t k = g * group + s * kStepK;
+      const __m512i xa = _mm512_set1_epi32(load_quad(x + k));
+      const __m512i xb = _mm512_set1_epi32(load_quad(x + k + 4));
+      #pragma GCC unroll 16
+      for (int b = 0; b < NB; ++b) {
+        if (prefetch > 0) _mm_prefetch(reinterpret_cast<const char*>(w[b] + prefetch), _MM_HINT_T0);
+        const __m512i raw = _mm512_load_si512(w[b]);
+        const __m512i lo = _mm512_and_si512(raw, nibble);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble);
+        acc[b] = _mm512_dpbusd_epi32(acc[b], lo, xa);
+        acc[b] = _mm512_dpbusd_epi32(acc[b], hi, xb);
+        zacc[b] = _mm512_dpbusd_epi32(zacc[b], _mm512_add_epi8(lo, hi), zq_bytes);
+        w[b] += kVector;
+      }
+    }
+    #pragma GCC unroll 16
+    for (int b = 0; b < NB; ++b) {
+      const size_t meta = static_cast<size_t>(((block0 + b) * groups + g) * kBlock);
+      if (scale_ahead > 0) {
+        _mm_prefetch(reinterpret_cast<const char*>(p.scales.data() + meta + scale_ahead),
+                     _MM_HINT_T0);
+      }
+      __m512i dot = _mm512_sub_epi32(acc[b], zacc[b]);
+      if (p.has_zero_points) {
+        const uint32_t factor =
+            zq_group - static_cast<uint32_t>(q_sums[g]);  // wraps
+        dot = _mm512_add_epi32(
+            dot, _mm512_mullo_epi32(_mm512_loadu_si512(p.offsets.data() + meta),
+                                    _mm512_set1_epi32(static_cast<int32_t>(factor))));
+      }
+      const __m512 scale = _mm512_loadu_ps(p.scales.data() + meta);
+      sum[b] = _mm512_add_ps(sum[b], _mm512_mul_ps(_mm512_cvtepi32_ps(dot), scale));
+    }
+  }
+  #pragma GCC unroll 16
+  for (int b = 0; b < NB; ++b) {
+    store_block(p, block0 + b, sum[b], a.scale[static_cast<size_t>(row)], y + row * n);
+  }
+}
+
+using GemvFn = void (*)(const Linear8daPacked& p, const Rows& a, int64_t row, int64_t block0,
+                        float* y, int64_t prefetch);
+
+// The decode kernel for `blocks` (1 or kDecodeBlocks) blocks; group 32's 4 steps unrolled.
+constexpr int kDecodeBlocks = 4;
+// Software prefetch distance on each weight stream by default (Linear8daDecodeOptions): 4 cache
+// lines ahead. Indicative (Zen 4, 2 threads, machine under load, one run each,
+// tools/bench/linear_8da_bench.py): 256 bytes 28-38 GB/s of weight bytes over the four decode
+// shapes of the large decoder, none 19-32, 1024 21-35, 4096 24-31.
+constexpr int64_t kDefaultPrefetch = 256;
+GemvFn gemv_vnni4_for(int blocks, int64_t group) {
+  if (group == 4 * kStepK) return blocks == 1 ? &gemv_vnni4<1, 4> : &gemv_vnni4<kDecodeBlocks, 4>;
+  return blocks == 1 ? &gemv_vnni4<1> : &gemv_vnni4<kDecodeBlocks>;
 }
 
 // The same on AVX2: each block is two halves of 8 channels (bytes 0-31, 32-63 of a vector).
@@ -470,10 +578,21 @@ Shape shape_of(Linear8daIsa isa, int64_t bits) {
 // inside, so a chunk's weights stay in cache while every row passes over them.
 void compute(const Linear8daPacked& p, const Rows& a, Linear8daIsa isa, const Shape& shape,
              int64_t row_begin, int64_t row_end, int64_t block_begin, int64_t block_end,
-             float* y) {
+             float* y, const Linear8daDecodeOptions& decode) {
   const int bits = static_cast<int>(p.params.bits);
   const int64_t rows = row_end - row_begin;
   const int chunk = rows == 1 ? shape.decode_blocks : shape.blocks;
+  if (rows == 1 && isa == Linear8daIsa::kAvx512Vnni && bits == 4 && decode.gemv) {
+    static_assert(kDecodeBlocks == 4, "shape_of's decode_blocks on AVX-512 VNNI");
+    const GemvFn full = gemv_vnni4_for(kDecodeBlocks, p.params.group);
+    const GemvFn one = gemv_vnni4_for(1, p.params.group);
+    int64_t b = block_begin;
+    for (; b + kDecodeBlocks <= block_end; b += kDecodeBlocks) {
+      full(p, a, row_begin, b, y, decode.prefetch);
+    }
+    for (; b < block_end; ++b) one(p, a, row_begin, b, y, decode.prefetch);
+    return;
+  }
   for (int64_t b = block_begin; b < block_end; b += chunk) {
     const int nb = static_cast<int>(std::min<int64_t>(chunk, block_end - b));
     const uint8_t* w = p.weights() + b * p.block_bytes;
@@ -573,6 +692,18 @@ ET_VNNI void unpack_blocks(const Linear8daPacked& p, int64_t block0, int64_t cou
     _mm512_store_si512(out + (2 * v + 1) * kVector,
                        _mm512_and_si512(_mm512_srli_epi16(raw, 4), nibble));
   }
+}
+
+// `bytes` of 64-byte aligned scratch for the many-row path's unpacked weights, owned by the
+// calling thread (the pool's workers, a caller running tasks itself) and grown to the largest
+// chunk any kernel asked for: one buffer per thread instead of one per kernel and worker (a
+// decoder's 57 linears held ~264 KiB each per worker). Tasks never nest, so a thread's buffer
+// serves one chunk at a time.
+uint8_t* unpack_scratch(size_t bytes) {
+  thread_local std::vector<uint8_t> buffer;
+  if (buffer.size() < bytes + kVector) buffer.resize(bytes + kVector);
+  uint8_t* base = buffer.data();
+  return base + (kVector - reinterpret_cast<uintptr_t>(base) % kVector) % kVector;
 }
 
 // Rows [row_begin, row_end) x blocks [block_begin, block_end) on the many-row path: per chunk
@@ -736,8 +867,24 @@ std::shared_ptr<const Linear8daPacked> pack_linear_8da(const Linear8daParams& pa
   return p;
 }
 
+Linear8daDecodeOptions linear_8da_decode_options() {
+  Linear8daDecodeOptions options;
+  options.gemv = kernel_switched_on("ET_CPU_LINEAR_8DA_GEMV");
+  options.prefetch = kDefaultPrefetch;
+  if (const char* text = std::getenv("ET_CPU_LINEAR_8DA_PREFETCH")) {
+    if (*text != '\0') {
+      const long long value = std::strtoll(text, nullptr, 10);
+      options.prefetch = static_cast<int64_t>(std::min<long long>(std::max<long long>(value, 0), 65536));
+    }
+  }
+  return options;
+}
+
 Linear8daGemm::Linear8daGemm(std::shared_ptr<const Linear8daPacked> packed, Linear8daIsa isa)
-    : packed_(std::move(packed)), isa_(isa), gemm_shape_(linear_8da_gemm_shape()) {
+    : packed_(std::move(packed)),
+      isa_(isa),
+      gemm_shape_(linear_8da_gemm_shape()),
+      decode_(linear_8da_decode_options()) {
   if (!packed_ || isa_ == Linear8daIsa::kNone || isa_ > linear_8da_cpu_isa()) {
     throw std::invalid_argument("linear_8da: no packed weights or an ISA this CPU lacks");
   }
@@ -796,13 +943,9 @@ void Linear8daGemm::run(const float* x, int64_t rows, float* y, WorkPool* pool) 
     row_parts = std::min(tiles, (2 * wanted + chunks - 1) / chunks);
   }
   const size_t tasks = static_cast<size_t>(block_parts * row_parts);
-  if (gemm && p.params.bits == 4) {
-    // Per thread: one chunk's weights unpacked (2 bytes per packed byte), 64-byte aligned.
-    const size_t bytes = 2 * p.block_bytes * static_cast<size_t>(chunk) + kVector;
-    scratch_.resize(static_cast<size_t>(threads));
-    for (auto& buffer : scratch_) buffer.resize(bytes);
-  }
-  auto task = [&](size_t index, int worker) {
+  // The many-row path's unpacked chunk (2 bytes per packed byte), in the running thread's buffer.
+  const size_t scratch_bytes = 2 * p.block_bytes * static_cast<size_t>(chunk);
+  auto task = [&](size_t index, int) {
     const int64_t bp = static_cast<int64_t>(index) % block_parts;
     const int64_t rp = static_cast<int64_t>(index) / block_parts;
     const auto [c0, c1] =
@@ -812,14 +955,10 @@ void Linear8daGemm::run(const float* x, int64_t rows, float* y, WorkPool* pool) 
     const int64_t r0 = t0 * tile_rows, r1 = std::min(rows, t1 * tile_rows);
     const int64_t b0 = c0 * chunk, b1 = std::min(p.blocks, c1 * chunk);
     if (gemm) {
-      uint8_t* scratch = nullptr;
-      if (p.params.bits == 4) {
-        uint8_t* base = scratch_[static_cast<size_t>(worker)].data();
-        scratch = base + (kVector - reinterpret_cast<uintptr_t>(base) % kVector) % kVector;
-      }
+      uint8_t* scratch = p.params.bits == 4 ? unpack_scratch(scratch_bytes) : nullptr;
       compute_gemm(p, rows_, gemm_tiles, r0, r1, b0, b1, scratch, y);
     } else {
-      compute(p, rows_, isa_, shape, r0, r1, b0, b1, y);
+      compute(p, rows_, isa_, shape, r0, r1, b0, b1, y, decode_);
     }
   };
   if (tasks <= 1) {

@@ -15,7 +15,8 @@
 // Beside the weights, per block and group, 16 contiguous scales, weight sums and (with zero
 // points) offsets.
 //
-// Decode (1 row) streams the weights once, output-channel blocks shared out on the work pool;
+// Decode (1 row) streams the weights once, output-channel blocks shared out on the work pool (on
+// AVX-512 VNNI with 4 bits: the packed nibbles and scales only, see Linear8daDecodeOptions);
 // prefill tiles rows (up to 4 rows x 2 blocks, each unpacked weight vector feeds 4 rows) over
 // chunks of blocks that stay in cache while all rows pass. From 8 rows on AVX-512 VNNI (the
 // many-row path: 4 rows x 3 blocks) a chunk's 4-bit weights are first unpacked to bytes in a
@@ -101,6 +102,17 @@ std::shared_ptr<const Linear8daPacked> cached_linear_8da_weights(WeightCache* ca
                                                                  const int8_t* zero_points,
                                                                  const float* bias);
 
+// The one-row (decode) path on AVX-512 VNNI with 4-bit weights, read when a kernel is made:
+// `gemv` (ET_CPU_LINEAR_8DA_GEMV, default on; 0 runs the general 1-row tile instead, which reads
+// the precomputed weight sums) streams only the int4 weights and scales, the activation zero
+// point's term computed in registers; `prefetch` (ET_CPU_LINEAR_8DA_PREFETCH, bytes, 0 to 65536,
+// default 256) how far ahead each weight stream is prefetched in software, 0 for none.
+struct Linear8daDecodeOptions {
+  bool gemv = true;
+  int64_t prefetch = 0;
+};
+Linear8daDecodeOptions linear_8da_decode_options();
+
 class Linear8daGemm {
  public:
   // `isa` must not be kNone nor above linear_8da_cpu_isa().
@@ -131,9 +143,10 @@ class Linear8daGemm {
   std::shared_ptr<const Linear8daPacked> packed_;
   Linear8daIsa isa_;
   GemmShape gemm_shape_;
+  Linear8daDecodeOptions decode_;
   Rows rows_;
-  // Per worker of the pool: the many-row path's unpacked weights of one chunk of blocks.
-  std::vector<std::vector<uint8_t>> scratch_;
+  // The many-row path unpacks a chunk's weights into a buffer of the running thread (one per
+  // thread, not per kernel: unpack_scratch in the .cc).
 };
 
 // The many-row tile: 4 rows x 3 blocks, or ET_CPU_LINEAR_8DA_TILE="RxB" (R <= 8, B <= 4; for
