@@ -50,8 +50,6 @@ constexpr size_t kMaxArenaBytes = ET_CPU_MAX_ARENA_BYTES;
 // Steps offered after an op at most: an inverted residual block after its expand convolution
 // is clamp, depthwise, clamp, project, add.
 constexpr size_t kMaxFusedSteps = 6;
-// Linears reading the same input that one linear computes at most besides its own.
-constexpr size_t kMaxSiblings = 7;
 // Cache-line alignment for arena slots and realigned constants (kernels may vectorize).
 constexpr size_t kAlignment = 64;
 
@@ -257,7 +255,6 @@ Error CompiledGraph::compile_spec(GraphSpec spec, const NamedDataMap* constants,
   };
   graph->compose_permutes();
   graph->find_fusion_candidates();
-  graph->find_sibling_linears();
   if (error == Error::Ok) error = graph->build_tensors(constants);
   if (error == Error::Ok) graph->find_strided_operands();  // (points at tensors_)
   lap(&ticks.tensors);
@@ -304,10 +301,6 @@ Error CompiledGraph::plan_arena() {
     if (taken == 0) continue;
     for (size_t s = 0; s + 1 < taken; ++s) skipped[fusable_[op][s].output] = true;
     first_write[fusable_[op][taken - 1].output] = static_cast<int64_t>(op);
-  }
-  // A linear computed by the first linear on its input (a sibling) is written when that one runs.
-  for (size_t op = 0; op < sibling_of_.size(); ++op) {
-    if (sibling_of_[op] >= 0) first_write[spec_.ops[op].args[3].tensor] = sibling_of_[op];
   }
   // Up to which op each value is read (the op count: after the last op).
   std::vector<size_t> reads_until(spec_.values.size(), 0);
@@ -883,56 +876,6 @@ void CompiledGraph::find_fusion_candidates() {
   }
 }
 
-void CompiledGraph::find_sibling_linears() {
-  const size_t num_ops = spec_.ops.size();
-  siblings_.assign(num_ops, {});
-  sibling_of_.assign(num_ops, -1);
-  if (const char* off = std::getenv("ET_CPU_FUSE_SIBLING_LINEARS")) {
-    if (std::string(off) == "0") return;
-  }
-  // The input value of a float32 aten::linear.out with constant weight (and bias) whose result
-  // is an intermediate, routed to a provider; else -1.
-  const auto linear_input = [this](size_t op) -> int32_t {
-    const OpSpec& spec = spec_.ops[op];
-    if (spec.kernel != "aten::linear.out" || spec.provider == kReferenceProviderId ||
-        spec.args.size() != 4) {
-      return -1;
-    }
-    const ArgValue& input = spec.args[0];
-    const ArgValue& weight = spec.args[1];
-    const ArgValue& bias = spec.args[2];
-    const ArgValue& out = spec.args[3];
-    if (input.type != ArgValue::Type::Tensor || weight.type != ArgValue::Type::Tensor ||
-        out.type != ArgValue::Type::Tensor || input.tensor < 0 || weight.tensor < 0 ||
-        out.tensor < 0) {
-      return -1;
-    }
-    const bool bias_ok = bias.type == ArgValue::Type::None ||
-                         (bias.type == ArgValue::Type::Tensor && bias.tensor >= 0 &&
-                          spec_.values[bias.tensor].kind == ValueKind::Constant);
-    const ValueSpec& result = spec_.values[out.tensor];
-    if (!bias_ok || spec_.values[weight.tensor].kind != ValueKind::Constant ||
-        spec_.values[input.tensor].dtype != ScalarType::Float ||
-        result.kind != ValueKind::Intermediate || result.dtype != ScalarType::Float ||
-        result.producer != static_cast<int64_t>(op)) {
-      return -1;
-    }
-    return input.tensor;
-  };
-  std::vector<bool> grouped(num_ops, false);
-  for (size_t head = 0; head < num_ops; ++head) {
-    const int32_t input = grouped[head] ? -1 : linear_input(head);
-    if (input < 0) continue;
-    for (size_t j = head + 1; j < num_ops && siblings_[head].size() < kMaxSiblings; ++j) {
-      if (!grouped[j] && spec_.ops[j].provider == spec_.ops[head].provider &&
-          linear_input(j) == input) {
-        siblings_[head].push_back(static_cast<int32_t>(j));
-        grouped[j] = true;
-      }
-    }
-  }
-}
-
 namespace {
 
 // The view kernels plan_arena aliases (view_operands).
@@ -1225,8 +1168,6 @@ Error CompiledGraph::bind_ops() {
     size_t fused = 0;
     bool strided_taken = false;
     std::vector<FusableStep> steps;
-    size_t siblings_taken = 0;
-    std::vector<SiblingOp> siblings;
     if (provider != nullptr && provider != &reference) {
       if (!opened[spec.provider]) {
         opened[spec.provider] = true;
@@ -1260,28 +1201,6 @@ Error CompiledGraph::bind_ops() {
         }
         steps.push_back(step);
       }
-      for (int32_t j : siblings_[i]) {
-        if (ops_[j].provider != nullptr) break;  // (never: siblings are later, unbound linears)
-        const std::vector<ArgValue>& sibling_args = spec_.ops[j].args;
-        std::vector<EValue*>& values = step_args_.emplace_back();
-        std::unique_ptr<bool[]> constant(new bool[sibling_args.size() + 1]);
-        for (size_t a = 0; a < sibling_args.size(); ++a) {
-          values.push_back(build_arg(sibling_args[a]));
-          constant[a] = sibling_args[a].type == ArgValue::Type::Tensor &&
-                        spec_.values[sibling_args[a].tensor].kind == ValueKind::Constant;
-        }
-        list_evalues_.emplace_back();  // the result slot, as for an op of its own
-        values.push_back(&list_evalues_.back());
-        constant[sibling_args.size()] = false;
-        SiblingOp sibling;
-        sibling.op_name = spec_.ops[j].name.c_str();
-        sibling.args = Span<EValue*>(values.data(), values.size());
-        sibling.arg_is_constant = constant.get();
-        bool_lists_.push_back(std::move(constant));
-        siblings.push_back(sibling);
-      }
-      binding.siblings = Span<const SiblingOp>(siblings.data(), siblings.size());
-      binding.siblings_taken = &siblings_taken;
       binding.session = session_by_id_[spec.provider];
       binding.strided = Span<const StridedOperand>(strided_offers_[i].data(),
                                                    strided_offers_[i].size());
@@ -1315,15 +1234,6 @@ Error CompiledGraph::bind_ops() {
                                 ": folded into " + spec.name + " (" + provider->name() +
                                 " reads its input with the permuted strides)";
           }
-        }
-        if (siblings_taken > siblings.size()) siblings_taken = siblings.size();
-        for (size_t t = 0; t < siblings_taken; ++t) {
-          const size_t j = static_cast<size_t>(siblings_[i][t]);
-          sibling_of_[j] = static_cast<int64_t>(i);
-          ops_[j].provider = provider;
-          ops_[j].placement = spec_.ops[j].name + " " + spec_.ops[j].kernel +
-                              ": computed by " + spec.name + " (" + provider->name() +
-                              ", one product over their shared input)";
         }
         for (size_t f = 0; f < fused; ++f) {
           Op& skipped = ops_[i + 1 + f];

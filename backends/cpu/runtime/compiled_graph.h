@@ -177,11 +177,6 @@ class CompiledGraph {
   // counts twice) and, if `last_reader` is given, the last op that does (-1: none).
   void count_readers(std::vector<int>* reads, std::vector<int64_t>* last_reader) const;
   void find_fusion_candidates();
-  // Float32 linears on one provider that read the same input as an earlier one (q/k/v
-  // projections, SwiGLU's w1 and w3): offered to that first linear's provider as SiblingOps
-  // (siblings_); one it takes never runs, its result is written by the first (sibling_of_).
-  // ET_CPU_FUSE_SIBLING_LINEARS=0 (read at init): none.
-  void find_sibling_linears();
   // Permutes whose output reaches a single bmm / mm operand through views only: the product is
   // offered the permute's input with the permuted strides (StridedOperand), and a permute whose
   // reader takes it never runs (plan_arena aliases its output to its input, like a view).
@@ -214,8 +209,6 @@ class CompiledGraph {
   std::vector<std::vector<int32_t>> strided_permutes_;       // per op: the permute of each offer
   std::vector<int64_t> folded_into_;  // per op: a permute's reader that took it, else -1
   std::vector<int64_t> composed_into_;  // per op: the permute that composed this one, else -1
-  std::vector<std::vector<int32_t>> siblings_;  // per op: later linears on its input
-  std::vector<int64_t> sibling_of_;  // per op: the linear that computes this one, else -1
   std::vector<std::unique_ptr<ProviderSession>> sessions_;  // per provider id, opened lazily
   std::vector<ProviderSession*> session_by_id_;
 

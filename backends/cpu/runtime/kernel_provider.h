@@ -93,20 +93,6 @@ struct StridedOperand {
   std::vector<const executorch::runtime::EValue*> keep_plain;
 };
 
-// A linear that reads the same input as the op being bound (q/k/v projections, SwiGLU's w1 and
-// w3): its arguments in aten::linear.out order (input, weight, bias?, out, then the result slot)
-// and which are constant tensors. A provider that computes it inside the op's kernel (one
-// product over the same activations, each sibling's result written straight into its own out
-// tensor: no copies) counts it in OpBinding::siblings_taken; the runtime then never runs the
-// sibling's op, and its out tensor is written when the op runs (the arena plans it so). Offered
-// only for float32 aten::linear.out ops routed to the same provider, with constant weights and
-// biases, whose results are intermediates (ET_CPU_FUSE_SIBLING_LINEARS=0: never).
-struct SiblingOp {
-  const char* op_name = nullptr;
-  executorch::runtime::Span<executorch::runtime::EValue*> args;
-  const bool* arg_is_constant = nullptr;
-};
-
 // What a provider sees of one op at bind time. `args` point into storage the compiled graph owns
 // for its whole life, in the kernel's out-variant schema order (out tensors last), followed by one
 // result slot (ExecuTorch's kernel wrappers expect it and may write it). Tensor data pointers are
@@ -137,10 +123,6 @@ struct OpBinding {
   // sets *strided_taken when its kernel reads them so.
   executorch::runtime::Span<const StridedOperand> strided;
   bool* strided_taken = nullptr;
-  // Linears reading the same input (see SiblingOp), of which the provider takes a prefix by
-  // setting *siblings_taken (0: none; the others are bound on their own).
-  executorch::runtime::Span<const SiblingOp> siblings;
-  size_t* siblings_taken = nullptr;
   // A shape plan's op that its base graph (the upper bounds) bound on this same provider: the
   // provider may leave preparing its plans to ProviderSession::finalize (prepared once, with the
   // final layouts) instead of preparing them now to check that it can.

@@ -561,16 +561,6 @@ def define_common_targets():
         deps = [":provider_compare"],
     )
 
-    # Linears on one input (q/k/v, SwiGLU's w1 and w3) computed as one product (issue 45).
-    runtime.python_test(
-        name = "sibling_linear_test",
-        srcs = ["test/sibling_linear_test.py"],
-        deps = [
-            ":llama_like",
-            ":provider_compare",
-        ],
-    )
-
     # One-row bmm (decode attention) on our row_bmm kernel instead of oneDNN (issue 45).
     runtime.python_test(
         name = "row_bmm_test",

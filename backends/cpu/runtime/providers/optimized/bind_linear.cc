@@ -3,7 +3,6 @@
 // (MatmulPlan), each with the offered ReLU / clamp / activation / residual-add steps as
 // post-ops. Their operands are read plain.
 #include "backends/cpu/runtime/providers/optimized/binders.h"
-#include "backends/cpu/runtime/providers/optimized/common/switches.h"
 
 #include <optional>
 
@@ -16,66 +15,27 @@ namespace optimized {
 
 namespace {
 
-// A linear the kernel computes besides its own (a sibling reading the same input, SiblingOp).
-struct SiblingLinear {
-  onednn::LinearParams params;
-  const float* weight = nullptr;
-  const float* bias = nullptr;
-  Tensor* output = nullptr;
-  std::unique_ptr<onednn::LinearPlan> plan;
-};
-
 class LinearKernel final : public OptimizedKernel {
  public:
   LinearKernel(onednn::LinearParams params, const float* weight, const float* bias,
-               onednn::PostOps post, const Tensor* input, Tensor* output, const Tensor* residual,
-               std::vector<SiblingLinear> siblings)
+               onednn::PostOps post, const Tensor* input, Tensor* output, const Tensor* residual)
       : params_(params), weight_(weight), bias_(bias), post_(std::move(post)), input_(input),
-        output_(output), residual_(residual), siblings_(std::move(siblings)) {}
+        output_(output), residual_(residual) {}
 
   void prepare(onednn::Provider& provider, const InChannelsLast&) override {
-    // In a group, each product splits into at most one band of rows per pool thread: the
-    // products' bands together give the pool its pieces, and a band of more rows reuses each
-    // weight block over more of them (weights are read once per band).
-    const size_t bands = siblings_.empty() ? 0 : static_cast<size_t>(provider.num_threads());
     plan_ = std::make_unique<onednn::LinearPlan>(
-        provider.prepare_linear(params_, weight_, bias_, post_, bands));
-    plans_.assign(1, plan_.get());
-    for (SiblingLinear& sibling : siblings_) {
-      sibling.plan = std::make_unique<onednn::LinearPlan>(
-          provider.prepare_linear(sibling.params, sibling.weight, sibling.bias, {}, bands));
-      plans_.push_back(sibling.plan.get());
-    }
+        provider.prepare_linear(params_, weight_, bias_, post_));
   }
   std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
     return {impl_of(input_), impl_of(residual_)};
   }
-  size_t pieces() const override {
-    size_t total = plan_ ? plan_->pieces() : 1;
-    for (const SiblingLinear& sibling : siblings_) {
-      total += sibling.plan ? sibling.plan->pieces() : 1;
-    }
-    return total;
-  }
-  std::string implementation() const override {
-    if (!plan_) return "";
-    if (siblings_.empty()) return plan_->implementation();
-    return plan_->implementation() + ", with " + std::to_string(siblings_.size()) +
-           " sibling linear(s) in one job";
-  }
+  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+  std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
 
   Error run(KernelRuntimeContext&) override {
     return guarded("linear", [&] {
-      const float* residual = residual_ ? residual_->const_data_ptr<float>() : nullptr;
-      if (siblings_.empty()) {
-        plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>(), residual);
-        return;
-      }
-      outputs_.assign(1, output_->mutable_data_ptr<float>());
-      for (const SiblingLinear& sibling : siblings_) {
-        outputs_.push_back(sibling.output->mutable_data_ptr<float>());
-      }
-      onednn::LinearPlan::run_group(plans_, input_->const_data_ptr<float>(), outputs_, residual);
+      plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>(),
+                 residual_ ? residual_->const_data_ptr<float>() : nullptr);
     });
   }
 
@@ -87,10 +47,7 @@ class LinearKernel final : public OptimizedKernel {
   const Tensor* input_;
   Tensor* output_;
   const Tensor* residual_;
-  std::vector<SiblingLinear> siblings_;
   std::unique_ptr<onednn::LinearPlan> plan_;
-  std::vector<const onednn::LinearPlan*> plans_;
-  std::vector<float*> outputs_;  // (reused each run)
 };
 
 class MatmulKernel final : public OptimizedKernel {
@@ -212,35 +169,6 @@ bool bias_is_vector(const Tensor* bias, int64_t n) {
   return bias->dim() == 2 && bias->size(0) == 1 && bias->size(1) == n;
 }
 
-// A sibling linear (SiblingOp: aten::linear.out(input, weight, bias?, *, out)) the kernel of
-// `head` (a linear on the same input) can compute: float32, constant weight and bias, the same
-// rows and in_features. False leaves it to be bound on its own.
-bool sibling_linear(const SiblingOp& op, const Tensor* input, const onednn::LinearParams& head,
-                    SiblingLinear* out) {
-  if (op.args.size() < 4 || op.arg_is_constant == nullptr) return false;
-  const Tensor* sibling_input = tensor_arg(op.args, 0);
-  const Tensor* weight = tensor_arg(op.args, 1);
-  const Tensor* bias = tensor_arg(op.args, 2);
-  Tensor* output = const_cast<Tensor*>(tensor_arg(op.args, 3));
-  if (sibling_input == nullptr || impl_of(sibling_input) != impl_of(input) || !is_f32(weight) ||
-      !is_f32(output) || (bias != nullptr && !is_f32(bias)) || !op.arg_is_constant[1] ||
-      (bias != nullptr && !op.arg_is_constant[2]) || weight->dim() != 2 ||
-      weight->size(1) != head.in_features) {
-    return false;
-  }
-  out->params = head;
-  out->params.out_features = weight->size(0);
-  if (!bias_is_vector(bias, out->params.out_features) ||
-      static_cast<int64_t>(output->numel()) != head.rows * out->params.out_features ||
-      !onednn::supports_linear(out->params, {}).ok) {
-    return false;
-  }
-  out->weight = weight->const_data_ptr<float>();
-  out->bias = bias ? bias->const_data_ptr<float>() : nullptr;
-  out->output = output;
-  return true;
-}
-
 }  // namespace
 
 // aten::linear.out(input, weight, bias?, *, out) and
@@ -305,20 +233,9 @@ Error bind_linear(const OpBinding& op, bool is_addmm, OptimizedSession& session,
   *fused = longest_supported_prefix(
       op, [&](const onednn::PostOps& p) { return onednn::supports_linear(params, p); }, &post,
       &residual);
-  // Linears on the same input (q/k/v, SwiGLU's w1 and w3): a prefix of those that fit.
-  std::vector<SiblingLinear> siblings;
-  if (!is_addmm && params.rows > 1 &&
-      onednn::kernel_switched_on("ET_CPU_FUSE_SIBLING_LINEARS")) {
-    for (const SiblingOp& sibling : op.siblings) {
-      SiblingLinear member;
-      if (!sibling_linear(sibling, input, params, &member)) break;
-      siblings.push_back(std::move(member));
-    }
-  }
-  if (op.siblings_taken != nullptr) *op.siblings_taken = siblings.size();
   auto kernel = std::make_unique<LinearKernel>(
       params, weight->const_data_ptr<float>(), bias ? bias->const_data_ptr<float>() : nullptr,
-      post, input, final_output(op, out_index, *fused), residual, std::move(siblings));
+      post, input, final_output(op, out_index, *fused), residual);
   session.add_checked(kernel.get());
   *out = std::move(kernel);
   return Error::Ok;

@@ -2,7 +2,6 @@
 // transformer tokens) or output column blocks (few rows: MLP batches).
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
 
-#include <cstdlib>
 #include <cstring>
 
 #include "backends/cpu/runtime/providers/optimized/common/switches.h"
@@ -91,57 +90,6 @@ void LinearPlan::run(const float* input, float* output, const float* residual) c
   execute_whole(state, p.primitive, p.args, p.src_md, p.dst_md, p.scratchpad_md, data);
 }
 
-size_t LinearPlan::row_bands() const {
-  return impl_->row_bands ? impl_->pieces.size() : 0;
-}
-
-void LinearPlan::run_group(const std::vector<const LinearPlan*>& plans, const float* input,
-                           const std::vector<float*>& outputs, const float* residual) {
-  if (plans.empty() || outputs.size() != plans.size()) {
-    throw ProviderError("linear group: one output per plan expected");
-  }
-  const Impl& head = *plans[0]->impl_;
-  const size_t bands = plans[0]->row_bands();
-  bool together = bands > 1;
-  for (const LinearPlan* plan : plans) {
-    together = together && plan->row_bands() == bands && plan->impl_->state == head.state &&
-               (plan == plans[0] || !plan->impl_->has_add);
-  }
-  if (!together) {
-    for (size_t i = 0; i < plans.size(); ++i) {
-      plans[i]->run(input, outputs[i], i == 0 ? residual : nullptr);
-    }
-    return;
-  }
-  ProviderState& state = *head.state;
-  if (head.has_add && residual == nullptr) {
-    throw ProviderError("linear plan: post-op add needs a residual tensor, got null");
-  }
-  ThreadCountGuard threads(state.omp_threads);
-  if (head.has_add && residual != outputs[0]) {
-    std::memcpy(outputs[0], residual, head.dst_md.get_size());
-  }
-  const size_t members = plans.size();
-  // Member-major by default: a thread's contiguous share of tasks is all rows of as few
-  // products as possible, so each thread streams fewer of the group's weights (the ones that
-  // did not stay in cache since the last call: the zoo decoder's weights exceed the L3).
-  // ET_CPU_SIBLING_BAND_MAJOR=1 (read once): the same rows of every product instead.
-  static const bool band_major = [] {
-    const char* order = std::getenv("ET_CPU_SIBLING_BAND_MAJOR");
-    return order != nullptr && order[0] == '1';
-  }();
-  state.pool->run(bands * members, [&](size_t task, int worker) {
-    const size_t member = band_major ? task % members : task / bands;
-    const size_t band = band_major ? task / members : task % bands;
-    const Impl& p = *plans[member]->impl_;
-    const Piece& piece = p.pieces[band];
-    PieceData data = piece_data(input + piece.src_offset, outputs[member] + piece.dst_offset,
-                                p.weights, p.has_bias ? &p.bias : nullptr);
-    data.tail = tail_of(p.tail);
-    execute_piece(state, piece, worker, data);
-  });
-}
-
 namespace {
 
 // Rows per band at least: below this oneDNN's brgemm runs short of rows to block over, and a
@@ -155,19 +103,11 @@ constexpr int64_t kLinearRows = 32;
 // band's primitive would want another weight layout or kernel).
 std::vector<Piece> split_linear_rows(ProviderState& state, const LinearParams& params,
                                      const dnnl::matmul::primitive_desc& whole,
-                                     const dnnl::primitive_attr& attr, bool has_bias,
-                                     size_t max_bands) {
+                                     const dnnl::primitive_attr& attr, bool has_bias) {
   const int64_t m = params.rows;
   const int64_t k = params.in_features;
   const int64_t n = params.out_features;
-  size_t count = state.pieces_for(2.0 * m * k * n, m / kLinearRows);
-  // ET_CPU_LINEAR_MAX_BANDS=N (for measuring): every linear at most N bands of rows.
-  if (max_bands == 0) {
-    if (const char* cap = std::getenv("ET_CPU_LINEAR_MAX_BANDS")) {
-      max_bands = static_cast<size_t>(std::max(0L, std::strtol(cap, nullptr, 10)));
-    }
-  }
-  if (max_bands > 0 && count > max_bands) count = max_bands < 2 ? 1 : max_bands;
+  const size_t count = state.pieces_for(2.0 * m * k * n, m / kLinearRows);
   const std::string whole_implementation = whole.impl_info_str();
   const memory::desc whole_weights = whole.weights_desc();
   return make_pieces(state, count, [&](size_t i, Piece& piece) {
@@ -314,9 +254,8 @@ std::vector<Piece> split_linear(
 
 }  // namespace
 
-LinearPlan Provider::prepare_linear(const LinearParams& params, const float* weight,
-                                    const float* bias, const PostOps& post_ops,
-                                    size_t max_row_bands) {
+LinearPlan Provider::prepare_linear(
+    const LinearParams& params, const float* weight, const float* bias, const PostOps& post_ops) {
   const Support support = supports_linear(params, post_ops);
   if (!support.ok) {
     throw ProviderError("prepare_linear: " + support.reason);
@@ -391,8 +330,7 @@ LinearPlan Provider::prepare_linear(const LinearParams& params, const float* wei
     const bool brgemm = impl->implementation.rfind("brg", 0) == 0;
     if (brgemm) {
       impl->pieces =
-          split_linear_rows(state, params, pd, make_attr(split.primitive), bias != nullptr,
-                            max_row_bands);
+          split_linear_rows(state, params, pd, make_attr(split.primitive), bias != nullptr);
       impl->row_bands = !impl->pieces.empty();
     }
     if (!impl->row_bands) {

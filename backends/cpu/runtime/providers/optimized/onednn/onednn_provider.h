@@ -369,14 +369,11 @@ class Provider {
       const PostOps& post_ops,
       const ConvLayouts& layouts = {});
   // `weight` as LinearParams::weight_is_k_by_n says; `bias` is [N] or null; both copied.
-  // `max_row_bands` > 0 caps a split into bands of rows at that many (a plan run in a group,
-  // LinearPlan::run_group, whose members' bands already give the pool enough pieces).
   LinearPlan prepare_linear(
       const LinearParams& params,
       const float* weight,
       const float* bias,
-      const PostOps& post_ops,
-      size_t max_row_bands = 0);
+      const PostOps& post_ops);
   MatmulPlan prepare_matmul(const MatmulParams& params, const PostOps& post_ops);
   // Converts activations between two layouts of the same dims (e.g. blocked -> plain).
   ReorderPlan prepare_reorder(const Layout& from, const Layout& to);
@@ -489,14 +486,6 @@ class LinearPlan {
   std::string implementation() const;
   size_t pieces() const;
   void run(const float* input, float* output, const float* residual = nullptr) const;
-  // Runs plans over the same input (linears reading one activation: q/k/v projections, SwiGLU's
-  // w1 and w3), plans[i] writing outputs[i], as one job on the pool when every plan is split
-  // into the same number of bands of rows (tasks member by member: a thread takes whole
-  // products where it can, reading fewer of the weights); otherwise one plan after the other. `residual` is plans[0]'s (its fused add), the others have none.
-  static void run_group(const std::vector<const LinearPlan*>& plans, const float* input,
-                        const std::vector<float*>& outputs, const float* residual);
-  // Whether this plan's split can join a group's job (row bands of the pool's oneDNN kernels).
-  size_t row_bands() const;
 
   struct Impl;
   explicit LinearPlan(std::shared_ptr<const Impl> impl);
