@@ -1173,7 +1173,8 @@ Error CompiledGraph::bind_ops() {
         opened[spec.provider] = true;
         const ProviderSession* shared =
             base_ != nullptr ? base_->session_by_id_[spec.provider] : nullptr;
-        sessions_[spec.provider] = provider->open_session(shared);
+        sessions_[spec.provider] =
+            provider->open_session(shared, base_ != nullptr || spec_.is_dynamic());
         session_by_id_[spec.provider] = sessions_[spec.provider].get();
       }
       for (const FusionCandidate& c : fusable_[i]) {

@@ -146,9 +146,13 @@ class KernelProvider {
   // The per-graph state handed to every bind of one graph; null when the provider needs none.
   // `base` is this provider's session of the graph the new one is a shape plan of (the same
   // constants, other sizes), or null: a session may share with it what depends only on the
-  // constants (prepared weights).
-  virtual std::unique_ptr<ProviderSession> open_session(const ProviderSession* base) const {
+  // constants (prepared weights). `sizes_vary`: the graph has symbolic dimensions, or is a shape
+  // plan of one: the provider may prefer plans every size can reuse (e.g. kernels whose shape
+  // does not depend on the size) over the fastest plan for this one size.
+  virtual std::unique_ptr<ProviderSession> open_session(const ProviderSession* base,
+                                                        bool sizes_vary) const {
     (void)base;
+    (void)sizes_vary;
     return nullptr;
   }
   // Binds `op` into *out. Error::NotSupported declines the op (the runtime then uses Reference);

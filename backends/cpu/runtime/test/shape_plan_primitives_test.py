@@ -1,5 +1,6 @@
 """Issue 47: the first call at a new size makes no new oneDNN matmul kernel for a linear of 32 rows
-or more. Such a linear runs in row tiles of 32 rows (split_linear_tiles): one primitive whose shape
+or more in a program with symbolic dimensions (a static program keeps plans sized for its one
+shape). Such a linear runs in row tiles of 32 rows (split_linear_tiles): one primitive whose shape
 does not depend on the row count, which every size's graph shares, plus one for the rows left over
 (made once per remainder). The loader's matmul_primitive_stats counts the matmul primitives the
 plans make that are new to the process (oneDNN generates a kernel) and those seen before. Results
@@ -97,6 +98,27 @@ def test_without_row_tiles_a_new_size_makes_new_kernels(monkeypatch: pytest.Monk
     _new_primitives(module, model, MAX_ROWS)
     new, _ = _new_primitives(module, model, 160)
     assert new > 0, new
+
+
+@pytest.mark.skipif(not TILES_POSSIBLE, reason="row tiles need AVX-512 and two threads")
+def test_a_static_program_keeps_plans_sized_for_its_one_shape(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Row tiles are for graphs whose sizes vary: a static graph's linears keep the plan fastest at
+    # their one row count (a 32-row tile re-reads the weights per tile). With the tile primitives
+    # of both linear shapes already made by a dynamic program, a static program of 11 whole tiles
+    # would make no new primitive if it ran in tiles; its own row bands are new shapes.
+    monkeypatch.setenv("ET_CPU_ROW_TILES", "1")
+    torch.manual_seed(2)
+    model = Mlp().eval()
+    dynamic = _lower(model, _rows(8), {0: Dim("rows", min=1, max=MAX_ROWS)})
+    _new_primitives(dynamic, model, MAX_ROWS)
+    rows = 11 * 32
+    new_before, _ = loader.matmul_primitive_stats()
+    static = _lower(model, _rows(rows), {})
+    assert_single_output_close(static, model, _rows(rows), atol=ATOL, rtol=RTOL)
+    new_after, _ = loader.matmul_primitive_stats()
+    assert new_after > new_before, (new_before, new_after)
 
 
 class ResidualCnn(torch.nn.Module):

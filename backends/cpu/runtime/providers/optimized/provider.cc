@@ -31,8 +31,10 @@ class OptimizedProvider final : public KernelProvider {
  public:
   const char* name() const override { return "Optimized(oneDNN)"; }
 
-  std::unique_ptr<ProviderSession> open_session(const ProviderSession* base) const override {
-    return std::make_unique<OptimizedSession>(static_cast<const OptimizedSession*>(base));
+  std::unique_ptr<ProviderSession> open_session(const ProviderSession* base,
+                                                bool sizes_vary) const override {
+    return std::make_unique<OptimizedSession>(static_cast<const OptimizedSession*>(base),
+                                              sizes_vary);
   }
 
   Error bind(const OpBinding& op, std::unique_ptr<BoundKernel>* out) const override {

@@ -24,8 +24,9 @@ bool chaining_enabled() { return onednn::kernel_switched_on("ET_CPU_ONEDNN_CHAIN
 
 }  // namespace
 
-OptimizedSession::OptimizedSession(const OptimizedSession* base)
-    : weights_(base != nullptr                   ? base->weights_
+OptimizedSession::OptimizedSession(const OptimizedSession* base, bool sizes_vary)
+    : sizes_vary_(sizes_vary),
+      weights_(base != nullptr                   ? base->weights_
                : onednn::weight_cache_enabled() ? std::make_shared<onednn::WeightCache>()
                                                 : nullptr),
       provider_(std::make_unique<onednn::Provider>(options())),
@@ -148,6 +149,7 @@ onednn::ProviderOptions OptimizedSession::options() const {
   options.num_threads = 0;  // the provider's default: ET_CPU_ONEDNN_THREADS, capped at the CPUs
   options.work_sharing = work_sharing_enabled();
   options.weight_cache = weights_;
+  options.size_independent_plans = sizes_vary_;
   return options;
 }
 

@@ -53,8 +53,9 @@ class OptimizedKernel : public BoundKernel {
 class OptimizedSession final : public ProviderSession {
  public:
   // `base`: the session of the graph this one is a shape plan of, whose prepared weights it
-  // shares (weight_cache.h), or null.
-  explicit OptimizedSession(const OptimizedSession* base);
+  // shares (weight_cache.h), or null. `sizes_vary`: the graph is one size of a program with
+  // symbolic dimensions (KernelProvider::open_session): its plans prefer size-independent kernels.
+  OptimizedSession(const OptimizedSession* base, bool sizes_vary);
 
   size_t held_bytes() const override;
   std::string summary() const override;
@@ -90,6 +91,7 @@ class OptimizedSession final : public ProviderSession {
  private:
   onednn::ProviderOptions options() const;
 
+  bool sizes_vary_ = false;  // see the constructor; declared before provider_, which reads it
   std::shared_ptr<onednn::WeightCache> weights_;  // shared with the graph's shape plans
   std::unique_ptr<onednn::Provider> provider_;
   std::vector<OptimizedKernel*> kernels_;  // owned by the graph, which outlives the session's use

@@ -130,12 +130,15 @@ std::vector<Piece> split_linear_rows(ProviderState& state, const LinearParams& p
 // Rows per tile of a linear run in row tiles (split_linear_tiles).
 constexpr int64_t kLinearTile = kLinearRows;
 
-// The tile primitive's descriptor of a linear (k, n, bias, post-ops), when row tiles are on and it
-// runs brgemm: smaller row counts read their weights in its layout too, so every size shares them.
+// The tile primitive's descriptor of a linear (k, n, bias, post-ops), when the graph's sizes vary
+// (ProviderState::size_independent_plans), row tiles are on and it runs brgemm: smaller row
+// counts read their weights in its layout too, so every size shares them.
 std::optional<dnnl::matmul::primitive_desc> tile_pd(ProviderState& state, int64_t k, int64_t n,
                                                     const memory::desc& bias_md,
                                                     const dnnl::primitive_attr& attr) {
-  if (!state.pool || !kernel_switched_on("ET_CPU_ROW_TILES")) return std::nullopt;
+  if (!state.pool || !state.size_independent_plans || !kernel_switched_on("ET_CPU_ROW_TILES")) {
+    return std::nullopt;
+  }
   dnnl::matmul::primitive_desc tile(state.engine, plain_md({kLinearTile, k}), any_md({k, n}),
                                     bias_md, plain_md({kLinearTile, n}), attr);
   if (std::string(tile.impl_info_str()).rfind("brg", 0) != 0) return std::nullopt;

@@ -167,6 +167,7 @@ struct ProviderState {
   int num_threads = 1;
   int omp_threads = 1;  // oneDNN's OpenMP team size on the calling thread
   int64_t min_task_flops = 0;
+  bool size_independent_plans = false;  // ProviderOptions::size_independent_plans
   AlignedBuffer scratchpad;
   size_t weights_bytes = 0;
   size_t staging_bytes = 0;

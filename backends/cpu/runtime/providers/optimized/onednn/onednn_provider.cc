@@ -107,6 +107,7 @@ Provider::Provider(ProviderOptions options) : state_(std::make_shared<ProviderSt
   state.min_task_flops =
       options.min_task_flops >= 0 ? options.min_task_flops : default_min_task_flops();
   state.weight_cache = options.weight_cache;
+  state.size_independent_plans = options.size_independent_plans;
   if (options.work_sharing) {
     state.omp_threads = 1;
     if (state.num_threads > 1) {  // one thread never splits: no pool, no per-thread buffers

@@ -326,6 +326,10 @@ struct ProviderOptions {
   // Prepared constants (reordered weights and biases, packed RowGemm weights) shared with other
   // Providers of the same constants (weight_cache.h), or null: each plan prepares its own.
   std::shared_ptr<WeightCache> weight_cache;
+  // The graph is one size of a program whose sizes vary: linears of 32+ rows run in row tiles of
+  // one size-independent primitive (linear_plan.cc), so a new size generates no kernel for them.
+  // A static graph keeps the plan fastest at its one size.
+  bool size_independent_plans = false;
 };
 
 class BinaryPlan;
