@@ -21,6 +21,8 @@
 namespace et_cpu_plugin {
 namespace onednn {
 
+class WorkPool;
+
 // Whether the kernel runs these post-ops (after the first product: `act`, after the second:
 // `gate`): AVX-512F, every post-op in registers and no add, and ET_CPU_OWN_SE is "1" (off by
 // default: one thread, it measured slower than the three kernels it replaces on MobileNetV3,
@@ -42,10 +44,18 @@ class SqueezeExcite {
   }
 
   // The gates [batch][channels] of `batch` images x of `pixels` pixels each, channels-last
-  // ([batch][pixels][channels]) or plain ([batch][channels][pixels]).
-  void run(const float* x, int64_t batch, int64_t pixels, bool channels_last, float* gate) const;
+  // ([batch][pixels][channels]) or plain ([batch][channels][pixels]). With a `pool`, each phase
+  // (the pool over channels, each product over its output vectors) that reads at least 32 KiB
+  // is shared out in up to two slices per thread, the images' slices as separate tasks;
+  // ET_CPU_SE_SPLIT (read when the kernel is made) "0" keeps every phase on the calling thread,
+  // "all" splits every phase whatever its size (tests).
+  void run(const float* x, int64_t batch, int64_t pixels, bool channels_last, float* gate,
+           WorkPool* pool = nullptr) const;
 
  private:
+  enum class Split { kNone, kLarge, kAll };
+  static Split split_from_environment();
+
   int64_t channels_ = 0;
   int64_t squeezed_ = 0;
   int64_t padded_channels_ = 0;
@@ -56,6 +66,7 @@ class SqueezeExcite {
   std::vector<float> expand_bias_;  // [padded_channels_]
   PostOps act_;
   PostOps gate_;
+  Split split_ = Split::kLarge;
 };
 
 }  // namespace onednn
