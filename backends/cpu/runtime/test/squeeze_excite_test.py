@@ -6,8 +6,8 @@ after a channels-last depthwise stage and on a plain graph input, batch 1 and 3,
 without biases, a dynamic-batch program, the zoo's small MobileNetV3 / EfficientNet, and the
 switch (off by default: the pool and the two products as before; ET_CPU_OWN_SE=1 takes it).
 
-The kernel shares each phase (the pool over channels, each product over its output vectors) out
-on the work pool when it reads enough (ET_CPU_SE_SPLIT: "0" never, "all" always, for these tests):
+The kernel shares each phase (the pool over pixel slices or, plain, channels; each product over its
+output vectors) out on the work pool when it reads enough (ET_CPU_SE_SPLIT: "0" never, "all" always, for these tests):
 every output is summed in the same order however the phases are split, so the outputs must be
 bitwise equal across the three settings, on 1 and 2 pool threads.
 

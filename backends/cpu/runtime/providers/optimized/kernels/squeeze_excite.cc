@@ -17,8 +17,16 @@ namespace {
 constexpr int64_t kLanes = 16;  // floats per AVX-512 vector
 constexpr int kChunk = 4;       // output vectors per pass of a product (accumulators)
 constexpr int64_t kAhead = 8;   // weight rows a product prefetches ahead of its loads
-// Bytes a phase reads before the default splits it over the pool (a job costs a few us).
-constexpr int64_t kSplitBytes = 32 * 1024;
+// Channels-last input of an image is pooled in pixel slices of at least this many bytes (1 to
+// kMostSlices, whatever the threads: the sums do not depend on where they run). The layer
+// before wrote the image in row bands over the pool's threads, so slice t is mostly in thread
+// t's own cache (splitting over channels instead measured slower: half of every row from the
+// other core).
+constexpr int64_t kSliceBytes = 128 * 1024;
+constexpr int64_t kMostSlices = 4;
+// KiB a phase reads (per call) before it is split over the pool by default: a pool job costs a
+// few us here, a single-threaded phase reads ~20-40 GB/s from L2 / L3 (ET_CPU_SE_SPLIT).
+constexpr int64_t kSplitKiB = 256;
 
 inline __mmask16 lanes_from(int64_t c, int64_t count) {
   const int64_t left = count - c;
@@ -26,11 +34,12 @@ inline __mmask16 lanes_from(int64_t c, int64_t count) {
                         : static_cast<__mmask16>((1u << left) - 1u);
 }
 
-// The means of channels [begin, end) of one channels-last image ([pixels][channels]) into `out`
-// (indexed by channel, padded to a whole vector), 4 vectors of channels per pass over the pixels.
-ET_AVX512 void channel_means(const float* x, int64_t pixels, int64_t channels, int64_t begin,
-                             int64_t end, float* out) {
-  const __m512 scale = _mm512_set1_ps(1.0f / static_cast<float>(pixels));
+// The sums of channels [begin, end) over `pixels` pixels of a channels-last image
+// ([pixels][channels]) times `factor` into `out` (indexed by channel, padded to a whole
+// vector), 4 vectors of channels per pass over the pixels.
+ET_AVX512 void channel_sums(const float* x, int64_t pixels, int64_t channels, int64_t begin,
+                            int64_t end, float factor, float* out) {
+  const __m512 scale = _mm512_set1_ps(factor);
   for (int64_t c = begin; c < end; c += kChunk * kLanes) {
     __m512 acc[kChunk];
     __mmask16 mask[kChunk];
@@ -159,7 +168,7 @@ SqueezeExcite::SqueezeExcite(int64_t channels, int64_t squeezed, const float* re
       squeezed_(squeezed),
       act_(std::move(act)),
       gate_(std::move(gate)),
-      split_(split_from_environment()) {
+      split_bytes_(split_bytes_from_environment()) {
   if (!squeeze_excite_supports(act_, gate_) || channels < 1 || squeezed < 1) {
     throw ProviderError("squeeze-excite: these counts or post-ops are not supported here");
   }
@@ -172,17 +181,18 @@ SqueezeExcite::SqueezeExcite(int64_t channels, int64_t squeezed, const float* re
   expand_bias_ = padded_bias(expand_bias, channels, padded_channels_);
 }
 
-SqueezeExcite::Split SqueezeExcite::split_from_environment() {
+int64_t SqueezeExcite::split_bytes_from_environment() {
   const char* value = std::getenv("ET_CPU_SE_SPLIT");
-  if (value != nullptr && std::strcmp(value, "0") == 0) return Split::kNone;
-  if (value != nullptr && std::strcmp(value, "all") == 0) return Split::kAll;
-  return Split::kLarge;
+  if (value == nullptr || *value == '\0') return kSplitKiB * 1024;
+  if (std::strcmp(value, "all") == 0) return 0;
+  const long long kib = std::strtoll(value, nullptr, 10);
+  return kib > 0 ? static_cast<int64_t>(kib) * 1024 : -1;  // "0" (or not a number): never
 }
 
 void SqueezeExcite::run(const float* x, int64_t batch, int64_t pixels, bool channels_last,
                         float* gate, WorkPool* pool) const {
   if (batch < 1 || pixels < 1) return;
-  const int64_t threads = pool != nullptr && split_ != Split::kNone ? pool->size() : 1;
+  const int64_t threads = pool != nullptr && split_bytes_ >= 0 ? pool->size() : 1;
   // pooled [batch][padded_channels_], then hidden [batch][padded_squeezed_]; the caller's
   // thread owns it, the pool's tasks write their parts through the pointers.
   thread_local std::vector<float> scratch;
@@ -191,14 +201,13 @@ void SqueezeExcite::run(const float* x, int64_t batch, int64_t pixels, bool chan
   float* pooled = scratch.data();
   float* hidden = pooled + batch * padded_channels_;
   // Runs fn(image, begin, end) over [0, units) of every image: in one piece per image, or, when
-  // the phase reads enough (`bytes` per image) to pay for a pool job, in up to two slices per
-  // thread (ET_CPU_SE_SPLIT=all: always, 0: never), the images' slices as the pool's tasks.
+  // the phase reads enough (`bytes` per image, split_bytes_ in all) to pay for a pool job, in
+  // one slice per thread (ET_CPU_SE_SPLIT=all: always, and two per thread), the images'
+  // slices as the pool's tasks.
   auto phase = [&](int64_t units, int64_t bytes, auto&& fn) {
     int64_t parts = 1;
-    if (threads > 1 && (split_ == Split::kAll || batch * bytes >= kSplitBytes)) {
-      const int64_t most = std::min<int64_t>(units, 2 * threads);
-      parts = split_ == Split::kAll ? most
-                                    : std::clamp<int64_t>(bytes / (kSplitBytes / 2), 1, most);
+    if (threads > 1 && batch * bytes >= split_bytes_) {
+      parts = std::min<int64_t>(units, split_bytes_ == 0 ? 2 * threads : threads);
     }
     const int64_t tasks = batch * parts;
     auto task = [&](size_t index, int) {
@@ -216,10 +225,39 @@ void SqueezeExcite::run(const float* x, int64_t batch, int64_t pixels, bool chan
   const int64_t image = pixels * channels_;
   const int64_t image_bytes = image * static_cast<int64_t>(sizeof(float));
   if (channels_last) {
-    phase(padded_channels_ / kLanes, image_bytes, [&](int64_t n, int64_t begin, int64_t end) {
-      channel_means(x + n * image, pixels, channels_, begin * kLanes,
-                    std::min(end * kLanes, channels_), pooled + n * padded_channels_);
-    });
+    const int64_t slices =
+        std::clamp<int64_t>(image_bytes / kSliceBytes, 1, std::min(kMostSlices, pixels));
+    const float inverse = 1.0f / static_cast<float>(pixels);
+    if (slices == 1) {
+      phase(1, image_bytes, [&](int64_t n, int64_t, int64_t) {
+        channel_sums(x + n * image, pixels, channels_, 0, channels_, inverse,
+                     pooled + n * padded_channels_);
+      });
+    } else {
+      // Each slice's sums into sums [batch][slices][padded channels], then added in order.
+      thread_local std::vector<float> partial;
+      const int64_t row = padded_channels_;
+      const size_t partial_size = static_cast<size_t>(batch * slices * row);
+      if (partial.size() < partial_size) partial.resize(partial_size);
+      float* sums = partial.data();
+      phase(slices, image_bytes, [&](int64_t n, int64_t begin, int64_t end) {
+        for (int64_t slice = begin; slice < end; ++slice) {
+          const auto [first, last] = slice_of(pixels, static_cast<size_t>(slices),
+                                              static_cast<size_t>(slice));
+          channel_sums(x + n * image + first * channels_, last - first, channels_, 0,
+                       channels_, 1.0f, sums + (n * slices + slice) * row);
+        }
+      });
+      for (int64_t n = 0; n < batch; ++n) {
+        float* out = pooled + n * row;
+        const float* first = sums + n * slices * row;
+        for (int64_t c = 0; c < channels_; ++c) {
+          float total = first[c];
+          for (int64_t slice = 1; slice < slices; ++slice) total += first[slice * row + c];
+          out[c] = total * inverse;
+        }
+      }
+    }
   } else {
     phase(channels_, image_bytes, [&](int64_t n, int64_t begin, int64_t end) {
       row_means16(x + n * image, pixels, begin, end, pooled + n * padded_channels_);
