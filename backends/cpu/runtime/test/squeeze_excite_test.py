@@ -4,7 +4,7 @@ convolution, hardsigmoid or sigmoid gate) runs as one kernel of the Optimized pr
 multiply: MobileNetV3-style (ReLU, hardsigmoid) and EfficientNet-style (SiLU, sigmoid) tails
 after a channels-last depthwise stage and on a plain graph input, batch 1 and 3, with and
 without biases, a dynamic-batch program, the zoo's small MobileNetV3 / EfficientNet, and the
-switch (off by default: the pool and the two products as before; ET_CPU_OWN_SE=1 takes it).
+switch (on by default; ET_CPU_OWN_SE=0: the pool and the two products as three kernels).
 
 The kernel shares each phase (the pool over pixel slices or, plain, channels; each product over its
 output vectors) out on the work pool when it reads enough (ET_CPU_SE_SPLIT: "0" never, "all" always, for these tests):
@@ -82,7 +82,7 @@ def test_tail_on_our_kernel(style: str, depthwise: bool, bias: bool) -> None:
         model = Tail(channels, squeezed, style, depthwise, bias).eval()
         x = torch.randn(batch, channels, *size) * 3.0
         pte, _ = lower_to_pte(model, (x,))
-        for own, tails in [("1", 1), ("unset", 0), ("0", 0)]:
+        for own, tails in [("1", 1), ("unset", 1), ("0", 0)]:
             with pytest.MonkeyPatch.context() as patch:
                 if own == "unset":
                     patch.delenv("ET_CPU_OWN_SE", raising=False)

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backends/cpu/runtime/providers/optimized/common/slices.h"
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/common/work_pool.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_epilogue.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
@@ -153,11 +154,9 @@ std::vector<float> padded_bias(const float* bias, int64_t count, int64_t padded)
 }  // namespace
 
 bool squeeze_excite_supports(const PostOps& act, const PostOps& gate) {
-  // Opt-in: single-threaded, it measured slower than the pool and the two row_gemm products it
-  // replaces (provider README), which run on the pool's threads.
-  const char* value = std::getenv("ET_CPU_OWN_SE");
-  const bool on = value != nullptr && std::strcmp(value, "1") == 0;
-  return on && cpu_has_avx512() && no_add(act) &&
+  // On by default since its phases share the pool (ET_CPU_OWN_SE=0: the mean and the two
+  // row_gemm products as before; provider README).
+  return kernel_switched_on("ET_CPU_OWN_SE") && cpu_has_avx512() && no_add(act) &&
          no_add(gate) && post_ops_in_registers(act) && post_ops_in_registers(gate);
 }
 
