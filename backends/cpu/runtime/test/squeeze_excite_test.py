@@ -6,10 +6,10 @@ after a channels-last depthwise stage and on a plain graph input, batch 1 and 3,
 without biases, a dynamic-batch program, the zoo's small MobileNetV3 / EfficientNet, and the
 switch (on by default; ET_CPU_OWN_SE=0: the pool and the two products as three kernels).
 
-The kernel shares each phase (the pool over pixel slices or, plain, channels; each product over its
-output vectors) out on the work pool when it reads enough (ET_CPU_SE_SPLIT: "0" never, "all" always, for these tests):
-every output is summed in the same order however the phases are split, so the outputs must be
-bitwise equal across the three settings, on 1 and 2 pool threads.
+The kernel shares each phase (the pool over pixel slices or, plain, channels; each product over
+its output vectors) out on the work pool when it reads enough (ET_CPU_SE_SPLIT: "0" never, "all"
+always, for these tests): every output is summed in the same order however the phases are split,
+so the outputs must be bitwise equal across the three settings, on 1 and 2 pool threads.
 
 Reference: the same model in float64 eager; tolerance 1e-5 (absolute and relative: the pool sums
 at most 24 x 24 values, the products at most 96 terms), 1e-4 for the larger tails of the split
