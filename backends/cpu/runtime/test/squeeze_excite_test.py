@@ -4,10 +4,16 @@ convolution, hardsigmoid or sigmoid gate) runs as one kernel of the Optimized pr
 multiply: MobileNetV3-style (ReLU, hardsigmoid) and EfficientNet-style (SiLU, sigmoid) tails
 after a channels-last depthwise stage and on a plain graph input, batch 1 and 3, with and
 without biases, a dynamic-batch program, the zoo's small MobileNetV3 / EfficientNet, and the
-switch (off by default: the pool and the two products as before; ET_CPU_OWN_SE=1 takes it).
+switch (on by default; ET_CPU_OWN_SE=0: the pool and the two products as three kernels).
+
+The kernel shares each phase (the pool over pixel slices or, plain, channels; each product over
+its output vectors) out on the work pool when it reads enough (ET_CPU_SE_SPLIT: "0" never, "all"
+always, for these tests): every output is summed in the same order however the phases are split,
+so the outputs must be bitwise equal across the three settings, on 1 and 2 pool threads.
 
 Reference: the same model in float64 eager; tolerance 1e-5 (absolute and relative: the pool sums
-at most 24 x 24 values, the products at most 96 terms).
+at most 24 x 24 values, the products at most 96 terms), 1e-4 for the larger tails of the split
+tests (sums of up to 56 x 56 values, products of up to 576 terms).
 """
 
 from typing import Any
@@ -76,7 +82,7 @@ def test_tail_on_our_kernel(style: str, depthwise: bool, bias: bool) -> None:
         model = Tail(channels, squeezed, style, depthwise, bias).eval()
         x = torch.randn(batch, channels, *size) * 3.0
         pte, _ = lower_to_pte(model, (x,))
-        for own, tails in [("1", 1), ("unset", 0), ("0", 0)]:
+        for own, tails in [("1", 1), ("unset", 1), ("0", 0)]:
             with pytest.MonkeyPatch.context() as patch:
                 if own == "unset":
                     patch.delenv("ET_CPU_OWN_SE", raising=False)
@@ -87,6 +93,49 @@ def test_tail_on_our_kernel(style: str, depthwise: bool, bias: bool) -> None:
             torch.testing.assert_close(out_opt[0], _expected(model, x), rtol=1e-5, atol=1e-5)
             assert_close_scaled(out_opt[0], out_ref[0])
             model = model.float()
+
+
+@pytest.mark.parametrize("depthwise", [True, False], ids=["channels_last", "plain"])
+@pytest.mark.parametrize(
+    "batch, channels, squeezed, size, style",
+    [
+        (1, 576, 144, (14, 14), "v3"),  # MobileNetV3's largest tail: both products split
+        (1, 32, 8, (56, 56), "efficientnet"),  # few channels, many pixels: the pool splits
+        (3, 120, 30, (7, 9), "efficientnet"),  # batch 3, odd channel tail (120 = 7.5 vectors)
+        (2, 1152, 48, (7, 7), "efficientnet"),  # EfficientNet-B0's last tail
+    ],
+)
+def test_tail_split_over_the_pool(
+    batch: int,
+    channels: int,
+    squeezed: int,
+    size: tuple[int, int],
+    style: str,
+    depthwise: bool,
+) -> None:
+    torch.manual_seed(channels + batch)
+    model = Tail(channels, squeezed, style, depthwise, True).eval()
+    x = torch.randn(batch, channels, *size) * 3.0
+    expected = _expected(model, x)
+    model = model.float()
+    pte, _ = lower_to_pte(model, (x,))
+    outputs: dict[tuple[str, str], torch.Tensor] = {}
+    for threads in ["2", "1"]:
+        for split in ["unset", "all", "0"]:
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("ET_CPU_OWN_SE", "1")
+                patch.setenv("ET_CPU_ONEDNN_THREADS", threads)
+                if split == "unset":
+                    patch.delenv("ET_CPU_SE_SPLIT", raising=False)
+                else:
+                    patch.setenv("ET_CPU_SE_SPLIT", split)
+                (out,) = run_pte(pte, (x,), reference_only=False)
+                assert _tails(loader.last_placement()) == 1, loader.last_placement()
+            torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+            outputs[(threads, split)] = out
+    first = outputs[("2", "all")]
+    for key, out in outputs.items():
+        assert torch.equal(out, first), key
 
 
 def test_tail_with_a_dynamic_batch(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -76,8 +76,9 @@ class SqueezeExciteKernel final : public OptimizedKernel {
                       Tensor* output)
       : se_(std::move(se)), input_(input), output_(output) {}
 
-  void prepare(onednn::Provider&, const InChannelsLast& channels_last) override {
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
     channels_last_ = channels_last(impl_of(input_));
+    pool_ = provider.work_pool();
   }
   std::string implementation() const override { return "squeeze_excite:avx512"; }
 
@@ -89,7 +90,7 @@ class SqueezeExciteKernel final : public OptimizedKernel {
                                        : 0;
       if (pixels < 1) return;
       se_->run(input_->const_data_ptr<float>(), batch, pixels, channels_last_,
-               output_->mutable_data_ptr<float>());
+               output_->mutable_data_ptr<float>(), pool_);
     });
   }
 
@@ -98,6 +99,7 @@ class SqueezeExciteKernel final : public OptimizedKernel {
   const Tensor* input_;
   Tensor* output_;
   bool channels_last_ = false;
+  onednn::WorkPool* pool_ = nullptr;
 };
 
 }  // namespace

@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backends/cpu/runtime/providers/optimized/common/slices.h"
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
+#include "backends/cpu/runtime/providers/optimized/common/work_pool.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_epilogue.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
 
@@ -14,6 +17,17 @@ namespace {
 
 constexpr int64_t kLanes = 16;  // floats per AVX-512 vector
 constexpr int kChunk = 4;       // output vectors per pass of a product (accumulators)
+constexpr int64_t kAhead = 8;   // weight rows a product prefetches ahead of its loads
+// Channels-last input of an image is pooled in pixel slices of at least this many bytes (1 to
+// kMostSlices, whatever the threads: the sums do not depend on where they run). The layer
+// before wrote the image in row bands over the pool's threads, so slice t is mostly in thread
+// t's own cache (splitting over channels instead measured slower: half of every row from the
+// other core).
+constexpr int64_t kSliceBytes = 128 * 1024;
+constexpr int64_t kMostSlices = 4;
+// KiB a phase reads (per call) before it is split over the pool by default: a pool job costs a
+// few us here, a single-threaded phase reads ~20-40 GB/s from L2 / L3 (ET_CPU_SE_SPLIT).
+constexpr int64_t kSplitKiB = 256;
 
 inline __mmask16 lanes_from(int64_t c, int64_t count) {
   const int64_t left = count - c;
@@ -21,18 +35,20 @@ inline __mmask16 lanes_from(int64_t c, int64_t count) {
                         : static_cast<__mmask16>((1u << left) - 1u);
 }
 
-// The channel means of one channels-last image ([pixels][channels]) into `out` (padded to a
-// whole vector), 4 vectors of channels per pass over the pixels.
-ET_AVX512 void channel_means(const float* x, int64_t pixels, int64_t channels, float* out) {
-  const __m512 scale = _mm512_set1_ps(1.0f / static_cast<float>(pixels));
-  for (int64_t c = 0; c < channels; c += kChunk * kLanes) {
+// The sums of channels [begin, end) over `pixels` pixels of a channels-last image
+// ([pixels][channels]) times `factor` into `out` (indexed by channel, padded to a whole
+// vector), 4 vectors of channels per pass over the pixels.
+ET_AVX512 void channel_sums(const float* x, int64_t pixels, int64_t channels, int64_t begin,
+                            int64_t end, float factor, float* out) {
+  const __m512 scale = _mm512_set1_ps(factor);
+  for (int64_t c = begin; c < end; c += kChunk * kLanes) {
     __m512 acc[kChunk];
     __mmask16 mask[kChunk];
 #pragma GCC unroll 4
     for (int v = 0; v < kChunk; ++v) {
       acc[v] = _mm512_setzero_ps();
       const int64_t at = c + v * kLanes;
-      mask[v] = at < channels ? lanes_from(at, channels) : static_cast<__mmask16>(0);
+      mask[v] = at < end ? lanes_from(at, std::min(end, channels)) : static_cast<__mmask16>(0);
     }
     const float* p = x + c;
     for (int64_t i = 0; i < pixels; ++i, p += channels) {
@@ -48,10 +64,11 @@ ET_AVX512 void channel_means(const float* x, int64_t pixels, int64_t channels, f
   }
 }
 
-// The row means of one plain image ([channels][pixels]) into `out`.
-ET_AVX512 void row_means16(const float* x, int64_t pixels, int64_t channels, float* out) {
+// The means of rows [begin, end) of one plain image ([channels][pixels]) into `out`.
+ET_AVX512 void row_means16(const float* x, int64_t pixels, int64_t begin, int64_t end,
+                           float* out) {
   const float scale = 1.0f / static_cast<float>(pixels);
-  for (int64_t c = 0; c < channels; ++c) {
+  for (int64_t c = begin; c < end; ++c) {
     const float* row = x + c * pixels;
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < pixels; i += kLanes) {
@@ -70,10 +87,14 @@ ET_AVX512 void product_chunk(const float* x, int64_t k, const float* w, int64_t 
 #pragma GCC unroll 4
   for (int v = 0; v < V; ++v) acc[v] = _mm512_loadu_ps(bias + j + v * kLanes);
   const float* row = w + j;
+  // The weights come from L3 or memory (the convolutions before evicted them): each row's
+  // vectors are requested kAhead rows before they are read (rows are `padded` floats apart).
+  const int64_t ahead = kAhead * padded;
   for (int64_t i = 0; i < k; ++i, row += padded) {
     const __m512 xi = _mm512_set1_ps(x[i]);
 #pragma GCC unroll 4
     for (int v = 0; v < V; ++v) {
+      _mm_prefetch(reinterpret_cast<const char*>(row + ahead + v * kLanes), _MM_HINT_T0);
       acc[v] = _mm512_fmadd_ps(xi, _mm512_loadu_ps(row + v * kLanes), acc[v]);
     }
   }
@@ -85,10 +106,11 @@ ET_AVX512 void product_chunk(const float* x, int64_t k, const float* w, int64_t 
   }
 }
 
+// product_chunk over output vectors [first, vectors).
 ET_AVX512 void product(const float* x, int64_t k, const float* w, int64_t padded,
-                       const float* bias, const PostOps& post, int64_t n, float* y) {
-  const int64_t vectors = padded / kLanes;
-  int64_t v = 0;
+                       const float* bias, const PostOps& post, int64_t n, int64_t first,
+                       int64_t vectors, float* y) {
+  int64_t v = first;
   for (; v + kChunk <= vectors; v += kChunk) {
     product_chunk<kChunk>(x, k, w, padded, bias, post, n, v * kLanes, y);
   }
@@ -132,18 +154,20 @@ std::vector<float> padded_bias(const float* bias, int64_t count, int64_t padded)
 }  // namespace
 
 bool squeeze_excite_supports(const PostOps& act, const PostOps& gate) {
-  // Opt-in: single-threaded, it measured slower than the pool and the two row_gemm products it
-  // replaces (provider README), which run on the pool's threads.
-  const char* value = std::getenv("ET_CPU_OWN_SE");
-  const bool on = value != nullptr && std::strcmp(value, "1") == 0;
-  return on && cpu_has_avx512() && no_add(act) &&
+  // On by default since its phases share the pool (ET_CPU_OWN_SE=0: the mean and the two
+  // row_gemm products as before; provider README).
+  return kernel_switched_on("ET_CPU_OWN_SE") && cpu_has_avx512() && no_add(act) &&
          no_add(gate) && post_ops_in_registers(act) && post_ops_in_registers(gate);
 }
 
 SqueezeExcite::SqueezeExcite(int64_t channels, int64_t squeezed, const float* reduce,
                              const float* reduce_bias, PostOps act, const float* expand,
                              const float* expand_bias, PostOps gate)
-    : channels_(channels), squeezed_(squeezed), act_(std::move(act)), gate_(std::move(gate)) {
+    : channels_(channels),
+      squeezed_(squeezed),
+      act_(std::move(act)),
+      gate_(std::move(gate)),
+      split_bytes_(split_bytes_from_environment()) {
   if (!squeeze_excite_supports(act_, gate_) || channels < 1 || squeezed < 1) {
     throw ProviderError("squeeze-excite: these counts or post-ops are not supported here");
   }
@@ -156,22 +180,102 @@ SqueezeExcite::SqueezeExcite(int64_t channels, int64_t squeezed, const float* re
   expand_bias_ = padded_bias(expand_bias, channels, padded_channels_);
 }
 
+int64_t SqueezeExcite::split_bytes_from_environment() {
+  const char* value = std::getenv("ET_CPU_SE_SPLIT");
+  if (value == nullptr || *value == '\0') return kSplitKiB * 1024;
+  if (std::strcmp(value, "all") == 0) return 0;
+  const long long kib = std::strtoll(value, nullptr, 10);
+  return kib > 0 ? static_cast<int64_t>(kib) * 1024 : -1;  // "0" (or not a number): never
+}
+
 void SqueezeExcite::run(const float* x, int64_t batch, int64_t pixels, bool channels_last,
-                        float* gate) const {
-  std::vector<float> pooled(static_cast<size_t>(padded_channels_));
-  std::vector<float> hidden(static_cast<size_t>(padded_squeezed_));
-  const int64_t image = pixels * channels_;
-  for (int64_t n = 0; n < batch; ++n) {
-    if (channels_last) {
-      channel_means(x + n * image, pixels, channels_, pooled.data());
-    } else {
-      row_means16(x + n * image, pixels, channels_, pooled.data());
+                        float* gate, WorkPool* pool) const {
+  if (batch < 1 || pixels < 1) return;
+  const int64_t threads = pool != nullptr && split_bytes_ >= 0 ? pool->size() : 1;
+  // pooled [batch][padded_channels_], then hidden [batch][padded_squeezed_]; the caller's
+  // thread owns it, the pool's tasks write their parts through the pointers.
+  thread_local std::vector<float> scratch;
+  const size_t need = static_cast<size_t>(batch * (padded_channels_ + padded_squeezed_));
+  if (scratch.size() < need) scratch.resize(need);
+  float* pooled = scratch.data();
+  float* hidden = pooled + batch * padded_channels_;
+  // Runs fn(image, begin, end) over [0, units) of every image: in one piece per image, or, when
+  // the phase reads enough (`bytes` per image, split_bytes_ in all) to pay for a pool job, in
+  // one slice per thread (ET_CPU_SE_SPLIT=all: always, and two per thread), the images'
+  // slices as the pool's tasks.
+  auto phase = [&](int64_t units, int64_t bytes, auto&& fn) {
+    int64_t parts = 1;
+    if (threads > 1 && batch * bytes >= split_bytes_) {
+      parts = std::min<int64_t>(units, split_bytes_ == 0 ? 2 * threads : threads);
     }
-    product(pooled.data(), channels_, reduce_.data(), padded_squeezed_, reduce_bias_.data(), act_,
-            squeezed_, hidden.data());
-    product(hidden.data(), squeezed_, expand_.data(), padded_channels_, expand_bias_.data(),
-            gate_, channels_, gate + n * channels_);
+    const int64_t tasks = batch * parts;
+    auto task = [&](size_t index, int) {
+      const size_t count = static_cast<size_t>(parts);
+      const int64_t n = static_cast<int64_t>(index / count);
+      const auto [begin, end] = slice_of(units, count, index % count);
+      if (begin < end) fn(n, begin, end);
+    };
+    if (tasks == 1 || threads == 1) {
+      for (int64_t t = 0; t < tasks; ++t) task(static_cast<size_t>(t), 0);
+    } else {
+      pool->run(static_cast<size_t>(tasks), task);
+    }
+  };
+  const int64_t image = pixels * channels_;
+  const int64_t image_bytes = image * static_cast<int64_t>(sizeof(float));
+  if (channels_last) {
+    const int64_t slices =
+        std::clamp<int64_t>(image_bytes / kSliceBytes, 1, std::min(kMostSlices, pixels));
+    const float inverse = 1.0f / static_cast<float>(pixels);
+    if (slices == 1) {
+      phase(1, image_bytes, [&](int64_t n, int64_t, int64_t) {
+        channel_sums(x + n * image, pixels, channels_, 0, channels_, inverse,
+                     pooled + n * padded_channels_);
+      });
+    } else {
+      // Each slice's sums into sums [batch][slices][padded channels], then added in order.
+      thread_local std::vector<float> partial;
+      const int64_t row = padded_channels_;
+      const size_t partial_size = static_cast<size_t>(batch * slices * row);
+      if (partial.size() < partial_size) partial.resize(partial_size);
+      float* sums = partial.data();
+      phase(slices, image_bytes, [&](int64_t n, int64_t begin, int64_t end) {
+        for (int64_t slice = begin; slice < end; ++slice) {
+          const auto [first, last] = slice_of(pixels, static_cast<size_t>(slices),
+                                              static_cast<size_t>(slice));
+          channel_sums(x + n * image + first * channels_, last - first, channels_, 0,
+                       channels_, 1.0f, sums + (n * slices + slice) * row);
+        }
+      });
+      for (int64_t n = 0; n < batch; ++n) {
+        float* out = pooled + n * row;
+        const float* first = sums + n * slices * row;
+        for (int64_t c = 0; c < channels_; ++c) {
+          float total = first[c];
+          for (int64_t slice = 1; slice < slices; ++slice) total += first[slice * row + c];
+          out[c] = total * inverse;
+        }
+      }
+    }
+  } else {
+    phase(channels_, image_bytes, [&](int64_t n, int64_t begin, int64_t end) {
+      row_means16(x + n * image, pixels, begin, end, pooled + n * padded_channels_);
+    });
   }
+  const auto weight_bytes = [](const std::vector<float>& w) {
+    return static_cast<int64_t>(w.size() * sizeof(float));
+  };
+  phase(padded_squeezed_ / kLanes, weight_bytes(reduce_),
+        [&](int64_t n, int64_t begin, int64_t end) {
+          product(pooled + n * padded_channels_, channels_, reduce_.data(), padded_squeezed_,
+                  reduce_bias_.data(), act_, squeezed_, begin, end,
+                  hidden + n * padded_squeezed_);
+        });
+  phase(padded_channels_ / kLanes, weight_bytes(expand_),
+        [&](int64_t n, int64_t begin, int64_t end) {
+          product(hidden + n * padded_squeezed_, squeezed_, expand_.data(), padded_channels_,
+                  expand_bias_.data(), gate_, channels_, begin, end, gate + n * channels_);
+        });
 }
 
 }  // namespace onednn

@@ -21,10 +21,12 @@
 namespace et_cpu_plugin {
 namespace onednn {
 
+class WorkPool;
+
 // Whether the kernel runs these post-ops (after the first product: `act`, after the second:
-// `gate`): AVX-512F, every post-op in registers and no add, and ET_CPU_OWN_SE is "1" (off by
-// default: one thread, it measured slower than the three kernels it replaces on MobileNetV3,
-// provider README; read at bind).
+// `gate`): AVX-512F, every post-op in registers and no add, and ET_CPU_OWN_SE is not "0" (on by
+// default since its phases share the pool: it measured faster than the three kernels it
+// replaces on MobileNetV3 and EfficientNet, provider README; read at bind).
 bool squeeze_excite_supports(const PostOps& act, const PostOps& gate);
 
 class SqueezeExcite {
@@ -42,10 +44,20 @@ class SqueezeExcite {
   }
 
   // The gates [batch][channels] of `batch` images x of `pixels` pixels each, channels-last
-  // ([batch][pixels][channels]) or plain ([batch][channels][pixels]).
-  void run(const float* x, int64_t batch, int64_t pixels, bool channels_last, float* gate) const;
+  // ([batch][pixels][channels]) or plain ([batch][channels][pixels]). With a `pool`, each phase
+  // (the pool: channels-last over slices of pixels, plain over channels; each product over its
+  // output vectors) that reads at least 256 KiB is shared out in one part per thread, the
+  // images' parts as separate tasks (smaller ones: a pool job costs more than it saves,
+  // measured on MobileNetV3's tails). The results do not depend on the split. ET_CPU_SE_SPLIT
+  // (read when the kernel is made): N KiB instead of 256, "0" keeps every phase on the calling
+  // thread, "all" splits every phase whatever its size, in two slices per thread (tests).
+  void run(const float* x, int64_t batch, int64_t pixels, bool channels_last, float* gate,
+           WorkPool* pool = nullptr) const;
 
  private:
+  // Bytes from which a phase is split (0: every phase, -1: none).
+  static int64_t split_bytes_from_environment();
+
   int64_t channels_ = 0;
   int64_t squeezed_ = 0;
   int64_t padded_channels_ = 0;
@@ -56,6 +68,7 @@ class SqueezeExcite {
   std::vector<float> expand_bias_;  // [padded_channels_]
   PostOps act_;
   PostOps gate_;
+  int64_t split_bytes_ = 0;
 };
 
 }  // namespace onednn
