@@ -29,8 +29,10 @@ _SLICE = "aten.slice_copy.Tensor"
 
 
 def _is(node: object, key: str) -> bool:
-    return isinstance(node, torch.fx.Node) and node.op == "call_function" and (
-        op_key(node.target) == key
+    return (
+        isinstance(node, torch.fx.Node)
+        and node.op == "call_function"
+        and op_key(node.target) == key
     )
 
 
@@ -165,7 +167,11 @@ class FuseRotaryPass:
                 if not (_only_user(plain, add) and _only_user(turned, add)):
                     continue
                 assert isinstance(cat, torch.fx.Node)
-                neg, low = cat.args[0]  # type: ignore[misc]
-                dead = [plain, turned, cat, neg, neg.args[0], low]
-                return x, cos, sin, dead
+                parts = cat.args[0]
+                assert isinstance(parts, (list, tuple))
+                neg, low = parts
+                assert isinstance(neg, torch.fx.Node) and isinstance(low, torch.fx.Node)
+                high = neg.args[0]
+                assert isinstance(high, torch.fx.Node)
+                return x, cos, sin, [plain, turned, cat, neg, high, low]
         return None

@@ -72,17 +72,15 @@ bool rotary_shape(const Tensor& x, const Tensor& cos, const Tensor& sin, const T
 void rotary_rows(const RotaryShape& shape, const float* x, const float* cos, const float* sin,
                  float* out, int64_t first, int64_t last) {
   const int64_t half = shape.width / 2;
-  for (int64_t row = first; row < last; ++row) {
-    const float* in = x + row * shape.width;
-    const int64_t t = (row % shape.table_rows) * shape.width;
-    float* o = out + row * shape.width;
-    for (int64_t i = 0; i < shape.width; ++i) {
-      const float turned = i < half ? -in[i + half] : in[i - half];
-      const float plain = in[i] * cos[t + i];
-      const float rotated = turned * sin[t + i];
-      o[i] = plain + rotated;
-    }
-  }
+  for_rotary_rows(shape, x, cos, sin, out, first, last,
+                  [&](const float* in, const float* c, const float* s, float* o) {
+                    for (int64_t i = 0; i < shape.width; ++i) {
+                      const float turned = i < half ? -in[i + half] : in[i - half];
+                      const float plain = in[i] * c[i];
+                      const float rotated = turned * s[i];
+                      o[i] = plain + rotated;
+                    }
+                  });
 }
 
 bool is_rotary_kernel(const char* kernel) { return std::strcmp(kernel, kKernel) == 0; }

@@ -30,6 +30,17 @@ bool rotary_shape(const executorch::aten::Tensor& x, const executorch::aten::Ten
                   const executorch::aten::Tensor& sin, const executorch::aten::Tensor& out,
                   RotaryShape* shape);
 
+// Calls row(x_row, cos_row, sin_row, out_row) for rows [first, last) of x and out, each with the
+// table row it reads (the loop the scalar and the vector kernels share).
+template <typename Row>
+void for_rotary_rows(const RotaryShape& shape, const float* x, const float* cos, const float* sin,
+                     float* out, int64_t first, int64_t last, Row row) {
+  for (int64_t r = first; r < last; ++r) {
+    const int64_t t = (r % shape.table_rows) * shape.width;
+    row(x + r * shape.width, cos + t, sin + t, out + r * shape.width);
+  }
+}
+
 // Rows [first, last) of out, scalar.
 void rotary_rows(const RotaryShape& shape, const float* x, const float* cos, const float* sin,
                  float* out, int64_t first, int64_t last);

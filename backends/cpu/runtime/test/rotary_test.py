@@ -46,6 +46,8 @@ class Rope(nn.Module):
         inv_freq = 1.0 / (10000.0 ** (torch.arange(0, head_dim, 2).float() / head_dim))
         angles = torch.outer(torch.arange(max_seq).float(), inv_freq)
         angles = torch.cat([angles, angles], dim=-1)
+        self.cos: torch.Tensor
+        self.sin: torch.Tensor
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 

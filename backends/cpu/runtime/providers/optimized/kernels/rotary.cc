@@ -33,16 +33,14 @@ ET_AVX512 void half16(const float* x, const float* y, const float* c, const floa
   }
 }
 
-ET_AVX512 void rows16(const cpu::RotaryShape& p, const float* x, const float* cos, const float* sin,
-            float* out, int64_t first, int64_t last) {
+ET_AVX512 void rows16(const cpu::RotaryShape& p, const float* x, const float* cos,
+                      const float* sin, float* out, int64_t first, int64_t last) {
   const int64_t half = p.width / 2;
-  for (int64_t row = first; row < last; ++row) {
-    const float* in = x + row * p.width;
-    const int64_t t = (row % p.table_rows) * p.width;
-    float* o = out + row * p.width;
-    half16<true>(in, in + half, cos + t, sin + t, o, half);
-    half16<false>(in + half, in, cos + t + half, sin + t + half, o + half, half);
-  }
+  cpu::for_rotary_rows(p, x, cos, sin, out, first, last,
+                       [&](const float* in, const float* c, const float* s, float* o) {
+                         half16<true>(in, in + half, c, s, o, half);
+                         half16<false>(in + half, in, c + half, s + half, o + half, half);
+                       });
 }
 
 void rows(const cpu::RotaryShape& p, const float* x, const float* cos, const float* sin,
