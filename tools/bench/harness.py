@@ -552,34 +552,19 @@ def _other_threads_cpu_ns() -> int | None:
     return total
 
 
-def wait_until_threads_idle(
-    timeout_s: float = 0.05, poll_s: float = 0.0005, window_s: float = 0.006
-) -> float:
-    """Waits until the process's other threads used < 10% of a core over the last `window_s`
-    (at least one poll interval; or `timeout_s` passed); returns the seconds waited. The window
-    spans a scheduler tick (4 ms at 250 Hz): the kernel adds a thread's run time to its schedstat
-    at ticks and switches, so over a shorter interval a thread spinning on the other core shows
-    no time at all (polls of 0.5 ms missed torch's libgomp spinner most of the time)."""
+def wait_until_threads_idle(timeout_s: float = 0.05, poll_s: float = 0.0005) -> float:
+    """Waits until the process's other threads used < 10% of a core over one poll interval (or
+    `timeout_s` passed); returns the seconds waited."""
     start = time.perf_counter()
-    first = _other_threads_cpu_ns()
-    if first is None:
+    before = _other_threads_cpu_ns()
+    if before is None:
         return 0.0
-    window = max(window_s, poll_s)
-    samples = [(start, first)]
     while time.perf_counter() - start < timeout_s:
         time.sleep(poll_s)
-        now_ns = _other_threads_cpu_ns()
-        now = time.perf_counter()
-        if now_ns is None:
+        now = _other_threads_cpu_ns()
+        if now is None or now - before < poll_s * 1e9 * 0.1:
             break
-        samples.append((now, now_ns))
-        # The newest sample at least `window` old, and the CPU time since it.
-        old = [sample for sample in samples if now - sample[0] >= window]
-        if old:
-            since, used = old[-1]
-            if now_ns - used < (now - since) * 1e9 * 0.1:
-                break
-            samples = samples[samples.index(old[-1]) :]
+        before = now
     return time.perf_counter() - start
 
 
