@@ -6,14 +6,10 @@ its comparison measured in the same run. The harness therefore:
 - times the compared variants *interleaved* (round r runs every variant once, in a rotating order),
   and reports per-variant medians and the ratio of each median to a named baseline variant;
 - settles before each timed call (``--no-settle`` turns it off): waits (at most 50 ms) until the
-  process's other threads are idle, makes one untimed call, and waits again. Thread pools spin
-  after their work (libgomp's, behind eager PyTorch, kept 1.5 cores busy for ~10 ms here), so
-  without it a variant would be timed against its predecessor's spinning threads; the untimed call
-  lets every variant start warm (caches) alike. The second wait is there because the untimed call
-  can itself leave another library's threads spinning: ExecuTorch's Python bindings copy each
-  output into a torch tensor, and a large one (a Llama prefill's 128 x 8000 logits) is copied on
-  torch's libgomp team, whose spinning then took one of the 2 cores from the first ~5 ms of the
-  next call (issue 45: 16.8 ms timed right after a call, 14.1 ms after the wait, under load);
+  process's other threads are idle, then makes one untimed call. Thread pools spin after their work
+  (libgomp's, behind eager PyTorch, kept 1.5 cores busy for ~10 ms here), so without it a variant
+  would be timed against its predecessor's spinning threads; the untimed call then lets every
+  variant start warm (caches, its own threads awake) after that pause alike;
 - measures peak memory of each variant in its own fresh subprocess, so one variant's allocations
   never inflate another's: the peak RSS of the process (``VmHWM``; ``ru_maxrss`` where the peak
   cannot be reset) and the peak over the RSS after imports ("+import": the kernel's high-water mark
@@ -153,7 +149,7 @@ class Options:
     budget_s: float = 30.0
     memory: bool = True
     memory_timeout_s: float = 600.0
-    settle: bool = True  # quiet threads, one untimed call, quiet threads before every timed call
+    settle: bool = True  # quiet threads + one untimed call before every timed call
 
 
 @dataclass
@@ -357,7 +353,6 @@ def run_benchmark(
                 if options.settle:
                     wait_until_threads_idle()
                     runners[name]()
-                    wait_until_threads_idle()
                 t0 = clock()
                 keep_alive = runners[name]()
             except Exception as exc:

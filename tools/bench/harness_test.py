@@ -217,33 +217,6 @@ def test_settling_adds_one_untimed_call_before_each_timed_call() -> None:
         assert len(calls) == expected, (settle, len(calls))
 
 
-def make_logger(events: list[str]) -> harness.Runner:
-    return lambda: events.append("call")
-
-
-def test_settling_waits_for_idle_threads_around_the_untimed_call(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # The untimed call may leave another library's threads spinning (torch's libgomp team after
-    # ExecuTorch's bindings copy a large output): the timed call must come after a second wait.
-    events: list[str] = []
-
-    def fake_wait(timeout_s: float = 0.05, poll_s: float = 0.0005) -> float:
-        events.append("wait")
-        return 0.0
-
-    monkeypatch.setattr(harness, "wait_until_threads_idle", fake_wait)
-    bench = harness.Benchmark(
-        name="order",
-        baseline="c",
-        variants=[harness.Variant("c", make_logger, {"events": events})],
-    )
-    options = harness.Options(repeats=3, warmup=1, memory=False, settle=True)
-    result = harness.run_benchmark(bench, options)
-    assert len(result.variants[0].samples_ms) == 3
-    assert events == ["call"] + ["wait", "call", "wait", "call"] * 3, events
-
-
 def test_wait_until_threads_idle_outwaits_a_spinning_thread() -> None:
     import threading
 
