@@ -14,6 +14,7 @@ from executorch.exir.backend.compile_spec_schema import CompileSpec
 from torch.export import ExportedProgram
 
 from backends.cpu import profiling_events, symbolic_dims
+from backends.cpu.fuse_rotary import FuseRotaryPass
 from backends.cpu.quantized_fusion import FuseQuantizedGroups
 from backends.cpu.serialization.graph_writer import serialize_program
 from backends.cpu.torchao.fusion import FuseTorchaoOps
@@ -32,6 +33,7 @@ CPU_PREPROCESS_PASSES: list[Callable[[], Callable[[ExportedProgram], PassReport]
     FuseBatchNormWithLinearPass,
     FuseQuantizedGroups,
     FuseTorchaoOps,
+    FuseRotaryPass,
     FoldConstantSubgraphsPass,
     RemoveIdentityCopiesPass,
 ]

@@ -78,6 +78,9 @@ SCHEMAS: dict[str, str] = {
     "embedding_wo": f"{_EMBEDDING_WO}) -> Tensor",
     "embedding_wo.out": _EMBEDDING_WO.replace("embedding_wo(", "embedding_wo.out(", 1)
     + ", *, Tensor(a!) out) -> Tensor(a!)",
+    # Rotary position embedding, "rotate half" form (fuse_rotary.py): float32, not quantized.
+    "rotary": "rotary(Tensor x, Tensor cos, Tensor sin) -> Tensor",
+    "rotary.out": "rotary.out(Tensor x, Tensor cos, Tensor sin, *, Tensor(a!) out) -> Tensor(a!)",
     "max_pool2d": f"{_MAX_POOL}) -> Tensor",
     "max_pool2d.out": _MAX_POOL.replace("max_pool2d(", "max_pool2d.out(", 1)
     + ", *, Tensor(a!) out) -> Tensor(a!)",
@@ -273,6 +276,23 @@ def embedding_wo(
     return torch.nn.functional.embedding(indices, w)
 
 
+def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Reference semantics of `et_cpu_quant::rotary`: `x * cos + rotate_half(x) * sin` over the
+    last dim (`rotate_half(x) = cat([-x[..., h:], x[..., :h]])`, h half of it), cos and sin
+    broadcast to x."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+def _rotary_out(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, out: torch.Tensor
+) -> torch.Tensor:
+    return out.copy_(rotary(x, cos, sin))
+
+
+_library.impl("rotary", rotary, "CompositeExplicitAutograd")
+_library.impl("rotary.out", _rotary_out, "CompositeExplicitAutograd")
 _library.impl("linear_8da", linear_8da, "CompositeExplicitAutograd")
 _library.impl("linear_wo", linear_wo, "CompositeExplicitAutograd")
 _library.impl("embedding_wo", embedding_wo, "CompositeExplicitAutograd")
@@ -329,3 +349,4 @@ ADD: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).add.default
 LINEAR_8DA: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).linear_8da.default
 LINEAR_WO: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).linear_wo.default
 EMBEDDING_WO: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).embedding_wo.default
+ROTARY: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).rotary.default

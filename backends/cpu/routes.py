@@ -171,6 +171,8 @@ BUILTIN_KERNELS: frozenset[str] = frozenset(
         # torchao's weight-only linear and embedding (torchao/): runtime/linear_wo.cc.
         "et_cpu_quant::linear_wo.out",
         "et_cpu_quant::embedding_wo.out",
+        # Rotary embeddings, fused by preprocess (fuse_rotary.py): runtime/builtin_kernels.cc.
+        "et_cpu_quant::rotary.out",
     }
 )
 
@@ -407,6 +409,9 @@ _ROUTE_LIST: tuple[Route, ...] = (
     _r("et_cpu_quant.linear_8da.default", "et_cpu_quant::linear_8da.out", provider=_OPT),
     _r("et_cpu_quant.linear_wo.default", "et_cpu_quant::linear_wo.out"),
     _r("et_cpu_quant.embedding_wo.default", "et_cpu_quant::embedding_wo.out"),
+    # Rotary embeddings (fuse_rotary.py), written only by preprocess: the Optimized provider's
+    # AVX-512 kernel, else the Reference provider's built-in scalar loop.
+    _r("et_cpu_quant.rotary.default", "et_cpu_quant::rotary.out", provider=_OPT),
     # Factories.
     _r("aten.arange.default", "aten::arange.out"),
     _r("aten.arange.start_step", "aten::arange.start_out"),

@@ -49,6 +49,18 @@ def define_common_targets():
         visibility = ["//visibility:public"],
     )
 
+    # Preprocess: rotary embeddings (rotate-half form) as one et_cpu_quant::rotary op.
+    runtime.python_library(
+        name = "fuse_rotary",
+        srcs = ["fuse_rotary.py"],
+        deps = [
+            ":quantized_ops",
+            ":routes",
+            "//backends/transforms:pass_report",
+        ],
+        visibility = ["//visibility:public"],
+    )
+
     runtime.python_library(
         name = "profiling_events",
         srcs = ["profiling_events.py"],
@@ -60,6 +72,7 @@ def define_common_targets():
         name = "cpu_backend",
         srcs = ["cpu_backend.py"],
         deps = [
+            ":fuse_rotary",
             ":profiling_events",
             ":quantized_fusion",
             ":symbolic_dims",

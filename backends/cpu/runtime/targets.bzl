@@ -26,6 +26,7 @@ _RUNTIME_SRCS = [
     "payload_reader.cc",
     "quantized_op_check.cc",
     "reference_provider.cc",
+    "rotary.cc",
     "state_kernels.cc",
     "stream_exit_guard.cc",
 ]
@@ -45,6 +46,7 @@ _RUNTIME_HDRS = [
     "payload_reader.h",
     "quantized_op_check.h",
     "reference_provider.h",
+    "rotary.h",
     "state_kernels.h",
 ]
 
@@ -623,6 +625,19 @@ def define_common_targets():
             ":lowered_program",
             ":provider_compare",
             "//backends/cpu/partition:cpu_partitioner",
+            "//tools/bench:zoo",
+        ],
+    )
+
+    runtime.python_test(
+        name = "rotary_test",
+        size = "medium",
+        srcs = ["test/rotary_test.py"],
+        deps = [
+            ":loader",
+            ":lowered_program",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:schema",
             "//tools/bench:zoo",
         ],
     )

@@ -53,6 +53,10 @@ Error bind_eltwise(const OpBinding& op, OptimizedSession& session, Out out, Decl
 Error bind_binary(const OpBinding& op, onednn::BinaryOp kind, const char* what,
                   OptimizedSession& session, Out out, Decline* decline);
 
+// bind_rotary.cc: et_cpu_quant::rotary.out (rotary embeddings, rotate-half form) on
+// kernels/rotary.h.
+Error bind_rotary(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
+
 // bind_normalization.cc: layer norm, softmax and log-softmax.
 Error bind_layer_norm(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
 Error bind_softmax(const OpBinding& op, bool log, OptimizedSession& session, Out out,
