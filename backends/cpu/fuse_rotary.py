@@ -48,8 +48,9 @@ def _last_dim(node: torch.fx.Node, dim: object) -> bool:
     return val is not None and isinstance(dim, int) and dim in (-1, val.dim() - 1)
 
 
-def _slice_of(node: object, x: torch.fx.Node, start: int, end: int) -> bool:
-    """`node` is slice_copy(x, last dim, start, end) with step 1 (an end past D counts as D)."""
+def _slice_of(node: object, x: torch.fx.Node, start: int, end: int, width: int) -> bool:
+    """`node` is slice_copy(x, last dim, start, end) with step 1 (an end past D = `width`, or
+    none, counts as D; only where `end` is D)."""
     if not _is(node, _SLICE):
         return False
     assert isinstance(node, torch.fx.Node)
@@ -63,7 +64,9 @@ def _slice_of(node: object, x: torch.fx.Node, start: int, end: int) -> bool:
         return False
     if not isinstance(lo, int) or lo != start:
         return False
-    return hi is None or (isinstance(hi, int) and (hi == end or hi >= end))
+    if hi is None or (isinstance(hi, int) and hi >= width):
+        return end == width
+    return isinstance(hi, int) and hi == end
 
 
 def _only_user(node: torch.fx.Node, user: torch.fx.Node) -> bool:
@@ -94,7 +97,7 @@ def _rotate_half_of(cat: object) -> torch.fx.Node | None:
     if not isinstance(width, int) or width < 2 or width % 2 != 0:
         return None
     half = width // 2
-    if not _slice_of(high, x, half, width) or not _slice_of(low, x, 0, half):
+    if not _slice_of(high, x, half, width, width) or not _slice_of(low, x, 0, half, width):
         return None
     if not (_only_user(high, neg) and _only_user(neg, cat) and _only_user(low, cat)):
         return None
