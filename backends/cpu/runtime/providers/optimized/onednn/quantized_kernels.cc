@@ -19,6 +19,7 @@
 
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_int8.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/quantize_convert.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/quantized_add.h"
 #include "backends/cpu/runtime/providers/optimized/common/slices.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
 #include "backends/cpu/runtime/providers/optimized/common/work_pool.h"
@@ -713,14 +714,16 @@ Error bind_max_pool(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std:
   return Error::Ok;
 }
 
-// An int8 add: dequantize both operands, add, clamp, quantize, in chunks that stay in L1, with
-// quantize_convert's loops (the portable kernels' arithmetic, so the bytes are those of the
-// float island it replaces). It runs in its output's layout; an operand in the other one is
-// reordered into a staging buffer first.
+// An int8 add: dequantize both operands, add, clamp, quantize, with quantize_convert's arithmetic
+// (the portable kernels', so the bytes are those of the float island it replaces): on
+// kernels/quantized_add.h's one-pass loop, in slices on the work pool when the op is large
+// enough, or (ET_CPU_OWN_QUANTIZED_ADD=0, or no AVX-512 BW) with quantize_convert's loops in
+// chunks that stay in L1, on the calling thread. It runs in its output's layout; an operand in
+// the other one is reordered into a staging buffer first.
 class QuantizedAddKernel final : public BoundKernel {
  public:
   QuantizedAddKernel(const OpBinding& op, bool a_channels_last, bool b_channels_last,
-                     bool output_channels_last) {
+                     bool output_channels_last, onednn::WorkPool* pool) {
     const Tensor& a = op.args[0]->toTensor();
     const Tensor& output = op.args[op.args.size() - 2]->toTensor();
     const bool is_signed = a.scalar_type() == ScalarType::Char;
@@ -740,6 +743,25 @@ class QuantizedAddKernel final : public BoundKernel {
     high_ = static_cast<float>(op.args[11]->toDouble());
     output_ = output.unsafeGetTensorImpl();
     elements_ = output.numel();
+    own_loop_ = onednn::quantized_add_supported();
+    if (own_loop_) {
+      params_.a_scale = a_q_.scale;
+      params_.a_zero_point = a_q_.zero_point;
+      params_.b_scale = b_q_.scale;
+      params_.b_zero_point = b_q_.zero_point;
+      params_.out_scale = out_q_.scale;
+      params_.out_zero_point = out_q_.zero_point;
+      params_.quant_min = out_q_.quant_min;
+      params_.quant_max = out_q_.quant_max;
+      params_.low = low_;
+      params_.high = high_;
+      params_.is_signed = is_signed;
+      // Slices of at least kSliceElements (a few microseconds each), two per pool thread.
+      if (pool != nullptr && pool->size() >= 2 && int8_split_enabled()) {
+        slices_ = std::min<int64_t>(elements_ / kSliceElements, 2 * pool->size());
+        if (slices_ >= 2) pool_ = pool;
+      }
+    }
     const memory::data_type act = data_type_of(a.scalar_type());
     auto layout = [](bool channels_last) {
       return channels_last ? memory::format_tag::nhwc : memory::format_tag::nchw;
@@ -777,6 +799,20 @@ class QuantizedAddKernel final : public BoundKernel {
       return Error::Internal;
     }
     auto* out = static_cast<uint8_t*>(output_->mutable_data());
+    if (own_loop_) {
+      if (pool_ == nullptr) {
+        onednn::quantized_add(params_, inputs[0], inputs[1], out, elements_);
+        return Error::Ok;
+      }
+      pool_->run(static_cast<size_t>(slices_), [&](size_t task, int) {
+        // Slices of whole 64-byte blocks (the loop's step), the last one takes the rest.
+        const auto [first, last] = onednn::block_slice(elements_, 64,
+                                                       static_cast<size_t>(slices_), task);
+        onednn::quantized_add(params_, inputs[0] + first, inputs[1] + first, out + first,
+                              last - first);
+      });
+      return Error::Ok;
+    }
     const bool clamp_low = std::isfinite(low_), clamp_high = std::isfinite(high_);
     constexpr int64_t kChunk = 256;
     alignas(64) float a[kChunk], b[kChunk];
@@ -810,6 +846,11 @@ class QuantizedAddKernel final : public BoundKernel {
   float low_ = 0.f, high_ = 0.f;  // the clamp (infinite: none)
   executorch::aten::TensorImpl* output_ = nullptr;
   int64_t elements_ = 0;
+  static constexpr int64_t kSliceElements = 8192;
+  bool own_loop_ = false;  // kernels/quantized_add.h, else quantize_convert's chunked loops
+  onednn::QuantizedAddParams params_;
+  onednn::WorkPool* pool_ = nullptr;  // null: the whole op on the calling thread
+  int64_t slices_ = 1;
 };
 
 }  // namespace
@@ -838,7 +879,7 @@ Error bind_or_check(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std:
     try {
       *out = std::make_unique<QuantizedAddKernel>(op, input_channels_last,
                                                   second_input_channels_last,
-                                                  output_channels_last);
+                                                  output_channels_last, pool);
     } catch (const dnnl::error& e) {
       *reason = std::string("int8 add: ") + e.what();
       return Error::NotSupported;

@@ -12,6 +12,8 @@
 
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_int8.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/quantized_add.h"
+#include "backends/cpu/runtime/providers/optimized/common/slices.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_activations.h"
 
 namespace onednn = et_cpu_plugin::onednn;
@@ -433,6 +435,33 @@ int etdnn_depthwise_int8_run(const int64_t* geometry, const double* quant, const
         if (!onednn::depthwise_int8_supports(s, q)) return 2;
         onednn::DepthwiseInt8 conv(s, weight, weight_scales, bias, q);
         conv.run_rows(input, output, 0, s.out_h);
+        return 0;
+      },
+      1);
+}
+
+int etdnn_quantized_add_run(const double* quant, const uint8_t* a, const uint8_t* b,
+                            uint8_t* output, int64_t count, int64_t pieces) {
+  return guarded(
+      [&] {
+        if (!onednn::quantized_add_supported()) return 2;
+        onednn::QuantizedAddParams p;
+        p.a_scale = static_cast<float>(quant[0]);
+        p.a_zero_point = static_cast<int32_t>(quant[1]);
+        p.b_scale = static_cast<float>(quant[2]);
+        p.b_zero_point = static_cast<int32_t>(quant[3]);
+        p.out_scale = static_cast<float>(quant[4]);
+        p.out_zero_point = static_cast<int32_t>(quant[5]);
+        p.quant_min = static_cast<int32_t>(quant[6]);
+        p.quant_max = static_cast<int32_t>(quant[7]);
+        p.low = static_cast<float>(quant[8]);
+        p.high = static_cast<float>(quant[9]);
+        p.is_signed = quant[10] != 0.0;
+        for (int64_t i = 0; i < pieces; ++i) {
+          const auto [first, last] =
+              onednn::block_slice(count, 64, static_cast<size_t>(pieces), static_cast<size_t>(i));
+          onednn::quantized_add(p, a + first, b + first, output + first, last - first);
+        }
         return 0;
       },
       1);
