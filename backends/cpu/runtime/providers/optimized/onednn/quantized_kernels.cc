@@ -251,12 +251,24 @@ class QuantizedKernel final : public BoundKernel {
                                              : memory(pd.dst_desc(0), engine_, DNNL_MEMORY_NONE);
     bands_.push_back(std::move(band));
   }
+  // Reorders the op's weights (torch's, as `user`) into `desc` once, replacing the bound copy:
+  // the layout the row bands chose, when they all chose one the whole op did not (its primitive
+  // then never runs, so nothing reads the old copy).
+  void relay_weights(const memory::desc& user, const void* data, const memory::desc& desc) {
+    memory user_mem(user, engine_, const_cast<void*>(data));
+    memory weights(desc, engine_);
+    dnnl::reorder(user_mem, weights).execute(stream_, user_mem, weights);
+    stream_.wait();
+    weights_ = weights;
+    args_[DNNL_ARG_WEIGHTS] = weights_;
+  }
   // Frees the whole op's weights once every band owns its block of them (column bands).
   void release_whole_weights() {
     if (bands_.empty()) return;
     args_.erase(DNNL_ARG_WEIGHTS);
     weights_ = memory();
   }
+  size_t band_count() const { return bands_.size(); }
   // Runs the bands added on `pool` (one stream per pool thread), or, with `pool` null, drops them.
   void use_bands(onednn::WorkPool* pool) {
     pool_ = pool;
@@ -327,11 +339,15 @@ class QuantizedKernel final : public BoundKernel {
 // own over a slice of the same buffers, padded only at the image's edges. Every band reads the
 // op's weights as bound (asked for in that layout when its own choice differs) and runs the
 // op's oneDNN implementation, else the op stays whole: no second copy of the weights and no
-// band on a slower kernel.
+// band on a slower kernel. When every band's own choice is one layout other than the bound one
+// and the bound one would put the bands on oneDNN's reference kernel (MobileNetV2's 1x1
+// convolutions at 14x14: a band of 3-4 rows wants another weight blocking than the whole op),
+// the weights are laid out the bands' way instead (ET_CPU_ONEDNN_INT8_BAND_WEIGHTS=0: not).
 void split_rows(QuantizedKernel& kernel, onednn::WorkPool* pool, const memory::dims& src_dims,
                 const memory::dims& dst_dims, const memory::dims& w_dims, memory::data_type act,
                 const memory::desc& bias_md, const memory::dims& strides,
-                const memory::dims& dilations, const memory::dims& pads) {
+                const memory::dims& dilations, const memory::dims& pads,
+                const memory::desc& user_w, const void* weight) {
   using tag = memory::format_tag;
   if (pool == nullptr || pool->size() < 2 || !int8_split_enabled() || src_dims[0] != 1) return;
   if (kernel.src_desc() != memory::desc(src_dims, act, tag::nhwc) ||
@@ -346,6 +362,12 @@ void split_rows(QuantizedKernel& kernel, onednn::WorkPool* pool, const memory::d
   if (bands < 2) return;
   memory::desc any_w(w_dims, memory::data_type::s8, tag::any);
   const memory::desc bound_w = kernel.weights_desc();
+  struct BandPlan {
+    dnnl::convolution_forward::primitive_desc own;  // with the weights in its own choice
+    size_t src_offset, dst_offset;
+  };
+  std::vector<BandPlan> plans;
+  bool own_layout = onednn::kernel_switched_on("ET_CPU_ONEDNN_INT8_BAND_WEIGHTS");
   for (int64_t b = 0; b < bands; ++b) {
     const auto [first, last] = onednn::slice_of(out_rows, static_cast<size_t>(bands),
                                                 static_cast<size_t>(b));
@@ -363,13 +385,29 @@ void split_rows(QuantizedKernel& kernel, onednn::WorkPool* pool, const memory::d
           {begin - low, pads[1]}, {high - end, pads[1]}, kernel.attr(), /*allow_empty=*/true);
     };
     auto pd = make(any_w);
+    const size_t src_offset = static_cast<size_t>(begin * width * channels);
+    const size_t dst_offset = static_cast<size_t>(first * out_width * out_channels);
+    if (own_layout) {
+      own_layout = pd && pd.impl_info_str() == kernel.implementation() &&
+                   (plans.empty() || pd.weights_desc() == plans.front().own.weights_desc());
+      if (own_layout) plans.push_back({pd, src_offset, dst_offset});
+    }
     if (pd && pd.weights_desc() != bound_w) pd = make(bound_w);
     if (!pd || pd.weights_desc() != bound_w || pd.impl_info_str() != kernel.implementation()) {
+      if (own_layout) continue;  // the bands' own layout may still do
       return kernel.use_bands(nullptr);
     }
-    kernel.add_band(pd, static_cast<size_t>(begin * width * channels),
-                    static_cast<size_t>(first * out_width * out_channels));
+    kernel.add_band(pd, src_offset, dst_offset);
   }
+  if (static_cast<int64_t>(plans.size()) == bands &&
+      static_cast<int64_t>(kernel.band_count()) < bands && weight != nullptr) {
+    // Some band would run on another kernel with the bound weights: every band on its own
+    // choice, the weights laid out that way once.
+    kernel.use_bands(nullptr);
+    kernel.relay_weights(user_w, weight, plans.front().own.weights_desc());
+    for (const BandPlan& plan : plans) kernel.add_band(plan.own, plan.src_offset, plan.dst_offset);
+  }
+  if (static_cast<int64_t>(kernel.band_count()) < bands) return kernel.use_bands(nullptr);
   kernel.use_bands(pool);
 }
 
@@ -534,7 +572,7 @@ Error bind_conv(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::str
         QuantizedKernel::make(op, q, mask, user_src, user_w, user_dst, make_pd, validate_only);
     if (!kernel) return Error::Ok;
     split_rows(*kernel, pool, src_dims, dst_dims, user_w_dims, act, bias_md, strides, dilations,
-               pads);
+               pads, user_w, weight.const_data_ptr());
     *out = std::move(kernel);
   } catch (const dnnl::error& e) {
     *reason = std::string("oneDNN int8 convolution: ") + e.what();
