@@ -18,6 +18,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_int8.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/pointwise_int8.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/quantize_convert.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/quantized_add.h"
 #include "backends/cpu/runtime/providers/optimized/common/slices.h"
@@ -307,7 +308,8 @@ class QuantizedKernel final : public BoundKernel {
     if (!src_reorder_ || !onednn::kernel_switched_on("ET_CPU_ONEDNN_INT8_SLICED_REORDER")) return;
     const memory::dims dims = user_src_md_.get_dims();
     if (dims.size() != 4 || dims[0] != 1 ||
-        user_src_md_ != memory::desc(dims, user_src_md_.get_data_type(), memory::format_tag::nchw) ||
+        user_src_md_ !=
+            memory::desc(dims, user_src_md_.get_data_type(), memory::format_tag::nchw) ||
         src_.get_desc() != memory::desc(dims, user_src_md_.get_data_type(),
                                         memory::format_tag::nhwc)) {
       return;
@@ -321,12 +323,14 @@ class QuantizedKernel final : public BoundKernel {
       const auto [first, last] = onednn::slice_of(height, static_cast<size_t>(slices),
                                                   static_cast<size_t>(i));
       const memory::dims part{1, channels, last - first, width};
-      memory::desc from(part, dt, memory::dims{channels * height * width, height * width, width, 1});
-      memory::desc to(part, dt, memory::dims{height * width * channels, 1, width * channels,
-                                              channels});
+      memory::desc from(part, dt,
+                        memory::dims{channels * height * width, height * width, width, 1});
+      memory::desc to(part, dt,
+                      memory::dims{height * width * channels, 1, width * channels, channels});
       SrcSlice slice{dnnl::reorder(dnnl::reorder::primitive_desc(engine_, from, engine_, to)),
-                     memory(from, engine_, DNNL_MEMORY_NONE), memory(to, engine_, DNNL_MEMORY_NONE),
-                     static_cast<size_t>(first * width), static_cast<size_t>(first * width * channels)};
+                     memory(from, engine_, DNNL_MEMORY_NONE),
+                     memory(to, engine_, DNNL_MEMORY_NONE), static_cast<size_t>(first * width),
+                     static_cast<size_t>(first * width * channels)};
       built.push_back(std::move(slice));
     }
     src_slices_ = std::move(built);
@@ -518,6 +522,89 @@ class DepthwiseInt8Kernel final : public BoundKernel {
   int64_t out_image_ = 0;
 };
 
+// An int8 1x1 convolution (stride 1, no padding, groups 1) on our own kernel
+// (kernels/pointwise_int8.h), channels-last in and out: the pixels of all images in slices on
+// the pool (two per pool thread), or whole on the calling thread without a pool or with
+// ET_CPU_ONEDNN_INT8_SPLIT=0.
+class PointwiseInt8Kernel final : public BoundKernel {
+ public:
+  PointwiseInt8Kernel(const OpBinding& op, int64_t in_channels, int64_t out_channels,
+                      const onednn::DepthwiseInt8Quant& quant, onednn::WorkPool* pool)
+      : conv_(in_channels, out_channels, op.args[1]->toTensor().const_data_ptr<int8_t>(),
+              op.args[2]->toTensor().const_data_ptr<float>(),
+              op.args[3]->isTensor() ? op.args[3]->toTensor().const_data_ptr<float>() : nullptr,
+              quant) {
+    const Tensor& input = op.args[0]->toTensor();
+    input_ = input.unsafeGetTensorImpl();
+    output_ = op.args[op.args.size() - 2]->toTensor().unsafeGetTensorImpl();
+    pixels_ = input.numel() / in_channels;
+    if (pool != nullptr && pool->size() >= 2 && int8_split_enabled() && pixels_ >= 64) {
+      pool_ = pool;
+      slices_ = std::min<int64_t>(pixels_ / 32, 2 * pool->size());
+    }
+  }
+
+  Error run(KernelRuntimeContext& /*context*/) override {
+    const auto* in = static_cast<const uint8_t*>(input_->data());
+    auto* out = static_cast<uint8_t*>(output_->mutable_data());
+    if (pool_ == nullptr) {
+      conv_.run(in, out, 0, pixels_);
+      return Error::Ok;
+    }
+    pool_->run(static_cast<size_t>(slices_), [&](size_t task, int) {
+      // Slices of whole 6-pixel blocks (the kernel's), the last one takes the rest.
+      const auto [first, last] = onednn::block_slice(pixels_, 6, static_cast<size_t>(slices_),
+                                                     task);
+      conv_.run(in, out, first, last);
+    });
+    return Error::Ok;
+  }
+
+ private:
+  onednn::PointwiseInt8 conv_;
+  executorch::aten::TensorImpl* input_ = nullptr;
+  executorch::aten::TensorImpl* output_ = nullptr;
+  onednn::WorkPool* pool_ = nullptr;  // null: every pixel on the calling thread
+  int64_t slices_ = 1;
+  int64_t pixels_ = 0;
+};
+
+onednn::DepthwiseInt8Quant int8_quant_of(const OpBinding& op) {
+  const Quantization q = read_quantization(op, 8);
+  onednn::DepthwiseInt8Quant quant;
+  quant.input_scale = q.input_scale;
+  quant.input_zero_point = q.input_zero_point;
+  quant.output_scale = q.output_scale;
+  quant.output_zero_point = q.output_zero_point;
+  quant.quant_min = static_cast<int32_t>(q.quant_min);
+  quant.quant_max = static_cast<int32_t>(q.quant_max);
+  quant.output_min = q.output_min;
+  quant.output_max = q.output_max;
+  quant.is_signed = op.args[0]->toTensor().scalar_type() == ScalarType::Char;
+  return quant;
+}
+
+// Whether our 1x1 kernel takes `op`: a 4-D 1x1 convolution, stride 1, padding 0, dilation 1,
+// groups 1, channels-last input and output, and pointwise_int8_supports.
+bool own_pointwise_int8(const OpBinding& op, bool input_channels_last, bool output_channels_last,
+                        onednn::DepthwiseInt8Quant* quant) {
+  const Tensor& input = op.args[0]->toTensor();
+  const Tensor& weight = op.args[1]->toTensor();
+  if (!input_channels_last || !output_channels_last || input.dim() != 4 || weight.dim() != 4 ||
+      op.args[7]->toInt() != 1 || weight.size(2) != 1 || weight.size(3) != 1 ||
+      weight.size(1) != input.size(1)) {
+    return false;
+  }
+  const auto stride = op.args[4]->toIntList();
+  const auto padding = op.args[5]->toIntList();
+  const auto dilation = op.args[6]->toIntList();
+  for (size_t d = 0; d < 2; ++d) {
+    if (stride[d] != 1 || padding[d] != 0 || dilation[d] != 1) return false;
+  }
+  *quant = int8_quant_of(op);
+  return onednn::pointwise_int8_supports(weight.size(1), weight.size(0), *quant);
+}
+
 // The int8 depthwise convolution's shape and quantization when our kernel takes `op`: groups ==
 // input channels == output channels, one filter each, dilation 1, channels-last input and
 // output, and depthwise_int8_supports.
@@ -554,16 +641,7 @@ bool own_depthwise_int8(const OpBinding& op, bool input_channels_last, bool outp
       s.out_w != (s.in_w + 2 * s.pad_left - s.kernel_w) / s.stride_w + 1) {
     return false;
   }
-  const Quantization q = read_quantization(op, 8);
-  quant->input_scale = q.input_scale;
-  quant->input_zero_point = q.input_zero_point;
-  quant->output_scale = q.output_scale;
-  quant->output_zero_point = q.output_zero_point;
-  quant->quant_min = static_cast<int32_t>(q.quant_min);
-  quant->quant_max = static_cast<int32_t>(q.quant_max);
-  quant->output_min = q.output_min;
-  quant->output_max = q.output_max;
-  quant->is_signed = input.scalar_type() == ScalarType::Char;
+  *quant = int8_quant_of(op);
   return onednn::depthwise_int8_supports(s, *quant);
 }
 
@@ -577,6 +655,18 @@ Error bind_conv(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::str
     if (validate_only) return Error::Ok;
     try {
       *out = std::make_unique<DepthwiseInt8Kernel>(op, depthwise, depthwise_quant, pool);
+      return Error::Ok;
+    } catch (const onednn::ProviderError&) {
+      // fall through to oneDNN
+    }
+  }
+  onednn::DepthwiseInt8Quant pointwise_quant;
+  if (own_pointwise_int8(op, input_channels_last, output_channels_last, &pointwise_quant)) {
+    if (validate_only) return Error::Ok;
+    try {
+      const Tensor& w = op.args[1]->toTensor();
+      *out = std::make_unique<PointwiseInt8Kernel>(op, w.size(1), w.size(0), pointwise_quant,
+                                                   pool);
       return Error::Ok;
     } catch (const onednn::ProviderError&) {
       // fall through to oneDNN
@@ -956,8 +1046,11 @@ bool quantized_layout_follows_input(const std::string& kernel) {
 int quantized_second_input(const std::string& kernel) { return kernel == kAdd ? 3 : -1; }
 
 std::string quantized_implementation(const BoundKernel& kernel) {
-  return dynamic_cast<const DepthwiseInt8Kernel*>(&kernel) != nullptr
-             ? "depthwise_int8:avx512_vnni"
+  if (dynamic_cast<const DepthwiseInt8Kernel*>(&kernel) != nullptr) {
+    return "depthwise_int8:avx512_vnni";
+  }
+  return dynamic_cast<const PointwiseInt8Kernel*>(&kernel) != nullptr
+             ? "pointwise_int8:avx512_vnni"
              : "";
 }
 

@@ -45,7 +45,10 @@ def lib() -> ctypes.CDLL:
     return lib
 
 
-def _draw(case: Case, seed: int) -> dict[str, np.ndarray | tuple[float, ...] | tuple[int, ...]]:
+Drawn = dict[str, np.ndarray | tuple[float, ...] | tuple[int, ...]]
+
+
+def _draw(case: Case, seed: int) -> Drawn:
     rng = np.random.default_rng(seed)
     low, high = (-128, 127) if case.signed else (0, 255)
     act = np.int8 if case.signed else np.uint8
@@ -61,7 +64,7 @@ def _draw(case: Case, seed: int) -> dict[str, np.ndarray | tuple[float, ...] | t
     }
 
 
-def _reference(case: Case, d: dict[str, np.ndarray | tuple[float, ...] | tuple[int, ...]]) -> np.ndarray:
+def _reference(case: Case, d: Drawn) -> np.ndarray:
     sa, sb, so = (np.float32(s) for s in d["scales"])
     za, zb, zo = d["zero_points"]
     a = (np.asarray(d["a"]).astype(np.int32) - za).astype(np.float32) * sa
@@ -78,7 +81,7 @@ def _reference(case: Case, d: dict[str, np.ndarray | tuple[float, ...] | tuple[i
     return np.clip(q, qmin, qmax)
 
 
-def _run(lib: ctypes.CDLL, case: Case, d: dict[str, np.ndarray | tuple[float, ...] | tuple[int, ...]]) -> np.ndarray | None:
+def _run(lib: ctypes.CDLL, case: Case, d: Drawn) -> np.ndarray | None:
     qmin, qmax = (-128, 127) if case.signed else (0, 255)
     sa, sb, so = d["scales"]
     za, zb, zo = d["zero_points"]
