@@ -52,9 +52,7 @@ def _draw(case: Case, seed: int) -> Drawn:
     rng = np.random.default_rng(seed)
     low, high = (-128, 127) if case.signed else (0, 255)
     act = np.int8 if case.signed else np.uint8
-    scales = case.scales or tuple(
-        float(np.float32(s)) for s in rng.uniform(0.005, 0.08, size=3)
-    )
+    scales = case.scales or tuple(float(np.float32(s)) for s in rng.uniform(0.005, 0.08, size=3))
     zero_points = case.zero_points or tuple(int(z) for z in rng.integers(low, high + 1, size=3))
     return {
         "a": rng.integers(low, high + 1, size=case.count).astype(act),
@@ -163,7 +161,7 @@ def test_drawn_grids(lib: ctypes.CDLL, seed: int) -> None:
 def test_ties_round_to_even(lib: ctypes.CDLL) -> None:
     """The tie grid really produces halves, and they go to the even neighbour."""
     case = Case(4, scales=(0.5, 0.5, 1.0), zero_points=(0, 0, 0))
-    d = {
+    d: Drawn = {
         "a": np.array([1, 3, -1, -3], dtype=np.int8),
         "b": np.array([0, 0, 0, 0], dtype=np.int8),
         "scales": case.scales or (),
