@@ -4,7 +4,8 @@ padded only at the image's edges; linears into blocks of output columns (split_c
 with its own block of the weights, scales and bias. A split must give exactly the bytes of the
 whole op (ET_CPU_ONEDNN_INT8_SPLIT=0), and stay within issue 18's criterion against the
 undelegated program. Convolutions: band edges inside the padding, in a strided or dilated
-window, fewer output rows than bands. Linears: blocks of unequal width, a layer too narrow to
+window, fewer output rows than bands, 1x1 convolutions whose bands lay the weights out their
+own way. Linears: blocks of unequal width, a layer too narrow to
 split, no bias."""
 
 from collections.abc import Callable, Iterator
@@ -44,6 +45,24 @@ class Geometries(nn.Module):
         return self.tail(self.pointwise(y))
 
 
+class Pointwise(nn.Module):
+    """MobileNetV2's 14x14 stage: 1x1 convolutions whose row bands (3-4 rows) choose another
+    weight blocking than the whole op, so split_rows lays the weights out the bands' way."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 64, 3, padding=1)
+        self.expand = nn.Conv2d(64, 384, 1)
+        self.project = nn.Conv2d(384, 64, 1)
+        self.narrow = nn.Conv2d(64, 192, 1)
+        self.back = nn.Conv2d(192, 64, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.stem(x))
+        y = self.project(nn.functional.relu6(self.expand(y)))
+        return self.back(nn.functional.relu6(self.narrow(y)))
+
+
 class Columns(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -59,6 +78,10 @@ class Columns(nn.Module):
 
 def _image(generator: torch.Generator) -> torch.Tensor:
     return torch.randn(1, 3, 19, 23, generator=generator)
+
+
+def _image14(generator: torch.Generator) -> torch.Tensor:
+    return torch.randn(1, 3, 14, 14, generator=generator)
 
 
 def _rows(generator: torch.Generator) -> torch.Tensor:
@@ -92,10 +115,12 @@ def _programs(make_model: Callable[[], nn.Module], make_input: MakeInput) -> dic
     return loaded
 
 
-@pytest.fixture(scope="module", params=["conv", "linear"])
+@pytest.fixture(scope="module", params=["conv", "pointwise", "linear"])
 def programs(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     if request.param == "conv":
         yield _programs(Geometries, _image)
+    elif request.param == "pointwise":
+        yield _programs(Pointwise, _image14)
     else:
         yield _programs(Columns, _rows)
 

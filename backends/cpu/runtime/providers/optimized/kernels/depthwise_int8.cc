@@ -34,13 +34,6 @@ namespace {
 constexpr int64_t kGroup = 32;  // channels per group: 32 int16 lanes of one vector
 constexpr int kMaxKernel = 5;
 
-bool cpu_has_vnni() {
-  static const bool has = __builtin_cpu_supports("avx512f") &&
-                          __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") &&
-                          __builtin_cpu_supports("avx512vnni");
-  return has;
-}
 
 // What one output row's work needs.
 struct RowArgs {
@@ -159,19 +152,42 @@ RowKernel row_kernel(int64_t k, int64_t s) {
 
 }  // namespace
 
+bool cpu_has_avx512_vnni() {
+  static const bool has = __builtin_cpu_supports("avx512f") &&
+                          __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") &&
+                          __builtin_cpu_supports("avx512vnni");
+  return has;
+}
+
+bool int8_quant_valid(const DepthwiseInt8Quant& q) {
+  const int32_t low = q.is_signed ? -128 : 0, high = low + 255;
+  auto in_range = [&](int64_t v) { return v >= low && v <= high; };
+  return in_range(q.input_zero_point) && in_range(q.output_zero_point) &&
+         in_range(q.quant_min) && in_range(q.quant_max) && q.quant_min <= q.quant_max &&
+         q.input_scale > 0.f && q.output_scale > 0.f;
+}
+
+FoldedRequant fold_requant(const DepthwiseInt8Quant& q) {
+  FoldedRequant r;
+  r.inverse = static_cast<float>(1.0 / static_cast<double>(q.output_scale));
+  const float inf = std::numeric_limits<float>::infinity();
+  const float out_min = std::isfinite(q.output_min) ? static_cast<float>(q.output_min) : -inf;
+  const float out_max = std::isfinite(q.output_max) ? static_cast<float>(q.output_max) : inf;
+  r.low = std::max(out_min * r.inverse, static_cast<float>(q.quant_min - q.output_zero_point));
+  r.high = std::min(out_max * r.inverse, static_cast<float>(q.quant_max - q.output_zero_point));
+  return r;
+}
+
 bool depthwise_int8_supports(const DepthwiseShape& s, const DepthwiseInt8Quant& q) {
-  if (!kernel_switched_on("ET_CPU_OWN_DEPTHWISE_INT8") || !cpu_has_vnni()) return false;
+  if (!kernel_switched_on("ET_CPU_OWN_DEPTHWISE_INT8") || !cpu_has_avx512_vnni()) return false;
   if (s.channels < 1 || s.in_h < 1 || s.in_w < 1 || s.out_h < 1 || s.out_w < 1 ||
       s.stride_h < 1 || s.pad_top < 0 || s.pad_left < 0) {
     return false;
   }
   if (s.kernel_h != s.kernel_w || (s.kernel_w != 3 && s.kernel_w != 5)) return false;
   if (s.stride_w != 1 && s.stride_w != 2) return false;
-  const int32_t low = q.is_signed ? -128 : 0, high = low + 255;
-  auto in_range = [&](int64_t v) { return v >= low && v <= high; };
-  return in_range(q.input_zero_point) && in_range(q.output_zero_point) &&
-         in_range(q.quant_min) && in_range(q.quant_max) && q.quant_min <= q.quant_max &&
-         q.input_scale > 0.f && q.output_scale > 0.f;
+  return int8_quant_valid(q);
 }
 
 DepthwiseInt8::DepthwiseInt8(const DepthwiseShape& shape, const int8_t* weight,
@@ -202,17 +218,10 @@ DepthwiseInt8::DepthwiseInt8(const DepthwiseShape& shape, const int8_t* weight,
   }
   zero_row_.assign(static_cast<size_t>(shape_.in_w * channels),
                    static_cast<uint8_t>(quant_.input_zero_point));
-  inverse_output_scale_ = static_cast<float>(1.0 / static_cast<double>(quant_.output_scale));
-  // The clamps on y folded onto y / output_scale, with the quant range minus the zero point.
-  const float inf = std::numeric_limits<float>::infinity();
-  const float out_min = std::isfinite(quant_.output_min) ? static_cast<float>(quant_.output_min)
-                                                         : -inf;
-  const float out_max = std::isfinite(quant_.output_max) ? static_cast<float>(quant_.output_max)
-                                                         : inf;
-  low_ = std::max(out_min * inverse_output_scale_,
-                  static_cast<float>(quant_.quant_min - quant_.output_zero_point));
-  high_ = std::min(out_max * inverse_output_scale_,
-                   static_cast<float>(quant_.quant_max - quant_.output_zero_point));
+  const FoldedRequant folded = fold_requant(quant_);
+  inverse_output_scale_ = folded.inverse;
+  low_ = folded.low;
+  high_ = folded.high;
 }
 
 void DepthwiseInt8::run_rows(const uint8_t* input, uint8_t* output, int64_t row_begin,

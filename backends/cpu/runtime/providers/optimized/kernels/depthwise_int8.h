@@ -38,6 +38,21 @@ struct DepthwiseInt8Quant {
   bool is_signed = false;  // s8 activations (else u8)
 };
 
+// What the int8 convolution kernels (this one, pointwise_int8.h) share: whether this CPU has
+// AVX-512 BW / VL with VNNI; whether the zero points and the quant range lie inside the dtype
+// with positive scales; and the requantization constants, float(1 / output_scale) and the clamps
+// folded onto y / output_scale with the quant range minus the output zero point (for a
+// non-decreasing rounding f, f(max(y, a)) = max(f(y), f(a)), and the range bounds are integers
+// rint keeps, so the folded clamp gives the same bytes).
+bool cpu_has_avx512_vnni();
+bool int8_quant_valid(const DepthwiseInt8Quant& quant);
+struct FoldedRequant {
+  float inverse = 1.f;
+  float low = 0.f;
+  float high = 0.f;
+};
+FoldedRequant fold_requant(const DepthwiseInt8Quant& quant);
+
 // Whether the kernel runs `shape` here: AVX-512 BW/VL with VNNI, square 3x3 or 5x5 kernels,
 // column stride 1 or 2 (any row stride), positive extents, a zero point inside the dtype and
 // ET_CPU_OWN_DEPTHWISE_INT8 not "0" (read at each call: "0" keeps oneDNN's kernels).

@@ -18,7 +18,9 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_int8.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/pointwise_int8.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/quantize_convert.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/quantized_add.h"
 #include "backends/cpu/runtime/providers/optimized/common/slices.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
 #include "backends/cpu/runtime/providers/optimized/common/work_pool.h"
@@ -114,7 +116,9 @@ class QuantizedKernel final : public BoundKernel {
     try {
       void* input = input_->mutable_data();
       void* output = output_->mutable_data();
-      if (src_reorder_) {
+      if (!src_slices_.empty()) {
+        reorder_src_slices(static_cast<const char*>(input));
+      } else if (src_reorder_) {
         memory user(user_src_md_, engine_, input);
         src_reorder_.execute(stream_, user, src_);
       } else {
@@ -250,20 +254,34 @@ class QuantizedKernel final : public BoundKernel {
                                              : memory(pd.dst_desc(0), engine_, DNNL_MEMORY_NONE);
     bands_.push_back(std::move(band));
   }
+  // Reorders the op's weights (torch's, as `user`) into `desc` once, replacing the bound copy:
+  // the layout the row bands chose, when they all chose one the whole op did not (its primitive
+  // then never runs, so nothing reads the old copy).
+  void relay_weights(const memory::desc& user, const void* data, const memory::desc& desc) {
+    memory user_mem(user, engine_, const_cast<void*>(data));
+    memory weights(desc, engine_);
+    dnnl::reorder(user_mem, weights).execute(stream_, user_mem, weights);
+    stream_.wait();
+    weights_ = weights;
+    args_[DNNL_ARG_WEIGHTS] = weights_;
+  }
   // Frees the whole op's weights once every band owns its block of them (column bands).
   void release_whole_weights() {
     if (bands_.empty()) return;
     args_.erase(DNNL_ARG_WEIGHTS);
     weights_ = memory();
   }
+  size_t band_count() const { return bands_.size(); }
   // Runs the bands added on `pool` (one stream per pool thread), or, with `pool` null, drops them.
   void use_bands(onednn::WorkPool* pool) {
     pool_ = pool;
     if (pool == nullptr) {
       bands_.clear();
+      src_slices_.clear();
       return;
     }
     for (int i = 0; i < pool->size(); ++i) streams_.emplace_back(engine_);
+    slice_src_reorder(pool);
   }
 
  private:
@@ -276,6 +294,58 @@ class QuantizedKernel final : public BoundKernel {
     size_t dst_offset;
     size_t dst_stride;  // 0: pd writes the op's output in place; else see add_band
   };
+
+  // A plain (NCHW) input reordered to the bands' NHWC in slices of rows on the pool, before the
+  // bands run (a stem's 224x224x3 input: one reorder took a tenth of MobileNetV2 int8's stem);
+  // ET_CPU_ONEDNN_INT8_SLICED_REORDER=0: one reorder on the calling thread.
+  struct SrcSlice {
+    dnnl::reorder reorder;
+    memory from, to;  // views of the user input / src_ rows, handles set per run
+    size_t from_offset, to_offset;
+  };
+  void slice_src_reorder(onednn::WorkPool* pool) {
+    src_slices_.clear();
+    if (!src_reorder_ || !onednn::kernel_switched_on("ET_CPU_ONEDNN_INT8_SLICED_REORDER")) return;
+    const memory::dims dims = user_src_md_.get_dims();
+    if (dims.size() != 4 || dims[0] != 1 ||
+        user_src_md_ !=
+            memory::desc(dims, user_src_md_.get_data_type(), memory::format_tag::nchw) ||
+        src_.get_desc() != memory::desc(dims, user_src_md_.get_data_type(),
+                                        memory::format_tag::nhwc)) {
+      return;
+    }
+    const int64_t channels = dims[1], height = dims[2], width = dims[3];
+    const int64_t slices = std::min<int64_t>(height, 2 * pool->size());
+    if (slices < 2) return;
+    const memory::data_type dt = user_src_md_.get_data_type();
+    std::vector<SrcSlice> built;
+    for (int64_t i = 0; i < slices; ++i) {
+      const auto [first, last] = onednn::slice_of(height, static_cast<size_t>(slices),
+                                                  static_cast<size_t>(i));
+      const memory::dims part{1, channels, last - first, width};
+      memory::desc from(part, dt,
+                        memory::dims{channels * height * width, height * width, width, 1});
+      memory::desc to(part, dt,
+                      memory::dims{height * width * channels, 1, width * channels, channels});
+      SrcSlice slice{dnnl::reorder(dnnl::reorder::primitive_desc(engine_, from, engine_, to)),
+                     memory(from, engine_, DNNL_MEMORY_NONE),
+                     memory(to, engine_, DNNL_MEMORY_NONE), static_cast<size_t>(first * width),
+                     static_cast<size_t>(first * width * channels)};
+      built.push_back(std::move(slice));
+    }
+    src_slices_ = std::move(built);
+  }
+  void reorder_src_slices(const char* input) {
+    char* staged = static_cast<char*>(src_.get_data_handle());
+    pool_->run(src_slices_.size(), [&](size_t task, int worker) {
+      SrcSlice& slice = src_slices_[task];
+      slice.from.set_data_handle(const_cast<char*>(input) + slice.from_offset);
+      slice.to.set_data_handle(staged + slice.to_offset);
+      dnnl::stream& stream = streams_[static_cast<size_t>(worker)];
+      slice.reorder.execute(stream, slice.from, slice.to);
+      stream.wait();
+    });
+  }
 
   void run_bands() {
     char* src = static_cast<char*>(src_.get_data_handle());
@@ -308,6 +378,7 @@ class QuantizedKernel final : public BoundKernel {
   std::string implementation_;  // oneDNN's, of the whole op
   std::unordered_map<int, memory> args_;
   std::vector<Band> bands_;  // empty: the op runs whole
+  std::vector<SrcSlice> src_slices_;  // empty: src_reorder_ whole (or no reorder)
   std::vector<dnnl::stream> streams_;
   onednn::WorkPool* pool_ = nullptr;
   memory src_, dst_, weights_;
@@ -326,11 +397,15 @@ class QuantizedKernel final : public BoundKernel {
 // own over a slice of the same buffers, padded only at the image's edges. Every band reads the
 // op's weights as bound (asked for in that layout when its own choice differs) and runs the
 // op's oneDNN implementation, else the op stays whole: no second copy of the weights and no
-// band on a slower kernel.
+// band on a slower kernel. When every band's own choice is one layout other than the bound one
+// and the bound one would put the bands on oneDNN's reference kernel (MobileNetV2's 1x1
+// convolutions at 14x14: a band of 3-4 rows wants another weight blocking than the whole op),
+// the weights are laid out the bands' way instead (ET_CPU_ONEDNN_INT8_BAND_WEIGHTS=0: not).
 void split_rows(QuantizedKernel& kernel, onednn::WorkPool* pool, const memory::dims& src_dims,
                 const memory::dims& dst_dims, const memory::dims& w_dims, memory::data_type act,
                 const memory::desc& bias_md, const memory::dims& strides,
-                const memory::dims& dilations, const memory::dims& pads) {
+                const memory::dims& dilations, const memory::dims& pads,
+                const memory::desc& user_w, const void* weight) {
   using tag = memory::format_tag;
   if (pool == nullptr || pool->size() < 2 || !int8_split_enabled() || src_dims[0] != 1) return;
   if (kernel.src_desc() != memory::desc(src_dims, act, tag::nhwc) ||
@@ -345,6 +420,12 @@ void split_rows(QuantizedKernel& kernel, onednn::WorkPool* pool, const memory::d
   if (bands < 2) return;
   memory::desc any_w(w_dims, memory::data_type::s8, tag::any);
   const memory::desc bound_w = kernel.weights_desc();
+  struct BandPlan {
+    dnnl::convolution_forward::primitive_desc own;  // with the weights in its own choice
+    size_t src_offset, dst_offset;
+  };
+  std::vector<BandPlan> plans;
+  bool own_layout = onednn::kernel_switched_on("ET_CPU_ONEDNN_INT8_BAND_WEIGHTS");
   for (int64_t b = 0; b < bands; ++b) {
     const auto [first, last] = onednn::slice_of(out_rows, static_cast<size_t>(bands),
                                                 static_cast<size_t>(b));
@@ -362,13 +443,29 @@ void split_rows(QuantizedKernel& kernel, onednn::WorkPool* pool, const memory::d
           {begin - low, pads[1]}, {high - end, pads[1]}, kernel.attr(), /*allow_empty=*/true);
     };
     auto pd = make(any_w);
+    const size_t src_offset = static_cast<size_t>(begin * width * channels);
+    const size_t dst_offset = static_cast<size_t>(first * out_width * out_channels);
+    if (own_layout) {
+      own_layout = pd && pd.impl_info_str() == kernel.implementation() &&
+                   (plans.empty() || pd.weights_desc() == plans.front().own.weights_desc());
+      if (own_layout) plans.push_back({pd, src_offset, dst_offset});
+    }
     if (pd && pd.weights_desc() != bound_w) pd = make(bound_w);
     if (!pd || pd.weights_desc() != bound_w || pd.impl_info_str() != kernel.implementation()) {
+      if (own_layout) continue;  // the bands' own layout may still do
       return kernel.use_bands(nullptr);
     }
-    kernel.add_band(pd, static_cast<size_t>(begin * width * channels),
-                    static_cast<size_t>(first * out_width * out_channels));
+    kernel.add_band(pd, src_offset, dst_offset);
   }
+  if (static_cast<int64_t>(plans.size()) == bands &&
+      static_cast<int64_t>(kernel.band_count()) < bands && weight != nullptr) {
+    // Some band would run on another kernel with the bound weights: every band on its own
+    // choice, the weights laid out that way once.
+    kernel.use_bands(nullptr);
+    kernel.relay_weights(user_w, weight, plans.front().own.weights_desc());
+    for (const BandPlan& plan : plans) kernel.add_band(plan.own, plan.src_offset, plan.dst_offset);
+  }
+  if (static_cast<int64_t>(kernel.band_count()) < bands) return kernel.use_bands(nullptr);
   kernel.use_bands(pool);
 }
 
@@ -425,6 +522,89 @@ class DepthwiseInt8Kernel final : public BoundKernel {
   int64_t out_image_ = 0;
 };
 
+// An int8 1x1 convolution (stride 1, no padding, groups 1) on our own kernel
+// (kernels/pointwise_int8.h), channels-last in and out: the pixels of all images in slices on
+// the pool (two per pool thread), or whole on the calling thread without a pool or with
+// ET_CPU_ONEDNN_INT8_SPLIT=0.
+class PointwiseInt8Kernel final : public BoundKernel {
+ public:
+  PointwiseInt8Kernel(const OpBinding& op, int64_t in_channels, int64_t out_channels,
+                      const onednn::DepthwiseInt8Quant& quant, onednn::WorkPool* pool)
+      : conv_(in_channels, out_channels, op.args[1]->toTensor().const_data_ptr<int8_t>(),
+              op.args[2]->toTensor().const_data_ptr<float>(),
+              op.args[3]->isTensor() ? op.args[3]->toTensor().const_data_ptr<float>() : nullptr,
+              quant) {
+    const Tensor& input = op.args[0]->toTensor();
+    input_ = input.unsafeGetTensorImpl();
+    output_ = op.args[op.args.size() - 2]->toTensor().unsafeGetTensorImpl();
+    pixels_ = input.numel() / in_channels;
+    if (pool != nullptr && pool->size() >= 2 && int8_split_enabled() && pixels_ >= 64) {
+      pool_ = pool;
+      slices_ = std::min<int64_t>(pixels_ / 32, 2 * pool->size());
+    }
+  }
+
+  Error run(KernelRuntimeContext& /*context*/) override {
+    const auto* in = static_cast<const uint8_t*>(input_->data());
+    auto* out = static_cast<uint8_t*>(output_->mutable_data());
+    if (pool_ == nullptr) {
+      conv_.run(in, out, 0, pixels_);
+      return Error::Ok;
+    }
+    pool_->run(static_cast<size_t>(slices_), [&](size_t task, int) {
+      // Slices of whole 6-pixel blocks (the kernel's), the last one takes the rest.
+      const auto [first, last] = onednn::block_slice(pixels_, 6, static_cast<size_t>(slices_),
+                                                     task);
+      conv_.run(in, out, first, last);
+    });
+    return Error::Ok;
+  }
+
+ private:
+  onednn::PointwiseInt8 conv_;
+  executorch::aten::TensorImpl* input_ = nullptr;
+  executorch::aten::TensorImpl* output_ = nullptr;
+  onednn::WorkPool* pool_ = nullptr;  // null: every pixel on the calling thread
+  int64_t slices_ = 1;
+  int64_t pixels_ = 0;
+};
+
+onednn::DepthwiseInt8Quant int8_quant_of(const OpBinding& op) {
+  const Quantization q = read_quantization(op, 8);
+  onednn::DepthwiseInt8Quant quant;
+  quant.input_scale = q.input_scale;
+  quant.input_zero_point = q.input_zero_point;
+  quant.output_scale = q.output_scale;
+  quant.output_zero_point = q.output_zero_point;
+  quant.quant_min = static_cast<int32_t>(q.quant_min);
+  quant.quant_max = static_cast<int32_t>(q.quant_max);
+  quant.output_min = q.output_min;
+  quant.output_max = q.output_max;
+  quant.is_signed = op.args[0]->toTensor().scalar_type() == ScalarType::Char;
+  return quant;
+}
+
+// Whether our 1x1 kernel takes `op`: a 4-D 1x1 convolution, stride 1, padding 0, dilation 1,
+// groups 1, channels-last input and output, and pointwise_int8_supports.
+bool own_pointwise_int8(const OpBinding& op, bool input_channels_last, bool output_channels_last,
+                        onednn::DepthwiseInt8Quant* quant) {
+  const Tensor& input = op.args[0]->toTensor();
+  const Tensor& weight = op.args[1]->toTensor();
+  if (!input_channels_last || !output_channels_last || input.dim() != 4 || weight.dim() != 4 ||
+      op.args[7]->toInt() != 1 || weight.size(2) != 1 || weight.size(3) != 1 ||
+      weight.size(1) != input.size(1)) {
+    return false;
+  }
+  const auto stride = op.args[4]->toIntList();
+  const auto padding = op.args[5]->toIntList();
+  const auto dilation = op.args[6]->toIntList();
+  for (size_t d = 0; d < 2; ++d) {
+    if (stride[d] != 1 || padding[d] != 0 || dilation[d] != 1) return false;
+  }
+  *quant = int8_quant_of(op);
+  return onednn::pointwise_int8_supports(weight.size(1), weight.size(0), *quant);
+}
+
 // The int8 depthwise convolution's shape and quantization when our kernel takes `op`: groups ==
 // input channels == output channels, one filter each, dilation 1, channels-last input and
 // output, and depthwise_int8_supports.
@@ -461,16 +641,7 @@ bool own_depthwise_int8(const OpBinding& op, bool input_channels_last, bool outp
       s.out_w != (s.in_w + 2 * s.pad_left - s.kernel_w) / s.stride_w + 1) {
     return false;
   }
-  const Quantization q = read_quantization(op, 8);
-  quant->input_scale = q.input_scale;
-  quant->input_zero_point = q.input_zero_point;
-  quant->output_scale = q.output_scale;
-  quant->output_zero_point = q.output_zero_point;
-  quant->quant_min = static_cast<int32_t>(q.quant_min);
-  quant->quant_max = static_cast<int32_t>(q.quant_max);
-  quant->output_min = q.output_min;
-  quant->output_max = q.output_max;
-  quant->is_signed = input.scalar_type() == ScalarType::Char;
+  *quant = int8_quant_of(op);
   return onednn::depthwise_int8_supports(s, *quant);
 }
 
@@ -484,6 +655,18 @@ Error bind_conv(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::str
     if (validate_only) return Error::Ok;
     try {
       *out = std::make_unique<DepthwiseInt8Kernel>(op, depthwise, depthwise_quant, pool);
+      return Error::Ok;
+    } catch (const onednn::ProviderError&) {
+      // fall through to oneDNN
+    }
+  }
+  onednn::DepthwiseInt8Quant pointwise_quant;
+  if (own_pointwise_int8(op, input_channels_last, output_channels_last, &pointwise_quant)) {
+    if (validate_only) return Error::Ok;
+    try {
+      const Tensor& w = op.args[1]->toTensor();
+      *out = std::make_unique<PointwiseInt8Kernel>(op, w.size(1), w.size(0), pointwise_quant,
+                                                   pool);
       return Error::Ok;
     } catch (const onednn::ProviderError&) {
       // fall through to oneDNN
@@ -533,7 +716,7 @@ Error bind_conv(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std::str
         QuantizedKernel::make(op, q, mask, user_src, user_w, user_dst, make_pd, validate_only);
     if (!kernel) return Error::Ok;
     split_rows(*kernel, pool, src_dims, dst_dims, user_w_dims, act, bias_md, strides, dilations,
-               pads);
+               pads, user_w, weight.const_data_ptr());
     *out = std::move(kernel);
   } catch (const dnnl::error& e) {
     *reason = std::string("oneDNN int8 convolution: ") + e.what();
@@ -713,14 +896,16 @@ Error bind_max_pool(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std:
   return Error::Ok;
 }
 
-// An int8 add: dequantize both operands, add, clamp, quantize, in chunks that stay in L1, with
-// quantize_convert's loops (the portable kernels' arithmetic, so the bytes are those of the
-// float island it replaces). It runs in its output's layout; an operand in the other one is
-// reordered into a staging buffer first.
+// An int8 add: dequantize both operands, add, clamp, quantize, with quantize_convert's arithmetic
+// (the portable kernels', so the bytes are those of the float island it replaces): on
+// kernels/quantized_add.h's one-pass loop, in slices on the work pool when the op is large
+// enough, or (ET_CPU_OWN_QUANTIZED_ADD=0, or no AVX-512 BW) with quantize_convert's loops in
+// chunks that stay in L1, on the calling thread. It runs in its output's layout; an operand in
+// the other one is reordered into a staging buffer first.
 class QuantizedAddKernel final : public BoundKernel {
  public:
   QuantizedAddKernel(const OpBinding& op, bool a_channels_last, bool b_channels_last,
-                     bool output_channels_last) {
+                     bool output_channels_last, onednn::WorkPool* pool) {
     const Tensor& a = op.args[0]->toTensor();
     const Tensor& output = op.args[op.args.size() - 2]->toTensor();
     const bool is_signed = a.scalar_type() == ScalarType::Char;
@@ -740,6 +925,25 @@ class QuantizedAddKernel final : public BoundKernel {
     high_ = static_cast<float>(op.args[11]->toDouble());
     output_ = output.unsafeGetTensorImpl();
     elements_ = output.numel();
+    own_loop_ = onednn::quantized_add_supported();
+    if (own_loop_) {
+      params_.a_scale = a_q_.scale;
+      params_.a_zero_point = a_q_.zero_point;
+      params_.b_scale = b_q_.scale;
+      params_.b_zero_point = b_q_.zero_point;
+      params_.out_scale = out_q_.scale;
+      params_.out_zero_point = out_q_.zero_point;
+      params_.quant_min = out_q_.quant_min;
+      params_.quant_max = out_q_.quant_max;
+      params_.low = low_;
+      params_.high = high_;
+      params_.is_signed = is_signed;
+      // Slices of at least kSliceElements (a few microseconds each), two per pool thread.
+      if (pool != nullptr && pool->size() >= 2 && int8_split_enabled()) {
+        slices_ = std::min<int64_t>(elements_ / kSliceElements, 2 * pool->size());
+        if (slices_ >= 2) pool_ = pool;
+      }
+    }
     const memory::data_type act = data_type_of(a.scalar_type());
     auto layout = [](bool channels_last) {
       return channels_last ? memory::format_tag::nhwc : memory::format_tag::nchw;
@@ -777,6 +981,20 @@ class QuantizedAddKernel final : public BoundKernel {
       return Error::Internal;
     }
     auto* out = static_cast<uint8_t*>(output_->mutable_data());
+    if (own_loop_) {
+      if (pool_ == nullptr) {
+        onednn::quantized_add(params_, inputs[0], inputs[1], out, elements_);
+        return Error::Ok;
+      }
+      pool_->run(static_cast<size_t>(slices_), [&](size_t task, int) {
+        // Slices of whole 64-byte blocks (the loop's step), the last one takes the rest.
+        const auto [first, last] = onednn::block_slice(elements_, 64,
+                                                       static_cast<size_t>(slices_), task);
+        onednn::quantized_add(params_, inputs[0] + first, inputs[1] + first, out + first,
+                              last - first);
+      });
+      return Error::Ok;
+    }
     const bool clamp_low = std::isfinite(low_), clamp_high = std::isfinite(high_);
     constexpr int64_t kChunk = 256;
     alignas(64) float a[kChunk], b[kChunk];
@@ -810,6 +1028,11 @@ class QuantizedAddKernel final : public BoundKernel {
   float low_ = 0.f, high_ = 0.f;  // the clamp (infinite: none)
   executorch::aten::TensorImpl* output_ = nullptr;
   int64_t elements_ = 0;
+  static constexpr int64_t kSliceElements = 8192;
+  bool own_loop_ = false;  // kernels/quantized_add.h, else quantize_convert's chunked loops
+  onednn::QuantizedAddParams params_;
+  onednn::WorkPool* pool_ = nullptr;  // null: the whole op on the calling thread
+  int64_t slices_ = 1;
 };
 
 }  // namespace
@@ -823,8 +1046,11 @@ bool quantized_layout_follows_input(const std::string& kernel) {
 int quantized_second_input(const std::string& kernel) { return kernel == kAdd ? 3 : -1; }
 
 std::string quantized_implementation(const BoundKernel& kernel) {
-  return dynamic_cast<const DepthwiseInt8Kernel*>(&kernel) != nullptr
-             ? "depthwise_int8:avx512_vnni"
+  if (dynamic_cast<const DepthwiseInt8Kernel*>(&kernel) != nullptr) {
+    return "depthwise_int8:avx512_vnni";
+  }
+  return dynamic_cast<const PointwiseInt8Kernel*>(&kernel) != nullptr
+             ? "pointwise_int8:avx512_vnni"
              : "";
 }
 
@@ -838,7 +1064,7 @@ Error bind_or_check(const OpBinding& op, std::unique_ptr<BoundKernel>* out, std:
     try {
       *out = std::make_unique<QuantizedAddKernel>(op, input_channels_last,
                                                   second_input_channels_last,
-                                                  output_channels_last);
+                                                  output_channels_last, pool);
     } catch (const dnnl::error& e) {
       *reason = std::string("int8 add: ") + e.what();
       return Error::NotSupported;

@@ -12,6 +12,9 @@
 
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_int8.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/pointwise_int8.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/quantized_add.h"
+#include "backends/cpu/runtime/providers/optimized/common/slices.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_activations.h"
 
 namespace onednn = et_cpu_plugin::onednn;
@@ -404,6 +407,21 @@ int etdnn_vector_activation(int kind, const float* input, float* output, size_t 
       1);
 }
 
+// The int8 convolutions' `quant` array (see etdnn_depthwise_int8_run).
+static onednn::DepthwiseInt8Quant int8_quant_of(const double* quant) {
+  onednn::DepthwiseInt8Quant q;
+  q.input_scale = static_cast<float>(quant[0]);
+  q.input_zero_point = static_cast<int32_t>(quant[1]);
+  q.output_scale = static_cast<float>(quant[2]);
+  q.output_zero_point = static_cast<int32_t>(quant[3]);
+  q.quant_min = static_cast<int32_t>(quant[4]);
+  q.quant_max = static_cast<int32_t>(quant[5]);
+  q.output_min = quant[6];
+  q.output_max = quant[7];
+  q.is_signed = quant[8] != 0.0;
+  return q;
+}
+
 int etdnn_depthwise_int8_run(const int64_t* geometry, const double* quant, const int8_t* weight,
                              const float* weight_scales, const float* bias, const uint8_t* input,
                              uint8_t* output) {
@@ -420,19 +438,55 @@ int etdnn_depthwise_int8_run(const int64_t* geometry, const double* quant, const
         s.stride_w = geometry[7];
         s.pad_top = geometry[8];
         s.pad_left = geometry[9];
-        onednn::DepthwiseInt8Quant q;
-        q.input_scale = static_cast<float>(quant[0]);
-        q.input_zero_point = static_cast<int32_t>(quant[1]);
-        q.output_scale = static_cast<float>(quant[2]);
-        q.output_zero_point = static_cast<int32_t>(quant[3]);
-        q.quant_min = static_cast<int32_t>(quant[4]);
-        q.quant_max = static_cast<int32_t>(quant[5]);
-        q.output_min = quant[6];
-        q.output_max = quant[7];
-        q.is_signed = quant[8] != 0.0;
+        const onednn::DepthwiseInt8Quant q = int8_quant_of(quant);
         if (!onednn::depthwise_int8_supports(s, q)) return 2;
         onednn::DepthwiseInt8 conv(s, weight, weight_scales, bias, q);
         conv.run_rows(input, output, 0, s.out_h);
+        return 0;
+      },
+      1);
+}
+
+int etdnn_pointwise_int8_run(const int64_t* shape, const double* quant, const int8_t* weight,
+                             const float* weight_scales, const float* bias, const uint8_t* input,
+                             uint8_t* output, int64_t pixels, int64_t pieces) {
+  return guarded(
+      [&] {
+        const onednn::DepthwiseInt8Quant q = int8_quant_of(quant);
+        if (!onednn::pointwise_int8_supports(shape[0], shape[1], q)) return 2;
+        onednn::PointwiseInt8 conv(shape[0], shape[1], weight, weight_scales, bias, q);
+        for (int64_t i = 0; i < pieces; ++i) {
+          const auto [first, last] =
+              onednn::block_slice(pixels, 6, static_cast<size_t>(pieces), static_cast<size_t>(i));
+          conv.run(input, output, first, last);
+        }
+        return 0;
+      },
+      1);
+}
+
+int etdnn_quantized_add_run(const double* quant, const uint8_t* a, const uint8_t* b,
+                            uint8_t* output, int64_t count, int64_t pieces) {
+  return guarded(
+      [&] {
+        if (!onednn::quantized_add_supported()) return 2;
+        onednn::QuantizedAddParams p;
+        p.a_scale = static_cast<float>(quant[0]);
+        p.a_zero_point = static_cast<int32_t>(quant[1]);
+        p.b_scale = static_cast<float>(quant[2]);
+        p.b_zero_point = static_cast<int32_t>(quant[3]);
+        p.out_scale = static_cast<float>(quant[4]);
+        p.out_zero_point = static_cast<int32_t>(quant[5]);
+        p.quant_min = static_cast<int32_t>(quant[6]);
+        p.quant_max = static_cast<int32_t>(quant[7]);
+        p.low = static_cast<float>(quant[8]);
+        p.high = static_cast<float>(quant[9]);
+        p.is_signed = quant[10] != 0.0;
+        for (int64_t i = 0; i < pieces; ++i) {
+          const auto [first, last] =
+              onednn::block_slice(count, 64, static_cast<size_t>(pieces), static_cast<size_t>(i));
+          onednn::quantized_add(p, a + first, b + first, output + first, last - first);
+        }
         return 0;
       },
       1);

@@ -117,6 +117,21 @@ int etdnn_depthwise_int8_run(const int64_t* geometry, const double* quant, const
                              const float* weight_scales, const float* bias, const uint8_t* input,
                              uint8_t* output);
 
+// The int8 1x1 convolution (kernels/pointwise_int8.h) over `pixels` channels-last pixels, in
+// `pieces` consecutive slices (1: whole). `shape`: in channels K, out channels N. `quant`: as
+// etdnn_depthwise_int8_run's. `weight` s8 [N, K]; `bias` may be null.
+// 0: done; 1: an error (etdnn_last_error); 2: the kernel does not take it.
+int etdnn_pointwise_int8_run(const int64_t* shape, const double* quant, const int8_t* weight,
+                             const float* weight_scales, const float* bias, const uint8_t* input,
+                             uint8_t* output, int64_t pixels, int64_t pieces);
+
+// The int8 add (kernels/quantized_add.h) of `count` bytes, in `pieces` consecutive slices (as the
+// work pool cuts it; 1: whole). `quant`: a scale, a zero point, b scale, b zero point, output
+// scale, output zero point, quant_min, quant_max, low, high (+-inf: none), is_signed (1: s8).
+// 0: done; 1: an error (etdnn_last_error); 2: the kernel does not run here.
+int etdnn_quantized_add_run(const double* quant, const uint8_t* a, const uint8_t* b,
+                            uint8_t* output, int64_t count, int64_t pieces);
+
 #ifdef __cplusplus
 }
 #endif

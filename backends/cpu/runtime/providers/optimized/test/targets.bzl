@@ -60,6 +60,22 @@ def define_common_targets():
     )
 
     runtime.python_test(
+        name = "pointwise_int8_test",
+        srcs = ["pointwise_int8_test.py"],
+        data = [":libonednn_provider_c.so"],
+        env = {"ONEDNN_PROVIDER_SO": "$(rootpath :libonednn_provider_c.so)"},
+        deps = [":onednn_ctypes"],
+    )
+
+    runtime.python_test(
+        name = "quantized_add_test",
+        srcs = ["quantized_add_test.py"],
+        data = [":libonednn_provider_c.so"],
+        env = {"ONEDNN_PROVIDER_SO": "$(rootpath :libonednn_provider_c.so)"},
+        deps = [":onednn_ctypes"],
+    )
+
+    runtime.python_test(
         name = "stem_conv_test",
         srcs = ["stem_conv_test.py"],
         data = [":libonednn_provider_c.so"],

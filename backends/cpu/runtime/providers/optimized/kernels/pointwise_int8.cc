@@ -1,0 +1,186 @@
+// PointwiseInt8 (see pointwise_int8.h): blocks of up to 6 pixels x 4 output vectors (64 output
+// channels) with 24 int32 accumulators in registers; per 4 input channels, one broadcast of each
+// pixel's 4 bytes (sign bits flipped for s8) meets the 4 weight vectors through vpdpbusd; output
+// vectors in blocks of 4, then 2, then 1. The
+// epilogue is depthwise_int8.cc's: two roundings, the clamps folded onto y / output_scale,
+// vcvtps2dq (half to even), plus the zero point, narrowed, one (masked) store per vector.
+#include "backends/cpu/runtime/providers/optimized/kernels/pointwise_int8.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
+#include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
+
+#pragma GCC optimize("fp-contract=off")
+
+namespace et_cpu_plugin {
+namespace onednn {
+namespace {
+
+#define ET_PW_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+constexpr int64_t kMaxK = 1024;  // input channels (the int32 sums stay far from overflow)
+
+
+struct Args {
+  const uint8_t* input;   // pixel 0 of the block
+  uint8_t* output;        // pixel 0 of the block
+  const int8_t* weights;  // vector 0 of the block
+  const int32_t* initial;
+  const float* scales;
+  const float* bias;
+  int64_t k, n;
+  int64_t vector;      // index of the block's first output vector
+  int64_t vectors;     // total output vectors
+  uint32_t flip;       // 0x80808080 or 0
+  int32_t output_zero_point;
+  float inverse, low, high;
+};
+
+// P pixels x V output vectors from `a.vector` on.
+template <int P, int V>
+ET_PW_VNNI __attribute__((noinline)) void block(const Args& a) {
+  __m512i acc[P][V];
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v) {
+    const __m512i init = _mm512_loadu_si512(a.initial + (a.vector + v) * 16);
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) acc[p][v] = init;
+  }
+  const __m512i flip = _mm512_set1_epi32(static_cast<int>(a.flip));
+  const int64_t groups = a.k / 4;
+  const int8_t* w = a.weights + a.vector * groups * 64;
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512i wv[V];
+#pragma GCC unroll 8
+    for (int v = 0; v < V; ++v) wv[v] = _mm512_loadu_si512(w + (v * groups + g) * 64);
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) {
+      int32_t bytes;
+      __builtin_memcpy(&bytes, a.input + p * a.k + g * 4, 4);
+      const __m512i x = _mm512_xor_si512(_mm512_set1_epi32(bytes), flip);  // s8 -> u8
+#pragma GCC unroll 8
+      for (int v = 0; v < V; ++v) acc[p][v] = _mm512_dpbusd_epi32(acc[p][v], x, wv[v]);
+    }
+  }
+  const __m512 inverse = _mm512_set1_ps(a.inverse);
+  const __m512 low = _mm512_set1_ps(a.low), high = _mm512_set1_ps(a.high);
+  const __m512i zp = _mm512_set1_epi32(a.output_zero_point);
+#pragma GCC unroll 8
+  for (int v = 0; v < V; ++v) {
+    const int64_t c = (a.vector + v) * 16;
+    const __m512 scale = _mm512_loadu_ps(a.scales + c), bias = _mm512_loadu_ps(a.bias + c);
+    const int64_t rest = a.n - c;
+    const __mmask16 mask =
+        rest >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << rest) - 1u);
+#pragma GCC unroll 8
+    for (int p = 0; p < P; ++p) {
+      __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc[p][v]), scale);
+      asm("" : "+v"(f));  // two roundings: no fused multiply-add
+      f = _mm512_mul_ps(_mm512_add_ps(f, bias), inverse);
+      f = _mm512_min_ps(_mm512_max_ps(f, low), high);
+      const __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(f), zp);
+      _mm_mask_storeu_epi8(a.output + p * a.n + c, mask, _mm512_cvtepi32_epi8(q));
+    }
+  }
+}
+
+template <int P>
+void pixels(Args a) {
+  int64_t v = 0;
+  for (; v + 4 <= a.vectors; v += 4) {
+    a.vector = v;
+    block<P, 4>(a);
+  }
+  if (v + 2 <= a.vectors) {
+    a.vector = v;
+    block<P, 2>(a);
+    v += 2;
+  }
+  for (; v < a.vectors; ++v) {
+    a.vector = v;
+    block<P, 1>(a);
+  }
+}
+
+}  // namespace
+
+bool pointwise_int8_supports(int64_t in_channels, int64_t out_channels,
+                             const DepthwiseInt8Quant& q) {
+  if (!kernel_opted_in("ET_CPU_OWN_POINTWISE_INT8") || !cpu_has_avx512_vnni()) return false;
+  if (in_channels < 4 || in_channels % 4 != 0 || out_channels < 1) return false;
+  // The int32 sum cannot overflow: K * 255 * 128 < 2^31 for K <= kMaxK.
+  if (in_channels > kMaxK) return false;
+  return int8_quant_valid(q);
+}
+
+PointwiseInt8::PointwiseInt8(int64_t in_channels, int64_t out_channels, const int8_t* weight,
+                             const float* weight_scales, const float* bias,
+                             const DepthwiseInt8Quant& quant)
+    : k_(in_channels), n_(out_channels), quant_(quant) {
+  if (!pointwise_int8_supports(k_, n_, quant_)) {
+    throw ProviderError("int8 1x1 conv: this shape is not supported here");
+  }
+  if (weight == nullptr || weight_scales == nullptr) {
+    throw ProviderError("int8 1x1 conv: weight or scales are null");
+  }
+  vectors_ = (n_ + 15) / 16;
+  const int64_t groups = k_ / 4;
+  weights_.assign(static_cast<size_t>(vectors_ * groups * 64), 0);
+  initial_.assign(static_cast<size_t>(vectors_ * 16), 0);
+  scales_.assign(static_cast<size_t>(vectors_ * 16), 0.f);
+  bias_.assign(static_cast<size_t>(vectors_ * 16), 0.f);
+  flip_ = quant_.is_signed ? 0x80 : 0;
+  // In u8 terms: x_u8 = x + 128 for s8, so (x - zp) = x_u8 - (zp + 128).
+  const int32_t zero_u8 = quant_.input_zero_point + (quant_.is_signed ? 128 : 0);
+  for (int64_t n = 0; n < n_; ++n) {
+    const int64_t v = n / 16, lane = n % 16;
+    int32_t sum = 0;
+    for (int64_t k = 0; k < k_; ++k) {
+      const int8_t value = weight[n * k_ + k];
+      sum += value;
+      weights_[static_cast<size_t>(((v * groups + k / 4) * 16 + lane) * 4 + k % 4)] = value;
+    }
+    initial_[static_cast<size_t>(n)] = -zero_u8 * sum;
+    scales_[static_cast<size_t>(n)] = quant_.input_scale * weight_scales[n];
+    bias_[static_cast<size_t>(n)] = bias != nullptr ? bias[n] : 0.f;
+  }
+  const FoldedRequant folded = fold_requant(quant_);
+  inverse_output_scale_ = folded.inverse;
+  low_ = folded.low;
+  high_ = folded.high;
+}
+
+void PointwiseInt8::run(const uint8_t* input, uint8_t* output, int64_t begin, int64_t end) const {
+  Args a{};
+  a.weights = weights_.data();
+  a.initial = initial_.data();
+  a.scales = scales_.data();
+  a.bias = bias_.data();
+  a.k = k_;
+  a.n = n_;
+  a.vectors = vectors_;
+  a.flip = flip_ != 0 ? 0x80808080u : 0u;
+  a.output_zero_point = quant_.output_zero_point;
+  a.inverse = inverse_output_scale_;
+  a.low = low_;
+  a.high = high_;
+  int64_t p = begin;
+  for (; p + 6 <= end; p += 6) {
+    a.input = input + p * k_;
+    a.output = output + p * n_;
+    pixels<6>(a);
+  }
+  for (; p < end; ++p) {
+    a.input = input + p * k_;
+    a.output = output + p * n_;
+    pixels<1>(a);
+  }
+}
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin
