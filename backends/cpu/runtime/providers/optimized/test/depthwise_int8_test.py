@@ -19,6 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from backends.cpu.runtime.providers.optimized.test.int8_ctypes import (
+    byte_mismatches,
+    int8_quant,
+    int8_range,
+    int8_result,
+)
 from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import library_path
 
 INF = math.inf
@@ -55,7 +61,7 @@ def _output_size(case: Case) -> tuple[int, int]:
 
 def _draw(case: Case, seed: int) -> dict[str, np.ndarray | float | int]:
     rng = np.random.default_rng(seed)
-    low, high = (-128, 127) if case.signed else (0, 255)
+    low, high = int8_range(case.signed)
     in_zp = case.input_zero_point
     out_zp = case.output_zero_point
     return {
@@ -95,7 +101,7 @@ def _reference(case: Case, d: dict[str, np.ndarray | float | int]) -> np.ndarray
         y = np.minimum(y, np.float32(high))
     inverse = np.float32(1.0 / float(np.float32(d["out_scale"])))
     q = np.rint(y * inverse).astype(np.int64) + int(d["out_zp"])
-    qmin, qmax = (-128, 127) if case.signed else (0, 255)
+    qmin, qmax = int8_range(case.signed)
     return np.clip(q, qmin, qmax)
 
 
@@ -114,19 +120,8 @@ def _run(lib: ctypes.CDLL, case: Case, d: dict[str, np.ndarray | float | int]) -
         ],
         dtype=np.int64,
     )
-    qmin, qmax = (-128, 127) if case.signed else (0, 255)
-    quant = np.array(
-        [
-            d["in_scale"],
-            d["in_zp"],
-            d["out_scale"],
-            d["out_zp"],
-            qmin,
-            qmax,
-            *case.clamp,
-            1.0 if case.signed else 0.0,
-        ],
-        dtype=np.float64,
+    quant = int8_quant(
+        [d["in_scale"], d["in_zp"], d["out_scale"], d["out_zp"]], case.signed, case.clamp
     )
     act = np.int8 if case.signed else np.uint8
     x = np.ascontiguousarray(np.asarray(d["x"]).astype(act))
@@ -143,11 +138,7 @@ def _run(lib: ctypes.CDLL, case: Case, d: dict[str, np.ndarray | float | int]) -
         x.ctypes.data,
         out.ctypes.data,
     )
-    if status == 1:
-        raise RuntimeError(lib.etdnn_last_error().decode())
-    if status == 2:
-        return None
-    return out.astype(np.int64)
+    return int8_result(lib, status, out)
 
 
 def _check(lib: ctypes.CDLL, case: Case, seed: int = 0) -> None:
@@ -156,8 +147,8 @@ def _check(lib: ctypes.CDLL, case: Case, seed: int = 0) -> None:
     if got is None:
         pytest.skip("no AVX-512 VNNI here: the kernel declines every shape")
     expected = _reference(case, d)
-    mismatches = int((got != expected).sum())
-    assert mismatches == 0, f"{case}: {mismatches} of {expected.size} bytes differ"
+    mismatch = byte_mismatches(got, expected, case)
+    assert mismatch is None, mismatch
 
 
 # The depthwise layers of tools/lower/examples.py's MobileNetV2-shaped net at full size.

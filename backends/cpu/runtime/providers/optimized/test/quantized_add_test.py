@@ -21,6 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from backends.cpu.runtime.providers.optimized.test.int8_ctypes import (
+    byte_mismatches,
+    int8_quant,
+    int8_range,
+    int8_result,
+)
 from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import library_path
 
 INF = math.inf
@@ -50,7 +56,7 @@ Drawn = dict[str, np.ndarray | tuple[float, ...] | tuple[int, ...]]
 
 def _draw(case: Case, seed: int) -> Drawn:
     rng = np.random.default_rng(seed)
-    low, high = (-128, 127) if case.signed else (0, 255)
+    low, high = int8_range(case.signed)
     act = np.int8 if case.signed else np.uint8
     scales = case.scales or tuple(float(np.float32(s)) for s in rng.uniform(0.005, 0.08, size=3))
     zero_points = case.zero_points or tuple(int(z) for z in rng.integers(low, high + 1, size=3))
@@ -75,29 +81,21 @@ def _reference(case: Case, d: Drawn) -> np.ndarray:
         y = np.minimum(y, np.float32(high))
     inverse = np.float32(1.0) / so
     q = np.rint((y * inverse).astype(np.float32)).astype(np.int64) + int(zo)
-    qmin, qmax = (-128, 127) if case.signed else (0, 255)
+    qmin, qmax = int8_range(case.signed)
     return np.clip(q, qmin, qmax)
 
 
 def _run(lib: ctypes.CDLL, case: Case, d: Drawn) -> np.ndarray | None:
-    qmin, qmax = (-128, 127) if case.signed else (0, 255)
     sa, sb, so = d["scales"]
     za, zb, zo = d["zero_points"]
-    quant = np.array(
-        [sa, za, sb, zb, so, zo, qmin, qmax, *case.clamp, 1.0 if case.signed else 0.0],
-        dtype=np.float64,
-    )
+    quant = int8_quant([sa, za, sb, zb, so, zo], case.signed, case.clamp)
     a = np.ascontiguousarray(d["a"])
     b = np.ascontiguousarray(d["b"])
     out = np.zeros(case.count, dtype=a.dtype)
     status = lib.etdnn_quantized_add_run(
         quant.ctypes.data, a.ctypes.data, b.ctypes.data, out.ctypes.data, case.count, case.pieces
     )
-    if status == 1:
-        raise RuntimeError(lib.etdnn_last_error().decode())
-    if status == 2:
-        return None
-    return out.astype(np.int64)
+    return int8_result(lib, status, out)
 
 
 def _check(lib: ctypes.CDLL, case: Case, seed: int = 0) -> None:
@@ -106,8 +104,8 @@ def _check(lib: ctypes.CDLL, case: Case, seed: int = 0) -> None:
     if got is None:
         pytest.skip("no AVX-512 BW here: the int8 add runs on the q/dq loops")
     expected = _reference(case, d)
-    mismatches = int((got != expected).sum())
-    assert mismatches == 0, f"{case}: {mismatches} of {expected.size} bytes differ"
+    mismatch = byte_mismatches(got, expected, case)
+    assert mismatch is None, mismatch
 
 
 # The residual adds of tools/lower/examples.py's MobileNetV2-shaped net (H * W * C), split as the

@@ -51,12 +51,20 @@ def define_common_targets():
         deps = [":onednn_ctypes"],
     )
 
+    runtime.python_library(
+        name = "int8_ctypes",
+        srcs = ["int8_ctypes.py"],
+    )
+
     runtime.python_test(
         name = "depthwise_int8_test",
         srcs = ["depthwise_int8_test.py"],
         data = [":libonednn_provider_c.so"],
         env = {"ONEDNN_PROVIDER_SO": "$(rootpath :libonednn_provider_c.so)"},
-        deps = [":onednn_ctypes"],
+        deps = [
+            ":int8_ctypes",
+            ":onednn_ctypes",
+        ],
     )
 
     runtime.python_test(
@@ -64,7 +72,10 @@ def define_common_targets():
         srcs = ["pointwise_int8_test.py"],
         data = [":libonednn_provider_c.so"],
         env = {"ONEDNN_PROVIDER_SO": "$(rootpath :libonednn_provider_c.so)"},
-        deps = [":onednn_ctypes"],
+        deps = [
+            ":int8_ctypes",
+            ":onednn_ctypes",
+        ],
     )
 
     runtime.python_test(
@@ -72,7 +83,10 @@ def define_common_targets():
         srcs = ["quantized_add_test.py"],
         data = [":libonednn_provider_c.so"],
         env = {"ONEDNN_PROVIDER_SO": "$(rootpath :libonednn_provider_c.so)"},
-        deps = [":onednn_ctypes"],
+        deps = [
+            ":int8_ctypes",
+            ":onednn_ctypes",
+        ],
     )
 
     runtime.python_test(
