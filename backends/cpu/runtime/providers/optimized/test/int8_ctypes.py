@@ -23,14 +23,16 @@ def int8_range(signed: bool) -> tuple[int, int]:
 
 
 def int8_quant(
-    scales_and_zero_points: Sequence[float], signed: bool, clamp: tuple[float, float]
+    scales_and_zero_points: Sequence[np.ndarray | float | int],
+    signed: bool,
+    clamp: tuple[float, float],
 ) -> np.ndarray:
     """The quantization array the entry points read: the operands' and the output's scales and
-    zero points (in the entry point's order), the output's range, the clamp, and 1 for s8."""
+    zero points (in the entry point's order; scalars or 0-d arrays), the output's range, the
+    clamp, and 1 for s8."""
     qmin, qmax = int8_range(signed)
-    return np.array(
-        [*scales_and_zero_points, qmin, qmax, *clamp, 1.0 if signed else 0.0], dtype=np.float64
-    )
+    values = [float(np.asarray(v)) for v in scales_and_zero_points]
+    return np.array([*values, qmin, qmax, *clamp, 1.0 if signed else 0.0], dtype=np.float64)
 
 
 def int8_result(lib: ctypes.CDLL, status: int, out: np.ndarray) -> np.ndarray | None:
