@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "backends/cpu/runtime/error_report.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/rotary.h"
 
 namespace et_cpu_plugin {
@@ -28,7 +29,12 @@ class RotaryKernel final : public OptimizedKernel {
 
   Error run(KernelRuntimeContext&) override {
     RotaryShape shape;
-    if (!rotary_shape(*x_, *cos_, *sin_, *out_, &shape)) return Error::InvalidArgument;
+    if (!rotary_shape(*x_, *cos_, *sin_, *out_, &shape)) {
+      // As the built-in kernel says it (runtime/rotary.cc): the sizes of this call fail the
+      // checks the bind passed.
+      return report_error(Error::InvalidArgument,
+                          "CpuBackend: rotary: shapes changed into no rotary (x, cos, sin)");
+    }
     if (shape.rows == 0) return Error::Ok;
     return guarded("rotary", [&] {
       onednn::rotary(shape, x_->const_data_ptr<float>(), cos_->const_data_ptr<float>(),
