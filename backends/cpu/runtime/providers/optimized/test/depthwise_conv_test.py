@@ -10,8 +10,9 @@ sums at most 25 float32 products; the vector sigmoid is within 4e-6 relative).
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -26,8 +27,16 @@ from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import (
     PostOp,
     Provider,
 )
+from backends.cpu.runtime.providers.optimized.test.own_conv_checks import (
+    assert_close,
+    conv_reference,
+    run_conv,
+    splitting_provider,
+    vector_provider,
+)
 
-Reference = Callable[[torch.Tensor], torch.Tensor]
+_run = functools.partial(run_conv, family="depthwise", depthwise=True)
+_expected = functools.partial(conv_reference, depthwise=True)
 
 ACTIVATIONS = IN_REGISTER_POST_OPS
 NAMES = list(ACTIVATIONS)
@@ -38,16 +47,12 @@ SIZES = [(1, 1), (3, 2), (5, 7), (8, 6), (13, 19), (6, 24)]
 
 @pytest.fixture(scope="module")
 def provider() -> Provider:
-    provider = Provider(num_threads=2)
-    if not provider.has_vector_activation(SILU):
-        pytest.skip("no AVX-512F on this CPU: depthwise convolutions stay on oneDNN")
-    return provider
+    return vector_provider("depthwise")
 
 
 @pytest.fixture(scope="module")
 def splitting() -> Provider:
-    """A provider that splits every op it can (min_task_flops=0): rows share out on the pool."""
-    return Provider(num_threads=2, min_task_flops=0)
+    return splitting_provider()
 
 
 @pytest.fixture(autouse=True)
@@ -88,61 +93,6 @@ def _inputs(
     return x.contiguous(memory_format=torch.channels_last), weight, bias
 
 
-def _expected(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    stride: int,
-    padding: int,
-    activation: Reference,
-) -> torch.Tensor:
-    y = F.conv2d(
-        x.double(),
-        weight.double(),
-        None if bias is None else bias.double(),
-        stride=stride,
-        padding=padding,
-        groups=x.shape[1],
-    )
-    return activation(y).float()
-
-
-def _run(
-    provider: Provider,
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    stride: int,
-    padding: int,
-    post_ops: list[PostOp],
-    own: bool = True,
-    output: str = "channels_last",
-    input_channels_last: bool = True,
-    dilation: int = 1,
-) -> torch.Tensor:
-    plan = provider.conv(
-        list(x.shape),
-        weight,
-        bias,
-        [stride, stride],
-        [padding, padding],
-        [dilation, dilation],
-        groups=x.shape[1],
-        post_ops=post_ops,
-        input_channels_last=input_channels_last,
-        output=output,
-    )
-    assert plan.describe().startswith("depthwise:avx512") == own, plan.describe()
-    data = x if input_channels_last else x.contiguous()
-    out = plan.run(data)
-    assert out.shape == plan.output_shape
-    return out
-
-
-def _assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
-    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
-
-
 @pytest.mark.parametrize("channels", CHANNELS)
 @pytest.mark.parametrize("padding", [0, 1, 2])
 @pytest.mark.parametrize("stride", [1, 2])
@@ -162,7 +112,7 @@ def test_against_torch(
         actual = _run(provider, x, weight, use_bias, stride, padding, post_ops)
         expected = _expected(x, weight, use_bias, stride, padding, activation)
         try:
-            _assert_close(actual, expected)
+            assert_close(actual, expected)
         except AssertionError as error:
             raise AssertionError(f"size {size}, {name}, bias {use_bias is not None}") from error
 
@@ -179,7 +129,7 @@ def test_every_activation(
     x = x * 4.0  # reach both sides of every activation's bends
     actual = _run(provider, x, weight, bias if use_bias else None, stride, padding, post_ops)
     expected = _expected(x, weight, bias if use_bias else None, stride, padding, activation)
-    _assert_close(actual, expected)
+    assert_close(actual, expected)
 
 
 @pytest.mark.parametrize(
@@ -217,7 +167,7 @@ def test_other_kernels(
             x.double(), weight.double(), bias.double(), stride=stride, padding=padding, groups=24
         )
     ).float()
-    _assert_close(plan.run(x), expected)
+    assert_close(plan.run(x), expected)
 
 
 @pytest.mark.parametrize("batch", [1, 3])
@@ -242,7 +192,7 @@ def test_split_over_the_pool(splitting: Provider, batch: int, output: str) -> No
     assert plan.describe().startswith("depthwise:avx512")
     assert plan.pieces > 1
     assert plan.output_is_channels_last
-    _assert_close(plan.run(x), _expected(x, weight, bias, 1, 2, F.silu))
+    assert_close(plan.run(x), _expected(x, weight, bias, 1, 2, F.silu))
 
 
 def test_mobile_shapes(provider: Provider) -> None:
@@ -259,7 +209,7 @@ def test_mobile_shapes(provider: Provider) -> None:
         x, weight, bias = _inputs(1, channels, (size, size), (kernel, kernel), channels)
         padding = kernel // 2
         actual = _run(provider, x, weight, bias, stride, padding, [PostOp(HARDSWISH)])
-        _assert_close(actual, _expected(x, weight, bias, stride, padding, F.hardswish))
+        assert_close(actual, _expected(x, weight, bias, stride, padding, F.hardswish))
 
 
 @pytest.mark.parametrize(
@@ -319,13 +269,13 @@ def test_default_takes_the_blocked_classes(
                 groups=40,
             )
         ).float()
-        _assert_close(plan.run(x), expected)
+        assert_close(plan.run(x), expected)
 
 
 def test_switch_off_keeps_onednn(provider: Provider, own_depthwise_off: None) -> None:
     x, weight, bias = _inputs(1, 40, (9, 9), (3, 3), 1)
     actual = _run(provider, x, weight, bias, 1, 1, [PostOp(RELU)], own=False)
-    _assert_close(actual, _expected(x, weight, bias, 1, 1, torch.relu))
+    assert_close(actual, _expected(x, weight, bias, 1, 1, torch.relu))
 
 
 def test_what_stays_on_onednn(provider: Provider) -> None:
@@ -333,8 +283,8 @@ def test_what_stays_on_onednn(provider: Provider) -> None:
     relu = [PostOp(RELU)]
     expected = _expected(x, weight, bias, 1, 1, torch.relu)
     # A plain input or a plain output: oneDNN (its staging reorders).
-    _assert_close(_run(provider, x, weight, bias, 1, 1, relu, own=False, output="plain"), expected)
-    _assert_close(
+    assert_close(_run(provider, x, weight, bias, 1, 1, relu, own=False, output="plain"), expected)
+    assert_close(
         _run(provider, x, weight, bias, 1, 1, relu, own=False, input_channels_last=False),
         expected,
     )
@@ -343,7 +293,7 @@ def test_what_stays_on_onednn(provider: Provider) -> None:
     expected_dilated = torch.relu(
         F.conv2d(x.double(), weight.double(), bias.double(), padding=2, dilation=2, groups=40)
     ).float()
-    _assert_close(dilated, expected_dilated)
+    assert_close(dilated, expected_dilated)
     # A residual add.
     plan = provider.conv(
         list(x.shape),

@@ -13,7 +13,8 @@ the vector sigmoid is within 4e-6 relative).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -28,8 +29,16 @@ from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import (
     PostOp,
     Provider,
 )
+from backends.cpu.runtime.providers.optimized.test.own_conv_checks import (
+    assert_close,
+    conv_reference,
+    run_conv,
+    splitting_provider,
+    vector_provider,
+)
 
-Reference = Callable[[torch.Tensor], torch.Tensor]
+_run = functools.partial(run_conv, family="stem")
+_expected = conv_reference
 
 ACTIVATIONS = IN_REGISTER_POST_OPS
 NAMES = list(ACTIVATIONS)
@@ -41,16 +50,12 @@ SIZES = [(1, 1), (5, 7), (8, 6), (13, 19), (30, 33)]
 
 @pytest.fixture(scope="module")
 def provider() -> Provider:
-    provider = Provider(num_threads=2)
-    if not provider.has_vector_activation(SILU):
-        pytest.skip("no AVX-512F on this CPU: stem convolutions stay on oneDNN")
-    return provider
+    return vector_provider("stem")
 
 
 @pytest.fixture(scope="module")
 def splitting() -> Provider:
-    """A provider that splits every op it can (min_task_flops=0): rows share out on the pool."""
-    return Provider(num_threads=2, min_task_flops=0)
+    return splitting_provider()
 
 
 @pytest.fixture(autouse=True)
@@ -69,61 +74,6 @@ def _inputs(
     weight = torch.randn(c_out, c_in, *kernel, generator=generator) / fan_in**0.5
     bias = torch.randn(c_out, generator=generator)
     return x, weight, bias
-
-
-def _expected(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    stride: int,
-    padding: int,
-    activation: Reference,
-) -> torch.Tensor:
-    y = F.conv2d(
-        x.double(),
-        weight.double(),
-        None if bias is None else bias.double(),
-        stride=stride,
-        padding=padding,
-    )
-    return activation(y).float()
-
-
-def _run(
-    provider: Provider,
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None,
-    stride: int,
-    padding: int,
-    post_ops: list[PostOp],
-    channels_last_input: bool,
-    own: bool = True,
-    output: str = "channels_last",
-    dilation: int = 1,
-) -> torch.Tensor:
-    plan = provider.conv(
-        list(x.shape),
-        weight,
-        bias,
-        [stride, stride],
-        [padding, padding],
-        [dilation, dilation],
-        post_ops=post_ops,
-        input_channels_last=channels_last_input,
-        output=output,
-    )
-    assert plan.describe().startswith("stem:avx512") == own, plan.describe()
-    data = x.contiguous(memory_format=torch.channels_last) if channels_last_input else x
-    out = plan.run(data)
-    assert out.shape == plan.output_shape
-    if own:
-        assert plan.output_is_channels_last
-    return out
-
-
-def _assert_close(actual: torch.Tensor, expected: torch.Tensor) -> None:
-    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("channels_last_input", [True, False], ids=["nhwc", "nchw"])
@@ -150,7 +100,7 @@ def test_against_torch(
             )
             expected = _expected(x, weight, use_bias, stride, padding, activation)
             try:
-                _assert_close(actual, expected)
+                assert_close(actual, expected)
             except AssertionError as error:
                 raise AssertionError(
                     f"size {size}, c_out {c_out}, padding {padding}, {name}, "
@@ -169,7 +119,7 @@ def test_every_activation(provider: Provider, name: str, use_bias: bool) -> None
         x = x * 4.0
         b = bias if use_bias else None
         actual = _run(provider, x, weight, b, 2, 1, post_ops, channels_last_input)
-        _assert_close(actual, _expected(x, weight, b, 2, 1, activation))
+        assert_close(actual, _expected(x, weight, b, 2, 1, activation))
 
 
 @pytest.mark.parametrize(
@@ -197,7 +147,7 @@ def test_unequal_kernels_and_strides(
     )
     assert plan.describe().startswith("stem:avx512"), plan.describe()
     y = F.conv2d(x.double(), weight.double(), bias.double(), stride=stride, padding=padding)
-    _assert_close(plan.run(x), F.hardswish(y).float())
+    assert_close(plan.run(x), F.hardswish(y).float())
 
 
 @pytest.mark.parametrize("batch", [1, 3])
@@ -213,7 +163,7 @@ def test_split_over_the_pool(
     actual = _run(
         splitting, x, weight, bias, 2, 1, [PostOp(SILU)], channels_last_input, output=output
     )
-    _assert_close(actual, _expected(x, weight, bias, 2, 1, F.silu))
+    assert_close(actual, _expected(x, weight, bias, 2, 1, F.silu))
     plan = splitting.conv(
         list(x.shape),
         weight,
@@ -247,7 +197,7 @@ def test_default_takes_the_stems(
             x, weight, bias = _inputs(batch, 3, c_out, (21, 18), (kernel, kernel), c_out)
             padding = kernel // 2
             actual = _run(provider, x, weight, bias, stride, padding, post_ops, False, own=own)
-            _assert_close(actual, _expected(x, weight, bias, stride, padding, activation))
+            assert_close(actual, _expected(x, weight, bias, stride, padding, activation))
 
 
 def test_what_stays_on_onednn(provider: Provider, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -256,11 +206,11 @@ def test_what_stays_on_onednn(provider: Provider, monkeypatch: pytest.MonkeyPatc
     reference = _expected(x, weight, bias, 2, 1, torch.relu)
     # A plain output.
     plain = _run(provider, x, weight, bias, 2, 1, relu, False, own=False, output="plain")
-    _assert_close(plain, reference)
+    assert_close(plain, reference)
     # Dilation.
     dilated = _run(provider, x, weight, bias, 2, 2, relu, True, own=False, dilation=2)
     y = F.conv2d(x.double(), weight.double(), bias.double(), stride=2, padding=2, dilation=2)
-    _assert_close(dilated, y.relu().float())
+    assert_close(dilated, y.relu().float())
     # A residual add.
     plan = provider.conv(
         list(x.shape),
@@ -291,4 +241,4 @@ def test_what_stays_on_onednn(provider: Provider, monkeypatch: pytest.MonkeyPatc
     assert not plan.describe().startswith("stem:avx512"), plan.describe()
     # The switch off.
     monkeypatch.setenv("ET_CPU_OWN_STEM", "0")
-    _assert_close(_run(provider, x, weight, bias, 2, 1, relu, False, own=False), reference)
+    assert_close(_run(provider, x, weight, bias, 2, 1, relu, False, own=False), reference)

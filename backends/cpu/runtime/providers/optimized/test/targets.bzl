@@ -48,6 +48,15 @@ def define_common_targets():
         srcs = ["depthwise_conv_test.py"],
         data = [":libonednn_provider_c.so"],
         env = {"ONEDNN_PROVIDER_SO": "$(rootpath :libonednn_provider_c.so)"},
+        deps = [
+            ":onednn_ctypes",
+            ":own_conv_checks",
+        ],
+    )
+
+    runtime.python_library(
+        name = "own_conv_checks",
+        srcs = ["own_conv_checks.py"],
         deps = [":onednn_ctypes"],
     )
 
@@ -94,7 +103,10 @@ def define_common_targets():
         srcs = ["stem_conv_test.py"],
         data = [":libonednn_provider_c.so"],
         env = {"ONEDNN_PROVIDER_SO": "$(rootpath :libonednn_provider_c.so)"},
-        deps = [":onednn_ctypes"],
+        deps = [
+            ":onednn_ctypes",
+            ":own_conv_checks",
+        ],
     )
 
     runtime.python_test(
