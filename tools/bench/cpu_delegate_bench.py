@@ -108,7 +108,7 @@ def make_program(example: str, size: str, path: str) -> harness.Runner:
         for line in placement:
             if "declined" in line or line.startswith("Optimized("):
                 print(f"  {line}", file=sys.stderr)
-    return lambda: module.forward(args)
+    return harness.executorch_runner(module, args)
 
 
 def make_mm(threads: int) -> harness.Runner:

@@ -236,3 +236,31 @@ def test_wait_until_threads_idle_outwaits_a_spinning_thread() -> None:
     spinner.join()
     assert waited >= 0.15, waited  # it waited for the spinner, not just one poll
     assert waited < 5.0, waited  # and stopped before the timeout
+
+
+def test_executorch_runner_returns_the_runtimes_buffers_unless_cloning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A real program on ExecuTorch's runtime: by default the runner's output is the runtime's own
+    buffer (the next call overwrites it); with --clone-outputs each call returns its own copy."""
+    import torch
+    from executorch.exir import to_edge
+    from executorch.extension.pybindings import portable_lib
+
+    class Double(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2.0
+
+    exported = torch.export.export(Double(), (torch.zeros(4),))
+    pte = bytes(to_edge(exported).to_executorch().buffer)  # the module reads it: keep it alive
+    module = portable_lib._load_for_executorch_from_buffer(pte)
+    ones, threes = torch.ones(4), torch.full((4,), 3.0)
+    for cloned in (False, True):
+        monkeypatch.setenv(harness.CLONE_OUTPUTS_ENV, "1" if cloned else "0")
+        first = harness.executorch_runner(module, [ones])()
+        assert isinstance(first, list)
+        kept = first[0].clone()
+        torch.testing.assert_close(kept, ones * 2.0)
+        harness.executorch_runner(module, [threes])()
+        # The runtime's buffer now holds the second call's output; a clone still holds the first.
+        torch.testing.assert_close(first[0], kept if cloned else threes * 2.0)

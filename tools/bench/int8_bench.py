@@ -162,7 +162,7 @@ def make_program(model: str, size: str, variant: str) -> harness.Runner:
                 del os.environ[name]
             else:
                 os.environ[name] = value
-    return lambda: module.forward(args)
+    return harness.executorch_runner(module, args)
 
 
 def benchmarks() -> list[harness.Benchmark]:

@@ -143,9 +143,11 @@ def make_decode(
         return run_eager
     module = _load(lower_program(config, quantize, engine, 1, cache_dir), engine)
 
+    clone = harness.clone_outputs()
+
     def run() -> object:
         for pos in positions:
-            module.forward([tokens, pos])
+            module.run_method("forward", [tokens, pos], clone_outputs=clone)
         return None
 
     return run
@@ -166,7 +168,7 @@ def make_prefill(
 
         return run_eager
     module = _load(lower_program(config, quantize, engine, prefill, cache_dir), engine)
-    return lambda: module.forward(list(inputs))
+    return harness.executorch_runner(module, inputs)
 
 
 def bytes_per_token(config: LlmConfig, quantize: str, group_size: int = 32) -> dict[str, int]:

@@ -139,7 +139,7 @@ def make_program(
     args = list(inputs)
     with harness.environment(dict(env or {})):
         module.forward(args)  # loads the method: the delegate's init runs here
-    return lambda: module.forward(args)
+    return harness.executorch_runner(module, args)
 
 
 def parse_variant_env(text: str) -> tuple[str, str]:
