@@ -173,6 +173,8 @@ BUILTIN_KERNELS: frozenset[str] = frozenset(
         "et_cpu_quant::embedding_wo.out",
         # Rotary embeddings, fused by preprocess (fuse_rotary.py): runtime/builtin_kernels.cc.
         "et_cpu_quant::rotary.out",
+        # RMSNorm, fused by preprocess (fuse_rms_norm.py): runtime/rms_norm.cc.
+        "et_cpu_quant::rms_norm.out",
     }
 )
 
@@ -412,6 +414,9 @@ _ROUTE_LIST: tuple[Route, ...] = (
     # Rotary embeddings (fuse_rotary.py), written only by preprocess: the Optimized provider's
     # AVX-512 kernel, else the Reference provider's built-in scalar loop.
     _r("et_cpu_quant.rotary.default", "et_cpu_quant::rotary.out", provider=_OPT),
+    # RMSNorm (fuse_rms_norm.py), written only by preprocess: the Optimized provider's AVX-512
+    # kernel, else the Reference provider's built-in scalar loop.
+    _r("et_cpu_quant.rms_norm.default", "et_cpu_quant::rms_norm.out", provider=_OPT),
     # Factories.
     _r("aten.arange.default", "aten::arange.out"),
     _r("aten.arange.start_step", "aten::arange.start_out"),

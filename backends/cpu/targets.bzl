@@ -61,6 +61,20 @@ def define_common_targets():
         visibility = ["//visibility:public"],
     )
 
+    # Preprocess: RMSNorm (pow, mean, add eps, rsqrt, mul, mul by weight) as one
+    # et_cpu_quant::rms_norm op.
+    runtime.python_library(
+        name = "fuse_rms_norm",
+        srcs = ["fuse_rms_norm.py"],
+        deps = [
+            ":quantized_ops",
+            ":routes",
+            "//backends/transforms:pass_report",
+            "//backends/transforms:program_constants",
+        ],
+        visibility = ["//visibility:public"],
+    )
+
     runtime.python_library(
         name = "profiling_events",
         srcs = ["profiling_events.py"],
@@ -72,6 +86,7 @@ def define_common_targets():
         name = "cpu_backend",
         srcs = ["cpu_backend.py"],
         deps = [
+            ":fuse_rms_norm",
             ":fuse_rotary",
             ":profiling_events",
             ":quantized_fusion",

@@ -38,8 +38,7 @@ _FAMILY_ROUTES = {
     "vit": {"aten.native_layer_norm.default", "aten._softmax.default", "aten.gelu.default"},
     "llama": {
         "aten.embedding.default",
-        "aten.pow.Tensor_Scalar",
-        "aten.rsqrt.default",
+        "et_cpu_quant.rms_norm.default",  # RMSNorm, fused by preprocess (fuse_rms_norm.py)
         "aten.any.dim",  # scaled_dot_product_attention's guard against fully masked rows
         "aten.silu.default",
     },

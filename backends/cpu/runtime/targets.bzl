@@ -26,6 +26,7 @@ _RUNTIME_SRCS = [
     "payload_reader.cc",
     "quantized_op_check.cc",
     "reference_provider.cc",
+    "rms_norm.cc",
     "rotary.cc",
     "state_kernels.cc",
     "stream_exit_guard.cc",
@@ -46,6 +47,7 @@ _RUNTIME_HDRS = [
     "payload_reader.h",
     "quantized_op_check.h",
     "reference_provider.h",
+    "rms_norm.h",
     "rotary.h",
     "state_kernels.h",
 ]
@@ -625,6 +627,20 @@ def define_common_targets():
             ":lowered_program",
             ":provider_compare",
             "//backends/cpu/partition:cpu_partitioner",
+            "//tools/bench:zoo",
+        ],
+    )
+
+    runtime.python_test(
+        name = "rms_norm_test",
+        size = "medium",
+        srcs = ["test/rms_norm_test.py"],
+        deps = [
+            ":loader",
+            ":lowered_program",
+            "//backends/cpu:fuse_rms_norm",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:schema",
             "//tools/bench:zoo",
         ],
     )

@@ -41,6 +41,7 @@ Error binary(const R& r) {
   return bind_binary(r.op, kKind, kNames[static_cast<int>(kKind)], r.session, r.out, r.decline);
 }
 Error rotary(const R& r) { return bind_rotary(r.op, r.session, r.out, r.decline); }
+Error rms_norm(const R& r) { return bind_rms_norm(r.op, r.session, r.out, r.decline); }
 Error layer_norm(const R& r) { return bind_layer_norm(r.op, r.session, r.out, r.decline); }
 Error softmax(const R& r) { return bind_softmax(r.op, false, r.session, r.out, r.decline); }
 Error log_softmax(const R& r) { return bind_softmax(r.op, true, r.session, r.out, r.decline); }
@@ -71,6 +72,8 @@ constexpr BindRow kTable[] = {
     {"et_cpu_quant::linear_8da.out", linear_8da},
     // bind_rotary.cc: rotary embeddings (fused by preprocess).
     {"et_cpu_quant::rotary.out", rotary},
+    // bind_rms_norm.cc: RMSNorm (fused by preprocess).
+    {"et_cpu_quant::rms_norm.out", rms_norm},
     {"quantized_decomposed::quantize_per_tensor.out", quantize},
     {"quantized_decomposed::dequantize_per_tensor.out", dequantize},
     // bind_convolution.cc

@@ -57,6 +57,10 @@ Error bind_binary(const OpBinding& op, onednn::BinaryOp kind, const char* what,
 // kernels/rotary.h.
 Error bind_rotary(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
 
+// bind_rms_norm.cc: et_cpu_quant::rms_norm.out (RMSNorm over the last dim) on
+// kernels/rms_norm.h.
+Error bind_rms_norm(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
+
 // bind_normalization.cc: layer norm, softmax and log-softmax.
 Error bind_layer_norm(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
 Error bind_softmax(const OpBinding& op, bool log, OptimizedSession& session, Out out,
