@@ -33,6 +33,9 @@ _MEAN = "aten.mean.dim"
 _POW = "aten.pow.Tensor_Scalar"
 _MUL = "aten.mul.Tensor"
 
+# x, the weight (None: none), eps, the node the fused op replaces, the nodes that die with it.
+_Match = tuple[torch.fx.Node, torch.fx.Node | None, float, torch.fx.Node, list[torch.fx.Node]]
+
 
 def _is(node: object, key: str) -> bool:
     return (
@@ -144,12 +147,7 @@ class FuseRmsNormPass:
             return None
         return float(value.reshape(-1)[0].item())
 
-    def _match(
-        self, rsqrt: torch.fx.Node, constants: ProgramConstants
-    ) -> (
-        tuple[torch.fx.Node, torch.fx.Node | None, float, torch.fx.Node, list[torch.fx.Node]]
-        | None
-    ):
+    def _match(self, rsqrt: torch.fx.Node, constants: ProgramConstants) -> _Match | None:
         add = rsqrt.args[0] if rsqrt.args else None
         if not isinstance(add, torch.fx.Node) or not _only_user(add, rsqrt):
             return None

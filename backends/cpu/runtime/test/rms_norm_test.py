@@ -112,7 +112,9 @@ def _placements(placement: list[str]) -> list[str]:
     return [line for line in placement if KERNEL in line]
 
 
-def _check_providers(pte: bytes, inputs: tuple[torch.Tensor, ...], count: int, expected: Any) -> None:
+def _check_providers(
+    pte: bytes, inputs: tuple[torch.Tensor, ...], count: int, expected: Any
+) -> None:
     for switch, provider in [(None, "Optimized"), ("0", "Reference")]:
         (actual,), placement = _run(pte, inputs, switch)
         lines = _placements(placement)
