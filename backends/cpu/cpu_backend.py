@@ -16,6 +16,7 @@ from torch.export import ExportedProgram
 from backends.cpu import profiling_events, symbolic_dims
 from backends.cpu.fuse_rms_norm import FuseRmsNormPass
 from backends.cpu.fuse_rotary import FuseRotaryPass
+from backends.cpu.fuse_safe_softmax import FuseSafeSoftmaxPass
 from backends.cpu.quantized_fusion import FuseQuantizedGroups
 from backends.cpu.serialization.graph_writer import serialize_program
 from backends.cpu.torchao.fusion import FuseTorchaoOps
@@ -36,6 +37,7 @@ CPU_PREPROCESS_PASSES: list[Callable[[], Callable[[ExportedProgram], PassReport]
     FuseTorchaoOps,
     FuseRotaryPass,
     FuseRmsNormPass,
+    FuseSafeSoftmaxPass,
     FoldConstantSubgraphsPass,
     RemoveIdentityCopiesPass,
 ]

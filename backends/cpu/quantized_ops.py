@@ -85,6 +85,9 @@ SCHEMAS: dict[str, str] = {
     "rms_norm": "rms_norm(Tensor x, Tensor? weight, float eps) -> Tensor",
     "rms_norm.out": "rms_norm.out(Tensor x, Tensor? weight, float eps, *, Tensor(a!) out) "
     "-> Tensor(a!)",
+    # Softmax over the last dim, fully masked rows giving zeros (fuse_safe_softmax.py): float32.
+    "safe_softmax": "safe_softmax(Tensor x, int dim) -> Tensor",
+    "safe_softmax.out": "safe_softmax.out(Tensor x, int dim, *, Tensor(a!) out) -> Tensor(a!)",
     "max_pool2d": f"{_MAX_POOL}) -> Tensor",
     "max_pool2d.out": _MAX_POOL.replace("max_pool2d(", "max_pool2d.out(", 1)
     + ", *, Tensor(a!) out) -> Tensor(a!)",
@@ -308,6 +311,19 @@ def _rms_norm_out(
     return out.copy_(rms_norm(x, weight, eps))
 
 
+def safe_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Reference semantics of `et_cpu_quant::safe_softmax`: softmax over `dim`, except that a
+    row of -inf only (fully masked) gives zeros (what scaled_dot_product_attention exports)."""
+    masked = (x == float("-inf")).all(dim=dim, keepdim=True)
+    return torch.where(masked, torch.zeros_like(x), torch.softmax(x, dim=dim))
+
+
+def _safe_softmax_out(x: torch.Tensor, dim: int, *, out: torch.Tensor) -> torch.Tensor:
+    return out.copy_(safe_softmax(x, dim))
+
+
+_library.impl("safe_softmax", safe_softmax, "CompositeExplicitAutograd")
+_library.impl("safe_softmax.out", _safe_softmax_out, "CompositeExplicitAutograd")
 _library.impl("rms_norm", rms_norm, "CompositeExplicitAutograd")
 _library.impl("rms_norm.out", _rms_norm_out, "CompositeExplicitAutograd")
 _library.impl("rotary", rotary, "CompositeExplicitAutograd")
@@ -370,3 +386,4 @@ LINEAR_WO: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).linear_wo.defau
 EMBEDDING_WO: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).embedding_wo.default
 ROTARY: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).rotary.default
 RMS_NORM: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).rms_norm.default
+SAFE_SOFTMAX: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).safe_softmax.default

@@ -75,6 +75,20 @@ def define_common_targets():
         visibility = ["//visibility:public"],
     )
 
+    # Preprocess: SDPA's softmax and its fully-masked-row guard (eq, logical_not, any,
+    # logical_not, where) as one et_cpu_quant::safe_softmax op.
+    runtime.python_library(
+        name = "fuse_safe_softmax",
+        srcs = ["fuse_safe_softmax.py"],
+        deps = [
+            ":quantized_ops",
+            ":routes",
+            "//backends/transforms:pass_report",
+            "//backends/transforms:program_constants",
+        ],
+        visibility = ["//visibility:public"],
+    )
+
     runtime.python_library(
         name = "profiling_events",
         srcs = ["profiling_events.py"],
@@ -88,6 +102,7 @@ def define_common_targets():
         deps = [
             ":fuse_rms_norm",
             ":fuse_rotary",
+            ":fuse_safe_softmax",
             ":profiling_events",
             ":quantized_fusion",
             ":symbolic_dims",

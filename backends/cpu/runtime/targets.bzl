@@ -28,6 +28,7 @@ _RUNTIME_SRCS = [
     "reference_provider.cc",
     "rms_norm.cc",
     "rotary.cc",
+    "safe_softmax.cc",
     "state_kernels.cc",
     "stream_exit_guard.cc",
 ]
@@ -49,6 +50,7 @@ _RUNTIME_HDRS = [
     "reference_provider.h",
     "rms_norm.h",
     "rotary.h",
+    "safe_softmax.h",
     "state_kernels.h",
 ]
 
@@ -649,6 +651,19 @@ def define_common_targets():
         name = "rotary_test",
         size = "medium",
         srcs = ["test/rotary_test.py"],
+        deps = [
+            ":loader",
+            ":lowered_program",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:schema",
+            "//tools/bench:zoo",
+        ],
+    )
+
+    runtime.python_test(
+        name = "safe_softmax_test",
+        size = "medium",
+        srcs = ["test/safe_softmax_test.py"],
         deps = [
             ":loader",
             ":lowered_program",

@@ -65,6 +65,9 @@ Error bind_rms_norm(const OpBinding& op, OptimizedSession& session, Out out, Dec
 Error bind_layer_norm(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
 Error bind_softmax(const OpBinding& op, bool log, OptimizedSession& session, Out out,
                    Decline* decline);
+// et_cpu_quant::safe_softmax.out: softmax over the last dim, fully masked rows giving zeros.
+Error bind_safe_softmax(const OpBinding& op, OptimizedSession& session, Out out,
+                        Decline* decline);
 
 // bind_reductions.cc: reductions, attention-mask ops and the embedding gather, on our own loops.
 enum class Reduction { kMax, kMin, kArgmax, kArgmin, kAny };
