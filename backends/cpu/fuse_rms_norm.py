@@ -22,7 +22,7 @@ import torch
 from torch.export import ExportedProgram
 
 from backends.cpu import quantized_ops
-from backends.cpu.routes import op_key
+from backends.cpu.graph_match import is_op, only_user, replace_with_fused, tensor_val
 from backends.transforms.pass_report import PassReport
 from backends.transforms.program_constants import ProgramConstants
 
@@ -37,39 +37,20 @@ _MUL = "aten.mul.Tensor"
 _Match = tuple[torch.fx.Node, torch.fx.Node | None, float, torch.fx.Node, list[torch.fx.Node]]
 
 
-def _is(node: object, key: str) -> bool:
-    return (
-        isinstance(node, torch.fx.Node)
-        and node.op == "call_function"
-        and op_key(node.target) == key
-    )
-
-
-def _val(node: object) -> torch.Tensor | None:
-    if not isinstance(node, torch.fx.Node):
-        return None
-    val = node.meta.get("val")
-    return val if isinstance(val, torch.Tensor) else None
-
-
-def _only_user(node: torch.fx.Node, user: torch.fx.Node) -> bool:
-    return len(node.users) == 1 and user in node.users
-
-
 def _f32(*nodes: object) -> bool:
-    vals = [_val(node) for node in nodes]
+    vals = [tensor_val(node) for node in nodes]
     return all(val is not None and val.dtype == torch.float32 for val in vals)
 
 
 def _squared(node: object) -> torch.fx.Node | None:
     """x when `node` is pow(x, 2) or x * x."""
-    if _is(node, _POW):
+    if is_op(node, _POW):
         assert isinstance(node, torch.fx.Node)
         exponent = node.args[1] if len(node.args) > 1 else node.kwargs.get("exponent")
         x = node.args[0]
         if isinstance(x, torch.fx.Node) and type(exponent) in (int, float) and exponent == 2:
             return x
-    if _is(node, _MUL):
+    if is_op(node, _MUL):
         assert isinstance(node, torch.fx.Node)
         if len(node.args) == 2 and node.args[0] is node.args[1]:
             x = node.args[0]
@@ -85,7 +66,7 @@ def _mean_of_last_dim(mean: torch.fx.Node) -> torch.fx.Node | None:
     keepdim = mean.kwargs.get("keepdim", keepdim)
     if mean.kwargs.get("dtype") is not None or keepdim is not True:
         return None
-    val = _val(source)
+    val = tensor_val(source)
     if not isinstance(source, torch.fx.Node) or val is None or val.dim() < 1:
         return None
     if not isinstance(dims, (list, tuple)) or len(dims) != 1:
@@ -103,20 +84,13 @@ class FuseRmsNormPass:
         constants = ProgramConstants(ep)
         graph = ep.graph
         for rsqrt in list(graph.nodes):
-            if not _is(rsqrt, _RSQRT):
+            if not is_op(rsqrt, _RSQRT):
                 continue
             found = self._match(rsqrt, constants)
             if found is None:
                 continue
             x, weight, eps, last, dead = found
-            with graph.inserting_before(last):
-                fused = graph.call_function(quantized_ops.RMS_NORM, (x, weight, eps))
-            fused.meta = dict(last.meta)
-            last.replace_all_uses_with(fused)
-            graph.erase_node(last)
-            for node in dead:  # consumers first
-                if not node.users:
-                    graph.erase_node(node)
+            replace_with_fused(graph, last, quantized_ops.RMS_NORM, (x, weight, eps), dead)
             report.folded += 1
             report.changed = True
         if report.changed:
@@ -130,13 +104,13 @@ class FuseRmsNormPass:
         """eps when `add` is mean + eps, eps a number or a one-element float32 constant."""
         if len(add.args) != 2 or add.kwargs.get("alpha", 1) != 1:
             return None
-        if _is(add, _ADD_SCALAR):
+        if is_op(add, _ADD_SCALAR):
             other = add.args[1] if add.args[0] is mean else None
             if type(other) in (int, float):
                 assert isinstance(other, (int, float))
                 return float(other)
             return None
-        if not _is(add, _ADD) or mean not in add.args or add.args[0] is add.args[1]:
+        if not is_op(add, _ADD) or mean not in add.args or add.args[0] is add.args[1]:
             return None
         other = add.args[1] if add.args[0] is mean else add.args[0]
         if not constants.is_constant(other):
@@ -149,30 +123,30 @@ class FuseRmsNormPass:
 
     def _match(self, rsqrt: torch.fx.Node, constants: ProgramConstants) -> _Match | None:
         add = rsqrt.args[0] if rsqrt.args else None
-        if not isinstance(add, torch.fx.Node) or not _only_user(add, rsqrt):
+        if not isinstance(add, torch.fx.Node) or not only_user(add, rsqrt):
             return None
-        means = [arg for arg in add.args if _is(arg, _MEAN)]
+        means = [arg for arg in add.args if is_op(arg, _MEAN)]
         if len(means) != 1:
             return None
         mean = means[0]
         assert isinstance(mean, torch.fx.Node)
         eps = self._eps(add, mean, constants)
-        if eps is None or not math.isfinite(eps) or not _only_user(mean, add):
+        if eps is None or not math.isfinite(eps) or not only_user(mean, add):
             return None
         square = _mean_of_last_dim(mean)
-        if square is None or not _only_user(square, mean):
+        if square is None or not only_user(square, mean):
             return None
         x = _squared(square)
-        x_val = _val(x)
+        x_val = tensor_val(x)
         if x is None or x_val is None or not isinstance(x_val.shape[-1], int):
             return None
         # x * rsqrt (either order), its only reader.
         if len(rsqrt.users) != 1:
             return None
         (scaled,) = rsqrt.users
-        if not _is(scaled, _MUL) or set(scaled.args) != {x, rsqrt} or len(scaled.args) != 2:
+        if not is_op(scaled, _MUL) or set(scaled.args) != {x, rsqrt} or len(scaled.args) != 2:
             return None
-        scaled_val = _val(scaled)
+        scaled_val = tensor_val(scaled)
         if not _f32(x, square, mean, add, rsqrt, scaled) or scaled_val is None:
             return None
         if scaled_val.shape != x_val.shape:
@@ -190,12 +164,12 @@ class FuseRmsNormPass:
         if len(scaled.users) != 1:
             return None, scaled
         (mul,) = scaled.users
-        if not _is(mul, _MUL) or len(mul.args) != 2 or mul.args[0] is mul.args[1]:
+        if not is_op(mul, _MUL) or len(mul.args) != 2 or mul.args[0] is mul.args[1]:
             return None, scaled
         if scaled not in mul.args:
             return None, scaled
         weight = mul.args[1] if mul.args[0] is scaled else mul.args[0]
-        weight_val, mul_val, scaled_val = _val(weight), _val(mul), _val(scaled)
+        weight_val, mul_val, scaled_val = tensor_val(weight), tensor_val(mul), tensor_val(scaled)
         if weight_val is None or mul_val is None or scaled_val is None:
             return None, scaled
         if weight_val.dtype != torch.float32 or mul_val.dtype != torch.float32:

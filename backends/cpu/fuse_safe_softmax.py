@@ -21,7 +21,7 @@ import torch
 from torch.export import ExportedProgram
 
 from backends.cpu import quantized_ops
-from backends.cpu.routes import op_key
+from backends.cpu.graph_match import is_op, only_user, replace_with_fused, tensor_val
 from backends.transforms.pass_report import PassReport
 from backends.transforms.program_constants import ProgramConstants
 
@@ -31,25 +31,6 @@ _FULL_LIKE = "aten.full_like.default"
 _NOT = "aten.logical_not.default"
 _ANY = "aten.any.dim"
 _EQ = "aten.eq.Scalar"
-
-
-def _is(node: object, key: str) -> bool:
-    return (
-        isinstance(node, torch.fx.Node)
-        and node.op == "call_function"
-        and op_key(node.target) == key
-    )
-
-
-def _val(node: object) -> torch.Tensor | None:
-    if not isinstance(node, torch.fx.Node):
-        return None
-    val = node.meta.get("val")
-    return val if isinstance(val, torch.Tensor) else None
-
-
-def _only_user(node: object, user: torch.fx.Node) -> bool:
-    return isinstance(node, torch.fx.Node) and len(node.users) == 1 and user in node.users
 
 
 def _is_last(dim: object, rank: int) -> bool:
@@ -68,20 +49,13 @@ class FuseSafeSoftmaxPass:
         constants = ProgramConstants(ep)
         graph = ep.graph
         for where in list(graph.nodes):
-            if not _is(where, _WHERE):
+            if not is_op(where, _WHERE):
                 continue
             found = self._match(where, constants)
             if found is None:
                 continue
             x, dead = found
-            with graph.inserting_before(where):
-                fused = graph.call_function(quantized_ops.SAFE_SOFTMAX, (x, -1))
-            fused.meta = dict(where.meta)
-            where.replace_all_uses_with(fused)
-            graph.erase_node(where)
-            for node in dead:  # consumers first
-                if not node.users:
-                    graph.erase_node(node)
+            replace_with_fused(graph, where, quantized_ops.SAFE_SOFTMAX, (x, -1), dead)
             report.folded += 1
             report.changed = True
         if report.changed:
@@ -97,13 +71,13 @@ class FuseSafeSoftmaxPass:
         if len(where.args) != 3 or where.kwargs:
             return None
         cond, zeros, softmax = where.args
-        if not _is(softmax, _SOFTMAX) or not _is(cond, _NOT):
+        if not is_op(softmax, _SOFTMAX) or not is_op(cond, _NOT):
             return None
         assert isinstance(softmax, torch.fx.Node) and isinstance(cond, torch.fx.Node)
         if len(softmax.args) != 3 or softmax.args[2] is not False or softmax.kwargs:
             return None
         x = softmax.args[0]
-        x_val, out_val, softmax_val = _val(x), _val(where), _val(softmax)
+        x_val, out_val, softmax_val = tensor_val(x), tensor_val(where), tensor_val(softmax)
         if x_val is None or out_val is None or softmax_val is None or x_val.dim() < 1:
             return None
         assert isinstance(x, torch.fx.Node)
@@ -115,19 +89,19 @@ class FuseSafeSoftmaxPass:
             return None
         # The guard: not(any(not(x == -inf), last dim, keepdim)).
         found_any = cond.args[0] if len(cond.args) == 1 else None
-        if not _is(found_any, _ANY) or not _only_user(cond, where):
+        if not is_op(found_any, _ANY) or not only_user(cond, where):
             return None
         assert isinstance(found_any, torch.fx.Node)
         if len(found_any.args) != 3 or found_any.args[2] is not True or found_any.kwargs:
             return None
-        if not _is_last(found_any.args[1], x_val.dim()) or not _only_user(found_any, cond):
+        if not _is_last(found_any.args[1], x_val.dim()) or not only_user(found_any, cond):
             return None
         kept = found_any.args[0]
-        if not _is(kept, _NOT) or not _only_user(kept, found_any):
+        if not is_op(kept, _NOT) or not only_user(kept, found_any):
             return None
         assert isinstance(kept, torch.fx.Node)
         eq = kept.args[0] if len(kept.args) == 1 else None
-        if not _is(eq, _EQ) or not _only_user(eq, kept):
+        if not is_op(eq, _EQ) or not only_user(eq, kept):
             return None
         assert isinstance(eq, torch.fx.Node)
         bound = eq.args[1] if len(eq.args) == 2 else None
@@ -136,12 +110,12 @@ class FuseSafeSoftmaxPass:
         # The zeros, and the softmax read by nothing else.
         dead = [cond, found_any, kept, eq]
         readers = {where}
-        if _is(zeros, _FULL_LIKE):
+        if is_op(zeros, _FULL_LIKE):
             assert isinstance(zeros, torch.fx.Node)
             dtype = zeros.kwargs.get("dtype")
             if len(zeros.args) != 2 or zeros.args[0] is not softmax or zeros.args[1] != 0:
                 return None
-            if dtype not in (None, torch.float32) or not _only_user(zeros, where):
+            if dtype not in (None, torch.float32) or not only_user(zeros, where):
                 return None
             readers.add(zeros)
             dead.insert(0, zeros)

@@ -49,13 +49,21 @@ def define_common_targets():
         visibility = ["//visibility:public"],
     )
 
+    # What the preprocess fusions below share: matching Edge nodes, replacing a matched subgraph.
+    runtime.python_library(
+        name = "graph_match",
+        srcs = ["graph_match.py"],
+        deps = [":routes"],
+        visibility = ["//visibility:public"],
+    )
+
     # Preprocess: rotary embeddings (rotate-half form) as one et_cpu_quant::rotary op.
     runtime.python_library(
         name = "fuse_rotary",
         srcs = ["fuse_rotary.py"],
         deps = [
             ":quantized_ops",
-            ":routes",
+            ":graph_match",
             "//backends/transforms:pass_report",
         ],
         visibility = ["//visibility:public"],
@@ -68,7 +76,7 @@ def define_common_targets():
         srcs = ["fuse_rms_norm.py"],
         deps = [
             ":quantized_ops",
-            ":routes",
+            ":graph_match",
             "//backends/transforms:pass_report",
             "//backends/transforms:program_constants",
         ],
@@ -82,7 +90,7 @@ def define_common_targets():
         srcs = ["fuse_safe_softmax.py"],
         deps = [
             ":quantized_ops",
-            ":routes",
+            ":graph_match",
             "//backends/transforms:pass_report",
             "//backends/transforms:program_constants",
         ],

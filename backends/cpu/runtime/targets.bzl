@@ -633,11 +633,21 @@ def define_common_targets():
         ],
     )
 
+    runtime.python_library(
+        name = "fused_op_checks",
+        srcs = ["test/fused_op_checks.py"],
+        deps = [
+            ":loader",
+            "//backends/cpu/serialization:schema",
+        ],
+    )
+
     runtime.python_test(
         name = "rms_norm_test",
         size = "medium",
         srcs = ["test/rms_norm_test.py"],
         deps = [
+            ":fused_op_checks",
             ":loader",
             ":lowered_program",
             "//backends/cpu:fuse_rms_norm",
@@ -652,6 +662,7 @@ def define_common_targets():
         size = "medium",
         srcs = ["test/rotary_test.py"],
         deps = [
+            ":fused_op_checks",
             ":loader",
             ":lowered_program",
             "//backends/cpu/partition:cpu_partitioner",
@@ -665,6 +676,7 @@ def define_common_targets():
         size = "medium",
         srcs = ["test/safe_softmax_test.py"],
         deps = [
+            ":fused_op_checks",
             ":loader",
             ":lowered_program",
             "//backends/cpu/partition:cpu_partitioner",

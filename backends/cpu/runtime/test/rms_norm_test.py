@@ -16,20 +16,23 @@ from typing import Any
 import pytest
 import torch
 from executorch.exir import to_edge_transform_and_lower
-from executorch.extension.pybindings import portable_lib
 from torch import nn
 from torch.export import Dim
 
 from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.runtime import loader
-from backends.cpu.runtime.test.lowered_program import lower_to_pte
-from backends.cpu.serialization.schema import fb
+from backends.cpu.runtime.test.fused_op_checks import (
+    check_both_providers,
+    payload_kernels,
+    placements_of,
+    run_with_switch,
+)
+from backends.cpu.runtime.test.lowered_program import load, lower_to_pte
 from tools.bench import zoo
 
 KERNEL = "et_cpu_quant::rms_norm.out"
 SWITCH = "ET_CPU_RMS_NORM"
 UNFUSED = ("aten::pow.Tensor_Scalar_out", "aten::rsqrt.out", "aten::mean.out")
-_BUFFERS: list[bytes] = []  # the runtime does not own a program's buffer
 
 
 class LlamaNorm(nn.Module):
@@ -87,39 +90,10 @@ class RowWeight(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
 
 
-def _kernels(payloads: list[bytes]) -> list[str]:
-    kernels = []
-    for payload in payloads:
-        graph = fb.Graph.GetRootAs(payload, 0)
-        kernels += [graph.Ops(i).Kernel().decode() for i in range(graph.OpsLength())]
-    return kernels
-
-
-def _run(pte: bytes, inputs: tuple[torch.Tensor, ...], switch: str | None) -> tuple[Any, list[str]]:
-    with pytest.MonkeyPatch.context() as patch:
-        if switch is None:
-            patch.delenv(SWITCH, raising=False)
-        else:
-            patch.setenv(SWITCH, switch)
-        loader.load_cpu_backend()
-        _BUFFERS.append(pte)
-        module: Any = portable_lib._load_for_executorch_from_buffer(pte)
-        outputs = module.forward(list(inputs))  # init (reads the switch) runs here
-        return outputs, loader.last_placement()
-
-
-def _placements(placement: list[str]) -> list[str]:
-    return [line for line in placement if KERNEL in line]
-
-
 def _check_providers(
     pte: bytes, inputs: tuple[torch.Tensor, ...], count: int, expected: Any
 ) -> None:
-    for switch, provider in [(None, "Optimized"), ("0", "Reference")]:
-        (actual,), placement = _run(pte, inputs, switch)
-        lines = _placements(placement)
-        assert len(lines) == count and all(f": {provider}" in line for line in lines), lines
-        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    check_both_providers(pte, inputs, KERNEL, SWITCH, count, expected)
 
 
 @pytest.mark.parametrize("dim", [32, 40, 77, 288])
@@ -130,7 +104,7 @@ def test_rms_norm_forms_are_one_op_matching_eager(dim: int) -> None:
     with torch.no_grad():
         expected = model(x)
     pte, payloads = lower_to_pte(model, (x,))
-    kernels = _kernels(payloads)
+    kernels = payload_kernels(payloads)
     assert kernels.count(KERNEL) == 3, kernels
     assert not set(UNFUSED) & set(kernels), kernels
     # Only the input's `* 3.0` is left: x * scale and the weights' muls are in the norms.
@@ -148,15 +122,13 @@ def test_rms_norm_with_a_dynamic_sequence() -> None:
     )
     edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
     assert partitioner.report.left_out == (), partitioner.report
-    pte = bytes(edge.to_executorch().buffer)
-    _BUFFERS.append(pte)
-    module: Any = portable_lib._load_for_executorch_from_buffer(pte)
+    module = load(bytes(edge.to_executorch().buffer))
     for seq in [1, 5, 64]:
         x = torch.randn(1, seq, 40)
         (actual,) = module.forward([x])
         with torch.no_grad():
             torch.testing.assert_close(actual, model(x), rtol=1e-5, atol=1e-5)
-    lines = _placements(loader.last_placement())
+    lines = placements_of(KERNEL, loader.last_placement())
     assert len(lines) == 3 and all(": Optimized" in line for line in lines), lines
 
 
@@ -165,9 +137,9 @@ def test_look_alikes_are_left_alone(model: nn.Module) -> None:
     torch.manual_seed(4)
     x = torch.randn(2, 5, 24)
     pte, payloads = lower_to_pte(model.eval(), (x,))
-    kernels = _kernels(payloads)
+    kernels = payload_kernels(payloads)
     assert KERNEL not in kernels and "aten::rsqrt.out" in kernels, kernels
-    actual, _ = _run(pte, (x,), None)
+    actual, _ = run_with_switch(pte, (x,), SWITCH, None)
     expected = model(x)
     expected = list(expected) if isinstance(expected, tuple) else [expected]
     for got, want in zip(actual, expected, strict=True):
@@ -179,7 +151,7 @@ def test_row_weight_stays_a_mul() -> None:
     model = RowWeight(24).eval()
     x = torch.randn(3, 24)
     pte, payloads = lower_to_pte(model, (x,))
-    kernels = _kernels(payloads)
+    kernels = payload_kernels(payloads)
     assert kernels.count(KERNEL) == 1 and kernels.count("aten::mul.out") == 1, kernels
     with torch.no_grad():
         expected = model(x)
@@ -191,7 +163,7 @@ def test_zoo_llama_norms_fused_and_matching_eager() -> None:
     with torch.no_grad():
         expected = model(*inputs)
     pte, payloads = lower_to_pte(model, tuple(inputs))
-    kernels = _kernels(payloads)
+    kernels = payload_kernels(payloads)
     assert kernels.count(KERNEL) == 5, kernels  # 2 a layer, 2 layers, and the final norm
     assert not set(UNFUSED) & set(kernels), kernels
     _check_providers(pte, tuple(inputs), 5, expected)

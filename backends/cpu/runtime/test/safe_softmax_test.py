@@ -9,24 +9,24 @@ of zeros left alone.
 """
 
 import math
-from typing import Any
 
 import pytest
 import torch
-from executorch.extension.pybindings import portable_lib
 from torch import nn
 from torch.nn import functional as F
 
 from backends.cpu.quantized_ops import safe_softmax
-from backends.cpu.runtime import loader
+from backends.cpu.runtime.test.fused_op_checks import (
+    check_both_providers,
+    payload_kernels,
+    run_with_switch,
+)
 from backends.cpu.runtime.test.lowered_program import lower_to_pte
-from backends.cpu.serialization.schema import fb
 from tools.bench import zoo
 
 KERNEL = "et_cpu_quant::safe_softmax.out"
 SWITCH = "ET_CPU_SAFE_SOFTMAX"
 GUARD = ("aten::eq.Scalar_out", "aten::logical_not.out", "aten::any.out", "aten::where.self_out")
-_BUFFERS: list[bytes] = []  # the runtime does not own a program's buffer
 
 
 class Attention(nn.Module):
@@ -58,38 +58,6 @@ class HalfFilled(nn.Module):
         return torch.where(masked, torch.full_like(s, 0.5), s)
 
 
-def _kernels(payloads: list[bytes]) -> list[str]:
-    kernels = []
-    for payload in payloads:
-        graph = fb.Graph.GetRootAs(payload, 0)
-        kernels += [graph.Ops(i).Kernel().decode() for i in range(graph.OpsLength())]
-    return kernels
-
-
-def _run(pte: bytes, inputs: tuple[torch.Tensor, ...], switch: str | None) -> tuple[Any, list[str]]:
-    with pytest.MonkeyPatch.context() as patch:
-        if switch is None:
-            patch.delenv(SWITCH, raising=False)
-        else:
-            patch.setenv(SWITCH, switch)
-        loader.load_cpu_backend()
-        _BUFFERS.append(pte)
-        module: Any = portable_lib._load_for_executorch_from_buffer(pte)
-        outputs = module.forward(list(inputs))  # init (reads the switch) runs here
-        return outputs, loader.last_placement()
-
-
-def _check_providers(
-    pte: bytes, inputs: tuple[torch.Tensor, ...], count: int, expected: Any
-) -> None:
-    for switch, provider in [(None, "Optimized"), ("0", "Reference")]:
-        (actual,), placement = _run(pte, inputs, switch)
-        lines = [line for line in placement if KERNEL in line]
-        assert len(lines) == count and all(f": {provider}" in line for line in lines), lines
-        assert not torch.isnan(actual).any()
-        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
-
-
 @pytest.mark.parametrize("seq", [19, 40])
 def test_causal_sdpa_softmax_is_one_op_matching_eager(seq: int) -> None:
     torch.manual_seed(seq)
@@ -98,10 +66,10 @@ def test_causal_sdpa_softmax_is_one_op_matching_eager(seq: int) -> None:
     with torch.no_grad():
         expected = model(x)
     pte, payloads = lower_to_pte(model, (x,))
-    kernels = _kernels(payloads)
+    kernels = payload_kernels(payloads)
     assert kernels.count(KERNEL) == 1, kernels
     assert not set(GUARD) & set(kernels) and "aten::_softmax.out" not in kernels, kernels
-    _check_providers(pte, (x,), 1, expected)
+    check_both_providers(pte, (x,), KERNEL, SWITCH, 1, expected)
 
 
 def test_fully_masked_rows_give_zeros() -> None:
@@ -117,9 +85,9 @@ def test_fully_masked_rows_give_zeros() -> None:
         scores = q @ k.transpose(-2, -1) / math.sqrt(16) + mask
         expected = safe_softmax(scores, -1) @ v
     pte, payloads = lower_to_pte(model, (x, mask))
-    assert _kernels(payloads).count(KERNEL) == 1
-    _check_providers(pte, (x, mask), 1, expected)
-    (actual,), _ = _run(pte, (x, mask), None)
+    assert payload_kernels(payloads).count(KERNEL) == 1
+    check_both_providers(pte, (x, mask), KERNEL, SWITCH, 1, expected)
+    (actual,), _ = run_with_switch(pte, (x, mask), SWITCH, None)
     assert torch.equal(actual[:, :, [2, 11, 20]], torch.zeros(1, 2, 3, 16))
 
 
@@ -127,8 +95,8 @@ def test_other_fill_is_left_alone() -> None:
     x = torch.randn(2, 3, 9)
     x[0, 1] = -math.inf
     pte, payloads = lower_to_pte(HalfFilled().eval(), (x,))
-    assert KERNEL not in _kernels(payloads)
-    (actual,), _ = _run(pte, (x,), None)
+    assert KERNEL not in payload_kernels(payloads)
+    (actual,), _ = run_with_switch(pte, (x,), SWITCH, None)
     torch.testing.assert_close(actual, HalfFilled()(x), rtol=1e-6, atol=1e-6)
 
 
@@ -137,7 +105,7 @@ def test_zoo_llama_guards_fused_and_matching_eager() -> None:
     with torch.no_grad():
         expected = model(*inputs)
     pte, payloads = lower_to_pte(model, tuple(inputs))
-    kernels = _kernels(payloads)
+    kernels = payload_kernels(payloads)
     assert kernels.count(KERNEL) == 2, kernels  # one a layer
     assert not set(GUARD) & set(kernels), kernels
-    _check_providers(pte, tuple(inputs), 2, expected)
+    check_both_providers(pte, tuple(inputs), KERNEL, SWITCH, 2, expected)
