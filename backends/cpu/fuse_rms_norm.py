@@ -22,7 +22,7 @@ import torch
 from torch.export import ExportedProgram
 
 from backends.cpu import quantized_ops
-from backends.cpu.graph_match import is_op, only_user, replace_with_fused, tensor_val
+from backends.cpu.graph_match import Fusion, fuse_subgraphs, is_op, only_user, tensor_val
 from backends.transforms.pass_report import PassReport
 from backends.transforms.program_constants import ProgramConstants
 
@@ -32,9 +32,6 @@ _ADD = "aten.add.Tensor"
 _MEAN = "aten.mean.dim"
 _POW = "aten.pow.Tensor_Scalar"
 _MUL = "aten.mul.Tensor"
-
-# x, the weight (None: none), eps, the node the fused op replaces, the nodes that die with it.
-_Match = tuple[torch.fx.Node, torch.fx.Node | None, float, torch.fx.Node, list[torch.fx.Node]]
 
 
 def _f32(*nodes: object) -> bool:
@@ -80,24 +77,7 @@ class FuseRmsNormPass:
     """`FuseRmsNormPass()(ep)` rewrites the RMSNorm subgraphs of `ep` in place."""
 
     def __call__(self, ep: ExportedProgram) -> PassReport:
-        report = PassReport(pass_name=type(self).__name__)
-        constants = ProgramConstants(ep)
-        graph = ep.graph
-        for rsqrt in list(graph.nodes):
-            if not is_op(rsqrt, _RSQRT):
-                continue
-            found = self._match(rsqrt, constants)
-            if found is None:
-                continue
-            x, weight, eps, last, dead = found
-            replace_with_fused(graph, last, quantized_ops.RMS_NORM, (x, weight, eps), dead)
-            report.folded += 1
-            report.changed = True
-        if report.changed:
-            graph.lint()
-            ep.graph_module.recompile()
-        constants.commit()
-        return report
+        return fuse_subgraphs(ep, type(self).__name__, _RSQRT, self._match)
 
     @staticmethod
     def _eps(add: torch.fx.Node, mean: torch.fx.Node, constants: ProgramConstants) -> float | None:
@@ -121,7 +101,7 @@ class FuseRmsNormPass:
             return None
         return float(value.reshape(-1)[0].item())
 
-    def _match(self, rsqrt: torch.fx.Node, constants: ProgramConstants) -> _Match | None:
+    def _match(self, rsqrt: torch.fx.Node, constants: ProgramConstants) -> Fusion | None:
         add = rsqrt.args[0] if rsqrt.args else None
         if not isinstance(add, torch.fx.Node) or not only_user(add, rsqrt):
             return None
@@ -155,7 +135,7 @@ class FuseRmsNormPass:
         dead = [rsqrt, add, mean, square]  # consumers first; `last` goes first of all
         if last is not scaled:
             dead.insert(0, scaled)
-        return x, weight, eps, last, dead
+        return Fusion(last, quantized_ops.RMS_NORM, (x, weight, eps), dead)
 
     @staticmethod
     def _weight_of(scaled: torch.fx.Node, width: int) -> tuple[torch.fx.Node | None, torch.fx.Node]:

@@ -18,7 +18,7 @@ import torch
 from torch.export import ExportedProgram
 
 from backends.cpu import quantized_ops
-from backends.cpu.graph_match import is_op, only_user, replace_with_fused, tensor_val
+from backends.cpu.graph_match import Fusion, fuse_subgraphs, is_op, only_user, tensor_val
 from backends.transforms.pass_report import PassReport
 
 _ADD = "aten.add.Tensor"
@@ -98,27 +98,14 @@ class FuseRotaryPass:
     """`FuseRotaryPass()(ep)` rewrites the rotate-half rotary subgraphs of `ep` in place."""
 
     def __call__(self, ep: ExportedProgram) -> PassReport:
-        report = PassReport(pass_name=type(self).__name__)
-        graph = ep.graph
-        for add in list(graph.nodes):
-            if not is_op(add, _ADD) or len(add.args) != 2 or add.kwargs.get("alpha", 1) != 1:
-                continue
-            found = self._match(add)
-            if found is None:
-                continue
-            x, cos, sin, dead = found
-            replace_with_fused(graph, add, quantized_ops.ROTARY, (x, cos, sin), dead)
-            report.folded += 1
-            report.changed = True
-        if report.changed:
-            graph.lint()
-            ep.graph_module.recompile()
-        return report
+        return fuse_subgraphs(ep, type(self).__name__, _ADD, lambda add, _: self._match(add))
 
     @staticmethod
     def _match(
         add: torch.fx.Node,
-    ) -> tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node, list[torch.fx.Node]] | None:
+    ) -> Fusion | None:
+        if len(add.args) != 2 or add.kwargs.get("alpha", 1) != 1:
+            return None
         for plain, turned in (add.args, add.args[::-1]):
             if not (is_op(plain, _MUL) and is_op(turned, _MUL)):
                 continue
@@ -155,5 +142,6 @@ class FuseRotaryPass:
                 assert isinstance(neg, torch.fx.Node) and isinstance(low, torch.fx.Node)
                 high = neg.args[0]
                 assert isinstance(high, torch.fx.Node)
-                return x, cos, sin, [plain, turned, cat, neg, high, low]
+                dead = [plain, turned, cat, neg, high, low]
+                return Fusion(add, quantized_ops.ROTARY, (x, cos, sin), dead)
         return None

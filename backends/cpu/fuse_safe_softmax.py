@@ -21,7 +21,7 @@ import torch
 from torch.export import ExportedProgram
 
 from backends.cpu import quantized_ops
-from backends.cpu.graph_match import is_op, only_user, replace_with_fused, tensor_val
+from backends.cpu.graph_match import Fusion, fuse_subgraphs, is_op, only_user, tensor_val
 from backends.transforms.pass_report import PassReport
 from backends.transforms.program_constants import ProgramConstants
 
@@ -45,29 +45,10 @@ class FuseSafeSoftmaxPass:
     """`FuseSafeSoftmaxPass()(ep)` rewrites SDPA's guarded softmaxes of `ep` in place."""
 
     def __call__(self, ep: ExportedProgram) -> PassReport:
-        report = PassReport(pass_name=type(self).__name__)
-        constants = ProgramConstants(ep)
-        graph = ep.graph
-        for where in list(graph.nodes):
-            if not is_op(where, _WHERE):
-                continue
-            found = self._match(where, constants)
-            if found is None:
-                continue
-            x, dead = found
-            replace_with_fused(graph, where, quantized_ops.SAFE_SOFTMAX, (x, -1), dead)
-            report.folded += 1
-            report.changed = True
-        if report.changed:
-            graph.lint()
-            ep.graph_module.recompile()
-        constants.commit()
-        return report
+        return fuse_subgraphs(ep, type(self).__name__, _WHERE, self._match)
 
     @staticmethod
-    def _match(
-        where: torch.fx.Node, constants: ProgramConstants
-    ) -> tuple[torch.fx.Node, list[torch.fx.Node]] | None:
+    def _match(where: torch.fx.Node, constants: ProgramConstants) -> Fusion | None:
         if len(where.args) != 3 or where.kwargs:
             return None
         cond, zeros, softmax = where.args
@@ -131,4 +112,4 @@ class FuseSafeSoftmaxPass:
         if set(softmax.users) != readers:
             return None
         dead.append(softmax)
-        return x, dead
+        return Fusion(where, quantized_ops.SAFE_SOFTMAX, (x, -1), dead)

@@ -4,12 +4,16 @@ the node a matched subgraph ends in with one fused op."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch.export import ExportedProgram
 
 from backends.cpu.routes import op_key
+from backends.transforms.pass_report import PassReport
+from backends.transforms.program_constants import ProgramConstants
 
 
 def is_op(node: object, key: str) -> bool:
@@ -52,3 +56,41 @@ def replace_with_fused(
         if not node.users:
             graph.erase_node(node)
     return fused
+
+
+@dataclasses.dataclass
+class Fusion:
+    """One matched subgraph: `target(*args)` replaces `last`; `dead` are its other nodes,
+    consumers first."""
+
+    last: torch.fx.Node
+    target: Any
+    args: tuple[Any, ...]
+    dead: list[torch.fx.Node]
+
+
+def fuse_subgraphs(
+    ep: ExportedProgram,
+    pass_name: str,
+    anchor: str,
+    match: Callable[[torch.fx.Node, ProgramConstants], Fusion | None],
+) -> PassReport:
+    """Calls `match` on every node of `ep` calling the op `anchor` and applies each Fusion it
+    returns (replace_with_fused); the graph is linted and recompiled when anything changed."""
+    report = PassReport(pass_name=pass_name)
+    constants = ProgramConstants(ep)
+    graph = ep.graph
+    for node in list(graph.nodes):
+        if not is_op(node, anchor):
+            continue
+        found = match(node, constants)
+        if found is None:
+            continue
+        replace_with_fused(graph, found.last, found.target, found.args, found.dead)
+        report.folded += 1
+        report.changed = True
+    if report.changed:
+        graph.lint()
+        ep.graph_module.recompile()
+    constants.commit()
+    return report

@@ -53,7 +53,11 @@ def define_common_targets():
     runtime.python_library(
         name = "graph_match",
         srcs = ["graph_match.py"],
-        deps = [":routes"],
+        deps = [
+            ":routes",
+            "//backends/transforms:pass_report",
+            "//backends/transforms:program_constants",
+        ],
         visibility = ["//visibility:public"],
     )
 
