@@ -14,7 +14,9 @@ from executorch.exir.backend.compile_spec_schema import CompileSpec
 from torch.export import ExportedProgram
 
 from backends.cpu import profiling_events, symbolic_dims
+from backends.cpu.fuse_rms_norm import FuseRmsNormPass
 from backends.cpu.fuse_rotary import FuseRotaryPass
+from backends.cpu.fuse_safe_softmax import FuseSafeSoftmaxPass
 from backends.cpu.quantized_fusion import FuseQuantizedGroups
 from backends.cpu.serialization.graph_writer import serialize_program
 from backends.cpu.torchao.fusion import FuseTorchaoOps
@@ -34,6 +36,8 @@ CPU_PREPROCESS_PASSES: list[Callable[[], Callable[[ExportedProgram], PassReport]
     FuseQuantizedGroups,
     FuseTorchaoOps,
     FuseRotaryPass,
+    FuseRmsNormPass,
+    FuseSafeSoftmaxPass,
     FoldConstantSubgraphsPass,
     RemoveIdentityCopiesPass,
 ]

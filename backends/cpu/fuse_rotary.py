@@ -18,7 +18,7 @@ import torch
 from torch.export import ExportedProgram
 
 from backends.cpu import quantized_ops
-from backends.cpu.routes import op_key
+from backends.cpu.graph_match import Fusion, fuse_subgraphs, is_op, only_user, tensor_val
 from backends.transforms.pass_report import PassReport
 
 _ADD = "aten.add.Tensor"
@@ -28,30 +28,15 @@ _NEG = "aten.neg.default"
 _SLICE = "aten.slice_copy.Tensor"
 
 
-def _is(node: object, key: str) -> bool:
-    return (
-        isinstance(node, torch.fx.Node)
-        and node.op == "call_function"
-        and op_key(node.target) == key
-    )
-
-
-def _val(node: object) -> torch.Tensor | None:
-    if not isinstance(node, torch.fx.Node):
-        return None
-    val = node.meta.get("val")
-    return val if isinstance(val, torch.Tensor) else None
-
-
 def _last_dim(node: torch.fx.Node, dim: object) -> bool:
-    val = _val(node)
+    val = tensor_val(node)
     return val is not None and isinstance(dim, int) and dim in (-1, val.dim() - 1)
 
 
 def _slice_of(node: object, x: torch.fx.Node, start: int, end: int, width: int) -> bool:
     """`node` is slice_copy(x, last dim, start, end) with step 1 (an end past D = `width`, or
     none, counts as D; only where `end` is D)."""
-    if not _is(node, _SLICE):
+    if not is_op(node, _SLICE):
         return False
     assert isinstance(node, torch.fx.Node)
     args = list(node.args) + [None] * (5 - len(node.args))
@@ -69,13 +54,9 @@ def _slice_of(node: object, x: torch.fx.Node, start: int, end: int, width: int) 
     return isinstance(hi, int) and hi == end
 
 
-def _only_user(node: torch.fx.Node, user: torch.fx.Node) -> bool:
-    return len(node.users) == 1 and user in node.users
-
-
 def _rotate_half_of(cat: object) -> torch.fx.Node | None:
     """x when `cat` is cat([neg(x[..., h:]), x[..., :h]], last dim), read only through it."""
-    if not _is(cat, _CAT):
+    if not is_op(cat, _CAT):
         return None
     assert isinstance(cat, torch.fx.Node)
     parts = cat.args[0]
@@ -83,14 +64,14 @@ def _rotate_half_of(cat: object) -> torch.fx.Node | None:
     if not isinstance(parts, (list, tuple)) or len(parts) != 2:
         return None
     neg, low = parts
-    if not _is(neg, _NEG) or not isinstance(low, torch.fx.Node):
+    if not is_op(neg, _NEG) or not isinstance(low, torch.fx.Node):
         return None
     assert isinstance(neg, torch.fx.Node)
     high = neg.args[0]
     x = low.args[0] if low.args else None
     if not isinstance(x, torch.fx.Node) or not isinstance(high, torch.fx.Node):
         return None
-    val = _val(x)
+    val = tensor_val(x)
     if val is None or val.dim() < 1 or not _last_dim(x, dim):
         return None
     width = val.shape[-1]
@@ -99,7 +80,7 @@ def _rotate_half_of(cat: object) -> torch.fx.Node | None:
     half = width // 2
     if not _slice_of(high, x, half, width, width) or not _slice_of(low, x, 0, half, width):
         return None
-    if not (_only_user(high, neg) and _only_user(neg, cat) and _only_user(low, cat)):
+    if not (only_user(high, neg) and only_user(neg, cat) and only_user(low, cat)):
         return None
     return x
 
@@ -117,36 +98,16 @@ class FuseRotaryPass:
     """`FuseRotaryPass()(ep)` rewrites the rotate-half rotary subgraphs of `ep` in place."""
 
     def __call__(self, ep: ExportedProgram) -> PassReport:
-        report = PassReport(pass_name=type(self).__name__)
-        graph = ep.graph
-        for add in list(graph.nodes):
-            if not _is(add, _ADD) or len(add.args) != 2 or add.kwargs.get("alpha", 1) != 1:
-                continue
-            found = self._match(add)
-            if found is None:
-                continue
-            x, cos, sin, dead = found
-            with graph.inserting_before(add):
-                fused = graph.call_function(quantized_ops.ROTARY, (x, cos, sin))
-            fused.meta = dict(add.meta)
-            add.replace_all_uses_with(fused)
-            graph.erase_node(add)
-            for node in dead:  # consumers first
-                if not node.users:
-                    graph.erase_node(node)
-            report.folded += 1
-            report.changed = True
-        if report.changed:
-            graph.lint()
-            ep.graph_module.recompile()
-        return report
+        return fuse_subgraphs(ep, type(self).__name__, _ADD, lambda add, _: self._match(add))
 
     @staticmethod
     def _match(
         add: torch.fx.Node,
-    ) -> tuple[torch.fx.Node, torch.fx.Node, torch.fx.Node, list[torch.fx.Node]] | None:
+    ) -> Fusion | None:
+        if len(add.args) != 2 or add.kwargs.get("alpha", 1) != 1:
+            return None
         for plain, turned in (add.args, add.args[::-1]):
-            if not (_is(plain, _MUL) and _is(turned, _MUL)):
+            if not (is_op(plain, _MUL) and is_op(turned, _MUL)):
                 continue
             assert isinstance(plain, torch.fx.Node) and isinstance(turned, torch.fx.Node)
             for cat, sin in (turned.args, turned.args[::-1]):
@@ -158,7 +119,12 @@ class FuseRotaryPass:
                 cos = plain.args[1] if plain.args[0] is x else plain.args[0]
                 if not isinstance(cos, torch.fx.Node):
                     continue
-                x_val, cos_val, sin_val, out_val = _val(x), _val(cos), _val(sin), _val(add)
+                x_val, cos_val, sin_val, out_val = (
+                    tensor_val(x),
+                    tensor_val(cos),
+                    tensor_val(sin),
+                    tensor_val(add),
+                )
                 if x_val is None or cos_val is None or sin_val is None or out_val is None:
                     continue
                 if any(v.dtype != torch.float32 for v in (x_val, cos_val, sin_val, out_val)):
@@ -167,7 +133,7 @@ class FuseRotaryPass:
                     continue
                 if not _broadcasts_to_trailing(cos_val, x_val):
                     continue
-                if not (_only_user(plain, add) and _only_user(turned, add)):
+                if not (only_user(plain, add) and only_user(turned, add)):
                     continue
                 assert isinstance(cat, torch.fx.Node)
                 parts = cat.args[0]
@@ -176,5 +142,6 @@ class FuseRotaryPass:
                 assert isinstance(neg, torch.fx.Node) and isinstance(low, torch.fx.Node)
                 high = neg.args[0]
                 assert isinstance(high, torch.fx.Node)
-                return x, cos, sin, [plain, turned, cat, neg, high, low]
+                dead = [plain, turned, cat, neg, high, low]
+                return Fusion(add, quantized_ops.ROTARY, (x, cos, sin), dead)
         return None

@@ -81,6 +81,13 @@ SCHEMAS: dict[str, str] = {
     # Rotary position embedding, "rotate half" form (fuse_rotary.py): float32, not quantized.
     "rotary": "rotary(Tensor x, Tensor cos, Tensor sin) -> Tensor",
     "rotary.out": "rotary.out(Tensor x, Tensor cos, Tensor sin, *, Tensor(a!) out) -> Tensor(a!)",
+    # RMSNorm over the last dim (fuse_rms_norm.py): float32, not quantized.
+    "rms_norm": "rms_norm(Tensor x, Tensor? weight, float eps) -> Tensor",
+    "rms_norm.out": "rms_norm.out(Tensor x, Tensor? weight, float eps, *, Tensor(a!) out) "
+    "-> Tensor(a!)",
+    # Softmax over the last dim, fully masked rows giving zeros (fuse_safe_softmax.py): float32.
+    "safe_softmax": "safe_softmax(Tensor x, int dim) -> Tensor",
+    "safe_softmax.out": "safe_softmax.out(Tensor x, int dim, *, Tensor(a!) out) -> Tensor(a!)",
     "max_pool2d": f"{_MAX_POOL}) -> Tensor",
     "max_pool2d.out": _MAX_POOL.replace("max_pool2d(", "max_pool2d.out(", 1)
     + ", *, Tensor(a!) out) -> Tensor(a!)",
@@ -291,6 +298,34 @@ def _rotary_out(
     return out.copy_(rotary(x, cos, sin))
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """Reference semantics of `et_cpu_quant::rms_norm`: `x * rsqrt(mean(x^2) + eps)` over the
+    last dim, then `* weight` ([D]) when there is one, as torch computes that decomposition."""
+    normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return normed if weight is None else normed * weight
+
+
+def _rms_norm_out(
+    x: torch.Tensor, weight: torch.Tensor | None, eps: float, *, out: torch.Tensor
+) -> torch.Tensor:
+    return out.copy_(rms_norm(x, weight, eps))
+
+
+def safe_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Reference semantics of `et_cpu_quant::safe_softmax`: softmax over `dim`, except that a
+    row of -inf only (fully masked) gives zeros (what scaled_dot_product_attention exports)."""
+    masked = (x == float("-inf")).all(dim=dim, keepdim=True)
+    return torch.where(masked, torch.zeros_like(x), torch.softmax(x, dim=dim))
+
+
+def _safe_softmax_out(x: torch.Tensor, dim: int, *, out: torch.Tensor) -> torch.Tensor:
+    return out.copy_(safe_softmax(x, dim))
+
+
+_library.impl("safe_softmax", safe_softmax, "CompositeExplicitAutograd")
+_library.impl("safe_softmax.out", _safe_softmax_out, "CompositeExplicitAutograd")
+_library.impl("rms_norm", rms_norm, "CompositeExplicitAutograd")
+_library.impl("rms_norm.out", _rms_norm_out, "CompositeExplicitAutograd")
 _library.impl("rotary", rotary, "CompositeExplicitAutograd")
 _library.impl("rotary.out", _rotary_out, "CompositeExplicitAutograd")
 _library.impl("linear_8da", linear_8da, "CompositeExplicitAutograd")
@@ -350,3 +385,5 @@ LINEAR_8DA: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).linear_8da.def
 LINEAR_WO: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).linear_wo.default
 EMBEDDING_WO: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).embedding_wo.default
 ROTARY: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).rotary.default
+RMS_NORM: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).rms_norm.default
+SAFE_SOFTMAX: torch._ops.OpOverload = getattr(torch.ops, NAMESPACE).safe_softmax.default

@@ -173,6 +173,11 @@ BUILTIN_KERNELS: frozenset[str] = frozenset(
         "et_cpu_quant::embedding_wo.out",
         # Rotary embeddings, fused by preprocess (fuse_rotary.py): runtime/builtin_kernels.cc.
         "et_cpu_quant::rotary.out",
+        # RMSNorm, fused by preprocess (fuse_rms_norm.py): runtime/rms_norm.cc.
+        "et_cpu_quant::rms_norm.out",
+        # SDPA's guarded softmax, fused by preprocess (fuse_safe_softmax.py):
+        # runtime/safe_softmax.cc.
+        "et_cpu_quant::safe_softmax.out",
     }
 )
 
@@ -412,6 +417,12 @@ _ROUTE_LIST: tuple[Route, ...] = (
     # Rotary embeddings (fuse_rotary.py), written only by preprocess: the Optimized provider's
     # AVX-512 kernel, else the Reference provider's built-in scalar loop.
     _r("et_cpu_quant.rotary.default", "et_cpu_quant::rotary.out", provider=_OPT),
+    # RMSNorm (fuse_rms_norm.py), written only by preprocess: the Optimized provider's AVX-512
+    # kernel, else the Reference provider's built-in scalar loop.
+    _r("et_cpu_quant.rms_norm.default", "et_cpu_quant::rms_norm.out", provider=_OPT),
+    # SDPA's softmax with its fully-masked-row guard (fuse_safe_softmax.py), written only by
+    # preprocess: the Optimized provider's AVX-512 softmax rows, else the built-in scalar loop.
+    _r("et_cpu_quant.safe_softmax.default", "et_cpu_quant::safe_softmax.out", provider=_OPT),
     # Factories.
     _r("aten.arange.default", "aten::arange.out"),
     _r("aten.arange.start_step", "aten::arange.start_out"),

@@ -49,14 +49,54 @@ def define_common_targets():
         visibility = ["//visibility:public"],
     )
 
+    # What the preprocess fusions below share: matching Edge nodes, replacing a matched subgraph.
+    runtime.python_library(
+        name = "graph_match",
+        srcs = ["graph_match.py"],
+        deps = [
+            ":routes",
+            "//backends/transforms:pass_report",
+            "//backends/transforms:program_constants",
+        ],
+        visibility = ["//visibility:public"],
+    )
+
     # Preprocess: rotary embeddings (rotate-half form) as one et_cpu_quant::rotary op.
     runtime.python_library(
         name = "fuse_rotary",
         srcs = ["fuse_rotary.py"],
         deps = [
             ":quantized_ops",
-            ":routes",
+            ":graph_match",
             "//backends/transforms:pass_report",
+        ],
+        visibility = ["//visibility:public"],
+    )
+
+    # Preprocess: RMSNorm (pow, mean, add eps, rsqrt, mul, mul by weight) as one
+    # et_cpu_quant::rms_norm op.
+    runtime.python_library(
+        name = "fuse_rms_norm",
+        srcs = ["fuse_rms_norm.py"],
+        deps = [
+            ":quantized_ops",
+            ":graph_match",
+            "//backends/transforms:pass_report",
+            "//backends/transforms:program_constants",
+        ],
+        visibility = ["//visibility:public"],
+    )
+
+    # Preprocess: SDPA's softmax and its fully-masked-row guard (eq, logical_not, any,
+    # logical_not, where) as one et_cpu_quant::safe_softmax op.
+    runtime.python_library(
+        name = "fuse_safe_softmax",
+        srcs = ["fuse_safe_softmax.py"],
+        deps = [
+            ":quantized_ops",
+            ":graph_match",
+            "//backends/transforms:pass_report",
+            "//backends/transforms:program_constants",
         ],
         visibility = ["//visibility:public"],
     )
@@ -72,7 +112,9 @@ def define_common_targets():
         name = "cpu_backend",
         srcs = ["cpu_backend.py"],
         deps = [
+            ":fuse_rms_norm",
             ":fuse_rotary",
+            ":fuse_safe_softmax",
             ":profiling_events",
             ":quantized_fusion",
             ":symbolic_dims",

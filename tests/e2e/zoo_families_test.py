@@ -38,9 +38,10 @@ _FAMILY_ROUTES = {
     "vit": {"aten.native_layer_norm.default", "aten._softmax.default", "aten.gelu.default"},
     "llama": {
         "aten.embedding.default",
-        "aten.pow.Tensor_Scalar",
-        "aten.rsqrt.default",
-        "aten.any.dim",  # scaled_dot_product_attention's guard against fully masked rows
+        "et_cpu_quant.rms_norm.default",  # RMSNorm, fused by preprocess (fuse_rms_norm.py)
+        # scaled_dot_product_attention's softmax with its guard against fully masked rows
+        # (fuse_safe_softmax.py)
+        "et_cpu_quant.safe_softmax.default",
         "aten.silu.default",
     },
     "text_cnn": {"aten.embedding.default", "aten.amax.default", "aten.argmax.default"},
@@ -66,10 +67,8 @@ _FAMILY_ACTIVATIONS = {
     "speech_conv1d": ("aten::_log_softmax.out",),
     "llama": (
         "aten::embedding.out",
-        "aten::eq.Scalar_out",
-        "aten::logical_not.out",
-        "aten::any.out",
-        "aten::where.self_out",
+        "et_cpu_quant::rms_norm.out",
+        "et_cpu_quant::safe_softmax.out",
     ),
     "text_cnn": ("aten::embedding.out", "aten::amax.out", "aten::argmax.out"),
 }

@@ -10,7 +10,9 @@
 #include "backends/cpu/runtime/error_report.h"
 #include "backends/cpu/runtime/linear_8da.h"
 #include "backends/cpu/runtime/linear_wo.h"
+#include "backends/cpu/runtime/rms_norm.h"
 #include "backends/cpu/runtime/rotary.h"
+#include "backends/cpu/runtime/safe_softmax.h"
 
 namespace et_cpu_plugin {
 namespace cpu {
@@ -81,13 +83,16 @@ const char* dtype_name(ScalarType type) {
 
 bool is_builtin_kernel(const char* kernel) {
   return find_builtin(kernel) != nullptr || is_linear_8da_kernel(kernel) ||
-         is_weight_only_kernel(kernel) || is_rotary_kernel(kernel);
+         is_weight_only_kernel(kernel) || is_rotary_kernel(kernel) ||
+         is_rms_norm_kernel(kernel) || is_safe_softmax_kernel(kernel);
 }
 
 Error bind_builtin_kernel(const OpBinding& op, std::unique_ptr<BoundKernel>* out) {
   if (is_linear_8da_kernel(op.kernel)) return bind_linear_8da(op, out);
   if (is_weight_only_kernel(op.kernel)) return bind_weight_only(op, out);
   if (is_rotary_kernel(op.kernel)) return bind_rotary_builtin(op, out);
+  if (is_rms_norm_kernel(op.kernel)) return bind_rms_norm_builtin(op, out);
+  if (is_safe_softmax_kernel(op.kernel)) return bind_safe_softmax_builtin(op, out);
   const Builtin* builtin = find_builtin(op.kernel);
   if (builtin == nullptr) return Error::OperatorMissing;
   // self, out, and the result slot the runtime appends.

@@ -26,7 +26,9 @@ _RUNTIME_SRCS = [
     "payload_reader.cc",
     "quantized_op_check.cc",
     "reference_provider.cc",
+    "rms_norm.cc",
     "rotary.cc",
+    "safe_softmax.cc",
     "state_kernels.cc",
     "stream_exit_guard.cc",
 ]
@@ -46,7 +48,9 @@ _RUNTIME_HDRS = [
     "payload_reader.h",
     "quantized_op_check.h",
     "reference_provider.h",
+    "rms_norm.h",
     "rotary.h",
+    "safe_softmax.h",
     "state_kernels.h",
 ]
 
@@ -629,11 +633,50 @@ def define_common_targets():
         ],
     )
 
+    runtime.python_library(
+        name = "fused_op_checks",
+        srcs = ["test/fused_op_checks.py"],
+        deps = [
+            ":loader",
+            "//backends/cpu/serialization:schema",
+        ],
+    )
+
+    runtime.python_test(
+        name = "rms_norm_test",
+        size = "medium",
+        srcs = ["test/rms_norm_test.py"],
+        deps = [
+            ":fused_op_checks",
+            ":loader",
+            ":lowered_program",
+            "//backends/cpu:fuse_rms_norm",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:schema",
+            "//tools/bench:zoo",
+        ],
+    )
+
     runtime.python_test(
         name = "rotary_test",
         size = "medium",
         srcs = ["test/rotary_test.py"],
         deps = [
+            ":fused_op_checks",
+            ":loader",
+            ":lowered_program",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/serialization:schema",
+            "//tools/bench:zoo",
+        ],
+    )
+
+    runtime.python_test(
+        name = "safe_softmax_test",
+        size = "medium",
+        srcs = ["test/safe_softmax_test.py"],
+        deps = [
+            ":fused_op_checks",
             ":loader",
             ":lowered_program",
             "//backends/cpu/partition:cpu_partitioner",

@@ -10,23 +10,24 @@ look-alike that is not a rotary (other slice bounds) left alone.
 Tolerance 1e-5: one product and one sum per element (the AVX-512 kernel may fuse them: 1 ulp).
 """
 
-from typing import Any
-
 import pytest
 import torch
 from executorch.exir import to_edge_transform_and_lower
-from executorch.extension.pybindings import portable_lib
 from torch import nn
 from torch.export import Dim
 
 from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.runtime import loader
-from backends.cpu.runtime.test.lowered_program import lower_to_pte
-from backends.cpu.serialization.schema import fb
+from backends.cpu.runtime.test.fused_op_checks import (
+    check_both_providers,
+    payload_kernels,
+    placements_of,
+    run_with_switch,
+)
+from backends.cpu.runtime.test.lowered_program import load, lower_to_pte
 from tools.bench import zoo
 
 KERNEL = "et_cpu_quant::rotary.out"
-_BUFFERS: list[bytes] = []  # the runtime does not own a program's buffer
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -73,31 +74,6 @@ class NotRope(nn.Module):
         return x * cos + torch.cat([-x[..., 3:], x[..., :3]], dim=-1) * sin
 
 
-def _kernels(payloads: list[bytes]) -> list[str]:
-    kernels = []
-    for payload in payloads:
-        graph = fb.Graph.GetRootAs(payload, 0)
-        kernels += [graph.Ops(i).Kernel().decode() for i in range(graph.OpsLength())]
-    return kernels
-
-
-def _run(pte: bytes, inputs: tuple[torch.Tensor, ...], switch: str | None) -> tuple[Any, list[str]]:
-    with pytest.MonkeyPatch.context() as patch:
-        if switch is None:
-            patch.delenv("ET_CPU_ROTARY", raising=False)
-        else:
-            patch.setenv("ET_CPU_ROTARY", switch)
-        loader.load_cpu_backend()
-        _BUFFERS.append(pte)
-        module: Any = portable_lib._load_for_executorch_from_buffer(pte)
-        outputs = module.forward(list(inputs))  # init (reads the switch) runs here
-        return outputs, loader.last_placement()
-
-
-def _placements(placement: list[str]) -> list[str]:
-    return [line for line in placement if KERNEL in line]
-
-
 @pytest.mark.parametrize("table_4d", [False, True], ids=["table_2d", "table_4d"])
 @pytest.mark.parametrize("head_dim", [48, 32])
 def test_rotary_is_one_op_matching_eager(head_dim: int, table_4d: bool) -> None:
@@ -107,14 +83,10 @@ def test_rotary_is_one_op_matching_eager(head_dim: int, table_4d: bool) -> None:
     with torch.no_grad():
         expected = model(x)
     pte, payloads = lower_to_pte(model, (x,))
-    kernels = _kernels(payloads)
+    kernels = payload_kernels(payloads)
     assert kernels.count(KERNEL) == 2, kernels
     assert "aten::cat.out" not in kernels and "aten::neg.out" not in kernels, kernels
-    for switch, provider in [(None, "Optimized"), ("0", "Reference")]:
-        (actual,), placement = _run(pte, (x,), switch)
-        lines = _placements(placement)
-        assert len(lines) == 2 and all(f": {provider}" in line for line in lines), lines
-        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    check_both_providers(pte, (x,), KERNEL, "ET_CPU_ROTARY", 2, expected)
 
 
 def test_rotary_with_a_dynamic_sequence() -> None:
@@ -127,23 +99,21 @@ def test_rotary_with_a_dynamic_sequence() -> None:
     )
     edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
     assert partitioner.report.left_out == (), partitioner.report
-    pte = bytes(edge.to_executorch().buffer)
-    _BUFFERS.append(pte)
-    module: Any = portable_lib._load_for_executorch_from_buffer(pte)
+    module = load(bytes(edge.to_executorch().buffer))
     for seq in [1, 5, 32]:
         x = torch.randn(1, seq, 96)
         (actual,) = module.forward([x])
         with torch.no_grad():
             torch.testing.assert_close(actual, model(x), rtol=1e-5, atol=1e-5)
-    assert len(_placements(loader.last_placement())) == 2, loader.last_placement()
+    assert len(placements_of(KERNEL, loader.last_placement())) == 2, loader.last_placement()
 
 
 def test_look_alike_is_left_alone() -> None:
     torch.manual_seed(4)
     inputs = (torch.randn(2, 5, 8), torch.randn(5, 8), torch.randn(5, 8))
     pte, payloads = lower_to_pte(NotRope().eval(), inputs)
-    assert KERNEL not in _kernels(payloads)
-    (actual,), _ = _run(pte, inputs, None)
+    assert KERNEL not in payload_kernels(payloads)
+    (actual,), _ = run_with_switch(pte, inputs, "ET_CPU_ROTARY", None)
     torch.testing.assert_close(actual, NotRope()(*inputs), rtol=1e-6, atol=1e-6)
 
 
@@ -152,7 +122,7 @@ def test_zoo_llama_rotaries_fused_and_matching_eager() -> None:
     with torch.no_grad():
         expected = model(*inputs)
     pte, payloads = lower_to_pte(model, tuple(inputs))
-    assert _kernels(payloads).count(KERNEL) == 4  # q and k of 2 layers
-    (actual,), placement = _run(pte, tuple(inputs), None)
-    assert len(_placements(placement)) == 4, placement
+    assert payload_kernels(payloads).count(KERNEL) == 4  # q and k of 2 layers
+    (actual,), placement = run_with_switch(pte, tuple(inputs), "ET_CPU_ROTARY", None)
+    assert len(placements_of(KERNEL, placement)) == 4, placement
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)

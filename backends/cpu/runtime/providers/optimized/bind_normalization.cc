@@ -3,6 +3,9 @@
 // layout allows).
 #include "backends/cpu/runtime/providers/optimized/binders.h"
 
+#include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
+#include "backends/cpu/runtime/safe_softmax.h"
+
 namespace et_cpu_plugin {
 namespace cpu {
 namespace optimized {
@@ -44,6 +47,41 @@ class LayerNormKernel final : public OptimizedKernel {
   Tensor* mean_;
   Tensor* rstd_;
   std::unique_ptr<onednn::LayerNormPlan> plan_;
+};
+
+// et_cpu_quant::safe_softmax on onednn::safe_softmax_rows, its shape checked at every run.
+class SafeSoftmaxKernel final : public OptimizedKernel {
+ public:
+  SafeSoftmaxKernel(const Tensor* input, const EValue* dim, Tensor* output)
+      : input_(input), dim_(dim), output_(output) {}
+
+  void prepare(onednn::Provider& provider, const InChannelsLast&) override {
+    pool_ = provider.work_pool();
+  }
+  std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
+    return {impl_of(input_)};
+  }
+  std::string implementation() const override { return "safe_softmax:avx512 (rows)"; }
+
+  Error run(KernelRuntimeContext&) override {
+    SafeSoftmaxShape shape;
+    if (!safe_softmax_shape(*input_, *dim_, *output_, &shape)) {
+      // As the built-in kernel says it (runtime/safe_softmax.cc).
+      return report_error(Error::InvalidArgument,
+                          "CpuBackend: safe_softmax: shapes changed into no last-dim softmax");
+    }
+    if (shape.rows == 0) return Error::Ok;
+    return guarded("safe_softmax", [&] {
+      onednn::safe_softmax_rows(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>(),
+                                shape.rows, shape.width, pool_);
+    });
+  }
+
+ private:
+  const Tensor* input_;
+  const EValue* dim_;
+  Tensor* output_;
+  onednn::WorkPool* pool_ = nullptr;
 };
 
 }  // namespace
@@ -136,6 +174,31 @@ Error bind_softmax(const OpBinding& op, bool log, OptimizedSession& session,
       },
       input, output, /*output_follows_input=*/true);
   return bind_prepared(std::move(kernel), session, out);
+}
+
+// et_cpu_quant::safe_softmax.out(x, dim, *, out) (fused by backends/cpu/fuse_safe_softmax.py):
+// float32, dim the last, read plain; our AVX-512 softmax rows, a row of -inf only giving zeros.
+// ET_CPU_SAFE_SOFTMAX=0 declines it (the Reference provider's built-in loop runs it then).
+Error bind_safe_softmax(const OpBinding& op, OptimizedSession& session,
+                        std::unique_ptr<BoundKernel>* out, Decline* decline) {
+  if (!onednn::kernel_switched_on("ET_CPU_SAFE_SOFTMAX")) {
+    decline->reason = "safe_softmax: switched off (ET_CPU_SAFE_SOFTMAX=0)";
+    return Error::NotSupported;
+  }
+  if (!onednn::cpu_has_avx512()) {
+    decline->reason = "safe_softmax: needs AVX-512F";
+    return Error::NotSupported;
+  }
+  const Tensor* input = tensor_arg(op, 0);
+  Tensor* output = out_arg(op);
+  SafeSoftmaxShape shape;
+  if (!is_f32(input) || !is_f32(output) || op.args.size() < 2 ||
+      !safe_softmax_shape(*input, *op.args[1], *output, &shape)) {
+    decline->reason = "safe_softmax: float32 input and output of one shape, dim the last";
+    return Error::NotSupported;
+  }
+  return bind_prepared(std::make_unique<SafeSoftmaxKernel>(input, op.args[1], output), session,
+                       out);
 }
 
 }  // namespace optimized

@@ -41,6 +41,8 @@ Error binary(const R& r) {
   return bind_binary(r.op, kKind, kNames[static_cast<int>(kKind)], r.session, r.out, r.decline);
 }
 Error rotary(const R& r) { return bind_rotary(r.op, r.session, r.out, r.decline); }
+Error rms_norm(const R& r) { return bind_rms_norm(r.op, r.session, r.out, r.decline); }
+Error safe_softmax(const R& r) { return bind_safe_softmax(r.op, r.session, r.out, r.decline); }
 Error layer_norm(const R& r) { return bind_layer_norm(r.op, r.session, r.out, r.decline); }
 Error softmax(const R& r) { return bind_softmax(r.op, false, r.session, r.out, r.decline); }
 Error log_softmax(const R& r) { return bind_softmax(r.op, true, r.session, r.out, r.decline); }
@@ -71,6 +73,10 @@ constexpr BindRow kTable[] = {
     {"et_cpu_quant::linear_8da.out", linear_8da},
     // bind_rotary.cc: rotary embeddings (fused by preprocess).
     {"et_cpu_quant::rotary.out", rotary},
+    // bind_rms_norm.cc: RMSNorm (fused by preprocess).
+    {"et_cpu_quant::rms_norm.out", rms_norm},
+    // bind_normalization.cc: SDPA's softmax with its fully-masked-row guard (fused by preprocess).
+    {"et_cpu_quant::safe_softmax.out", safe_softmax},
     {"quantized_decomposed::quantize_per_tensor.out", quantize},
     {"quantized_decomposed::dequantize_per_tensor.out", dequantize},
     // bind_convolution.cc

@@ -57,10 +57,17 @@ Error bind_binary(const OpBinding& op, onednn::BinaryOp kind, const char* what,
 // kernels/rotary.h.
 Error bind_rotary(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
 
+// bind_rms_norm.cc: et_cpu_quant::rms_norm.out (RMSNorm over the last dim) on
+// kernels/rms_norm.h.
+Error bind_rms_norm(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
+
 // bind_normalization.cc: layer norm, softmax and log-softmax.
 Error bind_layer_norm(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline);
 Error bind_softmax(const OpBinding& op, bool log, OptimizedSession& session, Out out,
                    Decline* decline);
+// et_cpu_quant::safe_softmax.out: softmax over the last dim, fully masked rows giving zeros.
+Error bind_safe_softmax(const OpBinding& op, OptimizedSession& session, Out out,
+                        Decline* decline);
 
 // bind_reductions.cc: reductions, attention-mask ops and the embedding gather, on our own loops.
 enum class Reduction { kMax, kMin, kArgmax, kArgmin, kAny };

@@ -349,6 +349,11 @@ class ResamplePlan;
 class SoftmaxPlan;
 struct ProviderState;
 
+// Softmax over `rows` contiguous rows of `n` floats, a row of -inf only (fully masked) giving
+// zeros (torch's _safe_softmax: et_cpu_quant::safe_softmax); our AVX-512 row kernel (call only
+// after cpu_has_avx512()), rows in bands on `pool` (null: the calling thread alone).
+void safe_softmax_rows(const float* x, float* y, int64_t rows, int64_t n, WorkPool* pool);
+
 class Provider {
  public:
   explicit Provider(ProviderOptions options = {});

@@ -44,13 +44,22 @@ ET_AVX512 inline __mmask16 lanes_below(int64_t count) {
 
 // Softmax over `n` contiguous floats (the axis innermost in memory). A NaN or an infinity in the
 // row makes every output NaN, as torch's (x - max gives a NaN somewhere, so does the sum).
-ET_AVX512 void softmax_row(const float* x, float* y, int64_t n, bool log) {
+// `safe`: a row of -inf only (fully masked) gives zeros, as torch's _safe_softmax (the guard
+// scaled_dot_product_attention exports: where(all(x == -inf), 0, softmax(x))); looked for only
+// when the row's maximum is -inf, as every such row's is.
+ET_AVX512 void softmax_row(const float* x, float* y, int64_t n, bool log, bool safe = false) {
   __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t i = 0; i < n; i += kLanes) {
     const __mmask16 m = lanes_below(n - i);
     vmax = _mm512_mask_max_ps(vmax, m, vmax, _mm512_maskz_loadu_ps(m, x + i));
   }
-  const __m512 max = _mm512_set1_ps(horizontal16<Horizontal::kMax>(vmax));
+  const float row_max = horizontal16<Horizontal::kMax>(vmax);
+  if (safe && row_max == -std::numeric_limits<float>::infinity() &&
+      std::all_of(x, x + n, [](float v) { return v == -std::numeric_limits<float>::infinity(); })) {
+    std::fill(y, y + n, 0.0f);
+    return;
+  }
+  const __m512 max = _mm512_set1_ps(row_max);
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += kLanes) {
     const __mmask16 m = lanes_below(n - i);
@@ -200,6 +209,24 @@ void SoftmaxPlan::run(const float* input, float* output) const {
   p.state->pool->run(p.tasks, [&](size_t task, int) {
     const auto [begin, end] = slice_of(units, p.tasks, task);
     softmax_units(p.shape, p.log, from, output, begin, end);
+  });
+}
+
+void safe_softmax_rows(const float* x, float* y, int64_t rows, int64_t n, WorkPool* pool) {
+  // Bands of at least ~16 KiB of x, as the rotary and RMSNorm kernels.
+  const int64_t min_rows = std::max<int64_t>(1, 4096 / std::max<int64_t>(n, 1));
+  const int64_t threads = pool ? static_cast<int64_t>(pool->size()) : 1;
+  const int64_t bands = std::max<int64_t>(1, std::min<int64_t>(threads * 2, rows / min_rows));
+  const auto band_rows = [&](int64_t first, int64_t last) {
+    for (int64_t r = first; r < last; ++r) softmax_row(x + r * n, y + r * n, n, false, true);
+  };
+  if (bands <= 1 || pool == nullptr) {
+    band_rows(0, rows);
+    return;
+  }
+  pool->run(static_cast<size_t>(bands), [&](size_t band, int) {
+    const int64_t b = static_cast<int64_t>(band);
+    band_rows(rows * b / bands, rows * (b + 1) / bands);
   });
 }
 
