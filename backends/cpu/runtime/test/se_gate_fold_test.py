@@ -6,7 +6,7 @@ written; per image the convolution's weights are scaled by the gate along their 
 MobileNetV3-style (hardswish block, ReLU squeeze, hardsigmoid gate) and EfficientNet-style
 (SiLU block and squeeze, sigmoid gate) blocks, with and without expand and residual add, batch 1
 and 2, a shared gate ([1, C, 1, 1]) over a batch, a dynamic-batch program, the zoo's small
-models; ET_CPU_SE_GATE_FOLD unset (fold where C_out <= H x W), "all" and "0" (the multiply as
+models; ET_CPU_SE_GATE_FOLD unset (fold where 4 x C_out <= H x W), "all" and "0" (the multiply as
 its own op) in one process.
 
 Reference: the same model in float64 eager; tolerance 1e-5 absolute and relative (the folded
@@ -90,10 +90,10 @@ def _run(pte: bytes, x: torch.Tensor, switch: str) -> tuple[torch.Tensor, int]:
 @pytest.mark.parametrize(
     "channels, hidden, out, expand, size, default_folds",
     [
-        (16, 64, 24, True, (12, 10), 1),  # 24 outputs <= 120 pixels: folded by default
-        (24, 96, 24, True, (9, 9), 1),  # + the block's input (residual post-op)
+        (16, 64, 24, True, (12, 10), 1),  # 4 x 24 outputs <= 120 pixels: folded by default
+        (24, 96, 24, True, (10, 10), 1),  # + the block's input (residual post-op)
         (32, 32, 16, False, (16, 16), 1),  # no expand (the depthwise reads the input)
-        (16, 48, 40, True, (5, 6), 0),  # 40 outputs > 30 pixels: only with "all"
+        (16, 48, 40, True, (9, 9), 0),  # 4 x 40 outputs > 81 pixels: only with "all"
     ],
     ids=["expand", "residual", "no_expand", "small_image"],
 )

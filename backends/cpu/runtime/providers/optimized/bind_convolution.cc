@@ -588,15 +588,17 @@ class GatedPointwiseKernel final : public OptimizedKernel {
   std::unique_ptr<onednn::ReorderPlan> residual_fix_;
 };
 
-// ET_CPU_SE_GATE_FOLD: unset or "1" folds a gate whose convolution's weights are cheaper to
-// scale than the activation (C_out <= H x W: 112x112 to 14x14 stages of EfficientNet and
-// MobileNetV3), "all" every one (tests), "0" none (the multiply runs on its own, for measuring).
-// Read at bind.
+// ET_CPU_SE_GATE_FOLD: unset or "1" folds a gate whose convolution's weights are much cheaper
+// to scale than the activation: C_out x 4 <= H x W (the 112x112 to 28x28 stages of EfficientNet
+// and MobileNetV3; at 14x14, C_in x C_out weights scaled on the calling thread before the pieces
+// start measured no faster than the multiply on the pool, provider README), "all" every one
+// (tests; a plan split into output-channel blocks then multiplies into a staging buffer on the
+// calling thread), "0" none (the multiply runs on its own, for measuring). Read at bind.
 bool gate_fold_wanted(const onednn::ConvParams& params) {
   const char* value = std::getenv("ET_CPU_SE_GATE_FOLD");
   if (value != nullptr && std::strcmp(value, "0") == 0) return false;
   if (value != nullptr && std::strcmp(value, "all") == 0) return true;
-  return params.out_channels <= params.input_size[0] * params.input_size[1];
+  return params.out_channels * 4 <= params.input_size[0] * params.input_size[1];
 }
 
 }  // namespace

@@ -216,14 +216,26 @@ InputChannelScaling::InputChannelScaling(std::shared_ptr<const void> owner, cons
                                          size_t floats, std::vector<int32_t> channel)
     : owner_(std::move(owner)), weights_(weights), floats_(floats), channel_(std::move(channel)) {
   kind_.resize(floats_ / 16);
+  real_.resize(floats_ / 16);
+  base_.resize(floats_ / 16);
   for (size_t v = 0; v < kind_.size(); ++v) {
     const int32_t* c = channel_.data() + v * 16;
-    bool same = c[0] >= 0;
-    bool consecutive = c[0] >= 0;
-    for (int lane = 1; lane < 16; ++lane) {
-      same = same && c[lane] == c[0];
+    // The lanes that are weights (not padding), and the first of them.
+    uint16_t real = 0;
+    int first = -1;
+    for (int lane = 0; lane < 16; ++lane) {
+      if (c[lane] < 0) continue;
+      real = static_cast<uint16_t>(real | (1u << lane));
+      if (first < 0) first = lane;
+    }
+    bool same = first >= 0;
+    bool consecutive = real == 0xffff;
+    for (int lane = 0; lane < 16; ++lane) {
+      same = same && (c[lane] < 0 || c[lane] == c[first]);
       consecutive = consecutive && c[lane] == c[0] + lane;
     }
+    real_[v] = real;
+    base_[v] = same ? c[first] : c[0];  // a broadcast's channel, the first of consecutive ones
     kind_[v] = same ? kBroadcast : consecutive ? kConsecutive : kGather;
   }
 }
@@ -231,19 +243,19 @@ InputChannelScaling::InputChannelScaling(std::shared_ptr<const void> owner, cons
 namespace {
 
 ET_AVX512 void scale_vectors(const float* weights, const int32_t* channel, const uint8_t* kind,
-                             size_t vectors, const float* scale, float* out) {
+                             const uint16_t* real, const int32_t* base, size_t vectors,
+                             const float* scale, float* out) {
   for (size_t v = 0; v < vectors; ++v) {
     const size_t k = v * 16;
     const __m512 w = _mm512_loadu_ps(weights + k);
     __m512 g;
     if (kind[v] == 0) {
-      g = _mm512_set1_ps(scale[channel[k]]);
+      g = _mm512_maskz_mov_ps(real[v], _mm512_set1_ps(scale[base[v]]));
     } else if (kind[v] == 1) {
-      g = _mm512_loadu_ps(scale + channel[k]);
+      g = _mm512_loadu_ps(scale + base[v]);
     } else {
       const __m512i index = _mm512_loadu_si512(channel + k);
-      const __mmask16 real = _mm512_cmpge_epi32_mask(index, _mm512_setzero_si512());
-      g = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), real, index, scale, 4);
+      g = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), real[v], index, scale, 4);
     }
     _mm512_storeu_ps(out + k, _mm512_mul_ps(w, g));
   }
@@ -254,7 +266,8 @@ ET_AVX512 void scale_vectors(const float* weights, const int32_t* channel, const
 void InputChannelScaling::scale(const float* scale, float* out) const {
   size_t k = 0;
   if (cpu_has_avx512()) {
-    scale_vectors(weights_, channel_.data(), kind_.data(), kind_.size(), scale, out);
+    scale_vectors(weights_, channel_.data(), kind_.data(), real_.data(), base_.data(),
+                  kind_.size(), scale, out);
     k = kind_.size() * 16;
   }
   for (; k < floats_; ++k) {

@@ -446,7 +446,8 @@ class Provider {
 // A convolution plan's weights in oneDNN's layout with each input channel scaled by its own
 // factor (ConvLikePlan::input_channel_scaling): which input channel every float of the layout
 // belongs to (found once by reordering channel numbers into it), read 16 floats at a time as
-// one channel broadcast, 16 consecutive channels, or a gather (padding lanes stay 0).
+// one channel broadcast (oneDNN's blocks of 16 output channels), 16 consecutive channels, or a
+// gather; padding lanes come out 0.
 class InputChannelScaling {
  public:
   // `owner` keeps `weights` alive.
@@ -462,7 +463,11 @@ class InputChannelScaling {
   const float* weights_;  // the plan's
   size_t floats_;
   std::vector<int32_t> channel_;  // per float; -1: padding
-  std::vector<uint8_t> kind_;     // per whole vector of 16
+  // Per whole vector of 16: its kind, its lanes that are weights (not padding), and the channel
+  // of a broadcast / the first of consecutive channels.
+  std::vector<uint8_t> kind_;
+  std::vector<uint16_t> real_;
+  std::vector<int32_t> base_;
 };
 
 class ConvLikePlan {
