@@ -663,7 +663,6 @@ def define_common_targets():
             ":loader",
             ":lowered_program",
             ":provider_compare",
-            "//backends/cpu/partition:cpu_partitioner",
             "//tools/bench:zoo",
         ],
     )

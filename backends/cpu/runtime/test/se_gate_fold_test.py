@@ -14,23 +14,17 @@ path rounds w * g instead of x * g before the same sums of at most 96 terms), an
 and unfolded outputs within 1e-5 of each other.
 """
 
-from typing import Any
-
 import pytest
 import torch
-from executorch.exir import to_edge_transform_and_lower
-from executorch.extension.pybindings import portable_lib
 from torch import nn
 from torch.export import Dim
 
-from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.runtime import loader
-from backends.cpu.runtime.test.lowered_program import lower_to_pte
+from backends.cpu.runtime.test.lowered_program import load, lower_to_pte
 from backends.cpu.runtime.test.provider_compare import assert_close_scaled, run_pte
 from tools.bench import zoo
 
 _SWITCH = "ET_CPU_SE_GATE_FOLD"
-_BUFFERS: list[bytes] = []  # the runtime does not own a program's buffer
 
 
 def _folded(placement: list[str]) -> int:
@@ -144,16 +138,10 @@ def test_dynamic_batch(switch: str, folds: int, monkeypatch: pytest.MonkeyPatch)
         monkeypatch.setenv(_SWITCH, switch)
     torch.manual_seed(12)
     model = Block(24, 96, 24, "v3", True, shared=False).eval()
-    loader.load_cpu_backend()
-    partitioner = CpuPartitioner()
-    exported = torch.export.export(
+    pte, _ = lower_to_pte(
         model, (torch.randn(2, 24, 10, 10),), dynamic_shapes=({0: Dim("batch", min=1, max=4)},)
     )
-    edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
-    assert partitioner.report.left_out == (), partitioner.report
-    pte = bytes(edge.to_executorch().buffer)
-    _BUFFERS.append(pte)
-    module: Any = portable_lib._load_for_executorch_from_buffer(pte)
+    module = load(pte)
     for batch in [1, 3, 4, 2]:
         x = torch.randn(batch, 24, 10, 10)
         (actual,) = module.forward([x])
