@@ -699,6 +699,18 @@ def define_common_targets():
     )
 
     runtime.python_test(
+        name = "se_gate_fold_test",
+        size = "medium",
+        srcs = ["test/se_gate_fold_test.py"],
+        deps = [
+            ":loader",
+            ":lowered_program",
+            ":provider_compare",
+            "//tools/bench:zoo",
+        ],
+    )
+
+    runtime.python_test(
         name = "inverted_residual_block_test",
         srcs = ["test/inverted_residual_block_test.py"],
         # ~4 min on a busy 2-core machine, past the 300 s default when the load is higher.

@@ -157,6 +157,8 @@ def test_squeeze_excite_gate_stays_channels_last(size: int) -> None:
 def _check_squeeze_excite(model: torch.nn.Module, x: torch.Tensor, pte: bytes, chain: str) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ET_CPU_ONEDNN_CHAIN", chain)
+        # The multiply as a binary op (folded into conv2 it is se_gate_fold_test's).
+        patch.setenv("ET_CPU_SE_GATE_FOLD", "0")
         out_opt, out_ref, placement = run_pte_both(pte, (x,))
     assert_close_scaled(out_opt[0], out_ref[0])
     with torch.no_grad():
@@ -234,6 +236,7 @@ def test_channel_vector_ops_on_either_kernel(
     for kernel in ("1", "0"):  # ours, oneDNN's
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("ET_CPU_CHANNEL_BINARY", kernel)
+            patch.setenv("ET_CPU_SE_GATE_FOLD", "0")  # y * v, v * y stay binary ops before after
             patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")  # split into row bands where it can
             out_opt, out_ref, placement = run_pte_both(pte, (x, v))
         for got, reference, want in zip(out_opt, out_ref, expected, strict=True):

@@ -250,6 +250,9 @@ def test_squeeze_excite_blocks_fuse_expand_and_depthwise(
         # The gate's pool and 1x1 convolutions as three kernels in both runs (the squeeze-excite
         # kernel is squeeze_excite_test's): only the blocks' fusion differs.
         patch.setenv("ET_CPU_OWN_SE", "0")
+        # The gate multiply as its own op too, the project a convolution of its own (the fold
+        # into the project is se_gate_fold_test's).
+        patch.setenv("ET_CPU_SE_GATE_FOLD", "0")
         patch.setenv("ET_CPU_ONEDNN_THREADS", threads)
         if task_flops != "-1":
             patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", task_flops)

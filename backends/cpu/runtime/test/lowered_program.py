@@ -42,12 +42,14 @@ def load(pte: bytes) -> Any:
     return portable_lib._load_for_executorch_from_buffer(pte)
 
 
-def lower_to_pte(model: torch.nn.Module, inputs: tuple[Any, ...]) -> tuple[bytes, list[bytes]]:
-    """Lowers `model`, requires every op to be delegated, returns the .pte and each delegate's
-    payload, in graph order."""
+def lower_to_pte(
+    model: torch.nn.Module, inputs: tuple[Any, ...], dynamic_shapes: Any = None
+) -> tuple[bytes, list[bytes]]:
+    """Lowers `model` (with torch.export's `dynamic_shapes`, if any), requires every op to be
+    delegated, returns the .pte and each delegate's payload, in graph order."""
     loader.load_cpu_backend()
     partitioner = CpuPartitioner()
-    exported = torch.export.export(model.eval(), inputs)
+    exported = torch.export.export(model.eval(), inputs, dynamic_shapes=dynamic_shapes)
     edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
     assert not partitioner.report.left_out, partitioner.report
     payloads = [

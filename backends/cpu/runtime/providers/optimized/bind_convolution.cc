@@ -4,6 +4,8 @@
 // (one recipe, one layout-chaining behaviour); BlockKernel runs a fused block.
 #include "backends/cpu/runtime/providers/optimized/binders.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "backends/cpu/runtime/error_report.h"
@@ -478,7 +480,179 @@ Error bind_deconv(const OpBinding& op, OptimizedSession& session, std::unique_pt
   return bind_prepared(std::move(kernel), session, out);
 }
 
+// The squeeze-excite gate multiply (x * gate, gate [N or 1, C, 1, 1]) and the 1x1 convolution
+// reading its product, as one kernel that never writes the product: per image, the convolution's
+// weights (oneDNN's layout) times the image's gate along their input channels
+// (onednn::InputChannelScaling: C_out x C_in multiplies instead of H x W x C_in), then the same
+// plan on x. The plan is prepared for one image and run image by image, so any batch (a
+// dynamic-batch program's shape plans included) runs one plan. When the plan's weights cannot
+// be replaced (channel pieces), x times the gate goes through a staging buffer instead.
+class GatedPointwiseKernel final : public OptimizedKernel {
+ public:
+  GatedPointwiseKernel(ConvRecipe recipe, const Tensor* input, const Tensor* gate, Tensor* output,
+                       const Tensor* residual)
+      : recipe_(std::move(recipe)), input_(input), gate_(gate), output_(output),
+        residual_(residual) {
+    recipe_.params.batch = 1;
+  }
+
+  void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    input_channels_last_ = channels_last(impl_of(input_));
+    std::vector<int64_t> in_dims = dims_of(*input_);
+    in_dims[0] = 1;
+    onednn::ConvLayouts layouts;
+    if (input_channels_last_) {
+      layouts.input = std::make_shared<onednn::Layout>(onednn::Layout::channels_last(in_dims));
+    }
+    const bool output_channels_last = channels_last(impl_of(output_));
+    layouts.output = output_channels_last ? onednn::OutputLayout::kChannelsLast
+                                          : onednn::OutputLayout::kPlain;
+    plan_ = std::make_unique<onednn::ConvPlan>(
+        ConvOp::prepare(provider, recipe_, layouts));
+    scaling_ = plan_->input_channel_scaling();
+    scaled_ = std::vector<float>(scaling_ ? scaling_->floats() : 0);
+    staged_ = std::vector<float>(scaling_ ? 0 : static_cast<size_t>(input_->numel()));
+    residual_fix_.reset();
+    if (residual_ != nullptr && channels_last(impl_of(residual_)) != output_channels_last) {
+      const std::vector<int64_t> dims = dims_of(*residual_);
+      const auto layout = [&](bool nhwc) {
+        return nhwc ? onednn::Layout::channels_last(dims) : onednn::Layout::plain(dims);
+      };
+      residual_fix_ = std::make_unique<onednn::ReorderPlan>(
+          provider.prepare_reorder(layout(!output_channels_last), layout(output_channels_last)));
+    }
+  }
+
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return impl_of(output_);
+  }
+  size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+  std::string implementation() const override {
+    if (!plan_) return "";
+    return plan_->implementation() +
+           (scaling_ ? " (gate folded into the weights)" : " (gate folded, staged)");
+  }
+  size_t staging_bytes() const override {
+    return (scaled_.size() + staged_.size()) * sizeof(float);
+  }
+
+  Error run(KernelRuntimeContext&) override {
+    return guarded("gated convolution", [&] {
+      const int64_t batch = input_->size(0);
+      const int64_t channels = input_->size(1);
+      const int64_t in_image = batch > 0 ? input_->numel() / batch : 0;
+      const int64_t out_image = batch > 0 ? output_->numel() / batch : 0;
+      const int64_t pixels = channels > 0 ? in_image / channels : 0;
+      const bool shared_gate = gate_->size(0) == 1;
+      const float* x = input_->const_data_ptr<float>();
+      const float* gate = gate_->const_data_ptr<float>();
+      float* out = output_->mutable_data_ptr<float>();
+      const float* residual = residual_ ? residual_->const_data_ptr<float>() : nullptr;
+      if (residual_fix_) {
+        residual_fix_->run(residual, out);
+        residual = out;
+      }
+      for (int64_t n = 0; n < batch; ++n) {
+        const float* g = gate + (shared_gate ? 0 : n * channels);
+        const float* image = x + n * in_image;
+        const float* image_residual = residual ? residual + n * out_image : nullptr;
+        if (scaling_) {
+          scaling_->scale(g, scaled_.data());
+          plan_->run_with_weights(image, out + n * out_image, image_residual, scaled_.data());
+          continue;
+        }
+        float* staged = staged_.data() + n * in_image;
+        for (int64_t p = 0; p < pixels; ++p) {
+          for (int64_t c = 0; c < channels; ++c) {
+            // channels-last: [pixel][channel]; plain: [channel][pixel].
+            const int64_t at = input_channels_last_ ? p * channels + c : c * pixels + p;
+            staged[at] = image[at] * g[c];
+          }
+        }
+        plan_->run(staged, out + n * out_image, image_residual);
+      }
+    });
+  }
+
+ private:
+  ConvRecipe recipe_;
+  const Tensor* input_;
+  const Tensor* gate_;
+  Tensor* output_;
+  const Tensor* residual_;
+  bool input_channels_last_ = false;
+  std::unique_ptr<onednn::ConvPlan> plan_;
+  std::shared_ptr<const onednn::InputChannelScaling> scaling_;
+  std::vector<float> scaled_;
+  std::vector<float> staged_;
+  std::unique_ptr<onednn::ReorderPlan> residual_fix_;
+};
+
+// ET_CPU_SE_GATE_FOLD: unset or "1" folds a gate whose convolution's weights are much cheaper
+// to scale than the activation: C_out x 4 <= H x W (the 112x112 to 28x28 stages of EfficientNet
+// and MobileNetV3; at 14x14, C_in x C_out weights scaled on the calling thread before the pieces
+// start measured no faster than the multiply on the pool, provider README), "all" every one
+// (tests; a plan split into output-channel blocks then multiplies into a staging buffer on the
+// calling thread), "0" none (the multiply runs on its own, for measuring). Read at bind.
+bool gate_fold_wanted(const onednn::ConvParams& params) {
+  const char* value = std::getenv("ET_CPU_SE_GATE_FOLD");
+  if (value != nullptr && std::strcmp(value, "0") == 0) return false;
+  if (value != nullptr && std::strcmp(value, "all") == 0) return true;
+  return params.out_channels * 4 <= params.input_size[0] * params.input_size[1];
+}
+
 }  // namespace
+
+bool bind_gated_pointwise(const OpBinding& op, OptimizedSession& session, Out out,
+                          size_t* fused) {
+  if (op.fusable.empty() || op.fusable[0].kind != FusableStep::Kind::kConv) return false;
+  const Tensor* a = tensor_arg(op, 0);
+  const Tensor* b = tensor_arg(op, 1);
+  if (!is_f32(a) || !is_f32(b) || a->dim() != 4 || b->dim() != 4) return false;
+  // x is the operand of the product's shape, the gate the one of [N or 1, C, 1, 1].
+  const bool a_is_x = b->size(2) == 1 && b->size(3) == 1 && (a->size(2) != 1 || a->size(3) != 1);
+  const Tensor* x = a_is_x ? a : b;
+  const Tensor* gate = a_is_x ? b : a;
+  const std::vector<int64_t> x_dims = dims_of(*x);
+  if (gate->size(1) != x_dims[1] || gate->size(2) != 1 || gate->size(3) != 1 ||
+      (gate->size(0) != x_dims[0] && gate->size(0) != 1) || x_dims[0] < 1) {
+    return false;
+  }
+  size_t index = 0;
+  ConvRecipe recipe;
+  if (!conv_step(op, &index, &recipe) || !is_pointwise(recipe.params) ||
+      recipe.params.dilation != std::vector<int64_t>{1, 1} ||
+      dims_of(*tensor_arg(op.fusable[0].args, 0)) != x_dims || !gate_fold_wanted(recipe.params)) {
+    return false;
+  }
+  // The steps after the convolution (activations, a residual add) as its post-ops: the longest
+  // prefix oneDNN takes.
+  const Tensor* residual = nullptr;
+  size_t steps = op.fusable.size();
+  for (;; --steps) {
+    onednn::PostOps post;
+    const Tensor* found = nullptr;
+    bool ok = true;
+    for (size_t s = 1; s < steps && ok; ++s) ok = append_post_op(op.fusable[s], &post, &found);
+    if (ok && onednn::supports_conv(recipe.params, post).ok) {
+      recipe.post = std::move(post);
+      residual = found;
+      break;
+    }
+    if (steps == 1) return false;
+  }
+  auto kernel = std::make_unique<GatedPointwiseKernel>(std::move(recipe), x, gate,
+                                                       final_output(op, 0, steps), residual);
+  try {
+    if (bind_prepared(std::move(kernel), session, out) != Error::Ok) return false;
+  } catch (const std::exception& e) {
+    log_line(LogLevel::kInfo, "gate at %s not folded into its convolution: %s", op.op_name,
+             e.what());
+    return false;
+  }
+  *fused = steps;
+  return true;
+}
 
 Error bind_conv(const OpBinding& op, OptimizedSession& session, std::unique_ptr<BoundKernel>* out,
                 Decline* decline, size_t* fused) {

@@ -40,6 +40,12 @@ Error binary(const R& r) {
   static constexpr const char* kNames[] = {"add", "sub", "mul", "div"};
   return bind_binary(r.op, kKind, kNames[static_cast<int>(kKind)], r.session, r.out, r.decline);
 }
+// A squeeze-excite gate multiply whose product only a 1x1 convolution reads is folded into it
+// (bind_gated_pointwise); any other multiply is a binary op.
+Error mul(const R& r) {
+  if (bind_gated_pointwise(r.op, r.session, r.out, r.fused)) return Error::Ok;
+  return binary<BinaryOp::kMul>(r);
+}
 Error rotary(const R& r) { return bind_rotary(r.op, r.session, r.out, r.decline); }
 Error rms_norm(const R& r) { return bind_rms_norm(r.op, r.session, r.out, r.decline); }
 Error safe_softmax(const R& r) { return bind_safe_softmax(r.op, r.session, r.out, r.decline); }
@@ -121,7 +127,7 @@ constexpr BindRow kTable[] = {
     {"aten::rsub.Scalar_out", eltwise},
     {"aten::add.out", binary<BinaryOp::kAdd>},
     {"aten::sub.out", binary<BinaryOp::kSub>},
-    {"aten::mul.out", binary<BinaryOp::kMul>},
+    {"aten::mul.out", mul},
     {"aten::div.out", binary<BinaryOp::kDiv>},
     // bind_normalization.cc
     {"aten::native_layer_norm.out", layer_norm},

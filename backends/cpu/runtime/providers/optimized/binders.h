@@ -22,6 +22,11 @@ using Out = std::unique_ptr<BoundKernel>*;
 // or transposed.
 Error bind_conv(const OpBinding& op, OptimizedSession& session, Out out, Decline* decline,
                 size_t* fused);
+// The squeeze-excite gate multiply (aten::mul.out of an activation and a [N or 1, C, 1, 1]
+// gate) and the 1x1 convolution offered after it (with its post-ops) as one kernel whose
+// weights take the gate per image; false (nothing bound) when the op is not that, or
+// ET_CPU_SE_GATE_FOLD says no (bind_convolution.cc).
+bool bind_gated_pointwise(const OpBinding& op, OptimizedSession& session, Out out, size_t* fused);
 
 // bind_linear.cc: aten::linear.out / aten::addmm.out (`is_addmm`), aten::mm.out / aten::bmm.out
 // (`batched`).

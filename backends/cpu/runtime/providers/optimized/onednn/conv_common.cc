@@ -4,12 +4,14 @@
 // only choose the primitive, split it and reorder the weights.
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/stem_conv.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
 
 namespace et_cpu_plugin {
 namespace onednn {
@@ -210,8 +212,126 @@ void run_stem(ProviderState& state, const StemRun& run, const float* input, floa
                  });
 }
 
-void ConvCore::run(const char* what, const float* input, float* output,
-                   const float* residual) const {
+InputChannelScaling::InputChannelScaling(std::shared_ptr<const void> owner, const float* weights,
+                                         size_t floats, std::vector<int32_t> channel)
+    : owner_(std::move(owner)), weights_(weights), floats_(floats), channel_(std::move(channel)) {
+  kind_.resize(floats_ / 16);
+  real_.resize(floats_ / 16);
+  base_.resize(floats_ / 16);
+  for (size_t v = 0; v < kind_.size(); ++v) {
+    const int32_t* c = channel_.data() + v * 16;
+    // The lanes that are weights (not padding), and the first of them.
+    uint16_t real = 0;
+    int first = -1;
+    for (int lane = 0; lane < 16; ++lane) {
+      if (c[lane] < 0) continue;
+      real = static_cast<uint16_t>(real | (1u << lane));
+      if (first < 0) first = lane;
+    }
+    bool same = first >= 0;
+    bool consecutive = real == 0xffff;
+    for (int lane = 0; lane < 16; ++lane) {
+      same = same && (c[lane] < 0 || c[lane] == c[first]);
+      consecutive = consecutive && c[lane] == c[0] + lane;
+    }
+    real_[v] = real;
+    base_[v] = same ? c[first] : c[0];  // a broadcast's channel, the first of consecutive ones
+    kind_[v] = same ? kBroadcast : consecutive ? kConsecutive : kGather;
+  }
+}
+
+namespace {
+
+ET_AVX512 void scale_vectors(const float* weights, const int32_t* channel, const uint8_t* kind,
+                             const uint16_t* real, const int32_t* base, size_t vectors,
+                             const float* scale, float* out) {
+  for (size_t v = 0; v < vectors; ++v) {
+    const size_t k = v * 16;
+    const __m512 w = _mm512_loadu_ps(weights + k);
+    __m512 g;
+    if (kind[v] == 0) {
+      g = _mm512_maskz_mov_ps(real[v], _mm512_set1_ps(scale[base[v]]));
+    } else if (kind[v] == 1) {
+      g = _mm512_loadu_ps(scale + base[v]);
+    } else {
+      const __m512i index = _mm512_loadu_si512(channel + k);
+      g = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), real[v], index, scale, 4);
+    }
+    _mm512_storeu_ps(out + k, _mm512_mul_ps(w, g));
+  }
+}
+
+}  // namespace
+
+void InputChannelScaling::scale(const float* scale, float* out) const {
+  size_t k = 0;
+  if (cpu_has_avx512()) {
+    scale_vectors(weights_, channel_.data(), kind_.data(), real_.data(), base_.data(),
+                  kind_.size(), scale, out);
+    k = kind_.size() * 16;
+  }
+  for (; k < floats_; ++k) {
+    out[k] = channel_[k] >= 0 ? weights_[k] * scale[channel_[k]] : 0.0f;
+  }
+}
+
+namespace {
+
+// Whether every piece of `p` (or its whole primitive) reads the plan's one weights buffer.
+bool one_weights_buffer(const ConvCore& p) {
+  if (p.row_gemm || p.depthwise || p.stem || !p.weights.bytes || p.weights.md.is_zero()) {
+    return false;
+  }
+  return std::none_of(p.pieces.begin(), p.pieces.end(),
+                      [](const Piece& piece) { return piece.channels > 0; });
+}
+
+}  // namespace
+
+std::shared_ptr<const InputChannelScaling> ConvLikePlan::input_channel_scaling() const {
+  const Impl& p = *impl_;
+  if (!one_weights_buffer(p)) return nullptr;
+  const memory::dims dims = p.weights.md.get_dims();
+  // groups 1: [C_out, C_in, *kernel]; grouped weights have one more dim than the input.
+  if (dims.size() != static_cast<size_t>(p.input_layout.dims().size())) return nullptr;
+  const int64_t in_channels = dims[1];
+  if (in_channels >= (int64_t{1} << 24)) return nullptr;  // channel numbers exact in floats
+  int64_t per_channel = 1;  // the kernel's extent
+  for (size_t d = 2; d < dims.size(); ++d) per_channel *= dims[d];
+  const int64_t total = dims[0] * in_channels * per_channel;
+  // Channel c + 1 at every weight of input channel c, reordered into the plan's layout: the
+  // padding comes out 0.
+  std::vector<float> numbers(static_cast<size_t>(total));
+  for (int64_t i = 0; i < total; ++i) {
+    numbers[static_cast<size_t>(i)] = static_cast<float>((i / per_channel) % in_channels + 1);
+  }
+  const size_t floats = p.weights.md.get_size() / sizeof(float);
+  std::vector<float> laid_out(floats, 0.0f);
+  ProviderState& state = *p.state;
+  wrap_dnnl("weight scaling map", [&] {
+    memory src(plain_md(dims), state.engine, numbers.data());
+    memory dst(p.weights.md, state.engine, laid_out.data());
+    dnnl::reorder(src, dst).execute(state.stream, src, dst);
+    state.stream.wait();
+  });
+  std::vector<int32_t> channel(floats);
+  for (size_t k = 0; k < floats; ++k) channel[k] = static_cast<int32_t>(laid_out[k]) - 1;
+  return std::make_shared<InputChannelScaling>(
+      p.weights.bytes, static_cast<const float*>(p.weights.bytes->data()), floats,
+      std::move(channel));
+}
+
+void ConvLikePlan::run_with_weights(const float* input, float* output, const float* residual,
+                                    const float* weights) const {
+  if (weights == nullptr || !one_weights_buffer(*impl_)) {
+    throw ProviderError(std::string(impl_->name) + ": per-call weights need a plan of one "
+                        "oneDNN weights buffer");
+  }
+  impl_->run(impl_->name, input, output, residual, weights);
+}
+
+void ConvCore::run(const char* what, const float* input, float* output, const float* residual,
+                   const float* weights_override) const {
   const ConvCore& p = *this;
   ProviderState& state = *p.state;
   if (p.has_add && residual == nullptr) {
@@ -290,6 +410,7 @@ void ConvCore::run(const char* what, const float* input, float* output,
       const OwnedTensor& piece_bias = channel_piece ? piece.bias : p.bias;
       PieceData data = piece_data(src_data + piece.src_offset, piece_dst, piece_weights,
                                   p.has_bias ? &piece_bias : nullptr);
+      if (weights_override != nullptr) data.weights = weights_override;
       data.tail = tail_of(p.tail);
       execute_piece(state, piece, worker, data);
       if (channel_piece) {
@@ -299,6 +420,7 @@ void ConvCore::run(const char* what, const float* input, float* output,
     });
   } else {
     PieceData data = piece_data(src_data, dst_data, p.weights, p.has_bias ? &p.bias : nullptr);
+    if (weights_override != nullptr) data.weights = weights_override;
     data.tail = tail_of(p.tail);
     execute_whole(state, p.primitive, p.args, p.primitive_src_md, p.primitive_dst_md,
                   p.scratchpad_md, data);

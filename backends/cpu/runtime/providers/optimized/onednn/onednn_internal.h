@@ -578,8 +578,10 @@ struct ConvCore {
   // Appends the pieces and input bands (if any) to `implementation`.
   void describe_split();
   size_t weights_bytes() const;
-  // Runs the op (`what` names the plan in errors); see ConvLikePlan::run.
-  void run(const char* what, const float* input, float* output, const float* residual) const;
+  // Runs the op (`what` names the plan in errors); see ConvLikePlan::run. `weights_override`
+  // (null: the plan's) replaces the weights buffer, same layout (ConvLikePlan::run_with_weights).
+  void run(const char* what, const float* input, float* output, const float* residual,
+           const float* weights_override = nullptr) const;
 };
 
 // What prepare_conv and prepare_deconv return (onednn_provider.h): a ConvCore and the name its

@@ -448,6 +448,33 @@ class Provider {
 // The plans are cheap handles (shared ownership of the prepared primitive); copy freely.
 // A convolution or a transposed convolution: one plan type on one core (ConvCore,
 // conv_common.cc); prepare_conv and prepare_deconv differ only in the primitive and its splits.
+// A convolution plan's weights in oneDNN's layout with each input channel scaled by its own
+// factor (ConvLikePlan::input_channel_scaling): which input channel every float of the layout
+// belongs to (found once by reordering channel numbers into it), read 16 floats at a time as
+// one channel broadcast (oneDNN's blocks of 16 output channels), 16 consecutive channels, or a
+// gather; padding lanes come out 0.
+class InputChannelScaling {
+ public:
+  // `owner` keeps `weights` alive.
+  InputChannelScaling(std::shared_ptr<const void> owner, const float* weights, size_t floats,
+                      std::vector<int32_t> channel);
+  size_t floats() const { return floats_; }
+  // out[k] = weights[k] * scale[channel of k] for every float of the layout.
+  void scale(const float* scale, float* out) const;
+
+ private:
+  enum Kind : uint8_t { kBroadcast, kConsecutive, kGather };
+  std::shared_ptr<const void> owner_;
+  const float* weights_;  // the plan's
+  size_t floats_;
+  std::vector<int32_t> channel_;  // per float; -1: padding
+  // Per whole vector of 16: its kind, its lanes that are weights (not padding), and the channel
+  // of a broadcast / the first of consecutive channels.
+  std::vector<uint8_t> kind_;
+  std::vector<uint16_t> real_;
+  std::vector<int32_t> base_;
+};
+
 class ConvLikePlan {
  public:
   const Layout& input_layout() const;
@@ -462,6 +489,16 @@ class ConvLikePlan {
   // `residual` is required iff the post-ops contain kAdd; it must be in output_layout(); it may be
   // `output` itself (then no copy is made).
   void run(const float* input, float* output, const float* residual = nullptr) const;
+
+  // Per-call weights (a squeeze-excite gate folded into the 1x1 convolution after it: the
+  // weights' input channel c times gate[c]). Null unless the plan runs one oneDNN primitive (or
+  // pieces of it) on one buffer of weights that run_with_weights can replace: groups 1, no
+  // channel pieces, not one of our own kernels.
+  std::shared_ptr<const InputChannelScaling> input_channel_scaling() const;
+  // run() with `weights` (InputChannelScaling::floats() floats, in the plan's layout) instead of
+  // the plan's own.
+  void run_with_weights(const float* input, float* output, const float* residual,
+                        const float* weights) const;
 
   struct Impl;
   explicit ConvLikePlan(std::shared_ptr<const Impl> impl);

@@ -1,0 +1,167 @@
+"""Issue 46: the squeeze-excite gate multiply folded into the 1x1 project convolution after it
+(providers/optimized bind_convolution.cc, GatedPointwiseKernel): the product x * gate is never
+written; per image the convolution's weights are scaled by the gate along their input channels
+(C_out x C_in multiplies) and the same oneDNN plan runs on x.
+
+MobileNetV3-style (hardswish block, ReLU squeeze, hardsigmoid gate) and EfficientNet-style
+(SiLU block and squeeze, sigmoid gate) blocks, with and without expand and residual add, batch 1
+and 2, a shared gate ([1, C, 1, 1]) over a batch, a dynamic-batch program, the zoo's small
+models; ET_CPU_SE_GATE_FOLD unset (fold where 4 x C_out <= H x W), "all" and "0" (the multiply as
+its own op) in one process.
+
+Reference: the same model in float64 eager; tolerance 1e-5 absolute and relative (the folded
+path rounds w * g instead of x * g before the same sums of at most 96 terms), and the folded
+and unfolded outputs within 1e-5 of each other.
+"""
+
+import pytest
+import torch
+from torch import nn
+from torch.export import Dim
+
+from backends.cpu.runtime import loader
+from backends.cpu.runtime.test.lowered_program import load, lower_to_pte
+from backends.cpu.runtime.test.provider_compare import assert_close_scaled, run_pte
+from tools.bench import zoo
+
+_SWITCH = "ET_CPU_SE_GATE_FOLD"
+
+
+def _folded(placement: list[str]) -> int:
+    (line,) = [entry for entry in placement if entry.startswith("Optimized(oneDNN): ")]
+    return int(line.split(" squeeze-excite gates folded")[0].split(", ")[-1])
+
+
+class Block(nn.Module):
+    """[1x1 expand, act], depthwise 3x3, act, squeeze-excite, 1x1 project, [+ input]."""
+
+    def __init__(
+        self, channels: int, hidden: int, out: int, style: str, expand: bool, shared: bool
+    ) -> None:
+        super().__init__()
+        v3 = style == "v3"
+        self.act: nn.Module = nn.Hardswish() if v3 else nn.SiLU()
+        self.expand = nn.Conv2d(channels, hidden, 1) if expand else None
+        width = hidden if expand else channels
+        self.depthwise = nn.Conv2d(width, width, 3, padding=1, groups=width)
+        self.reduce = nn.Conv2d(width, max(4, width // 4), 1)
+        self.squeeze_act: nn.Module = nn.ReLU() if v3 else nn.SiLU()
+        self.unreduce = nn.Conv2d(max(4, width // 4), width, 1)
+        self.gate: nn.Module = nn.Hardsigmoid() if v3 else nn.Sigmoid()
+        self.project = nn.Conv2d(width, out, 1)
+        self.residual = channels == out
+        self.shared = shared  # one gate (the batch's mean) for every image
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.act(self.expand(x)) if self.expand is not None else x
+        y = self.act(self.depthwise(y))
+        pooled = nn.functional.adaptive_avg_pool2d(y, 1)
+        if self.shared:
+            pooled = pooled.mean(dim=0, keepdim=True)
+        g = self.gate(self.unreduce(self.squeeze_act(self.reduce(pooled))))
+        y = self.project(y * g)
+        return y + x if self.residual else y
+
+
+def _expected(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        out = model.double()(x.double()).float()
+    model.float()
+    return out
+
+
+def _run(pte: bytes, x: torch.Tensor, switch: str) -> tuple[torch.Tensor, int]:
+    with pytest.MonkeyPatch.context() as patch:
+        if switch == "unset":
+            patch.delenv(_SWITCH, raising=False)
+        else:
+            patch.setenv(_SWITCH, switch)
+        (out,) = run_pte(pte, (x,), reference_only=False)
+        return out, _folded(loader.last_placement())
+
+
+@pytest.mark.parametrize("style", ["v3", "efficientnet"])
+@pytest.mark.parametrize(
+    "channels, hidden, out, expand, size, default_folds",
+    [
+        (16, 64, 24, True, (12, 10), 1),  # 4 x 24 outputs <= 120 pixels: folded by default
+        (24, 96, 24, True, (10, 10), 1),  # + the block's input (residual post-op)
+        (32, 32, 16, False, (16, 16), 1),  # no expand (the depthwise reads the input)
+        (16, 48, 40, True, (9, 9), 0),  # 4 x 40 outputs > 81 pixels: only with "all"
+    ],
+    ids=["expand", "residual", "no_expand", "small_image"],
+)
+@pytest.mark.parametrize("batch", [1, 2])
+def test_gate_folded_into_project(
+    style: str,
+    channels: int,
+    hidden: int,
+    out: int,
+    expand: bool,
+    size: tuple[int, int],
+    default_folds: int,
+    batch: int,
+) -> None:
+    torch.manual_seed(channels + out + batch)
+    model = Block(channels, hidden, out, style, expand, shared=False).eval()
+    x = torch.randn(batch, channels, *size) * 2.0
+    expected = _expected(model, x)
+    pte, _ = lower_to_pte(model, (x,))
+    outputs = {}
+    for switch, folds in [("unset", default_folds), ("all", 1), ("1", default_folds), ("0", 0)]:
+        actual, folded = _run(pte, x, switch)
+        assert folded == folds, (switch, loader.last_placement())
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+        outputs[switch] = actual
+    torch.testing.assert_close(outputs["all"], outputs["0"], rtol=1e-5, atol=1e-5)
+
+
+def test_shared_gate_over_a_batch() -> None:
+    """A [1, C, 1, 1] gate for a batch of 3 scales every image's weights alike."""
+    torch.manual_seed(11)
+    model = Block(16, 64, 16, "efficientnet", True, shared=True).eval()
+    x = torch.randn(3, 16, 8, 8)
+    expected = _expected(model, x)
+    pte, _ = lower_to_pte(model, (x,))
+    for switch, folds in [("all", 1), ("0", 0)]:
+        actual, folded = _run(pte, x, switch)
+        assert folded == folds, (switch, loader.last_placement())
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("switch, folds", [("unset", 1), ("0", 0)])
+def test_dynamic_batch(switch: str, folds: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One program with a symbolic batch: each size's graph folds the gate, per image."""
+    if switch == "unset":
+        monkeypatch.delenv(_SWITCH, raising=False)
+    else:
+        monkeypatch.setenv(_SWITCH, switch)
+    torch.manual_seed(12)
+    model = Block(24, 96, 24, "v3", True, shared=False).eval()
+    pte, _ = lower_to_pte(
+        model, (torch.randn(2, 24, 10, 10),), dynamic_shapes=({0: Dim("batch", min=1, max=4)},)
+    )
+    module = load(pte)
+    for batch in [1, 3, 4, 2]:
+        x = torch.randn(batch, 24, 10, 10)
+        (actual,) = module.forward([x])
+        assert _folded(loader.last_placement()) == folds, loader.last_placement()
+        torch.testing.assert_close(actual, _expected(model, x), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v3", "efficientnet"])
+def test_zoo_models(name: str) -> None:
+    """Every gate of the zoo's small models folds with "all"; outputs as unfolded and eager."""
+    model, _ = zoo.create(name, "small", seed=2)
+    model = model.eval()
+    x = torch.randn(2, 3, 32, 32)
+    pte, _ = lower_to_pte(model, (x,))
+    blocks = sum(isinstance(m, zoo.SqueezeExcite) for m in model.modules())
+    assert blocks > 0
+    folded_out, folded = _run(pte, x, "all")
+    assert folded == blocks, loader.last_placement()
+    plain_out, none = _run(pte, x, "0")
+    assert none == 0, loader.last_placement()
+    assert_close_scaled(folded_out, plain_out)
+    with torch.no_grad():
+        assert_close_scaled(folded_out, model(x))
