@@ -150,6 +150,9 @@ Error OptimizedSession::finalize(
 Error OptimizedSession::resize() {
   // A fresh Provider, as finalize's: the previous sizes' plans (and their scratchpad and staging
   // sizes) go with the old one. Weights come from the shared weight cache.
+  // The layouts of the sizes before stay for the next change (a whole primitive's below 32 rows,
+  // the row tiles' above, a RowGemm packing at one row), not made again at each.
+  if (weights_) weights_->keep_everything();
   try {
     auto fresh = std::make_unique<onednn::Provider>(options());
     for (OptimizedKernel* kernel : kernels_) {
