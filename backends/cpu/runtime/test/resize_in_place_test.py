@@ -14,16 +14,16 @@ from typing import Any
 # Read when the delegate compiles (first forward), before any program of this test loads.
 os.environ["ET_CPU_RESIZE_IN_PLACE"] = "1"
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from executorch.exir import to_edge_transform_and_lower  # noqa: E402
-from executorch.extension.pybindings import portable_lib  # noqa: E402
-from torch.export import Dim  # noqa: E402
+import pytest
+import torch
+from executorch.exir import to_edge_transform_and_lower
+from executorch.extension.pybindings import portable_lib
+from torch.export import Dim
 
-from backends.cpu.partition.cpu_partitioner import CpuPartitioner  # noqa: E402
-from backends.cpu.runtime import loader  # noqa: E402
-from backends.cpu.runtime.test.lowered_program import assert_single_output_close  # noqa: E402
-from tools.bench.zoo_sequence import LlamaLike  # noqa: E402
+from backends.cpu.partition.cpu_partitioner import CpuPartitioner
+from backends.cpu.runtime import loader
+from backends.cpu.runtime.test.lowered_program import assert_single_output_close
+from tools.bench.zoo_sequence import LlamaLike
 
 ATOL = 1e-4
 RTOL = 1e-4
@@ -53,8 +53,9 @@ def llama() -> tuple[torch.nn.Module, Any]:
     torch.manual_seed(0)
     model = LlamaLike(vocab=VOCAB, dim=64, depth=2, heads=2, hidden=128, max_tokens=MAX_TOKENS)
     model = model.eval()
-    module = _load(model, torch.randint(0, VOCAB, (1, 8)),
-                   {1: Dim("tokens", min=1, max=MAX_TOKENS)})
+    module = _load(
+        model, torch.randint(0, VOCAB, (1, 8)), {1: Dim("tokens", min=1, max=MAX_TOKENS)}
+    )
     return model, module
 
 
@@ -132,6 +133,5 @@ def test_a_graph_whose_kernels_cannot_resize_keeps_the_shape_plans() -> None:
     assert any("shape plans cached" in line for line in placement), placement[:2]
     _, misses = loader.shape_plan_stats()
     for batch in (1, 5, 8, 1):
-        assert_single_output_close(module, model, torch.randn(batch, 3, 8, 8), atol=ATOL,
-                                   rtol=RTOL)
+        assert_single_output_close(module, model, torch.randn(batch, 3, 8, 8), atol=ATOL, rtol=RTOL)
     assert loader.shape_plan_stats()[1] == misses + 2  # sizes 1 and 5 compiled
