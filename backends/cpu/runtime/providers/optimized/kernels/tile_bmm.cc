@@ -92,11 +92,7 @@ void tile_bmm(const TileBmmShape& s, const float* a, const float* b, float* out,
       rows(a + item * s.m * s.k, b + item * s.k * s.n, out + item * s.m * s.n, s.k, s.n, r0, r1);
     }
   };
-  if (tasks == 1 || pool == nullptr) {
-    for (int64_t t = 0; t < tasks; ++t) task(static_cast<size_t>(t), 0);
-  } else {
-    pool->run(static_cast<size_t>(tasks), task);
-  }
+  run_tasks(pool, static_cast<size_t>(tasks), task);
 }
 
 }  // namespace onednn
