@@ -135,3 +135,30 @@ def test_a_graph_whose_kernels_cannot_resize_keeps_the_shape_plans() -> None:
     for batch in (1, 5, 8, 1):
         assert_single_output_close(module, model, torch.randn(batch, 3, 8, 8), atol=ATOL, rtol=RTOL)
     assert loader.shape_plan_stats()[1] == misses + 2  # sizes 1 and 5 compiled
+
+
+class _Products(torch.nn.Module):
+    """Products whose n is the dynamic size (x @ x^T) and one with 37 columns (a 32-column tile
+    and a 5-column tail), k of 40 and of the dynamic size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 40, 37) * 0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = torch.bmm(x, x.transpose(1, 2))  # (3, s, s)
+        return torch.bmm(torch.bmm(scores, x), self.w)  # (3, s, 40) @ (3, 40, 37)
+
+
+def test_batched_products_on_tile_bmm_match_eager_at_every_size() -> None:
+    torch.manual_seed(5)
+    model = _Products().eval()
+    module = _load(model, torch.randn(3, 8, 40), {1: Dim("s", min=1, max=100)})
+    _, misses = loader.shape_plan_stats()
+    for rows in (100, 1, 5, 64, 33, 100, 7, 1):
+        x = torch.randn(3, rows, 40, generator=torch.Generator().manual_seed(rows)) * 0.3
+        assert_single_output_close(module, model, x, atol=ATOL, rtol=RTOL)
+    placement = loader.last_placement()
+    assert any("new sizes resized in place" in line for line in placement), placement[:2]
+    assert any(", 3 tile_bmm," in line for line in placement), placement[-1]
+    assert loader.shape_plan_stats()[1] == misses

@@ -64,6 +64,7 @@ std::string OptimizedSession::summary() const {
          "), isa " + provider_->isa() + "; our own kernels: " +
          std::to_string(count_implementation("row_gemm")) + " row_gemm, " +
          std::to_string(count_containing("row_bmm")) + " row_bmm, " +
+         std::to_string(count_implementation("tile_bmm")) + " tile_bmm, " +
          std::to_string(count_implementation("channel_binary")) + " channel_binary, " +
          std::to_string(count_implementation("flat_binary")) + " flat_binary, " +
          std::to_string(count_implementation("row_binary")) + " row_binary, " +
