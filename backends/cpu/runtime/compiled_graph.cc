@@ -182,6 +182,12 @@ std::string CompiledGraph::compile_report() const {
     return std::string(line);
   };
   std::string text = "compile (init): " + stages(compile_ticks_, 1.0) + "\n";
+  if (resizes_ > 0) {
+    char line[120];
+    std::snprintf(line, sizeof(line), "resized in place %zu times: %.0f us each (mean)\n",
+                  resizes_, us(resize_ticks_) / static_cast<double>(resizes_));
+    text += line;
+  }
   if (sizes_compiled_ == 0) return text;
   const double per = static_cast<double>(sizes_compiled_);
   text += "compile for a new size, mean of " + std::to_string(sizes_compiled_) + ": " +
@@ -253,6 +259,10 @@ Error CompiledGraph::compile_spec(GraphSpec spec, const NamedDataMap* constants,
     *into += now - mark;
     mark = now;
   };
+  if (base == nullptr && graph->spec_.is_dynamic()) {
+    const char* in_place = std::getenv("ET_CPU_RESIZE_IN_PLACE");
+    graph->resize_in_place_ = in_place != nullptr && std::string(in_place) == "1";
+  }
   graph->compose_permutes();
   graph->find_fusion_candidates();
   if (error == Error::Ok) error = graph->build_tensors(constants);
@@ -265,6 +275,10 @@ Error CompiledGraph::compile_spec(GraphSpec spec, const NamedDataMap* constants,
   if (error == Error::Ok) error = graph->finalize_sessions();
   lap(&ticks.finalize);
   if (error != Error::Ok) return error;
+  if (graph->resize_in_place_) {
+    graph->resize_in_place_ = graph->can_resize_in_place();
+    graph->current_symbols_ = upper_bounds(graph->spec_);
+  }
   graph->name_profiling_events();
   const char* profile = std::getenv("ET_CPU_PROFILE");
   // A specialization's kernel times add up in its base's ops (the base prints the table).
@@ -589,8 +603,13 @@ Error CompiledGraph::build_tensors(const NamedDataMap* constants) {
       constant_buffers_.push_back(std::move(buffer.get()));
     }
     // Inputs and outputs get the caller's data pointer in execute().
+    // Resizing in place: a symbolic value's sizes change within its bounds (resize_to).
+    const auto dynamism = resize_in_place_ && value.is_dynamic()
+                              ? executorch::aten::TensorShapeDynamism::DYNAMIC_BOUND
+                              : executorch::aten::TensorShapeDynamism::STATIC;
     tensor.impl.reset(new TensorImpl(value.dtype, static_cast<ssize_t>(rank), tensor.sizes.data(),
-                                     data, tensor.dim_order.data(), tensor.strides.data()));
+                                     data, tensor.dim_order.data(), tensor.strides.data(),
+                                     dynamism));
     tensor.evalue = EValue(executorch::aten::Tensor(tensor.impl.get()));
   }
   return Error::Ok;
@@ -647,6 +666,7 @@ EValue* CompiledGraph::build_arg(const ArgValue& arg) {
       return &none_;
     case Type::Int:
       scalars_.emplace_back(arg.int_value);
+      if (!arg.int_expr.is_static()) symbolic_args_.push_back({&scalars_.back(), arg.int_expr});
       return &scalars_.back();
     case Type::Double:
       scalars_.emplace_back(arg.double_value);
@@ -685,9 +705,12 @@ EValue* CompiledGraph::build_arg(const ArgValue& arg) {
       auto& items = list_items_.emplace_back();
       auto& unwrapped = int_lists_.emplace_back(arg.ints.size() + 1, 0);
       items.reserve(arg.ints.size() + 1);
-      for (int64_t value : arg.ints) {
-        scalars_.emplace_back(value);
+      for (size_t e = 0; e < arg.ints.size(); ++e) {
+        scalars_.emplace_back(arg.ints[e]);
         items.push_back(&scalars_.back());
+        if (e < arg.int_exprs.size() && !arg.int_exprs[e].is_static()) {
+          symbolic_args_.push_back({&scalars_.back(), arg.int_exprs[e]});
+        }
       }
       auto& boxed = boxed_ints_.emplace_back(items.data(), unwrapped.data(),
                                              static_cast<int>(items.size()));
@@ -1336,8 +1359,11 @@ std::string CompiledGraph::placement() const {
       text += " " + symbol.name + " in [" + std::to_string(symbol.min) + ", " +
               std::to_string(symbol.max) + "]";
     }
-    text += "; arena planned for the upper bounds; up to " + std::to_string(max_variants_) +
-            " shape plans cached (ET_CPU_SHAPE_PLANS)\n";
+    text += "; arena planned for the upper bounds; " +
+            (resize_in_place_ ? std::string("new sizes resized in place (ET_CPU_RESIZE_IN_PLACE)")
+                              : "up to " + std::to_string(max_variants_) +
+                                    " shape plans cached (ET_CPU_SHAPE_PLANS)") +
+            "\n";
   }
   for (const Op& op : ops_) text += op.placement + "\n";
   for (const auto& session : sessions_) {
@@ -1422,6 +1448,24 @@ Error CompiledGraph::execute_dynamic(Span<EValue*> args, MemoryAllocator* temp_a
                           shape_string(shape).c_str(), static_cast<unsigned>(resized));
     }
   }
+  if (resize_in_place_ && symbols != current_symbols_) {
+    const et_timestamp_t start = executorch::runtime::pal_current_ticks();
+    error = resize_to(symbols);
+    resize_ticks_ += executorch::runtime::pal_current_ticks() - start;
+    if (error == Error::Ok) {
+      ++resizes_;
+    } else {
+      // Back to the bounds (the kernels' plans were partly remade), then shape plans.
+      resize_in_place_ = false;
+      log_line(LogLevel::kInfo, "resizing in place declined at these sizes: shape plans instead");
+      error = resize_to(upper_bounds(spec_));
+      if (error != Error::Ok) {
+        return report_error(error, "the graph cannot be prepared again at its upper bounds");
+      }
+      current_symbols_ = upper_bounds(spec_);
+    }
+  }
+  if (resize_in_place_) return run(args, temp_allocator, tracer);
   if (symbols == upper_bounds(spec_)) {
     ++shape_plan_hits_;  // this graph is compiled for the upper bounds
     ++total_hits;
@@ -1448,6 +1492,44 @@ Error CompiledGraph::execute_dynamic(Span<EValue*> args, MemoryAllocator* temp_a
     variants_.emplace(variants_.begin(), symbols, std::move(variant));
   }
   return variants_.front().second->run(args, temp_allocator, tracer);
+}
+
+bool CompiledGraph::can_resize_in_place() const {
+  if (!state_writes_.empty()) return false;  // states keep the bounds' row writes
+  for (size_t i = 0; i < ops_.size(); ++i) {
+    if (folded_into_[i] >= 0) return false;  // a product reads it with the bounds' strides
+    const Op& op = ops_[i];
+    if (op.kernel == nullptr || op.alias) continue;  // fused, or never runs
+    if (!op.kernel->resizable()) return false;
+  }
+  return true;
+}
+
+Error CompiledGraph::resize_to(const std::vector<int64_t>& symbols) {
+  for (size_t i = 0; i < spec_.values.size(); ++i) {
+    ValueSpec& value = spec_.values[i];
+    if (!value.is_dynamic()) continue;
+    value.shape = concrete_shape(value, symbols);
+    size_t elements = 1;
+    for (int64_t size : value.shape) elements *= static_cast<size_t>(size);
+    value.nbytes = elements * element_size(value.dtype);
+    std::vector<executorch::aten::SizesType> sizes(value.shape.begin(), value.shape.end());
+    Error error = executorch::runtime::resize_tensor(
+        executorch::aten::Tensor(tensors_[i].impl.get()),
+        ArrayRef<executorch::aten::SizesType>(sizes.data(), sizes.size()));
+    if (error != Error::Ok) {
+      return report_error(error, "value %zu (%s): cannot resize to %s", i, value.name.c_str(),
+                          shape_string(value.shape).c_str());
+    }
+  }
+  for (const SymbolicArg& arg : symbolic_args_) *arg.value = EValue(evaluate_size(arg.expr, symbols));
+  for (const auto& session : sessions_) {
+    if (!session) continue;
+    Error error = session->resize();
+    if (error != Error::Ok) return error;
+  }
+  current_symbols_ = symbols;
+  return Error::Ok;
 }
 
 Error CompiledGraph::run(Span<EValue*> args, MemoryAllocator* temp_allocator,

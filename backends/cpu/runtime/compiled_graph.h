@@ -55,6 +55,16 @@ class CompiledGraph {
   // Over every graph of the process, for the loader's report.
   static uint64_t total_shape_plan_hits();
   static uint64_t total_shape_plan_misses();
+  // ET_CPU_RESIZE_IN_PLACE=1 (read at init; off by default): a graph with symbolic dimensions
+  // whose kernels are all resizable (BoundKernel::resizable; no delegate state, no permute read
+  // in place) takes a new size in place instead of compiling a shape plan: its tensors take the
+  // concrete sizes (the arena, planned for the upper bounds with the same in-place decisions,
+  // holds every smaller size), its symbolic int arguments are evaluated again, and its
+  // providers' sessions prepare their plans again (ProviderSession::resize). A session that
+  // cannot turns it off for the graph (back to the bounds, then shape plans as before).
+  bool resizes_in_place() const { return resize_in_place_; }
+  // How many times it changed size in place.
+  size_t resizes() const { return resizes_; }
 
   // The validated description the graph was compiled from.
   const GraphSpec& spec() const { return spec_; }
@@ -97,6 +107,10 @@ class CompiledGraph {
       executorch::runtime::Span<executorch::runtime::EValue*> args,
       executorch::runtime::MemoryAllocator* temp_allocator,
       executorch::runtime::EventTracer* tracer);
+  // Whether every kernel can take new sizes in place (see resizes_in_place).
+  bool can_resize_in_place() const;
+  // The graph's tensors, symbolic arguments and provider plans at `symbols` (in place).
+  executorch::runtime::Error resize_to(const std::vector<int64_t>& symbols);
   executorch::runtime::Error run(executorch::runtime::Span<executorch::runtime::EValue*> args,
                                  executorch::runtime::MemoryAllocator* temp_allocator,
                                  executorch::runtime::EventTracer* tracer);
@@ -272,6 +286,17 @@ class CompiledGraph {
   size_t max_variants_ = 8;
   size_t shape_plan_hits_ = 0;
   size_t shape_plan_misses_ = 0;
+  // Resizing in place (resizes_in_place): the int arguments with symbolic values (an Int, or
+  // one item of an int list), evaluated again at each resize.
+  struct SymbolicArg {
+    executorch::runtime::EValue* value = nullptr;
+    SymExprSpec expr;
+  };
+  std::vector<SymbolicArg> symbolic_args_;
+  bool resize_in_place_ = false;
+  std::vector<int64_t> current_symbols_;  // the sizes the tensors and plans are at
+  size_t resizes_ = 0;
+  uint64_t resize_ticks_ = 0;  // over every resize (ET_CPU_PROFILE's report)
   // Outputs served by copying (a value listed twice, or an output that is not an Output value).
   std::vector<bool> output_is_copy_;
 };

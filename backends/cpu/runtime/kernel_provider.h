@@ -43,6 +43,11 @@ class ProviderSession {
     (void)read_outside;
     return executorch::runtime::Error::Ok;
   }
+  // Resizing in place (ET_CPU_RESIZE_IN_PLACE=1, CompiledGraph): the graph's tensors took new
+  // sizes within their bounds (the same tensors, arena and layouts; every kernel of this session
+  // said resizable()). Prepares again what depends on the sizes. NotSupported: this session's
+  // kernels cannot run at these sizes in place (the graph then compiles a shape plan instead).
+  virtual executorch::runtime::Error resize() { return executorch::runtime::Error::NotSupported; }
 };
 
 // An op the runtime offers to fuse after the op being bound: an elementwise step, or a
@@ -137,6 +142,10 @@ class BoundKernel {
  public:
   virtual ~BoundKernel() = default;
   virtual executorch::runtime::Error run(executorch::runtime::KernelRuntimeContext& context) = 0;
+  // True when the kernel runs at other sizes of its tensors (a graph with symbolic dimensions
+  // resized in place, within the bounds it was bound at) once its session's resize() returned:
+  // it reads every size from its tensors, at run or when its session prepares it again.
+  virtual bool resizable() const { return false; }
 };
 
 class KernelProvider {

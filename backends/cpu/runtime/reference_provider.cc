@@ -27,6 +27,8 @@ class RegistryKernel final : public BoundKernel {
     function_(context, args_);
     return context.failure_state();
   }
+  // ExecuTorch's kernels read every size from their tensors at each call.
+  bool resizable() const override { return true; }
 
  private:
   OpFunction function_;

@@ -240,6 +240,20 @@ def define_common_targets():
         ],
     )
 
+    # Issue 47: ET_CPU_RESIZE_IN_PLACE=1, a new size taken in place on the graph compiled for the
+    # bounds (no shape plan): a Llama-style decoder against eager at many sizes, memory flat.
+    runtime.python_test(
+        name = "resize_in_place_test",
+        size = "medium",
+        srcs = ["test/resize_in_place_test.py"],
+        deps = [
+            ":lowered_program",
+            ":loader",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//tools/bench:zoo",
+        ],
+    )
+
     # Issue 47: the same bounded dynamic dims with the plain documented flow (no helper):
     # edge.to_executorch() plans the exported bounds; MobileNetV3-style CNN and a decoder.
     runtime.python_test(

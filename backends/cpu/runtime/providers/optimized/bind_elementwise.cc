@@ -59,6 +59,7 @@ class BinaryKernel final : public OptimizedKernel {
   }
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
   std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
+  bool resizable() const override { return true; }  // prepare reads the sizes
 
   Error run(KernelRuntimeContext&) override {
     return guarded("binary", [&] {
@@ -98,6 +99,7 @@ class EltwiseKernel final : public OptimizedKernel {
     return chained.count(impl_of(input_)) > 0 ? chainable_output() : nullptr;
   }
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
+  bool resizable() const override { return true; }  // prepare reads the sizes
 
   Error run(KernelRuntimeContext&) override {
     return guarded("activation", [&] {

@@ -3,6 +3,8 @@
 // (MatmulPlan), each with the offered ReLU / clamp / activation / residual-add steps as
 // post-ops. Their operands are read plain.
 #include "backends/cpu/runtime/providers/optimized/binders.h"
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/tile_bmm.h"
 
 #include <optional>
 
@@ -23,9 +25,12 @@ class LinearKernel final : public OptimizedKernel {
         output_(output), residual_(residual) {}
 
   void prepare(onednn::Provider& provider, const InChannelsLast&) override {
+    // The rows from the input's current size (a graph resized in place; the same at bind).
+    if (params_.in_features > 0) params_.rows = input_->numel() / params_.in_features;
     plan_ = std::make_unique<onednn::LinearPlan>(
         provider.prepare_linear(params_, weight_, bias_, post_));
   }
+  bool resizable() const override { return true; }
   std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
     return {impl_of(input_), impl_of(residual_)};
   }
@@ -59,13 +64,25 @@ class MatmulKernel final : public OptimizedKernel {
       : params_(std::move(params)), post_(std::move(post)), a_(a), b_(b), output_(output),
         residual_(residual), strided_(strided), row_(row) {}
 
+  // Runs on tile_bmm (sizes read at each call) instead: no post-ops, plain operands.
+  void use_tile() { tile_ = true; }
+
   void prepare(onednn::Provider& provider, const InChannelsLast&) override {
-    if (row_) {
+    if (row_ || tile_) {
       pool_ = provider.work_pool();
       return;
     }
+    if (!strided_) {  // the sizes from the operands' current shapes (the same at bind)
+      const ssize_t rank = a_->dim();
+      params_.batch = rank == 3 ? a_->size(0) : 1;
+      params_.m = a_->size(rank - 2);
+      params_.k = a_->size(rank - 1);
+      params_.n = b_->size(rank - 1);
+    }
     plan_ = std::make_unique<onednn::MatmulPlan>(provider.prepare_matmul(params_, post_));
   }
+  // Not with a strided operand (its strides are the bounds') nor on row_bmm (sized at bind).
+  bool resizable() const override { return tile_ || (!strided_ && !row_); }
   std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
     std::vector<const executorch::aten::TensorImpl*> reads = {impl_of(a_), impl_of(b_),
                                                               impl_of(residual_)};
@@ -78,11 +95,19 @@ class MatmulKernel final : public OptimizedKernel {
   std::string implementation() const override {
     const std::string note = strided_ ? ", operand read in place (permute folded)" : "";
     if (row_) return "row_bmm" + note;
+    if (tile_) return "tile_bmm";
     if (!plan_) return "";
     return plan_->implementation() + note;
   }
 
   Error run(KernelRuntimeContext&) override {
+    if (tile_) {
+      const onednn::TileBmmShape shape{a_->size(0), a_->size(1), a_->size(2), b_->size(2)};
+      return guarded("matmul", [&] {
+        onednn::tile_bmm(shape, a_->const_data_ptr<float>(), b_->const_data_ptr<float>(),
+                         output_->mutable_data_ptr<float>(), pool_);
+      });
+    }
     if (row_) {
       return guarded("matmul", [&] {
         onednn::row_bmm(*row_, a_->const_data_ptr<float>(), b_->const_data_ptr<float>(),
@@ -105,6 +130,7 @@ class MatmulKernel final : public OptimizedKernel {
   const Tensor* residual_;
   bool strided_;
   std::optional<onednn::RowBmmParams> row_;
+  bool tile_ = false;
   onednn::WorkPool* pool_ = nullptr;
   std::vector<const executorch::aten::TensorImpl*> sources_;
   std::unique_ptr<onednn::MatmulPlan> plan_;
@@ -266,6 +292,20 @@ Error bind_matmul(const OpBinding& op, bool batched, OptimizedSession& session,
   if (!base.ok) {
     decline->reason = base.reason;
     return Error::NotSupported;
+  }
+  // A graph whose sizes vary, resized in place (or ET_CPU_TILE_BMM=1): a bmm of plain operands
+  // on tile_bmm, whose plan every size shares (no fused steps, no permute read in place).
+  if (batched && session.sizes_vary() && onednn::tile_bmm_supported() &&
+      (onednn::kernel_opted_in("ET_CPU_TILE_BMM") ||
+       onednn::kernel_opted_in("ET_CPU_RESIZE_IN_PLACE"))) {
+    *fused = 0;
+    auto kernel = std::make_unique<MatmulKernel>(params, onednn::PostOps{}, a, b,
+                                                 final_output(op, 2, 0), nullptr, false,
+                                                 std::nullopt);
+    kernel->use_tile();
+    session.add_checked(kernel.get());
+    *out = std::move(kernel);
+    return Error::Ok;
   }
   onednn::PostOps post;
   const Tensor* residual = nullptr;

@@ -172,7 +172,7 @@ Error bind_softmax(const OpBinding& op, bool log, OptimizedSession& session,
                   const onednn::Layout& out_layout) {
         return provider.prepare_softmax(log, axis, in, out_layout);
       },
-      input, output, /*output_follows_input=*/true);
+      input, output, /*output_follows_input=*/true, /*resizable=*/true);
   return bind_prepared(std::move(kernel), session, out);
 }
 

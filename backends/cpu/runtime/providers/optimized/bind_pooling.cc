@@ -68,6 +68,7 @@ class MeanKernel final : public OptimizedKernel {
   std::string implementation() const override {
     return rows_plain_ ? "loops:row means" : plan_ ? plan_->implementation() : "";
   }
+  bool resizable() const override { return true; }  // sizes read at prepare and run
 
   Error run(KernelRuntimeContext&) override {
     if (rows_plain_) {
@@ -169,6 +170,7 @@ class PermuteKernel final : public OptimizedKernel {
   }
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
   std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
+  bool resizable() const override { return true; }  // prepare reads the sizes
 
   Error run(KernelRuntimeContext&) override {
     return guarded("permute", [&] {

@@ -46,7 +46,7 @@ Error bind_compare_scalar(const OpBinding& op, onednn::Compare compare, Optimize
     onednn::compare_scalar(compare, input->const_data_ptr<float>(), value,
                            output->mutable_data_ptr<bool>(), input->numel());
     return Error::Ok;
-  });
+  }, LoopKernel::Sizes::kAtRun);
 }
 
 // aten::logical_not.out (self, *, out): bool to bool.
@@ -63,7 +63,7 @@ Error bind_logical_not(const OpBinding& op, OptimizedSession& session,
     onednn::logical_not(input->const_data_ptr<bool>(), output->mutable_data_ptr<bool>(),
                         input->numel());
     return Error::Ok;
-  });
+  }, LoopKernel::Sizes::kAtRun);
 }
 
 // aten::where.self_out (condition, self, other, *, out): bool condition, float32 operands and
@@ -86,11 +86,19 @@ Error bind_where(const OpBinding& op, OptimizedSession& session, std::unique_ptr
     decline->reason = error;
     return Error::NotSupported;
   }
+  // Shared by the body and the replan that makes it again for a graph resized in place.
+  auto made = std::make_shared<onednn::WherePlan>(std::move(plan));
+  auto replan = [=] {
+    std::string why;
+    *made = onednn::WherePlan::make(dims_of(*condition), dims_of(*a), dims_of(*b),
+                                    dims_of(*output), &why);
+    if (!why.empty()) throw onednn::ProviderError("where: " + why);
+  };
   return bind_loop(session, out, "where", {condition, a, b}, [=] {
-    plan.run(condition->const_data_ptr<bool>(), a->const_data_ptr<float>(),
-             b->const_data_ptr<float>(), output->mutable_data_ptr<float>());
+    made->run(condition->const_data_ptr<bool>(), a->const_data_ptr<float>(),
+              b->const_data_ptr<float>(), output->mutable_data_ptr<float>());
     return Error::Ok;
-  });
+  }, LoopKernel::Sizes::kReplan, replan);
 }
 
 // amax / amin (self, dim[], keepdim, *, out), argmax / argmin (self, dim?, keepdim, *, out),
@@ -128,10 +136,17 @@ Error bind_reduction(const OpBinding& op, Reduction kind, OptimizedSession& sess
     return Error::NotSupported;
   }
   if (any) {
+    auto sized = std::make_shared<onednn::ReductionShape>(shape);
+    auto replan = [=] {  // a graph resized in place: the shape at the new sizes
+      std::string why;
+      *sized = onednn::ReductionShape::over(dims_of(*input), dims, &why);
+      if (why.empty() && output->numel() != sized->outputs()) why = "output size differs";
+      if (!why.empty()) throw onednn::ProviderError("any: " + why);
+    };
     return bind_loop(session, out, "any", {input}, [=] {
-      onednn::reduce_any(shape, input->const_data_ptr<bool>(), output->mutable_data_ptr<bool>());
+      onednn::reduce_any(*sized, input->const_data_ptr<bool>(), output->mutable_data_ptr<bool>());
       return Error::Ok;
-    });
+    }, LoopKernel::Sizes::kReplan, replan);
   }
   const bool minimum = kind == Reduction::kMin || kind == Reduction::kArgmin;
   if (arg) {
@@ -184,7 +199,7 @@ Error bind_embedding(const OpBinding& op, OptimizedSession& session,
                         "embedding table's %lld rows",
                         printable_text(name.c_str()).c_str(), id, static_cast<long long>(bad),
                         static_cast<long long>(rows));
-  });
+  }, LoopKernel::Sizes::kAtRun);
 }
 
 }  // namespace optimized

@@ -26,6 +26,7 @@ class RotaryKernel final : public OptimizedKernel {
     return {impl_of(x_), impl_of(cos_), impl_of(sin_)};
   }
   std::string implementation() const override { return "rotary:avx512"; }
+  bool resizable() const override { return true; }  // rotary_shape at each run
 
   Error run(KernelRuntimeContext&) override {
     RotaryShape shape;

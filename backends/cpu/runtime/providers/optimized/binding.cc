@@ -181,9 +181,10 @@ std::vector<const executorch::aten::TensorImpl*> LoopKernel::plain_reads() const
 }
 
 Error bind_loop(OptimizedSession& session, std::unique_ptr<BoundKernel>* out, std::string what,
-                std::vector<const Tensor*> reads, LoopKernel::Body body) {
+                std::vector<const Tensor*> reads, LoopKernel::Body body, LoopKernel::Sizes sizes,
+                LoopKernel::Replan replan) {
   return bind_prepared(std::make_unique<LoopKernel>(std::move(what), std::move(reads),
-                                                    std::move(body)),
+                                                    std::move(body), sizes, std::move(replan)),
                        session, out);
 }
 

@@ -114,13 +114,16 @@ class LayoutKernel final : public OptimizedKernel {
  public:
   using Make = std::function<Plan(onednn::Provider&, const onednn::Layout& input,
                                   const onednn::Layout& output)>;
+  // `resizable`: `make` reads every size from the layouts it is given (BoundKernel::resizable).
   LayoutKernel(const char* what, Make make, const Tensor* input, Tensor* output,
-               bool output_follows_input = false)
+               bool output_follows_input = false, bool resizable = false)
       : what_(what),
         make_(std::move(make)),
         input_(input),
         output_(output),
-        output_follows_input_(output_follows_input) {}
+        output_follows_input_(output_follows_input),
+        resizable_(resizable) {}
+  bool resizable() const override { return resizable_; }
 
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
     plan_ = std::make_unique<Plan>(make_(provider, session_layout(channels_last, input_),
@@ -149,32 +152,51 @@ class LayoutKernel final : public OptimizedKernel {
   const Tensor* input_;
   Tensor* output_;
   bool output_follows_input_;
+  bool resizable_;
   std::unique_ptr<Plan> plan_;
 };
 
-// An op on our own loops (mask_ops.h, reductions.h, embedding.h, quantize_convert.h): nothing to
-// prepare, every tensor it reads plain; `body` runs it and returns an error for bad data
-// (embedding ids).
+// An op on our own loops (mask_ops.h, reductions.h, embedding.h, quantize_convert.h): every
+// tensor it reads plain; `body` runs it and returns an error for bad data (embedding ids).
+// Resizing (BoundKernel::resizable): a body that reads its sizes at each run says so with
+// `Sizes::kAtRun`; `Sizes::kReplan` gives a `replan` that prepare calls to work out again what
+// the body uses of the sizes (throwing ProviderError when it cannot); by default neither.
 class LoopKernel final : public OptimizedKernel {
  public:
   using Body = std::function<Error()>;
-  LoopKernel(std::string what, std::vector<const Tensor*> reads, Body body)
-      : what_(std::move(what)), reads_(std::move(reads)), body_(std::move(body)) {}
+  using Replan = std::function<void()>;
+  enum class Sizes { kAtBind, kAtRun, kReplan };
+  LoopKernel(std::string what, std::vector<const Tensor*> reads, Body body,
+             Sizes sizes = Sizes::kAtBind, Replan replan = nullptr)
+      : what_(std::move(what)),
+        reads_(std::move(reads)),
+        body_(std::move(body)),
+        sizes_(sizes),
+        replan_(std::move(replan)) {}
 
-  void prepare(onednn::Provider&, const InChannelsLast&) override {}
+  void prepare(onednn::Provider&, const InChannelsLast&) override {
+    if (sizes_ == Sizes::kReplan && replan_) replan_();
+  }
   std::vector<const executorch::aten::TensorImpl*> plain_reads() const override;
   std::string implementation() const override { return "loops:" + what_; }
+  bool resizable() const override {
+    return sizes_ == Sizes::kAtRun || (sizes_ == Sizes::kReplan && replan_);
+  }
   Error run(KernelRuntimeContext&) override { return body_(); }
 
  private:
   std::string what_;
   std::vector<const Tensor*> reads_;
   Body body_;
+  Sizes sizes_;
+  Replan replan_;
 };
 
 // Binds a LoopKernel (see bind_prepared).
 Error bind_loop(OptimizedSession& session, std::unique_ptr<BoundKernel>* out, std::string what,
-                std::vector<const Tensor*> reads, LoopKernel::Body body);
+                std::vector<const Tensor*> reads, LoopKernel::Body body,
+                LoopKernel::Sizes sizes = LoopKernel::Sizes::kAtBind,
+                LoopKernel::Replan replan = nullptr);
 
 }  // namespace optimized
 }  // namespace cpu

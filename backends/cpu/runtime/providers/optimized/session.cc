@@ -64,6 +64,7 @@ std::string OptimizedSession::summary() const {
          "), isa " + provider_->isa() + "; our own kernels: " +
          std::to_string(count_implementation("row_gemm")) + " row_gemm, " +
          std::to_string(count_containing("row_bmm")) + " row_bmm, " +
+         std::to_string(count_implementation("tile_bmm")) + " tile_bmm, " +
          std::to_string(count_implementation("channel_binary")) + " channel_binary, " +
          std::to_string(count_implementation("flat_binary")) + " flat_binary, " +
          std::to_string(count_implementation("row_binary")) + " row_binary, " +
@@ -122,6 +123,7 @@ Error OptimizedSession::finalize(
   // of a new size's re-plan in a transformer, which has no convolutions to chain).
   if (chained.empty() && !unprepared_) {
     chained_ = 0;
+    chained_set_.clear();
     return Error::Ok;
   }
   auto attempt = [&](const OptimizedKernel::InChannelsLast& channels_last) {
@@ -132,6 +134,7 @@ Error OptimizedSession::finalize(
   try {
     attempt([&](const executorch::aten::TensorImpl* t) { return chained.count(t) > 0; });
     chained_ = chained.size();
+    chained_set_ = std::move(chained);
     return Error::Ok;
   } catch (const std::exception& e) {
     log_line(LogLevel::kInfo, "oneDNN layout chaining failed (%s); plain layouts", e.what());
@@ -139,11 +142,35 @@ Error OptimizedSession::finalize(
   try {
     attempt([](const executorch::aten::TensorImpl*) { return false; });
     chained_ = 0;
+    chained_set_.clear();
     return Error::Ok;
   } catch (const std::exception& e) {
     log_line(LogLevel::kError, "oneDNN kernels could not be prepared again: %s", e.what());
     return Error::Internal;
   }
+}
+
+Error OptimizedSession::resize() {
+  // A fresh Provider, as finalize's: the previous sizes' plans (and their scratchpad and staging
+  // sizes) go with the old one. Weights come from the shared weight cache.
+  // The layouts of the sizes before stay for the next change (a whole primitive's below 32 rows,
+  // the row tiles' above, a RowGemm packing at one row), not made again at each.
+  if (weights_) weights_->keep_everything();
+  try {
+    auto fresh = std::make_unique<onednn::Provider>(options());
+    for (OptimizedKernel* kernel : kernels_) {
+      kernel->prepare(*fresh, [this](const executorch::aten::TensorImpl* t) {
+        return chained_set_.count(t) > 0;
+      });
+    }
+    provider_ = std::move(fresh);
+  } catch (const std::exception& e) {
+    // Some kernels may hold plans of the discarded Provider: the caller prepares them again
+    // (at the bounds) before any runs.
+    log_line(LogLevel::kInfo, "oneDNN kernels cannot be resized in place: %s", e.what());
+    return Error::NotSupported;
+  }
+  return Error::Ok;
 }
 
 onednn::ProviderOptions OptimizedSession::options() const {

@@ -60,6 +60,8 @@ class OptimizedSession final : public ProviderSession {
   size_t held_bytes() const override;
   std::string summary() const override;
   onednn::Provider& provider() { return *provider_; }
+  // The graph has symbolic dimensions or is a shape plan of one (KernelProvider::open_session).
+  bool sizes_vary() const { return sizes_vary_; }
   // A kernel bind prepared on provider() with plain activations.
   void add(OptimizedKernel* kernel) { kernels_.push_back(kernel); }
   // Called before each bind: whether the op's base graph bound it here (OpBinding::bound_in_base).
@@ -87,6 +89,9 @@ class OptimizedSession final : public ProviderSession {
 
   executorch::runtime::Error finalize(
       const std::function<bool(const executorch::aten::TensorImpl*)>& read_outside) override;
+  // Every kernel prepared again, on a fresh Provider, for the tensors' new sizes, with the
+  // layouts finalize settled (ProviderSession::resize).
+  executorch::runtime::Error resize() override;
 
  private:
   onednn::ProviderOptions options() const;
@@ -96,6 +101,7 @@ class OptimizedSession final : public ProviderSession {
   std::unique_ptr<onednn::Provider> provider_;
   std::vector<OptimizedKernel*> kernels_;  // owned by the graph, which outlives the session's use
   size_t chained_ = 0;
+  std::unordered_set<const executorch::aten::TensorImpl*> chained_set_;  // finalize's choice
   size_t blocks_ = 0;
   bool unprepared_ = false;  // some kernel waits for finalize to prepare it
   bool shape_plan_ = false;  // opened with a base session

@@ -59,6 +59,8 @@ struct WeightCache::Impl {
   std::vector<Packed8da> packed_8da;
   uint64_t hits = 0;
   uint64_t misses = 0;
+  bool keep = false;                              // keep_everything()
+  std::vector<std::shared_ptr<const void>> kept;  // what it owns then
 
   // Drops the entries no plan holds any more (called on a miss: they only add up then).
   void prune() {
@@ -100,6 +102,21 @@ size_t WeightCache::live_bytes() const {
   return bytes;
 }
 
+void WeightCache::keep_everything() {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (impl_->keep) return;
+  impl_->keep = true;
+  for (const Impl::Reordered& e : impl_->reordered) {
+    if (auto bytes = e.bytes.lock()) impl_->kept.push_back(std::move(bytes));
+  }
+  for (const Impl::Packed& e : impl_->packed) {
+    if (auto packed = e.packed.lock()) impl_->kept.push_back(std::move(packed));
+  }
+  for (const Impl::Packed8da& e : impl_->packed_8da) {
+    if (auto packed = e.packed.lock()) impl_->kept.push_back(std::move(packed));
+  }
+}
+
 bool weight_cache_enabled() { return kernel_switched_on("ET_CPU_WEIGHT_CACHE"); }
 
 OwnedTensor cached_constant(WeightCache* cache, const memory::desc& from, const float* data,
@@ -126,6 +143,7 @@ OwnedTensor cached_constant(WeightCache* cache, const memory::desc& from, const 
   ++impl.misses;
   impl.prune();
   impl.reordered.push_back({data, from, to, made.bytes});
+  if (impl.keep) impl.kept.push_back(made.bytes);
   return made;
 }
 
@@ -160,6 +178,7 @@ std::shared_ptr<const RowGemm::Packed> cached_row_gemm_weights(WeightCache* cach
   ++impl.misses;
   impl.prune();
   impl.packed.push_back({weight, bias, k, n, weight_is_k_by_n, packed});
+  if (impl.keep) impl.kept.push_back(packed);
   return packed;
 }
 
@@ -199,6 +218,7 @@ std::shared_ptr<const Linear8daPacked> cached_linear_8da_weights(WeightCache* ca
   impl.prune();
   impl.packed_8da.push_back({weight, scales, zero_points, bias, params.k, params.n, params.group,
                              params.bits, packed});
+  if (impl.keep) impl.kept.push_back(packed);
   return packed;
 }
 

@@ -31,6 +31,11 @@ class WeightCache {
   uint64_t misses() const;
   // Bytes of the prepared constants some live plan holds (each counted once).
   size_t live_bytes() const;
+  // From now on the cache owns every prepared constant it holds or makes: a graph resized in
+  // place prepares its plans again at each size change, and a layout one size needs (a whole
+  // primitive's, the row tiles', a RowGemm packing) stays for the next time instead of being
+  // made again. Bounded by the layouts its plans use (a few per constant).
+  void keep_everything();
 
   struct Impl;
   Impl& impl() const { return *impl_; }

@@ -76,5 +76,16 @@ class WorkPool {
   std::exception_ptr error_;
 };
 
+// fn(task, worker) for every task in [0, tasks): on `pool`, or in order on the calling thread
+// (worker 0) when there is no pool or a single task.
+inline void run_tasks(WorkPool* pool, size_t tasks,
+                      const std::function<void(size_t task, int worker)>& fn) {
+  if (tasks == 1 || pool == nullptr) {
+    for (size_t t = 0; t < tasks; ++t) fn(t, 0);
+  } else {
+    pool->run(tasks, fn);
+  }
+}
+
 }  // namespace onednn
 }  // namespace et_cpu_plugin

@@ -174,11 +174,7 @@ void row_bmm(const RowBmmParams& p, const float* a, const float* b, float* out, 
       (by_row ? accumulate_by_row : accumulate_rows)(p, a, b, out, begin, end);
     }
   };
-  if (tasks == 1 || pool == nullptr) {
-    for (int64_t t = 0; t < tasks; ++t) task(static_cast<size_t>(t), 0);
-  } else {
-    pool->run(static_cast<size_t>(tasks), task);
-  }
+  run_tasks(pool, static_cast<size_t>(tasks), task);
 }
 
 }  // namespace onednn

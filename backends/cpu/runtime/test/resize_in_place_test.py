@@ -1,0 +1,164 @@
+"""Issue 47, resizing in place (ET_CPU_RESIZE_IN_PLACE=1): a program exported with
+torch.export.Dim(max=...) and lowered by the documented flow, loaded by the plain runtime, takes
+each new size on its one graph compiled for the bounds (tensors resized, plans prepared again, the
+attention products on tile_bmm) instead of compiling a shape plan. Checked against eager at the
+bounds and between, alternating many times; no shape plan compiled; nothing made per call after
+the first round (weights, matmul primitives); resident memory flat. A graph with kernels that
+cannot resize (convolutions) keeps the shape plans."""
+
+import ctypes
+import gc
+import os
+from typing import Any
+
+# Read when the delegate compiles (first forward), before any program of this test loads.
+os.environ["ET_CPU_RESIZE_IN_PLACE"] = "1"
+
+import pytest
+import torch
+from executorch.exir import to_edge_transform_and_lower
+from executorch.extension.pybindings import portable_lib
+from torch.export import Dim
+
+from backends.cpu.partition.cpu_partitioner import CpuPartitioner
+from backends.cpu.runtime import loader
+from backends.cpu.runtime.test.lowered_program import assert_single_output_close
+from tools.bench.zoo_sequence import LlamaLike
+
+ATOL = 1e-4
+RTOL = 1e-4
+MAX_TOKENS = 192
+VOCAB = 96
+# The bounds, sizes between them (row-tile remainders, odd head products' tails) and repeats.
+TOKENS = (1, MAX_TOKENS, 17, 64, 1, 33, MAX_TOKENS - 1, 2, 100)
+ROUNDS = 3
+MEMORY_CALLS = 400
+
+_BUFFERS: list[bytes] = []  # the runtime does not own a program's buffer
+
+
+def _load(model: torch.nn.Module, example: torch.Tensor, dims: dict[int, Any]) -> Any:
+    loader.load_cpu_backend()
+    partitioner = CpuPartitioner()
+    exported = torch.export.export(model, (example,), dynamic_shapes=(dims,))
+    edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
+    assert partitioner.report.left_out == (), partitioner.report
+    pte = bytes(edge.to_executorch().buffer)
+    _BUFFERS.append(pte)
+    return portable_lib._load_for_executorch_from_buffer(pte)
+
+
+@pytest.fixture(scope="module")
+def llama() -> tuple[torch.nn.Module, Any]:
+    torch.manual_seed(0)
+    model = LlamaLike(vocab=VOCAB, dim=64, depth=2, heads=2, hidden=128, max_tokens=MAX_TOKENS)
+    model = model.eval()
+    module = _load(
+        model, torch.randint(0, VOCAB, (1, 8)), {1: Dim("tokens", min=1, max=MAX_TOKENS)}
+    )
+    return model, module
+
+
+def _tokens(length: int) -> torch.Tensor:
+    return torch.randint(0, VOCAB, (1, length), generator=torch.Generator().manual_seed(length))
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmRSS in /proc/self/status")
+
+
+def test_llama_resizes_in_place_and_matches_eager_at_every_size(llama: Any) -> None:
+    model, module = llama
+    assert_single_output_close(module, model, _tokens(MAX_TOKENS), atol=ATOL, rtol=RTOL)
+    placement = loader.last_placement()
+    assert any("new sizes resized in place" in line for line in placement), placement[:2]
+    _, misses = loader.shape_plan_stats()
+    for _ in range(ROUNDS):
+        for length in TOKENS:
+            assert_single_output_close(module, model, _tokens(length), atol=ATOL, rtol=RTOL)
+    # Every size ran on the one graph: no shape plan was compiled.
+    assert loader.shape_plan_stats()[1] == misses
+
+
+def test_after_one_round_a_size_makes_no_weights_nor_primitives(llama: Any) -> None:
+    model, module = llama
+    for length in TOKENS:  # each size once: its remainder primitives, row_gemm packing
+        module.forward([_tokens(length)])
+    weights = loader.weight_cache_stats()[1:]
+    primitives = loader.matmul_primitive_stats()[0]
+    for length in reversed(TOKENS):
+        assert_single_output_close(module, model, _tokens(length), atol=ATOL, rtol=RTOL)
+    assert loader.weight_cache_stats()[1:] == weights
+    assert loader.matmul_primitive_stats()[0] == primitives
+
+
+def test_memory_stays_flat_over_calls_alternating_between_sizes(llama: Any) -> None:
+    model, module = llama
+    inputs = [_tokens(length) for length in TOKENS]
+    for x in inputs:
+        module.forward([x])
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    before = _rss_kib()
+    for call in range(MEMORY_CALLS):
+        module.forward([inputs[call % len(inputs)]])
+    gc.collect()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    grown = _rss_kib() - before
+    assert grown < 4 * 1024, f"RSS grew by {grown} KiB over {MEMORY_CALLS} calls"
+    for x in inputs:  # still right after them
+        assert_single_output_close(module, model, x, atol=ATOL, rtol=RTOL)
+
+
+class _Cnn(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = torch.nn.Linear(8 * 8 * 8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.conv(x)).flatten(1))
+
+
+def test_a_graph_whose_kernels_cannot_resize_keeps_the_shape_plans() -> None:
+    torch.manual_seed(4)
+    model = _Cnn().eval()
+    module = _load(model, torch.randn(2, 3, 8, 8), {0: Dim("batch", min=1, max=8)})
+    assert_single_output_close(module, model, torch.randn(8, 3, 8, 8), atol=ATOL, rtol=RTOL)
+    placement = loader.last_placement()
+    assert any("shape plans cached" in line for line in placement), placement[:2]
+    _, misses = loader.shape_plan_stats()
+    for batch in (1, 5, 8, 1):
+        assert_single_output_close(module, model, torch.randn(batch, 3, 8, 8), atol=ATOL, rtol=RTOL)
+    assert loader.shape_plan_stats()[1] == misses + 2  # sizes 1 and 5 compiled
+
+
+class _Products(torch.nn.Module):
+    """Products whose n is the dynamic size (x @ x^T) and one with 37 columns (a 32-column tile
+    and a 5-column tail), k of 40 and of the dynamic size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(3, 40, 37) * 0.1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = torch.bmm(x, x.transpose(1, 2))  # (3, s, s)
+        return torch.bmm(torch.bmm(scores, x), self.w)  # (3, s, 40) @ (3, 40, 37)
+
+
+def test_batched_products_on_tile_bmm_match_eager_at_every_size() -> None:
+    torch.manual_seed(5)
+    model = _Products().eval()
+    module = _load(model, torch.randn(3, 8, 40), {1: Dim("s", min=1, max=100)})
+    _, misses = loader.shape_plan_stats()
+    for rows in (100, 1, 5, 64, 33, 100, 7, 1):
+        x = torch.randn(3, rows, 40, generator=torch.Generator().manual_seed(rows)) * 0.3
+        assert_single_output_close(module, model, x, atol=ATOL, rtol=RTOL)
+    placement = loader.last_placement()
+    assert any("new sizes resized in place" in line for line in placement), placement[:2]
+    assert any(", 3 tile_bmm," in line for line in placement), placement[-1]
+    assert loader.shape_plan_stats()[1] == misses
