@@ -30,6 +30,10 @@ bool pointwise_int8_supports(int64_t in_channels, int64_t out_channels,
 
 class PointwiseInt8 {
  public:
+  // Pixels a slice of the work should start at a multiple of (the kernel's pixel blocks are 6,
+  // 8 or 12 wide, by the width of the output channel group).
+  static constexpr int64_t kPixelBlock = 24;
+
   // `weight` is torch's s8 [N, K, 1, 1], `weight_scales` [N], `bias` [N] float or null; all are
   // copied (repacked). Throws ProviderError unless pointwise_int8_supports.
   PointwiseInt8(int64_t in_channels, int64_t out_channels, const int8_t* weight,
