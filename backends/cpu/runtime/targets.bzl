@@ -481,6 +481,20 @@ def define_common_targets():
         ],
     )
 
+    # Issue 46: int8 1x1 convolutions on our kernel by default where it covers them, oneDNN
+    # elsewhere and with the switch off; both within issue 18's criterion.
+    runtime.python_test(
+        name = "pointwise_int8_placement_test",
+        size = "medium",
+        srcs = ["test/pointwise_int8_placement_test.py"],
+        deps = [
+            ":int8_compare",
+            ":loader",
+            "//backends/cpu:quantization",
+            "//backends/cpu/partition:cpu_partitioner",
+        ],
+    )
+
     # PT2E float islands as int8 ops (max pool, add): the float ops' bytes, plain and chained.
     runtime.python_test(
         name = "int8_island_test",

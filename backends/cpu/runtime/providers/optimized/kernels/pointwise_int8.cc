@@ -147,7 +147,7 @@ int64_t group_width(int64_t first, int64_t vectors) {
 
 bool pointwise_int8_supports(int64_t in_channels, int64_t out_channels,
                              const DepthwiseInt8Quant& q) {
-  if (!kernel_opted_in("ET_CPU_OWN_POINTWISE_INT8") || !cpu_has_avx512_vnni()) return false;
+  if (!kernel_switched_on("ET_CPU_OWN_POINTWISE_INT8") || !cpu_has_avx512_vnni()) return false;
   if (in_channels < 4 || in_channels % 4 != 0 || out_channels < 1) return false;
   // The int32 sum cannot overflow: K * 255 * 128 < 2^31 for K <= kMaxK.
   if (in_channels > kMaxK) return false;
