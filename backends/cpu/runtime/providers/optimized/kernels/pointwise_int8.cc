@@ -1,9 +1,9 @@
-// PointwiseInt8 (see pointwise_int8.h): blocks of up to 6 pixels x 4 output vectors (64 output
-// channels) with 24 int32 accumulators in registers; per 4 input channels, one broadcast of each
-// pixel's 4 bytes (sign bits flipped for s8) meets the 4 weight vectors through vpdpbusd; output
-// vectors in blocks of 4, then 2, then 1. The
-// epilogue is depthwise_int8.cc's: two roundings, the clamps folded onto y / output_scale,
-// vcvtps2dq (half to even), plus the zero point, narrowed, one (masked) store per vector.
+// PointwiseInt8 (see pointwise_int8.h): output channels in column groups of 4 vectors (3 when 3,
+// 6 or 9 are left, the last 2 or 1), each over blocks of 6 / 8 / 12 / 12 pixels with up to 24
+// int32 accumulators in registers; per 4 input channels, one broadcast of each pixel's 4 bytes
+// (sign bits flipped for s8) meets the group's weight vectors through vpdpbusd. The epilogue is
+// depthwise_int8.cc's: two roundings, the clamps folded onto y / output_scale, vcvtps2dq (half
+// to even), plus the zero point, narrowed, one (masked) store per vector.
 #include "backends/cpu/runtime/providers/optimized/kernels/pointwise_int8.h"
 
 #include <immintrin.h>
