@@ -361,7 +361,11 @@ def define_common_targets():
     runtime.python_library(
         name = "int8_compare",
         srcs = ["test/int8_compare.py"],
-        deps = ["//backends/cpu:quantization"],
+        deps = [
+            ":loader",
+            "//backends/cpu:quantization",
+            "//backends/cpu/partition:cpu_partitioner",
+        ],
     )
 
     # PT2E-quantized models on the int8 ops, and the int8 ops' payload checks.

@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 import torch
-from executorch.exir import to_edge, to_edge_transform_and_lower
 from torch import nn
 
-from backends.cpu.partition.cpu_partitioner import CpuPartitioner
-from backends.cpu.quantization import quantize_ptq
-from backends.cpu.runtime import loader
-from backends.cpu.runtime.test.int8_compare import assert_within_one_step, load
+from backends.cpu.runtime.test.int8_compare import (
+    add_reference,
+    assert_within_one_step,
+    load,
+    lower_quantized,
+)
 
 _SPLIT = "ET_CPU_ONEDNN_INT8_SPLIT"
 _THREADS = "ET_CPU_ONEDNN_THREADS"
@@ -95,17 +96,8 @@ def _programs(
 ) -> dict[str, Any]:
     """The model quantized and lowered, loaded split and whole (1x1 convolutions on our kernel
     or, with `own_pointwise` "0", on oneDNN's), and undelegated."""
-    loader.load_cpu_backend()
     torch.manual_seed(0)  # before the model's initial weights
-    model = make_model()
-    generator = torch.Generator().manual_seed(0)
-    samples = [(make_input(generator),) for _ in range(4)]
-    quantized = quantize_ptq(model.eval(), samples)
-    exported = torch.export.export(quantized, samples[0])
-    partitioner = CpuPartitioner()
-    edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
-    assert not partitioner.report.left_out, partitioner.report
-    pte = bytes(edge.to_executorch().buffer)
+    pte, exported, samples = lower_quantized(make_model(), make_input)
     loaded: dict[str, Any] = {"make_input": make_input}
     with pytest.MonkeyPatch.context() as env:
         env.setenv(_THREADS, "2")  # a pool of 2 (capped at the CPUs: one CPU has no pool)
@@ -115,10 +107,7 @@ def _programs(
             env.setenv(_SPLIT, split)
             loaded[name] = load(pte)
             loaded[name].forward(list(samples[0]))
-    loaded["reference"] = load(bytes(to_edge(exported).to_executorch().buffer))
-    (output,) = [n for n in exported.graph.nodes if n.op == "output"]
-    loaded["output_scale"] = float(output.args[0][0].args[1])
-    return loaded
+    return add_reference(loaded, exported)
 
 
 @pytest.fixture(scope="module", params=["conv", "pointwise", "pointwise_onednn", "linear"])
