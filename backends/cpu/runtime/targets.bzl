@@ -379,7 +379,11 @@ def define_common_targets():
     runtime.python_library(
         name = "int8_compare",
         srcs = ["test/int8_compare.py"],
-        deps = ["//backends/cpu:quantization"],
+        deps = [
+            ":loader",
+            "//backends/cpu:quantization",
+            "//backends/cpu/partition:cpu_partitioner",
+        ],
     )
 
     # PT2E-quantized models on the int8 ops, and the int8 ops' payload checks.
@@ -491,6 +495,20 @@ def define_common_targets():
         name = "depthwise_int8_placement_test",
         size = "medium",
         srcs = ["test/depthwise_int8_placement_test.py"],
+        deps = [
+            ":int8_compare",
+            ":loader",
+            "//backends/cpu:quantization",
+            "//backends/cpu/partition:cpu_partitioner",
+        ],
+    )
+
+    # Issue 46: int8 1x1 convolutions on our kernel by default where it covers them, oneDNN
+    # elsewhere and with the switch off; both within issue 18's criterion.
+    runtime.python_test(
+        name = "pointwise_int8_placement_test",
+        size = "medium",
+        srcs = ["test/pointwise_int8_placement_test.py"],
         deps = [
             ":int8_compare",
             ":loader",

@@ -5,7 +5,8 @@ with its own block of the weights, scales and bias. A split must give exactly th
 whole op (ET_CPU_ONEDNN_INT8_SPLIT=0), and stay within issue 18's criterion against the
 undelegated program. Convolutions: band edges inside the padding, in a strided or dilated
 window, fewer output rows than bands, 1x1 convolutions whose bands lay the weights out their
-own way. Linears: blocks of unequal width, a layer too narrow to
+own way (on oneDNN: ET_CPU_OWN_POINTWISE_INT8=0; our 1x1 kernel in pixel slices otherwise).
+Linears: blocks of unequal width, a layer too narrow to
 split, no bias."""
 
 from collections.abc import Callable, Iterator
@@ -13,16 +14,18 @@ from typing import Any
 
 import pytest
 import torch
-from executorch.exir import to_edge, to_edge_transform_and_lower
 from torch import nn
 
-from backends.cpu.partition.cpu_partitioner import CpuPartitioner
-from backends.cpu.quantization import quantize_ptq
-from backends.cpu.runtime import loader
-from backends.cpu.runtime.test.int8_compare import assert_within_one_step, load
+from backends.cpu.runtime.test.int8_compare import (
+    add_reference,
+    assert_within_one_step,
+    load,
+    lower_quantized,
+)
 
 _SPLIT = "ET_CPU_ONEDNN_INT8_SPLIT"
 _THREADS = "ET_CPU_ONEDNN_THREADS"
+_OWN_POINTWISE = "ET_CPU_OWN_POINTWISE_INT8"
 
 MakeInput = Callable[[torch.Generator], torch.Tensor]
 
@@ -88,39 +91,33 @@ def _rows(generator: torch.Generator) -> torch.Tensor:
     return torch.randn(7, 40, generator=generator)
 
 
-def _programs(make_model: Callable[[], nn.Module], make_input: MakeInput) -> dict[str, Any]:
-    """The model quantized and lowered, loaded split and whole, and undelegated."""
-    loader.load_cpu_backend()
+def _programs(
+    make_model: Callable[[], nn.Module], make_input: MakeInput, own_pointwise: str = "1"
+) -> dict[str, Any]:
+    """The model quantized and lowered, loaded split and whole (1x1 convolutions on our kernel
+    or, with `own_pointwise` "0", on oneDNN's), and undelegated."""
     torch.manual_seed(0)  # before the model's initial weights
-    model = make_model()
-    generator = torch.Generator().manual_seed(0)
-    samples = [(make_input(generator),) for _ in range(4)]
-    quantized = quantize_ptq(model.eval(), samples)
-    exported = torch.export.export(quantized, samples[0])
-    partitioner = CpuPartitioner()
-    edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
-    assert not partitioner.report.left_out, partitioner.report
-    pte = bytes(edge.to_executorch().buffer)
+    pte, exported, samples = lower_quantized(make_model(), make_input)
     loaded: dict[str, Any] = {"make_input": make_input}
     with pytest.MonkeyPatch.context() as env:
         env.setenv(_THREADS, "2")  # a pool of 2 (capped at the CPUs: one CPU has no pool)
+        env.setenv(_OWN_POINTWISE, own_pointwise)
         # Each program binds its kernels (and reads the switch) on its first forward.
         for name, split in (("split", "1"), ("whole", "0")):
             env.setenv(_SPLIT, split)
             loaded[name] = load(pte)
             loaded[name].forward(list(samples[0]))
-    loaded["reference"] = load(bytes(to_edge(exported).to_executorch().buffer))
-    (output,) = [n for n in exported.graph.nodes if n.op == "output"]
-    loaded["output_scale"] = float(output.args[0][0].args[1])
-    return loaded
+    return add_reference(loaded, exported)
 
 
-@pytest.fixture(scope="module", params=["conv", "pointwise", "linear"])
+@pytest.fixture(scope="module", params=["conv", "pointwise", "pointwise_onednn", "linear"])
 def programs(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     if request.param == "conv":
         yield _programs(Geometries, _image)
     elif request.param == "pointwise":
         yield _programs(Pointwise, _image14)
+    elif request.param == "pointwise_onednn":
+        yield _programs(Pointwise, _image14, own_pointwise="0")
     else:
         yield _programs(Columns, _rows)
 

@@ -76,7 +76,9 @@ std::string OptimizedSession::summary() const {
          " linear_8da:avx2, " + std::to_string(count_containing("depthwise:avx512")) +
          " depthwise (alone or in a block), " +
          std::to_string(count_implementation("depthwise_int8:avx512_vnni")) +
-         " depthwise_int8:avx512_vnni, " + std::to_string(count_implementation("stem:avx512")) +
+         " depthwise_int8:avx512_vnni, " +
+         std::to_string(count_implementation("pointwise_int8:avx512_vnni")) +
+         " pointwise_int8:avx512_vnni, " + std::to_string(count_implementation("stem:avx512")) +
          " stem, " + std::to_string(count_implementation("squeeze_excite:avx512")) +
          " squeeze-excite tails, " +
          std::to_string(count_containing("(gate folded")) +

@@ -552,9 +552,9 @@ class PointwiseInt8Kernel final : public BoundKernel {
       return Error::Ok;
     }
     pool_->run(static_cast<size_t>(slices_), [&](size_t task, int) {
-      // Slices of whole 6-pixel blocks (the kernel's), the last one takes the rest.
-      const auto [first, last] = onednn::block_slice(pixels_, 6, static_cast<size_t>(slices_),
-                                                     task);
+      // Slices of whole pixel blocks (the kernel's), the last one takes the rest.
+      const auto [first, last] = onednn::block_slice(
+          pixels_, onednn::PointwiseInt8::kPixelBlock, static_cast<size_t>(slices_), task);
       conv_.run(in, out, first, last);
     });
     return Error::Ok;

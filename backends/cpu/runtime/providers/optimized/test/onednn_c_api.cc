@@ -457,7 +457,8 @@ int etdnn_pointwise_int8_run(const int64_t* shape, const double* quant, const in
         onednn::PointwiseInt8 conv(shape[0], shape[1], weight, weight_scales, bias, q);
         for (int64_t i = 0; i < pieces; ++i) {
           const auto [first, last] =
-              onednn::block_slice(pixels, 6, static_cast<size_t>(pieces), static_cast<size_t>(i));
+              onednn::block_slice(pixels, onednn::PointwiseInt8::kPixelBlock,
+                                  static_cast<size_t>(pieces), static_cast<size_t>(i));
           conv.run(input, output, first, last);
         }
         return 0;

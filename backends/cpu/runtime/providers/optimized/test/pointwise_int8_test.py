@@ -1,10 +1,12 @@
 """Our int8 1x1 convolution (kernels/pointwise_int8.h) against a numpy integer reference, byte for
 byte, through the C ABI (etdnn_pointwise_int8_run): every 1x1 layer of the MobileNetV2-shaped
 example (s8 activations, as XNNPACK's quantizer gives them here), u8 activations, output channel
-counts with and without a 16-lane tail and with and without a 64-channel block, pixel counts
-around the 6-pixel block, the work pool's slicing (1, 3, 4 slices), ReLU / ReLU6 / no clamp, with
+counts with and without a 16-lane tail and in every column grouping (4, 3, 2, 1 vectors: widths
+of 3, 6 and 9 vectors go in groups of 3), pixel counts around each group's pixel block (6, 8,
+12), the work pool's slicing (1, 3, 4 slices of 24-pixel blocks), ReLU / ReLU6 / no clamp, with
 and without bias, zero points at the range ends; and what it declines (K not a multiple of 4, the
-switch off). The kernel is opt-in (ET_CPU_OWN_POINTWISE_INT8=1): the fixture switches it on.
+switch off). The kernel is on by default (ET_CPU_OWN_POINTWISE_INT8=0: off); the fixture sets
+the switch to 1 all the same.
 
 The reference is the header's arithmetic: the int32 sum of (x - input zero point) * w, exact;
 float32 y = acc * (input_scale * weight_scale) + bias (two roundings), the clamp, rint (half to
@@ -168,6 +170,19 @@ EDGES = [
     Case(16, 48, 5),
     Case(16, 48, 6),
     Case(16, 48, 7, pieces=2),
+    # Column groups: 3 + 3 (96 channels), 4 + 3 (112), 4 + 1 with a tail (70), 3 + 3 + 3 with
+    # a tail (140), 2 (32) and 1 (16) with their 8- and 12-pixel blocks, and the pixels around
+    # them (and a slice edge inside a block's worth).
+    Case(24, 96, 8),
+    Case(24, 96, 17, pieces=3),
+    Case(28, 112, 23),
+    Case(36, 70, 13),
+    Case(8, 140, 31, pieces=2),
+    Case(52, 32, 11),
+    Case(52, 32, 12),
+    Case(52, 32, 25, pieces=2),
+    Case(44, 16, 12),
+    Case(44, 16, 37, pieces=3),
     # u8 activations, no bias, ReLU, a clamp narrower than the grid.
     Case(64, 80, 50, signed=False, clamp=RELU6),
     Case(40, 64, 30, signed=False, bias=False),
@@ -202,3 +217,17 @@ def test_declines_k_not_a_multiple_of_4_and_when_switched_off(lib: ctypes.CDLL) 
         assert _run(lib, taken, _draw(taken, 0)) is None
     finally:
         os.environ[SWITCH] = "1"
+
+
+def test_on_by_default(lib: ctypes.CDLL) -> None:
+    taken = Case(8, 16, 4)
+    del os.environ[SWITCH]
+    try:
+        got = _run(lib, taken, _draw(taken, 0))
+    finally:
+        os.environ[SWITCH] = "1"
+    if got is None:
+        assert _run(lib, taken, _draw(taken, 0)) is None, "declined only without the switch"
+        pytest.skip("no AVX-512 VNNI here")
+    mismatch = byte_mismatches(got, _reference(taken, _draw(taken, 0)), taken)
+    assert mismatch is None, mismatch
