@@ -62,6 +62,7 @@ class SafeSoftmaxKernel final : public OptimizedKernel {
     return {impl_of(input_)};
   }
   std::string implementation() const override { return "safe_softmax:avx512 (rows)"; }
+  bool resizable() const override { return true; }  // safe_softmax_shape at each run
 
   Error run(KernelRuntimeContext&) override {
     SafeSoftmaxShape shape;

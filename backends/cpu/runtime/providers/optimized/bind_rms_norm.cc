@@ -25,6 +25,7 @@ class RmsNormKernel final : public OptimizedKernel {
     return {impl_of(x_), impl_of(weight_)};
   }
   std::string implementation() const override { return "rms_norm:avx512"; }
+  bool resizable() const override { return true; }  // rms_norm_shape at each run
 
   Error run(KernelRuntimeContext&) override {
     RmsNormShape shape;
