@@ -2,8 +2,9 @@
 path serving every size, on the CPU delegate vs XNNPACK (which lowers the same dynamic program) vs
 eager. Both `.pte`s come from the documented flow, `to_edge_transform_and_lower(...)
 .to_executorch()`, nothing else. A Llama-style decoder (tools/bench/zoo_sequence.py) with a
-dynamic sequence length (max 512) at 1, 16, 128 and 512 tokens, and a small CNN with a dynamic
-batch (max 16) at 1, 8 and 16: one table per size, ratios against XNNPACK, measured interleaved in
+dynamic sequence length (max 512) at 1, 16, 128 and 512 tokens, a small CNN and the zoo's
+MobileNetV3-style network (224x224, issue 46) with a dynamic batch (max 16) at 1, 8 and 16: one
+table per size, ratios against XNNPACK, measured interleaved in
 one run (the shared harness). At a bound XNNPACK's program cannot run (ExecuTorch 1.5 plans its
 batch for 15), its column says FAILED with the runtime's error and the run exits 1.
 
@@ -35,7 +36,7 @@ from typing import Any
 
 import torch
 
-from tools.bench import harness
+from tools.bench import harness, zoo
 from tools.bench.zoo_sequence import LlamaLike
 
 OURS = "cpu delegate"
@@ -43,6 +44,7 @@ XNNPACK = "xnnpack"
 EAGER = "eager"
 SEQUENCE_LENGTHS = (1, 16, 128, 512)
 BATCHES = (1, 8, 16)
+BATCH_MODELS = ("cnn", "mobilenet_v3")
 MAX_TOKENS = 512
 MAX_BATCH = 16
 VOCAB = 256
@@ -75,9 +77,12 @@ def _model(model: str) -> tuple[torch.nn.Module, tuple[torch.Tensor, ...], dict[
         net = LlamaLike(vocab=VOCAB, dim=128, depth=2, heads=4, hidden=256, max_tokens=MAX_TOKENS)
         example = (torch.randint(0, VOCAB, (1, 8)),)
         return net.eval(), example, {1: torch.export.Dim("tokens", min=1, max=MAX_TOKENS)}
+    batch = {0: torch.export.Dim("batch", min=1, max=MAX_BATCH)}
     if model == "cnn":
-        example = (torch.randn(2, 3, 32, 32),)
-        return SmallCnn().eval(), example, {0: torch.export.Dim("batch", min=1, max=MAX_BATCH)}
+        return SmallCnn().eval(), (torch.randn(2, 3, 32, 32),), batch
+    if model == "mobilenet_v3":
+        mobile, _ = zoo.create("mobilenet_v3", "full")
+        return mobile.eval(), (torch.randn(2, 3, 224, 224),), batch
     raise ValueError(f"unknown model {model!r}")
 
 
@@ -85,7 +90,8 @@ def inputs_at(model: str, size: int) -> tuple[torch.Tensor, ...]:
     generator = torch.Generator().manual_seed(size)
     if model == "llama":
         return (torch.randint(0, VOCAB, (1, size), generator=generator),)
-    return (torch.randn(size, 3, 32, 32, generator=generator),)
+    side = 224 if model == "mobilenet_v3" else 32
+    return (torch.randn(size, 3, side, side, generator=generator),)
 
 
 def lower(model: str, path: str) -> bytes:
@@ -161,7 +167,8 @@ def make_eager(model: str, size: int) -> harness.Runner:
 
 
 def _sizes() -> list[tuple[str, str, int]]:
-    return [("llama", "seq", n) for n in SEQUENCE_LENGTHS] + [("cnn", "batch", b) for b in BATCHES]
+    batched = [(model, "batch", b) for model in BATCH_MODELS for b in BATCHES]
+    return [("llama", "seq", n) for n in SEQUENCE_LENGTHS] + batched
 
 
 def _name(model: str, unit: str, size: int) -> str:

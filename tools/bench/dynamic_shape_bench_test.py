@@ -17,6 +17,9 @@ def test_every_size_has_ours_xnnpack_and_eager() -> None:
         "cnn/batch1",
         "cnn/batch8",
         "cnn/batch16",
+        "mobilenet_v3/batch1",
+        "mobilenet_v3/batch8",
+        "mobilenet_v3/batch16",
     ]
     for bench in dynamic_shape_bench.benchmarks():
         assert [v.name for v in bench.variants] == ["cpu delegate", "xnnpack", "eager"]
