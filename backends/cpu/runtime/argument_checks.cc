@@ -110,6 +110,14 @@ bool has_shape(const executorch::aten::Tensor& t, std::initializer_list<int64_t>
   return true;
 }
 
+bool same_sizes(const executorch::aten::Tensor& a, const executorch::aten::Tensor& b) {
+  if (a.dim() != b.dim()) return false;
+  for (ssize_t d = 0; d < a.dim(); ++d) {
+    if (a.size(d) != b.size(d)) return false;
+  }
+  return true;
+}
+
 const executorch::aten::Tensor* optional_tensor(const executorch::runtime::EValue* value) {
   return value->isTensor() ? &value->toTensor() : nullptr;
 }

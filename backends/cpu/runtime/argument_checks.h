@@ -20,6 +20,9 @@ executorch::runtime::Error check_kernel_arguments(const OpBinding& op);
 // Whether `t` has exactly these sizes (its rank included).
 bool has_shape(const executorch::aten::Tensor& t, std::initializer_list<int64_t> sizes);
 
+// Whether `a` and `b` have the same sizes (their ranks included).
+bool same_sizes(const executorch::aten::Tensor& a, const executorch::aten::Tensor& b);
+
 // The tensor of an optional tensor argument (`Tensor?`), or null when it is None.
 const executorch::aten::Tensor* optional_tensor(const executorch::runtime::EValue* value);
 

@@ -7,6 +7,7 @@
 #include <executorch/runtime/core/exec_aten/util/scalar_type_util.h>
 #include <executorch/runtime/platform/log.h>
 
+#include "backends/cpu/runtime/argument_checks.h"
 #include "backends/cpu/runtime/error_report.h"
 #include "backends/cpu/runtime/linear_8da.h"
 #include "backends/cpu/runtime/linear_wo.h"
@@ -109,11 +110,7 @@ Error bind_builtin_kernel(const OpBinding& op, std::unique_ptr<BoundKernel>* out
                         op.kernel, op.op_name, dtype_name(input.scalar_type()),
                         dtype_name(output.scalar_type()));
   }
-  bool same_shape = input.dim() == output.dim();
-  for (ssize_t d = 0; same_shape && d < input.dim(); ++d) {
-    same_shape = input.size(d) == output.size(d);
-  }
-  if (!same_shape) {
+  if (!same_sizes(input, output)) {
     return report_error(Error::InvalidArgument,
                         "built-in kernel %s at %s: output shape differs from the input's",
                         op.kernel, op.op_name);

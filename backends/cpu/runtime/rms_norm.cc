@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "backends/cpu/runtime/argument_checks.h"
 #include "backends/cpu/runtime/error_report.h"
 
 namespace et_cpu_plugin {
@@ -46,10 +47,7 @@ class RmsNormBuiltin final : public BoundKernel {
 
 bool rms_norm_shape(const Tensor& x, const Tensor* weight, const Tensor& out, float eps,
                     RmsNormShape* shape) {
-  if (x.dim() < 1 || out.dim() != x.dim()) return false;
-  for (ssize_t d = 0; d < x.dim(); ++d) {
-    if (out.size(d) != x.size(d)) return false;
-  }
+  if (x.dim() < 1 || !same_sizes(out, x)) return false;
   const int64_t width = x.size(x.dim() - 1);
   if (width < 1) return false;
   if (weight != nullptr && (weight->dim() != 1 || weight->size(0) != width)) return false;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backends/cpu/runtime/argument_checks.h"
 #include "backends/cpu/runtime/error_report.h"
 
 namespace et_cpu_plugin {
@@ -15,14 +16,6 @@ using executorch::runtime::Error;
 using executorch::runtime::KernelRuntimeContext;
 
 constexpr const char* kKernel = "et_cpu_quant::rotary.out";
-
-bool same_dims(const Tensor& a, const Tensor& b) {
-  if (a.dim() != b.dim()) return false;
-  for (ssize_t d = 0; d < a.dim(); ++d) {
-    if (a.size(d) != b.size(d)) return false;
-  }
-  return true;
-}
 
 class RotaryBuiltin final : public BoundKernel {
  public:
@@ -53,7 +46,7 @@ class RotaryBuiltin final : public BoundKernel {
 
 bool rotary_shape(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out,
                   RotaryShape* shape) {
-  if (x.dim() < 1 || !same_dims(cos, sin) || !same_dims(out, x) || cos.dim() < 1) return false;
+  if (x.dim() < 1 || !same_sizes(cos, sin) || !same_sizes(out, x) || cos.dim() < 1) return false;
   ssize_t first = 0;  // cos's leading 1s
   while (first + 1 < cos.dim() && cos.size(first) == 1) ++first;
   const ssize_t kept = cos.dim() - first;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backends/cpu/runtime/argument_checks.h"
 #include "backends/cpu/runtime/error_report.h"
 
 namespace et_cpu_plugin {
@@ -45,12 +46,9 @@ class SafeSoftmaxBuiltin final : public BoundKernel {
 
 bool safe_softmax_shape(const Tensor& x, const EValue& dim, const Tensor& out,
                         SafeSoftmaxShape* shape) {
-  if (x.dim() < 1 || out.dim() != x.dim() || !dim.isInt()) return false;
+  if (x.dim() < 1 || !same_sizes(out, x) || !dim.isInt()) return false;
   const int64_t axis = dim.toInt();
   if (axis != -1 && axis != x.dim() - 1) return false;
-  for (ssize_t d = 0; d < x.dim(); ++d) {
-    if (out.size(d) != x.size(d)) return false;
-  }
   const int64_t width = x.size(x.dim() - 1);
   if (width < 1) return false;
   shape->width = width;
