@@ -260,8 +260,7 @@ Error CompiledGraph::compile_spec(GraphSpec spec, const NamedDataMap* constants,
     mark = now;
   };
   if (base == nullptr && graph->spec_.is_dynamic()) {
-    const char* in_place = std::getenv("ET_CPU_RESIZE_IN_PLACE");
-    graph->resize_in_place_ = in_place != nullptr && std::string(in_place) == "1";
+    graph->resize_in_place_ = resize_in_place_enabled();
   }
   graph->compose_permutes();
   graph->find_fusion_candidates();

@@ -10,6 +10,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -22,6 +24,14 @@
 
 namespace et_cpu_plugin {
 namespace cpu {
+
+// Whether a graph with symbolic dimensions resizes in place at a new size (issue 47; runtime
+// README): on unless ET_CPU_RESIZE_IN_PLACE is "0" (shape plans then). The one reading of the
+// switch, by the compiled graph (at init) and by the providers whose choices depend on it.
+inline bool resize_in_place_enabled() {
+  const char* value = std::getenv("ET_CPU_RESIZE_IN_PLACE");
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
 
 // A provider's state shared by the ops of one compiled graph (one delegate instance), e.g. a
 // oneDNN engine and the scratchpad its plans share. Created by KernelProvider::open_session at

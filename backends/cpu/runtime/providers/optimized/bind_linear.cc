@@ -6,7 +6,9 @@
 #include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/tile_bmm.h"
 
+#include <algorithm>
 #include <optional>
+#include <utility>
 
 #include "backends/cpu/runtime/providers/optimized/common/work_pool.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/row_bmm.h"
@@ -27,8 +29,24 @@ class LinearKernel final : public OptimizedKernel {
   void prepare(onednn::Provider& provider, const InChannelsLast&) override {
     // The rows from the input's current size (a graph resized in place; the same at bind).
     if (params_.in_features > 0) params_.rows = input_->numel() / params_.in_features;
-    plan_ = std::make_unique<onednn::LinearPlan>(
-        provider.prepare_linear(params_, weight_, bias_, post_));
+    // A row count prepared before (a graph resized in place, back at a size it ran at): that
+    // plan, which keeps the Provider state it was prepared on (its scratchpads) alive. Linear
+    // plans read every activation plain, so the layouts finalize settles do not change them.
+    // Only in a graph whose sizes vary: a static one meets one row count and keeps no cache.
+    const bool keep = provider.size_independent_plans();
+    for (size_t i = 0; keep && i < sizes_.size(); ++i) {
+      if (sizes_[i].first != params_.rows) continue;
+      std::rotate(sizes_.begin(), sizes_.begin() + static_cast<std::ptrdiff_t>(i),
+                  sizes_.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      plan_ = sizes_.front().second;
+      return;
+    }
+    // Else prepared, reusing the last plan's row tile (LinearPlan's `previous`).
+    plan_ = std::make_shared<onednn::LinearPlan>(
+        provider.prepare_linear(params_, weight_, bias_, post_, plan_.get()));
+    if (!keep) return;
+    sizes_.insert(sizes_.begin(), {params_.rows, plan_});
+    if (sizes_.size() > kSizesKept) sizes_.pop_back();
   }
   bool resizable() const override { return true; }
   std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
@@ -52,7 +70,11 @@ class LinearKernel final : public OptimizedKernel {
   const Tensor* input_;
   Tensor* output_;
   const Tensor* residual_;
-  std::unique_ptr<onednn::LinearPlan> plan_;
+  std::shared_ptr<onednn::LinearPlan> plan_;
+  // The plans of the last row counts prepared, most recent first (a few: the memory of a graph
+  // alternating between sizes stays flat).
+  static constexpr size_t kSizesKept = 4;
+  std::vector<std::pair<int64_t, std::shared_ptr<onednn::LinearPlan>>> sizes_;
 };
 
 class MatmulKernel final : public OptimizedKernel {
@@ -296,8 +318,7 @@ Error bind_matmul(const OpBinding& op, bool batched, OptimizedSession& session,
   // A graph whose sizes vary, resized in place (or ET_CPU_TILE_BMM=1): a bmm of plain operands
   // on tile_bmm, whose plan every size shares (no fused steps, no permute read in place).
   if (batched && session.sizes_vary() && onednn::tile_bmm_supported() &&
-      (onednn::kernel_opted_in("ET_CPU_TILE_BMM") ||
-       onednn::kernel_opted_in("ET_CPU_RESIZE_IN_PLACE"))) {
+      (onednn::kernel_opted_in("ET_CPU_TILE_BMM") || resize_in_place_enabled())) {
     *fused = 0;
     auto kernel = std::make_unique<MatmulKernel>(params, onednn::PostOps{}, a, b,
                                                  final_output(op, 2, 0), nullptr, false,

@@ -29,8 +29,9 @@ OptimizedSession::OptimizedSession(const OptimizedSession* base, bool sizes_vary
       weights_(base != nullptr                   ? base->weights_
                : onednn::weight_cache_enabled() ? std::make_shared<onednn::WeightCache>()
                                                 : nullptr),
-      provider_(std::make_unique<onednn::Provider>(options())),
-      shape_plan_(base != nullptr) {}
+      shape_plan_(base != nullptr) {
+  provider_ = std::make_unique<onednn::Provider>(options());  // options() reads provider_
+}
 
 bool OptimizedSession::defers_prepare() const {
   return shape_plan_ && bound_in_base_ && onednn::kernel_switched_on("ET_CPU_SHAPE_PLAN_DEFER");
@@ -181,6 +182,8 @@ onednn::ProviderOptions OptimizedSession::options() const {
   options.work_sharing = work_sharing_enabled();
   options.weight_cache = weights_;
   options.size_independent_plans = sizes_vary_;
+  // Primitives a kernel keeps from one Provider to the next (a linear's row tile) run on either.
+  options.same_engine = provider_.get();
   return options;
 }
 

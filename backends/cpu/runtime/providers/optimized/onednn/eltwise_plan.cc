@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_activations.h"
 
 namespace et_cpu_plugin {
@@ -168,6 +169,57 @@ double cost_per_element(Activation::Kind kind) {
 // Slices of this many floats at least (and multiples of 16: whole cache lines per piece).
 constexpr int64_t kMinSliceFloats = 4096;
 
+// The activations our plain loop computes (apply_loop_activation): the arithmetic a transformer's
+// unfused pieces use (x * s + b, x ** 2, rsqrt, sqrt) and the clamps. A graph whose sizes vary
+// runs them on it: nothing to generate at a new size (oneDNN's eltwise made a kernel per size,
+// ~125 us of a decoder's resize at one token).
+bool has_loop_activation(const Activation& a) {
+  switch (a.kind) {
+    case Activation::Kind::kRelu:
+    case Activation::Kind::kLeakyRelu:
+    case Activation::Kind::kClamp:
+    case Activation::Kind::kLinear:
+    case Activation::Kind::kSquare:
+    case Activation::Kind::kSqrt:
+    case Activation::Kind::kPow:
+    case Activation::Kind::kAbs:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// output[i] = a(input[i]) for `count` floats (in place allowed); torch's float32 definitions,
+// NaN staying NaN (the comparisons below are false for it).
+void apply_loop_activation(const Activation& a, const float* input, float* output, size_t count) {
+  const float alpha = a.alpha;
+  const float beta = a.beta;
+  auto each = [&](auto f) {
+    for (size_t i = 0; i < count; ++i) output[i] = f(input[i]);
+  };
+  switch (a.kind) {
+    case Activation::Kind::kRelu:
+      return each([](float x) { return x < 0.0f ? 0.0f : x; });
+    case Activation::Kind::kLeakyRelu:
+      return each([=](float x) { return x < 0.0f ? x * alpha : x; });
+    case Activation::Kind::kClamp:
+      return each([=](float x) { return x < alpha ? alpha : x > beta ? beta : x; });
+    case Activation::Kind::kLinear:
+      return each([=](float x) { return alpha * x + beta; });
+    case Activation::Kind::kSquare:
+      return each([](float x) { return x * x; });
+    case Activation::Kind::kSqrt:
+      return each([](float x) { return std::sqrt(x); });
+    case Activation::Kind::kPow:
+      if (alpha == -0.5f) return each([](float x) { return 1.0f / std::sqrt(x); });
+      return each([=](float x) { return std::pow(x, alpha); });
+    case Activation::Kind::kAbs:
+      return each([](float x) { return std::fabs(x); });
+    default:
+      throw ProviderError(std::string("no loop for activation ") + activation_name(a.kind));
+  }
+}
+
 }  // namespace
 
 struct EltwisePlan::Impl {
@@ -180,9 +232,11 @@ struct EltwisePlan::Impl {
   memory::desc flat;
   memory::desc scratchpad_md;
   std::vector<Piece> pieces;
-  // Sigmoid / SiLU on the plan's own vector kernel (has_vector_activation): no primitive;
-  // pieces then only name their slice (src_offset, and dst_md's element count).
+  // Sigmoid / SiLU on the plan's own vector kernel (has_vector_activation), or (`loop`) the
+  // arithmetic on our plain loop: no primitive; pieces then only name their slice (src_offset,
+  // and dst_md's element count).
   bool vector = false;
+  bool loop = false;
   // Input and output in different layouts: converted into the output first, then in place.
   std::unique_ptr<ReorderPlan> convert;
   std::string implementation;
@@ -207,14 +261,15 @@ void EltwisePlan::run(const float* input, float* output) const {
     input = output;
   }
   if (p.vector) {
+    const auto apply = p.loop ? apply_loop_activation : apply_vector_activation;
     if (p.pieces.empty()) {
-      apply_vector_activation(p.activation, input, output, static_cast<size_t>(p.elements));
+      apply(p.activation, input, output, static_cast<size_t>(p.elements));
       return;
     }
     state.pool->run(p.pieces.size(), [&](size_t index, int) {
       const Piece& piece = p.pieces[index];
-      apply_vector_activation(p.activation, input + piece.src_offset, output + piece.src_offset,
-                              static_cast<size_t>(piece.dst_md.get_dims()[0]));
+      apply(p.activation, input + piece.src_offset, output + piece.src_offset,
+            static_cast<size_t>(piece.dst_md.get_dims()[0]));
     });
     return;
   }
@@ -266,9 +321,12 @@ EltwisePlan Provider::prepare_eltwise(const Activation& activation, const Layout
     const int64_t units = impl->elements / kMinSliceFloats;
     const size_t count =
         state.pieces_for(elements * cost_per_element(activation.kind), units);
-    if (has_vector_activation(activation)) {
+    impl->loop = !has_vector_activation(activation) && state.size_independent_plans &&
+                 has_loop_activation(activation) && kernel_switched_on("ET_CPU_LOOP_ELTWISE");
+    if (impl->loop || has_vector_activation(activation)) {
       impl->vector = true;
-      impl->implementation = std::string("vector ") + activation_name(activation.kind);
+      impl->implementation =
+          std::string(impl->loop ? "loop " : "vector ") + activation_name(activation.kind);
       if (count > 1) {
         for (size_t index = 0; index < count; ++index) {
           const auto [begin, end] = block_slice(impl->elements, 16, count, index);

@@ -108,6 +108,10 @@ Provider::Provider(ProviderOptions options) : state_(std::make_shared<ProviderSt
       options.min_task_flops >= 0 ? options.min_task_flops : default_min_task_flops();
   state.weight_cache = options.weight_cache;
   state.size_independent_plans = options.size_independent_plans;
+  if (options.same_engine != nullptr) {
+    state.engine = options.same_engine->state_->engine;
+    state.stream = dnnl::stream(state.engine);
+  }
   if (options.work_sharing) {
     state.omp_threads = 1;
     if (state.num_threads > 1) {  // one thread never splits: no pool, no per-thread buffers
@@ -138,6 +142,9 @@ WorkPool* Provider::work_pool() const {
 }
 WeightCache* Provider::weight_cache() const {
   return state_->weight_cache.get();
+}
+bool Provider::size_independent_plans() const {
+  return state_->size_independent_plans;
 }
 size_t Provider::weights_bytes() const {
   return state_->weights_bytes;

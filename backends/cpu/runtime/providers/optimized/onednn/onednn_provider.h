@@ -311,6 +311,8 @@ Support supports_permute(const std::vector<int64_t>& perm, const std::vector<int
 Support supports_concat(const std::vector<std::vector<int64_t>>& inputs, int64_t axis,
                         const std::vector<int64_t>& output);
 
+class Provider;
+
 struct ProviderOptions {
   // Threads the provider uses. 0 = default: $ET_CPU_ONEDNN_THREADS if set, else the number of
   // CPUs this process may run on (sched_getaffinity), i.e. 2 on the project's machines; the
@@ -330,6 +332,10 @@ struct ProviderOptions {
   // one size-independent primitive (linear_plan.cc), so a new size generates no kernel for them.
   // A static graph keeps the plan fastest at its one size.
   bool size_independent_plans = false;
+  // Another Provider whose oneDNN engine this one uses (null: its own), so primitives made on
+  // either run on the other's streams: a graph resized in place keeps the primitives whose shape
+  // did not change (LinearPlan's row tile) across the fresh Provider of each size.
+  const Provider* same_engine = nullptr;
 };
 
 class BinaryPlan;
@@ -378,11 +384,14 @@ class Provider {
       const PostOps& post_ops,
       const ConvLayouts& layouts = {});
   // `weight` as LinearParams::weight_is_k_by_n says; `bias` is [N] or null; both copied.
+  // `previous`: a plan of the same linear (weights, bias, post-ops) at another row count, whose
+  // row-tile primitive this one reuses instead of generating it again (a graph resized in place).
   LinearPlan prepare_linear(
       const LinearParams& params,
       const float* weight,
       const float* bias,
-      const PostOps& post_ops);
+      const PostOps& post_ops,
+      const LinearPlan* previous = nullptr);
   MatmulPlan prepare_matmul(const MatmulParams& params, const PostOps& post_ops);
   // Converts activations between two layouts of the same dims (e.g. blocked -> plain).
   ReorderPlan prepare_reorder(const Layout& from, const Layout& to);
@@ -434,6 +443,8 @@ class Provider {
   WorkPool* work_pool() const;
   // The prepared constants shared with other Providers (ProviderOptions::weight_cache), or null.
   WeightCache* weight_cache() const;
+  // ProviderOptions::size_independent_plans.
+  bool size_independent_plans() const;
   // Memory the provider holds beside the activations (for the delegate's memory report):
   size_t weights_bytes() const;     // reordered weights + biases of every plan
   size_t scratchpad_bytes() const;  // oneDNN scratchpads: the shared one + one per pool thread
@@ -537,6 +548,7 @@ class LinearPlan {
   explicit LinearPlan(std::shared_ptr<const Impl> impl);
 
  private:
+  friend class Provider;  // prepare_linear reads a previous plan's row tile
   std::shared_ptr<const Impl> impl_;
 };
 
