@@ -55,7 +55,7 @@ class CompiledGraph {
   // Over every graph of the process, for the loader's report.
   static uint64_t total_shape_plan_hits();
   static uint64_t total_shape_plan_misses();
-  // ET_CPU_RESIZE_IN_PLACE=1 (read at init; off by default): a graph with symbolic dimensions
+  // resize_in_place_enabled() (ET_CPU_RESIZE_IN_PLACE, read at init; on unless "0"): a graph with symbolic dimensions
   // whose kernels are all resizable (BoundKernel::resizable; no delegate state, no permute read
   // in place) takes a new size in place instead of compiling a shape plan: its tensors take the
   // concrete sizes (the arena, planned for the upper bounds with the same in-place decisions,

@@ -53,7 +53,7 @@ class ProviderSession {
     (void)read_outside;
     return executorch::runtime::Error::Ok;
   }
-  // Resizing in place (ET_CPU_RESIZE_IN_PLACE=1, CompiledGraph): the graph's tensors took new
+  // Resizing in place (resize_in_place_enabled(), CompiledGraph): the graph's tensors took new
   // sizes within their bounds (the same tensors, arena and layouts; every kernel of this session
   // said resizable()). Prepares again what depends on the sizes. NotSupported: this session's
   // kernels cannot run at these sizes in place (the graph then compiles a shape plan instead).

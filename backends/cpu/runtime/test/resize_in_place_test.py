@@ -1,18 +1,20 @@
-"""Issue 47, resizing in place (ET_CPU_RESIZE_IN_PLACE=1): a program exported with
-torch.export.Dim(max=...) and lowered by the documented flow, loaded by the plain runtime, takes
-each new size on its one graph compiled for the bounds (tensors resized, plans prepared again, the
-attention products on tile_bmm) instead of compiling a shape plan. Checked against eager at the
-bounds and between, alternating many times; no shape plan compiled; nothing made per call after
-the first round (weights, matmul primitives); resident memory flat. A graph with kernels that
-cannot resize (convolutions) keeps the shape plans."""
+"""Issue 47, resizing in place (the default; ET_CPU_RESIZE_IN_PLACE=0 turns it off): a program
+exported with torch.export.Dim(max=...) and lowered by the documented flow, loaded by the plain
+runtime, takes each new size on its one graph compiled for the bounds (tensors resized, plans
+prepared again, the attention products on tile_bmm) instead of compiling a shape plan. Checked
+against eager at the bounds and between, alternating many times; no shape plan compiled; nothing
+made per call after the first round (weights, matmul primitives); resident memory flat. A graph
+with kernels that cannot resize (convolutions) keeps the shape plans, and so does a graph compiled
+with the switch off."""
 
 import ctypes
 import gc
 import os
 from typing import Any
 
-# Read when the delegate compiles (first forward), before any program of this test loads.
-os.environ["ET_CPU_RESIZE_IN_PLACE"] = "1"
+# Read when the delegate compiles (first forward): the default (on) for every test but the one
+# that turns it off for its own program.
+os.environ.pop("ET_CPU_RESIZE_IN_PLACE", None)
 
 import pytest
 import torch
@@ -162,3 +164,19 @@ def test_batched_products_on_tile_bmm_match_eager_at_every_size() -> None:
     assert any("new sizes resized in place" in line for line in placement), placement[:2]
     assert any(", 3 tile_bmm," in line for line in placement), placement[-1]
     assert loader.shape_plan_stats()[1] == misses
+
+
+def test_switched_off_a_decoder_compiles_shape_plans(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(6)
+    model = LlamaLike(vocab=VOCAB, dim=32, depth=1, heads=2, hidden=64, max_tokens=64).eval()
+    module = _load(model, torch.randint(0, VOCAB, (1, 8)), {1: Dim("tokens", min=1, max=64)})
+    monkeypatch.setenv("ET_CPU_RESIZE_IN_PLACE", "0")
+    assert_single_output_close(module, model, _tokens(64), atol=ATOL, rtol=RTOL)
+    monkeypatch.delenv("ET_CPU_RESIZE_IN_PLACE")  # read once, at the compile above
+    placement = loader.last_placement()
+    assert any("shape plans cached" in line for line in placement), placement[:2]
+    assert not any(", 1 tile_bmm," in line or ", 2 tile_bmm," in line for line in placement)
+    _, misses = loader.shape_plan_stats()
+    for length in (5, 64, 5, 17):
+        assert_single_output_close(module, model, _tokens(length), atol=ATOL, rtol=RTOL)
+    assert loader.shape_plan_stats()[1] == misses + 2  # sizes 5 and 17 compiled

@@ -41,10 +41,12 @@ class LinearKernel final : public OptimizedKernel {
       plan_ = sizes_.front().second;
       return;
     }
-    // Else prepared, reusing the last plan's row tile (LinearPlan's `previous`).
+    // Else prepared, reusing the row tile of the last plan that had one (LinearPlan's
+    // `previous`; a plan of 1-4 rows on row_gemm has none, the bounds' has).
     plan_ = std::make_shared<onednn::LinearPlan>(
-        provider.prepare_linear(params_, weight_, bias_, post_, plan_.get()));
+        provider.prepare_linear(params_, weight_, bias_, post_, keep ? tiled_.get() : nullptr));
     if (!keep) return;
+    if (plan_->has_row_tile()) tiled_ = plan_;
     sizes_.insert(sizes_.begin(), {params_.rows, plan_});
     if (sizes_.size() > kSizesKept) sizes_.pop_back();
   }
@@ -75,6 +77,7 @@ class LinearKernel final : public OptimizedKernel {
   // alternating between sizes stays flat).
   static constexpr size_t kSizesKept = 4;
   std::vector<std::pair<int64_t, std::shared_ptr<onednn::LinearPlan>>> sizes_;
+  std::shared_ptr<onednn::LinearPlan> tiled_;  // the last plan with a row tile
 };
 
 class MatmulKernel final : public OptimizedKernel {

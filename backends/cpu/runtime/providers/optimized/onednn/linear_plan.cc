@@ -57,6 +57,9 @@ size_t LinearPlan::scratchpad_bytes() const {
 std::string LinearPlan::implementation() const {
   return impl_->implementation;
 }
+bool LinearPlan::has_row_tile() const {
+  return impl_->tile.has_value();
+}
 size_t LinearPlan::pieces() const {
   if (impl_->row_gemm) return impl_->row_gemm->tasks;
   return std::max<size_t>(1, impl_->pieces.size());
@@ -325,19 +328,22 @@ LinearPlan Provider::prepare_linear(const LinearParams& params, const float* wei
       return LinearPlan(std::move(impl));
     }
     // Fewer rows than a tile: the weights in the tile's layout when brgemm takes it, so the
-    // sizes share them.
-    dnnl::matmul::primitive_desc pd(state.engine, impl->src_md, any_md({k, n}), bias_md,
-                                    impl->dst_md, make_attr(split.primitive));
-    if (tile && pd.weights_desc() != tile->weights_desc()) {
+    // sizes share them. Asked first (one descriptor, not two, per new size: each costs ~5-10 us
+    // of a resize); the layout oneDNN would choose otherwise.
+    std::optional<dnnl::matmul::primitive_desc> fixed;
+    if (tile) {
       try {
-        const dnnl::matmul::primitive_desc fixed(state.engine, impl->src_md,
-                                                 tile->weights_desc(), bias_md, impl->dst_md,
-                                                 make_attr(split.primitive));
-        if (std::string(fixed.impl_info_str()) == pd.impl_info_str()) pd = fixed;
+        fixed.emplace(state.engine, impl->src_md, tile->weights_desc(), bias_md, impl->dst_md,
+                      make_attr(split.primitive));
+        if (std::string(fixed->impl_info_str()).rfind("brg", 0) != 0) fixed.reset();
       } catch (const dnnl::error&) {
-        // no kernel reads that layout at this row count: keep the any-layout choice
+        fixed.reset();  // no kernel reads that layout at this row count
       }
     }
+    dnnl::matmul::primitive_desc pd =
+        fixed ? *fixed
+              : dnnl::matmul::primitive_desc(state.engine, impl->src_md, any_md({k, n}), bias_md,
+                                             impl->dst_md, make_attr(split.primitive));
     impl->implementation = pd.impl_info_str();
     impl->has_bias = bias != nullptr;
     impl->has_add = has_add(post_ops);

@@ -542,6 +542,8 @@ class LinearPlan {
   size_t scratchpad_bytes() const;
   std::string implementation() const;
   size_t pieces() const;
+  // Whether it holds a row tile a plan at another size can reuse (prepare_linear's `previous`).
+  bool has_row_tile() const;
   void run(const float* input, float* output, const float* residual = nullptr) const;
 
   struct Impl;
