@@ -51,6 +51,10 @@ class LinearKernel final : public OptimizedKernel {
     if (sizes_.size() > kSizesKept) sizes_.pop_back();
   }
   bool resizable() const override { return true; }
+  void drop_kept_plans() override {
+    sizes_.clear();
+    tiled_.reset();
+  }
   std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
     return {impl_of(input_), impl_of(residual_)};
   }

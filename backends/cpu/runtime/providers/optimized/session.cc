@@ -130,6 +130,7 @@ Error OptimizedSession::finalize(
     return Error::Ok;
   }
   auto attempt = [&](const OptimizedKernel::InChannelsLast& channels_last) {
+    for (OptimizedKernel* kernel : kernels_) kernel->drop_kept_plans();
     auto fresh = std::make_unique<onednn::Provider>(options());
     for (OptimizedKernel* kernel : kernels_) kernel->prepare(*fresh, channels_last);
     provider_ = std::move(fresh);

@@ -44,6 +44,10 @@ class OptimizedKernel : public BoundKernel {
   virtual size_t staging_bytes() const { return 0; }
   // Its plan's implementation() ("" where the summary does not ask): which kernel runs it.
   virtual std::string implementation() const { return ""; }
+  // Forgets the plans it keeps for other sizes (a linear's, OptimizedSession::resize): finalize
+  // prepares every kernel again on a fresh Provider, and a plan kept from bind would keep the
+  // bind Provider's scratchpads alive.
+  virtual void drop_kept_plans() {}
 };
 
 // One per delegate instance. Binding prepares each kernel with plain activations (so a kernel
