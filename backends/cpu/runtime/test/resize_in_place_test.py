@@ -180,3 +180,42 @@ def test_switched_off_a_decoder_compiles_shape_plans(monkeypatch: pytest.MonkeyP
     for length in (5, 64, 5, 17):
         assert_single_output_close(module, model, _tokens(length), atol=ATOL, rtol=RTOL)
     assert loader.shape_plan_stats()[1] == misses + 2  # sizes 5 and 17 compiled
+
+
+def test_alternating_between_two_sizes_prepares_no_linear_again(llama: Any) -> None:
+    model, module = llama
+    for length in (17, 40):  # each size once: its plans made
+        module.forward([_tokens(length)])
+    made = loader.matmul_primitive_stats()
+    for _ in range(3):
+        for length in (17, 40):
+            assert_single_output_close(module, model, _tokens(length), atol=ATOL, rtol=RTOL)
+    # The linears' plans of both sizes kept: no matmul primitive made nor looked up again.
+    assert loader.matmul_primitive_stats() == made
+
+
+class _Arithmetic(torch.nn.Module):
+    """Activations our plain loop runs in a graph resized in place (clamp, abs, sqrt, x ** 1.5;
+    the RMS step fuses into rms_norm)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(24, 24)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.fc(x) * 0.5 + 1.0
+        scale = torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-5)
+        return torch.clamp(y * scale, -2.0, 2.0) + torch.sqrt(y.abs()) + y.abs().pow(1.5)
+
+
+def test_arithmetic_activations_match_eager_at_every_size() -> None:
+    torch.manual_seed(7)
+    model = _Arithmetic().eval()
+    module = _load(model, torch.randn(8, 24), {0: Dim("rows", min=1, max=300)})
+    _, misses = loader.shape_plan_stats()
+    for rows in (300, 1, 7, 64, 7, 299, 1):
+        x = torch.randn(rows, 24, generator=torch.Generator().manual_seed(rows))
+        assert_single_output_close(module, model, x, atol=ATOL, rtol=RTOL)
+    placement = loader.last_placement()
+    assert any("new sizes resized in place" in line for line in placement), placement[:2]
+    assert loader.shape_plan_stats()[1] == misses
