@@ -595,13 +595,23 @@ class GatedPointwiseKernel final : public OptimizedKernel {
 // (tests; a plan split into output-channel blocks then multiplies into a staging buffer on the
 // calling thread), "0" none (the multiply runs on its own, for measuring). Read at bind.
 bool gate_fold_wanted(const onednn::ConvParams& params) {
-  const char* value = std::getenv("ET_CPU_SE_GATE_FOLD");
-  if (value != nullptr && std::strcmp(value, "0") == 0) return false;
-  if (value != nullptr && std::strcmp(value, "all") == 0) return true;
-  return params.out_channels * 4 <= params.input_size[0] * params.input_size[1];
+  return se_gate_fold_wanted(params.out_channels,
+                             params.input_size[0] * params.input_size[1]);
 }
 
 }  // namespace
+
+bool se_gate_fold_wanted(int64_t out_channels, int64_t pixels) {
+  switch (onednn::switch_reach("ET_CPU_SE_GATE_FOLD")) {
+    case onednn::SwitchReach::kNever:
+      return false;
+    case onednn::SwitchReach::kEverywhere:
+      return true;
+    case onednn::SwitchReach::kDefault:
+      break;
+  }
+  return out_channels * 4 <= pixels;
+}
 
 bool bind_gated_pointwise(const OpBinding& op, OptimizedSession& session, Out out,
                           size_t* fused) {

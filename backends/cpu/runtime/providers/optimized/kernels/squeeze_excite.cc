@@ -129,6 +129,23 @@ ET_AVX512 void product(const float* x, int64_t k, const float* w, int64_t padded
   }
 }
 
+// out[r][i] = x[r][i] * g[i] (channels-last rows of `width` channels) or x[r][i] * g[r] (plain
+// rows of `width` pixels) for rows [begin, end) of one image.
+ET_AVX512 void scale_rows(const float* x, const float* g, bool channels_last, int64_t width,
+                          int64_t begin, int64_t end, float* out) {
+  for (int64_t r = begin; r < end; ++r) {
+    const float* in = x + r * width;
+    float* to = out + r * width;
+    const __m512 shared = _mm512_set1_ps(channels_last ? 0.0f : g[r]);
+    for (int64_t i = 0; i < width; i += kLanes) {
+      const __mmask16 mask = lanes_from(i, width);
+      const __m512 scale = channels_last ? _mm512_maskz_loadu_ps(mask, g + i) : shared;
+      _mm512_mask_storeu_ps(to + i, mask,
+                            _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, in + i), scale));
+    }
+  }
+}
+
 bool no_add(const PostOps& post_ops) {
   return std::none_of(post_ops.begin(), post_ops.end(),
                       [](const PostOp& op) { return op.kind == PostOp::Kind::kAdd; });
@@ -189,7 +206,8 @@ int64_t SqueezeExcite::split_bytes_from_environment() {
 }
 
 void SqueezeExcite::run(const float* x, int64_t batch, int64_t pixels, bool channels_last,
-                        float* gate, WorkPool* pool) const {
+                        float* gate, WorkPool* pool, float* scaled,
+                        bool scaled_channels_last) const {
   if (batch < 1 || pixels < 1) return;
   const int64_t threads = pool != nullptr && split_bytes_ >= 0 ? pool->size() : 1;
   // pooled [batch][padded_channels_], then hidden [batch][padded_squeezed_]; the caller's
@@ -276,6 +294,32 @@ void SqueezeExcite::run(const float* x, int64_t batch, int64_t pixels, bool chan
           product(hidden + n * padded_squeezed_, squeezed_, expand_.data(), padded_channels_,
                   expand_bias_.data(), gate_, channels_, begin, end, gate + n * channels_);
         });
+  if (scaled == nullptr) return;
+  if (scaled_channels_last != channels_last) {
+    // Consumers wanted the other layout (rare): one scalar pass that also transposes.
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* g = gate + n * channels_;
+      for (int64_t p = 0; p < pixels; ++p) {
+        for (int64_t c = 0; c < channels_; ++c) {
+          const int64_t nhwc = n * image + p * channels_ + c;
+          const int64_t nchw = n * image + c * pixels + p;
+          if (channels_last) {
+            scaled[nchw] = x[nhwc] * g[c];
+          } else {
+            scaled[nhwc] = x[nchw] * g[c];
+          }
+        }
+      }
+    }
+    return;
+  }
+  // Reads and writes an image each: split like the pool (rows of pixels over the threads).
+  const int64_t rows = channels_last ? pixels : channels_;
+  const int64_t width = channels_last ? channels_ : pixels;
+  phase(rows, 2 * image_bytes, [&](int64_t n, int64_t begin, int64_t end) {
+    scale_rows(x + n * image, gate + n * channels_, channels_last, width, begin, end,
+               scaled + n * image);
+  });
 }
 
 }  // namespace onednn

@@ -1,7 +1,7 @@
 // Our own squeeze-excite tail (MobileNetV3, EfficientNet) as one step: the global average of
 // each channel of x, a 1x1 convolution (C -> S) with its activation, a 1x1 convolution (S -> C)
-// and the gate activation (hardsigmoid, sigmoid), written as the [N, C] gate; the gate multiply
-// with x stays the graph's broadcast multiply (one channels-last pass, channel_binary). The
+// and the gate activation (hardsigmoid, sigmoid), written as the [N, C] gate, and optionally the
+// gate multiply with x (else the graph's broadcast multiply, channel_binary, does it). The
 // runtime otherwise runs the pool, two oneDNN / row_gemm products and their post-ops as three
 // kernels at a few microseconds of dispatch and reorder each (provider README, MobileNetV3).
 //
@@ -51,8 +51,14 @@ class SqueezeExcite {
   // measured on MobileNetV3's tails). The results do not depend on the split. ET_CPU_SE_SPLIT
   // (read when the kernel is made): N KiB instead of 256, "0" keeps every phase on the calling
   // thread, "all" splits every phase whatever its size, in two slices per thread (tests).
+  //
+  // With `scaled` (the graph's gate multiply taken as a fused step, ET_CPU_SE_FUSED_MUL), the
+  // kernel then also writes x * gate there, in x's layout (`scaled_channels_last` the other:
+  // a scalar transposing loop), per image and on the pool like the pool phase (rows of pixels
+  // channels-last, of channels plain), right after the gate while x is still in cache.
   void run(const float* x, int64_t batch, int64_t pixels, bool channels_last, float* gate,
-           WorkPool* pool = nullptr) const;
+           WorkPool* pool = nullptr, float* scaled = nullptr,
+           bool scaled_channels_last = true) const;
 
  private:
   // Bytes from which a phase is split (0: every phase, -1: none).
