@@ -876,8 +876,9 @@ void CompiledGraph::find_fusion_candidates() {
         candidate.kind = FusableStep::Kind::kConv;
       } else if (!elementwise_ok && step.route == "aten.mul.Tensor" && a.size() == 3 &&
                  is_current(a[0]) != is_current(a[1])) {
-        // The previous result broadcast over a ready full-size operand (x * gate): the last
-        // step offered of this chain (its result's shape is the operand's).
+        // The previous result broadcast over a ready full-size operand (x * gate; its result
+        // has the operand's shape, and the steps after it are offered too: a squeeze-excite
+        // binder looks at the convolution after it).
         const ArgValue& other = is_current(a[0]) ? a[1] : a[0];
         if (other.type != ArgValue::Type::Tensor) break;
         const ValueSpec& operand = spec_.values[other.tensor];
@@ -890,8 +891,6 @@ void CompiledGraph::find_fusion_candidates() {
         }
         candidate.kind = FusableStep::Kind::kBroadcastMul;
         candidate.residual = other.tensor;
-        fusable_[head].push_back(candidate);
-        break;
       } else if (!elementwise_ok) {
         break;
       } else if (step.route == "aten.relu.default" && a.size() == 2 && is_current(a[0])) {
