@@ -10,6 +10,7 @@
 
 #include "backends/cpu/runtime/error_report.h"
 #include "backends/cpu/runtime/providers/optimized/common/switches.h"
+#include "backends/cpu/runtime/providers/optimized/common/work_pool.h"
 
 namespace et_cpu_plugin {
 namespace cpu {
@@ -510,6 +511,7 @@ class GatedPointwiseKernel final : public OptimizedKernel {
     plan_ = std::make_unique<onednn::ConvPlan>(
         ConvOp::prepare(provider, recipe_, layouts));
     scaling_ = plan_->input_channel_scaling();
+    pool_ = onednn::kernel_switched_on("ET_CPU_SE_SCALE_SPLIT") ? provider.work_pool() : nullptr;
     scaled_ = std::vector<float>(scaling_ ? scaling_->floats() : 0);
     staged_ = std::vector<float>(scaling_ ? 0 : static_cast<size_t>(input_->numel()));
     residual_fix_.reset();
@@ -557,7 +559,7 @@ class GatedPointwiseKernel final : public OptimizedKernel {
         const float* image = x + n * in_image;
         const float* image_residual = residual ? residual + n * out_image : nullptr;
         if (scaling_) {
-          scaling_->scale(g, scaled_.data());
+          scale_weights(g);
           plan_->run_with_weights(image, out + n * out_image, image_residual, scaled_.data());
           continue;
         }
@@ -586,6 +588,22 @@ class GatedPointwiseKernel final : public OptimizedKernel {
   std::vector<float> scaled_;
   std::vector<float> staged_;
   std::unique_ptr<onednn::ReorderPlan> residual_fix_;
+  onednn::WorkPool* pool_ = nullptr;
+
+  // scaled_ = the plan's weights times the gate `g` along their input channels: on the pool in
+  // one share of output channels per thread when there are at least kScaleSplitFloats of them
+  // (ET_CPU_SE_SCALE_SPLIT=0: on the calling thread, for measuring; read at prepare).
+  static constexpr size_t kScaleSplitFloats = 16384;
+  void scale_weights(const float* g) {
+    const size_t floats = scaling_->floats();
+    const size_t parts = pool_ != nullptr && floats >= kScaleSplitFloats
+                             ? static_cast<size_t>(pool_->size())
+                             : 1;
+    onednn::run_tasks(pool_, parts, [&](size_t part, int) {
+      scaling_->scale_range(g, scaled_.data(), scaling_->part_start(parts, part),
+                            scaling_->part_start(parts, part + 1));
+    });
+  }
 };
 
 // ET_CPU_SE_GATE_FOLD: unset or "1" folds a gate whose convolution's weights are much cheaper
