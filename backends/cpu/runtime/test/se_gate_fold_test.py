@@ -194,3 +194,22 @@ def test_zoo_models(name: str) -> None:
     assert_close_scaled(folded_out, plain_out)
     with torch.no_grad():
         assert_close_scaled(folded_out, model(x))
+
+
+def test_weight_scaling_split_over_the_pool() -> None:
+    """ET_CPU_SE_SCALE_SPLIT=1 scales a large project's weights (576 x 96) in output-channel
+    shares on the pool: the same products (bitwise) as on the calling thread, batch 2."""
+    torch.manual_seed(13)
+    model = Block(96, 576, 96, "v3", True, shared=False).eval()
+    x = torch.randn(2, 96, 7, 7)
+    expected = _expected(model, x)
+    pte, _ = lower_to_pte(model, (x,))
+    outputs = {}
+    for split in ["1", "0"]:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("ET_CPU_SE_SCALE_SPLIT", split)
+            actual, folded = _run(pte, x, "all")
+        assert folded == 1, loader.last_placement()
+        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+        outputs[split] = actual
+    assert torch.equal(outputs["1"], outputs["0"])

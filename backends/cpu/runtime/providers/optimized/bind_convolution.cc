@@ -511,7 +511,7 @@ class GatedPointwiseKernel final : public OptimizedKernel {
     plan_ = std::make_unique<onednn::ConvPlan>(
         ConvOp::prepare(provider, recipe_, layouts));
     scaling_ = plan_->input_channel_scaling();
-    pool_ = onednn::kernel_switched_on("ET_CPU_SE_SCALE_SPLIT") ? provider.work_pool() : nullptr;
+    pool_ = onednn::kernel_opted_in("ET_CPU_SE_SCALE_SPLIT") ? provider.work_pool() : nullptr;
     scaled_ = std::vector<float>(scaling_ ? scaling_->floats() : 0);
     staged_ = std::vector<float>(scaling_ ? 0 : static_cast<size_t>(input_->numel()));
     residual_fix_.reset();
@@ -590,9 +590,10 @@ class GatedPointwiseKernel final : public OptimizedKernel {
   std::unique_ptr<onednn::ReorderPlan> residual_fix_;
   onednn::WorkPool* pool_ = nullptr;
 
-  // scaled_ = the plan's weights times the gate `g` along their input channels: on the pool in
-  // one share of output channels per thread when there are at least kScaleSplitFloats of them
-  // (ET_CPU_SE_SCALE_SPLIT=0: on the calling thread, for measuring; read at prepare).
+  // scaled_ = the plan's weights times the gate `g` along their input channels, on the calling
+  // thread; ET_CPU_SE_SCALE_SPLIT=1 (read at prepare) shares it out on the pool in one share of
+  // output channels per thread when there are at least kScaleSplitFloats floats. Off by
+  // default: it measured no faster on EfficientNet's folded gates (provider README).
   static constexpr size_t kScaleSplitFloats = 16384;
   void scale_weights(const float* g) {
     const size_t floats = scaling_->floats();
