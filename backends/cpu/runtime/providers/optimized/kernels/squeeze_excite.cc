@@ -28,6 +28,7 @@ constexpr int64_t kMostSlices = 4;
 // KiB a phase reads (per call) before it is split over the pool by default: a pool job costs a
 // few us here, a single-threaded phase reads ~20-40 GB/s from L2 / L3 (ET_CPU_SE_SPLIT).
 constexpr int64_t kSplitKiB = 256;
+constexpr int64_t kMultiplySplitKiB = 64;  // the fused gate multiply's (bytes read + written)
 
 inline __mmask16 lanes_from(int64_t c, int64_t count) {
   const int64_t left = count - c;
@@ -221,9 +222,9 @@ void SqueezeExcite::run(const float* x, int64_t batch, int64_t pixels, bool chan
   // the phase reads enough (`bytes` per image, split_bytes_ in all) to pay for a pool job, in
   // one slice per thread (ET_CPU_SE_SPLIT=all: always, and two per thread), the images'
   // slices as the pool's tasks.
-  auto phase = [&](int64_t units, int64_t bytes, auto&& fn) {
+  auto phase = [&](int64_t units, int64_t bytes, auto&& fn, int64_t from = -1) {
     int64_t parts = 1;
-    if (threads > 1 && batch * bytes >= split_bytes_) {
+    if (threads > 1 && batch * bytes >= std::min(split_bytes_, from < 0 ? split_bytes_ : from)) {
       parts = std::min<int64_t>(units, split_bytes_ == 0 ? 2 * threads : threads);
     }
     const int64_t tasks = batch * parts;
@@ -313,13 +314,18 @@ void SqueezeExcite::run(const float* x, int64_t batch, int64_t pixels, bool chan
     }
     return;
   }
-  // Reads and writes an image each: split like the pool (rows of pixels over the threads).
+  // Reads and writes an image each: rows of pixels (or channels) over the threads from
+  // kMultiplySplitKiB (a lower bar than the other phases: on the calling thread, MobileNetV3's
+  // 7x7x576 products cost as much as the separate multiply on the pool).
   const int64_t rows = channels_last ? pixels : channels_;
   const int64_t width = channels_last ? channels_ : pixels;
-  phase(rows, 2 * image_bytes, [&](int64_t n, int64_t begin, int64_t end) {
-    scale_rows(x + n * image, gate + n * channels_, channels_last, width, begin, end,
-               scaled + n * image);
-  });
+  phase(
+      rows, 2 * image_bytes,
+      [&](int64_t n, int64_t begin, int64_t end) {
+        scale_rows(x + n * image, gate + n * channels_, channels_last, width, begin, end,
+                   scaled + n * image);
+      },
+      kMultiplySplitKiB * 1024);
 }
 
 }  // namespace onednn
