@@ -72,7 +72,8 @@ class Tail(nn.Module):
 
 
 def _fused_multiplies(placement: list[str]) -> int:
-    count = int(_summary(placement).split(" squeeze-excite gate multiplies fused")[0].split(", ")[-1])
+    head = _summary(placement).split(" squeeze-excite gate multiplies fused")[0]
+    count = int(head.split(", ")[-1])
     assert count == sum("aten::mul.out: fused into" in entry for entry in placement), placement
     return count
 
