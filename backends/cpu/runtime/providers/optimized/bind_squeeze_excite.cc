@@ -185,7 +185,8 @@ bool bind_squeeze_excite(const OpBinding& op, const Tensor* input, const Tensor*
   std::shared_ptr<const onednn::SqueezeExcite> se;
   try {
     se = std::make_shared<onednn::SqueezeExcite>(channels, reduce.out, reduce.weight, reduce.bias,
-                                                 act, expand.weight, expand.bias, gate);
+                                                 act, expand.weight, expand.bias, gate,
+                                                 session.provider().weight_cache());
   } catch (const std::exception& e) {
     log_line(LogLevel::kInfo, "squeeze-excite at %s not fused: %s", op.op_name, e.what());
     return false;

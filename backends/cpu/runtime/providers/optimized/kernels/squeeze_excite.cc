@@ -178,9 +178,25 @@ bool squeeze_excite_supports(const PostOps& act, const PostOps& gate) {
          no_add(gate) && post_ops_in_registers(act) && post_ops_in_registers(gate);
 }
 
+std::shared_ptr<const SqueezeExciteWeights> pack_squeeze_excite(int64_t channels,
+                                                                int64_t squeezed,
+                                                                const float* reduce,
+                                                                const float* reduce_bias,
+                                                                const float* expand,
+                                                                const float* expand_bias) {
+  auto packed = std::make_shared<SqueezeExciteWeights>();
+  packed->padded_channels = (channels + kLanes - 1) / kLanes * kLanes;
+  packed->padded_squeezed = (squeezed + kLanes - 1) / kLanes * kLanes;
+  packed->reduce = transposed(reduce, squeezed, channels, packed->padded_squeezed);
+  packed->reduce_bias = padded_bias(reduce_bias, squeezed, packed->padded_squeezed);
+  packed->expand = transposed(expand, channels, squeezed, packed->padded_channels);
+  packed->expand_bias = padded_bias(expand_bias, channels, packed->padded_channels);
+  return packed;
+}
+
 SqueezeExcite::SqueezeExcite(int64_t channels, int64_t squeezed, const float* reduce,
                              const float* reduce_bias, PostOps act, const float* expand,
-                             const float* expand_bias, PostOps gate)
+                             const float* expand_bias, PostOps gate, WeightCache* cache)
     : channels_(channels),
       squeezed_(squeezed),
       act_(std::move(act)),
@@ -190,12 +206,10 @@ SqueezeExcite::SqueezeExcite(int64_t channels, int64_t squeezed, const float* re
     throw ProviderError("squeeze-excite: these counts or post-ops are not supported here");
   }
   if (reduce == nullptr || expand == nullptr) throw ProviderError("squeeze-excite: no weight");
-  padded_channels_ = (channels + kLanes - 1) / kLanes * kLanes;
-  padded_squeezed_ = (squeezed + kLanes - 1) / kLanes * kLanes;
-  reduce_ = transposed(reduce, squeezed, channels, padded_squeezed_);
-  reduce_bias_ = padded_bias(reduce_bias, squeezed, padded_squeezed_);
-  expand_ = transposed(expand, channels, squeezed, padded_channels_);
-  expand_bias_ = padded_bias(expand_bias, channels, padded_channels_);
+  weights_ = cached_squeeze_excite_weights(cache, channels, squeezed, reduce, reduce_bias, expand,
+                                           expand_bias);
+  padded_channels_ = weights_->padded_channels;
+  padded_squeezed_ = weights_->padded_squeezed;
 }
 
 int64_t SqueezeExcite::split_bytes_from_environment() {
@@ -284,6 +298,10 @@ void SqueezeExcite::run(const float* x, int64_t batch, int64_t pixels, bool chan
   const auto weight_bytes = [](const std::vector<float>& w) {
     return static_cast<int64_t>(w.size() * sizeof(float));
   };
+  const std::vector<float>& reduce_ = weights_->reduce;
+  const std::vector<float>& reduce_bias_ = weights_->reduce_bias;
+  const std::vector<float>& expand_ = weights_->expand;
+  const std::vector<float>& expand_bias_ = weights_->expand_bias;
   phase(padded_squeezed_ / kLanes, weight_bytes(reduce_),
         [&](int64_t n, int64_t begin, int64_t end) {
           product(pooled + n * padded_channels_, channels_, reduce_.data(), padded_squeezed_,
