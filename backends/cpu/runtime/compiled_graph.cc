@@ -759,6 +759,18 @@ bool same_tensor_type(const ValueSpec& a, const ValueSpec& b) {
   return a.dtype == b.dtype && a.shape == b.shape;
 }
 
+// Whether `small` ([N or 1, C, 1, ..., 1]) broadcasts per channel over `full` (same rank >= 3).
+bool broadcasts_to(const std::vector<int64_t>& small, const std::vector<int64_t>& full) {
+  if (small.size() != full.size() || full.size() < 3 || small[1] != full[1] ||
+      (small[0] != full[0] && small[0] != 1)) {
+    return false;
+  }
+  for (size_t d = 2; d < small.size(); ++d) {
+    if (small[d] != 1) return false;
+  }
+  return true;
+}
+
 // The activation `route` computes from its arguments `a` (self first, out last), as a fusable
 // elementwise step; false when it is none or its arguments do not fit one.
 bool eltwise_of(const std::string& route, const std::vector<ArgValue>& a,
@@ -861,6 +873,23 @@ void CompiledGraph::find_fusion_candidates() {
       if (step.route == "aten.convolution.default" && !a.empty() && is_current(a[0]) &&
           step.provider == spec_.ops[head].provider) {
         candidate.kind = FusableStep::Kind::kConv;
+      } else if (!elementwise_ok && step.route == "aten.mul.Tensor" && a.size() == 3 &&
+                 is_current(a[0]) != is_current(a[1])) {
+        // The previous result broadcast over a ready full-size operand (x * gate; its result
+        // has the operand's shape, and the steps after it are offered too: a squeeze-excite
+        // binder looks at the convolution after it).
+        const ArgValue& other = is_current(a[0]) ? a[1] : a[0];
+        if (other.type != ArgValue::Type::Tensor) break;
+        const ValueSpec& operand = spec_.values[other.tensor];
+        const bool ready =
+            operand.kind == ValueKind::Input || operand.kind == ValueKind::Constant ||
+            (operand.producer >= 0 && operand.producer < static_cast<int64_t>(head));
+        if (!ready || !same_tensor_type(operand, spec_.values[result]) ||
+            !broadcasts_to(value.shape, operand.shape)) {
+          break;
+        }
+        candidate.kind = FusableStep::Kind::kBroadcastMul;
+        candidate.residual = other.tensor;
       } else if (!elementwise_ok) {
         break;
       } else if (step.route == "aten.relu.default" && a.size() == 2 && is_current(a[0])) {

@@ -180,7 +180,7 @@ class CompiledGraph {
     FusableStep::Kind kind;
     double min = 0.0;
     double max = 0.0;
-    int32_t residual = -1;  // kAdd: value id of the other operand
+    int32_t residual = -1;  // kAdd, kBroadcastMul: value id of the other operand
     int32_t output = -1;    // value id the step writes
     int32_t op = -1;        // index of the step's op
     FusableStep::Eltwise eltwise = FusableStep::Eltwise::kSigmoid;  // kEltwise

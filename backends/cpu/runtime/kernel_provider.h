@@ -67,11 +67,14 @@ class ProviderSession {
 // operand is ready before the op runs, and a convolution has the op's provider in the route
 // table. Results the provider skips over are never materialized (no arena bytes).
 struct FusableStep {
-  enum class Kind { kRelu, kClamp, kAdd, kConv, kEltwise };
+  // kBroadcastMul: aten.mul.Tensor of the previous result, broadcast ([N or 1, C, 1, ..., 1]),
+  // with a ready tensor of the product's shape (`residual`): a squeeze-excite gate times x.
+  enum class Kind { kRelu, kClamp, kAdd, kConv, kEltwise, kBroadcastMul };
   Kind kind = Kind::kRelu;
   double min = 0.0;                                // kClamp: bounds (+-infinity when absent)
   double max = 0.0;
-  executorch::runtime::EValue* residual = nullptr;  // kAdd: the other operand (same shape)
+  // kAdd: the other operand (same shape); kBroadcastMul: the full-size operand.
+  executorch::runtime::EValue* residual = nullptr;
   executorch::runtime::EValue* output = nullptr;    // the step's result tensor
   const char* op_name = nullptr;                    // FX node name of the step
   // kConv: the convolution's arguments in aten::convolution.out order (args[0] is the previous

@@ -157,8 +157,10 @@ def test_squeeze_excite_gate_stays_channels_last(size: int) -> None:
 def _check_squeeze_excite(model: torch.nn.Module, x: torch.Tensor, pte: bytes, chain: str) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ET_CPU_ONEDNN_CHAIN", chain)
-        # The multiply as a binary op (folded into conv2 it is se_gate_fold_test's).
+        # The multiply as a binary op (folded into conv2 it is se_gate_fold_test's, taken by
+        # the squeeze-excite kernel squeeze_excite_test's).
         patch.setenv("ET_CPU_SE_GATE_FOLD", "0")
+        patch.setenv("ET_CPU_SE_FUSED_MUL", "0")
         out_opt, out_ref, placement = run_pte_both(pte, (x,))
     assert_close_scaled(out_opt[0], out_ref[0])
     with torch.no_grad():

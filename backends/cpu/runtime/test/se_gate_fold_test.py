@@ -9,6 +9,10 @@ and 2, a shared gate ([1, C, 1, 1]) over a batch, a dynamic-batch program, the z
 models; ET_CPU_SE_GATE_FOLD unset (fold where 4 x C_out <= H x W), "all" and "0" (the multiply as
 its own op) in one process.
 
+Where the gate is not folded, the squeeze-excite kernel takes the multiply as a fused step
+(bind_squeeze_excite.cc, ET_CPU_SE_FUSED_MUL; the aten::mul.out placement says "fused into"):
+checked at each switch value, and with ET_CPU_SE_FUSED_MUL=0 the multiply is its own op again.
+
 Reference: the same model in float64 eager; tolerance 1e-5 absolute and relative (the folded
 path rounds w * g instead of x * g before the same sums of at most 96 terms), and the folded
 and unfolded outputs within 1e-5 of each other.
@@ -30,6 +34,15 @@ _SWITCH = "ET_CPU_SE_GATE_FOLD"
 def _folded(placement: list[str]) -> int:
     (line,) = [entry for entry in placement if entry.startswith("Optimized(oneDNN): ")]
     return int(line.split(" squeeze-excite gates folded")[0].split(", ")[-1])
+
+
+def _fused_multiplies(placement: list[str]) -> int:
+    """Gate multiplies the squeeze-excite kernel took (summary), checked against the placement."""
+    (line,) = [entry for entry in placement if entry.startswith("Optimized(oneDNN): ")]
+    count = int(line.split(" squeeze-excite gate multiplies fused")[0].split(", ")[-1])
+    fused_muls = [e for e in placement if "aten::mul.out: fused into" in e]
+    assert len(fused_muls) == count, placement
+    return count
 
 
 class Block(nn.Module):
@@ -70,12 +83,15 @@ def _expected(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def _run(pte: bytes, x: torch.Tensor, switch: str) -> tuple[torch.Tensor, int]:
+def _run(
+    pte: bytes, x: torch.Tensor, switch: str, fused_mul: str = "unset"
+) -> tuple[torch.Tensor, int]:
     with pytest.MonkeyPatch.context() as patch:
-        if switch == "unset":
-            patch.delenv(_SWITCH, raising=False)
-        else:
-            patch.setenv(_SWITCH, switch)
+        for name, value in [(_SWITCH, switch), ("ET_CPU_SE_FUSED_MUL", fused_mul)]:
+            if value == "unset":
+                patch.delenv(name, raising=False)
+            else:
+                patch.setenv(name, value)
         (out,) = run_pte(pte, (x,), reference_only=False)
         return out, _folded(loader.last_placement())
 
@@ -111,9 +127,15 @@ def test_gate_folded_into_project(
     for switch, folds in [("unset", default_folds), ("all", 1), ("1", default_folds), ("0", 0)]:
         actual, folded = _run(pte, x, switch)
         assert folded == folds, (switch, loader.last_placement())
+        # An unfolded gate's multiply is taken by the squeeze-excite kernel.
+        assert _fused_multiplies(loader.last_placement()) == 1 - folds, loader.last_placement()
         torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
         outputs[switch] = actual
     torch.testing.assert_close(outputs["all"], outputs["0"], rtol=1e-5, atol=1e-5)
+    # Neither: the multiply as its own op (bitwise the fused kernel's product: one rounding).
+    separate, folded = _run(pte, x, "0", fused_mul="0")
+    assert folded == 0 and _fused_multiplies(loader.last_placement()) == 0
+    assert torch.equal(separate, outputs["0"])
 
 
 def test_shared_gate_over_a_batch() -> None:
@@ -131,7 +153,8 @@ def test_shared_gate_over_a_batch() -> None:
 
 @pytest.mark.parametrize("switch, folds", [("unset", 1), ("0", 0)])
 def test_dynamic_batch(switch: str, folds: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One program with a symbolic batch: each size's graph folds the gate, per image."""
+    """One program with a symbolic batch: each size's graph folds the gate, per image (or, "0",
+    the squeeze-excite kernel multiplies each image by its own gate)."""
     if switch == "unset":
         monkeypatch.delenv(_SWITCH, raising=False)
     else:
@@ -146,6 +169,7 @@ def test_dynamic_batch(switch: str, folds: int, monkeypatch: pytest.MonkeyPatch)
         x = torch.randn(batch, 24, 10, 10)
         (actual,) = module.forward([x])
         assert _folded(loader.last_placement()) == folds, loader.last_placement()
+        assert _fused_multiplies(loader.last_placement()) == 1 - folds, loader.last_placement()
         torch.testing.assert_close(actual, _expected(model, x), rtol=1e-5, atol=1e-5)
 
 
@@ -160,8 +184,32 @@ def test_zoo_models(name: str) -> None:
     assert blocks > 0
     folded_out, folded = _run(pte, x, "all")
     assert folded == blocks, loader.last_placement()
+    assert _fused_multiplies(loader.last_placement()) == 0, loader.last_placement()
     plain_out, none = _run(pte, x, "0")
     assert none == 0, loader.last_placement()
+    assert _fused_multiplies(loader.last_placement()) == blocks, loader.last_placement()
+    separate_out, _ = _run(pte, x, "0", fused_mul="0")
+    assert _fused_multiplies(loader.last_placement()) == 0, loader.last_placement()
+    assert torch.equal(plain_out, separate_out)
     assert_close_scaled(folded_out, plain_out)
     with torch.no_grad():
         assert_close_scaled(folded_out, model(x))
+
+
+def test_weight_scaling_split_over_the_pool() -> None:
+    """ET_CPU_SE_SCALE_SPLIT=1 scales a large project's weights (576 x 96) in output-channel
+    shares on the pool: the same products (bitwise) as on the calling thread, batch 2."""
+    torch.manual_seed(13)
+    model = Block(96, 576, 96, "v3", True, shared=False).eval()
+    x = torch.randn(2, 96, 7, 7)
+    expected = _expected(model, x)
+    pte, _ = lower_to_pte(model, (x,))
+    outputs = {}
+    for split in ["1", "0"]:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("ET_CPU_SE_SCALE_SPLIT", split)
+            actual, folded = _run(pte, x, "all")
+        assert folded == 1, loader.last_placement()
+        torch.testing.assert_close(actual, expected, rtol=1e-4, atol=1e-4)
+        outputs[split] = actual
+    assert torch.equal(outputs["1"], outputs["0"])

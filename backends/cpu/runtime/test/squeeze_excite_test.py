@@ -5,6 +5,10 @@ multiply: MobileNetV3-style (ReLU, hardsigmoid) and EfficientNet-style (SiLU, si
 after a channels-last depthwise stage and on a plain graph input, batch 1 and 3, with and
 without biases, a dynamic-batch program, the zoo's small MobileNetV3 / EfficientNet, and the
 switch (on by default; ET_CPU_OWN_SE=0: the pool and the two products as three kernels).
+The gate multiply x * gate is taken by the kernel as a fused step (ET_CPU_SE_FUSED_MUL, on by
+default; "0": the broadcast multiply as its own op): test_gate_multiply_fused checks it at batch
+1 and 2 in each layout case (x and the product channels-last, x channels-last and the product a
+plain graph output, both plain) against eager and bitwise against the separate multiply.
 
 The kernel shares each phase (the pool over pixel slices or, plain, channels; each product over
 its output vectors) out on the work pool when it reads enough (ET_CPU_SE_SPLIT: "0" never, "all"
@@ -65,6 +69,24 @@ class Tail(nn.Module):
             x = torch.relu(self.depthwise(x))
         scale = nn.functional.adaptive_avg_pool2d(x, 1)
         return x * self.gate(self.expand(self.act(self.reduce(scale))))
+
+
+def _fused_multiplies(placement: list[str]) -> int:
+    head = _summary(placement).split(" squeeze-excite gate multiplies fused")[0]
+    count = int(head.split(", ")[-1])
+    assert count == sum("aten::mul.out: fused into" in entry for entry in placement), placement
+    return count
+
+
+class TailThenConv(Tail):
+    """The tail's product read by a 3x3 depthwise convolution (kept channels-last: no fold)."""
+
+    def __init__(self, channels: int, squeezed: int, style: str, depthwise: bool) -> None:
+        super().__init__(channels, squeezed, style, depthwise, True)
+        self.after = nn.Conv2d(channels, channels, 3, padding=1, groups=channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.after(super().forward(x))
 
 
 def _expected(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -156,6 +178,8 @@ def test_tail_with_a_dynamic_batch(monkeypatch: pytest.MonkeyPatch) -> None:
         x = torch.randn(batch, 48, 8, 8)
         (actual,) = module.forward([x])
         assert _tails(loader.last_placement()) == 1, loader.last_placement()
+        # Each image times its own gate in the kernel (the graph output: plain).
+        assert _fused_multiplies(loader.last_placement()) == 1, loader.last_placement()
         torch.testing.assert_close(actual, _expected(model, x), rtol=1e-5, atol=1e-5)
         model = model.float()
 
@@ -175,3 +199,41 @@ def test_zoo_models(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert _tails(placement) == blocks, placement
     with torch.no_grad():
         assert_close_scaled(out[0], model(x))
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+@pytest.mark.parametrize(
+    "depthwise, then_conv",
+    [(True, True), (True, False), (False, False)],
+    ids=["channels_last", "channels_last_to_plain_output", "plain"],
+)
+@pytest.mark.parametrize("style", ["v3", "efficientnet"])
+def test_gate_multiply_fused(style: str, depthwise: bool, then_conv: bool, batch: int) -> None:
+    """The multiply is a fused step of the tail (placement), per image, as eager and bitwise as
+    the separate broadcast multiply; large enough (56 x 56 x 48) to split over the pool."""
+    torch.manual_seed(batch + 17 * depthwise + 5 * then_conv)
+    channels, squeezed, size = (48, 12, (56, 56)) if batch == 1 else (40, 10, (9, 11))
+    model: Tail = (
+        TailThenConv(channels, squeezed, style, depthwise)
+        if then_conv
+        else Tail(channels, squeezed, style, depthwise, True)
+    ).eval()
+    x = torch.randn(batch, channels, *size) * 3.0
+    expected = _expected(model, x)
+    model = model.float()
+    pte, _ = lower_to_pte(model, (x,))
+    outputs = {}
+    for fused_mul, fused in [("unset", 1), ("0", 0)]:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.delenv("ET_CPU_OWN_SE", raising=False)
+            if fused_mul == "unset":
+                patch.delenv("ET_CPU_SE_FUSED_MUL", raising=False)
+            else:
+                patch.setenv("ET_CPU_SE_FUSED_MUL", fused_mul)
+            (out,) = run_pte(pte, (x,), reference_only=False)
+        placement = loader.last_placement()
+        assert _tails(placement) == 1, placement
+        assert _fused_multiplies(placement) == fused, placement
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+        outputs[fused_mul] = out
+    assert torch.equal(outputs["unset"], outputs["0"])

@@ -1,11 +1,15 @@
 // The squeeze-excite tail as one kernel (kernels/squeeze_excite.h): a global average pool
 // (aten::mean.out over H and W with keepdim, or aten::_adaptive_avg_pool2d.out to 1x1) whose
 // offered steps are a 1x1 convolution, its activations, a 1x1 convolution and the gate's
-// activations, all on the pooled [N, C, 1, 1] values. The gate multiply with x is the next op
-// (a broadcast multiply). Anything else leaves the pool to its own binder.
+// activations, all on the pooled [N, C, 1, 1] values, and, when offered next (kBroadcastMul),
+// the gate multiply with x itself unless the 1x1 convolution after it folds the gate into its
+// weights (bind_gated_pointwise, ET_CPU_SE_GATE_FOLD). ET_CPU_SE_FUSED_MUL=0 (read at bind)
+// leaves the multiply to its own op, for measuring. Anything else leaves the pool to its own
+// binder.
 #include "backends/cpu/runtime/providers/optimized/binders.h"
 
 #include "backends/cpu/runtime/error_report.h"
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/squeeze_excite.h"
 
 namespace et_cpu_plugin {
@@ -63,24 +67,66 @@ bool pointwise_step(const FusableStep& step, int64_t batch, int64_t in, Pointwis
 bool activations(const OpBinding& op, size_t* index, onednn::PostOps* post) {
   for (; *index < op.fusable.size(); ++*index) {
     const FusableStep& step = op.fusable[*index];
-    if (step.kind == FusableStep::Kind::kConv || step.kind == FusableStep::Kind::kAdd) break;
+    if (step.kind == FusableStep::Kind::kConv || step.kind == FusableStep::Kind::kAdd ||
+        step.kind == FusableStep::Kind::kBroadcastMul) {
+      break;
+    }
     const Tensor* no_residual = nullptr;
     if (!append_post_op(step, post, &no_residual)) return false;
   }
   return true;
 }
 
+// Whether step `index` is the gate multiply x * gate (x the pool's `input`) this kernel should
+// take: ET_CPU_SE_FUSED_MUL not "0", and no 1x1 convolution after it that folds the gate.
+bool takes_gate_multiply(const OpBinding& op, size_t index, const Tensor* input) {
+  if (index >= op.fusable.size() || !onednn::kernel_switched_on("ET_CPU_SE_FUSED_MUL")) {
+    return false;
+  }
+  const FusableStep& step = op.fusable[index];
+  if (step.kind != FusableStep::Kind::kBroadcastMul || step.residual == nullptr ||
+      !step.residual->isTensor() || impl_of(&step.residual->toTensor()) != impl_of(input) ||
+      step.output == nullptr || !step.output->isTensor() ||
+      dims_of(step.output->toTensor()) != dims_of(*input)) {
+    return false;
+  }
+  if (index + 1 < op.fusable.size() && op.fusable[index + 1].kind == FusableStep::Kind::kConv) {
+    const Tensor* weight = tensor_arg(op.fusable[index + 1].args, 1);
+    if (weight != nullptr && weight->dim() == 4 && weight->size(2) == 1 && weight->size(3) == 1 &&
+        se_gate_fold_wanted(weight->size(0), input->size(2) * input->size(3))) {
+      return false;  // bind_gated_pointwise folds it into the convolution's weights
+    }
+  }
+  return true;
+}
+
 class SqueezeExciteKernel final : public OptimizedKernel {
  public:
+  // `scaled`: the gate multiply's product x * gate when the kernel takes it, else null.
   SqueezeExciteKernel(std::shared_ptr<const onednn::SqueezeExcite> se, const Tensor* input,
-                      Tensor* output)
-      : se_(std::move(se)), input_(input), output_(output) {}
+                      Tensor* output, Tensor* scaled)
+      : se_(std::move(se)), input_(input), output_(output), scaled_(scaled) {}
 
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
     channels_last_ = channels_last(impl_of(input_));
+    scaled_channels_last_ = scaled_ != nullptr && channels_last(impl_of(scaled_));
     pool_ = provider.work_pool();
+    // Taking the multiply leaves the gate without arena bytes (a skipped step's result).
+    gate_buffer_.assign(scaled_ != nullptr ? static_cast<size_t>(output_->numel()) : 0, 0.0f);
   }
-  std::string implementation() const override { return "squeeze_excite:avx512"; }
+  size_t staging_bytes() const override { return gate_buffer_.size() * sizeof(float); }
+  // The product stays in x's layout (as the broadcast multiply's would).
+  const executorch::aten::TensorImpl* chainable_output() const override {
+    return scaled_ != nullptr ? impl_of(scaled_) : nullptr;
+  }
+  const executorch::aten::TensorImpl* chainable_output_after(
+      const Chained& chained) const override {
+    return chained.count(impl_of(input_)) > 0 ? chainable_output() : nullptr;
+  }
+  std::string implementation() const override {
+    return scaled_ != nullptr ? "squeeze_excite:avx512 (gate multiply fused)"
+                              : "squeeze_excite:avx512";
+  }
 
   Error run(KernelRuntimeContext&) override {
     return guarded("squeeze-excite", [&] {
@@ -89,8 +135,15 @@ class SqueezeExciteKernel final : public OptimizedKernel {
                                              (batch * se_->channels())
                                        : 0;
       if (pixels < 1) return;
-      se_->run(input_->const_data_ptr<float>(), batch, pixels, channels_last_,
-               output_->mutable_data_ptr<float>(), pool_);
+      float* gate = output_->mutable_data_ptr<float>();
+      if (scaled_ != nullptr) {
+        const size_t need = static_cast<size_t>(batch * se_->channels());
+        if (gate_buffer_.size() < need) gate_buffer_.resize(need);
+        gate = gate_buffer_.data();
+      }
+      se_->run(input_->const_data_ptr<float>(), batch, pixels, channels_last_, gate, pool_,
+               scaled_ != nullptr ? scaled_->mutable_data_ptr<float>() : nullptr,
+               scaled_channels_last_);
     });
   }
 
@@ -98,7 +151,10 @@ class SqueezeExciteKernel final : public OptimizedKernel {
   std::shared_ptr<const onednn::SqueezeExcite> se_;
   const Tensor* input_;
   Tensor* output_;
+  Tensor* scaled_;
   bool channels_last_ = false;
+  bool scaled_channels_last_ = false;
+  std::vector<float> gate_buffer_;  // the gate when the multiply is taken
   onednn::WorkPool* pool_ = nullptr;
 };
 
@@ -129,13 +185,19 @@ bool bind_squeeze_excite(const OpBinding& op, const Tensor* input, const Tensor*
   std::shared_ptr<const onednn::SqueezeExcite> se;
   try {
     se = std::make_shared<onednn::SqueezeExcite>(channels, reduce.out, reduce.weight, reduce.bias,
-                                                 act, expand.weight, expand.bias, gate);
+                                                 act, expand.weight, expand.bias, gate,
+                                                 session.provider().weight_cache());
   } catch (const std::exception& e) {
     log_line(LogLevel::kInfo, "squeeze-excite at %s not fused: %s", op.op_name, e.what());
     return false;
   }
-  auto kernel = std::make_unique<SqueezeExciteKernel>(std::move(se), input,
-                                                      &op.fusable[index - 1].output->toTensor());
+  Tensor* gate_out = &op.fusable[index - 1].output->toTensor();
+  Tensor* scaled = nullptr;
+  if (takes_gate_multiply(op, index, input)) {
+    scaled = &op.fusable[index].output->toTensor();
+    ++index;
+  }
+  auto kernel = std::make_unique<SqueezeExciteKernel>(std::move(se), input, gate_out, scaled);
   if (bind_prepared(std::move(kernel), session, out) != Error::Ok) return false;
   *fused = index;
   return true;

@@ -27,6 +27,9 @@ Error bind_conv(const OpBinding& op, OptimizedSession& session, Out out, Decline
 // weights take the gate per image; false (nothing bound) when the op is not that, or
 // ET_CPU_SE_GATE_FOLD says no (bind_convolution.cc).
 bool bind_gated_pointwise(const OpBinding& op, OptimizedSession& session, Out out, size_t* fused);
+// Whether ET_CPU_SE_GATE_FOLD (common/switches.h switch_reach: "0", "all", unset or "1": the
+// default rule) folds a gate into a 1x1 convolution of `out_channels` over `pixels` pixels.
+bool se_gate_fold_wanted(int64_t out_channels, int64_t pixels);
 
 // bind_linear.cc: aten::linear.out / aten::addmm.out (`is_addmm`), aten::mm.out / aten::bmm.out
 // (`batched`).

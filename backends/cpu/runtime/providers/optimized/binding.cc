@@ -120,6 +120,8 @@ bool append_post_op(const FusableStep& step, onednn::PostOps* post, const Tensor
       return true;
     case FusableStep::Kind::kConv:
       return false;  // a convolution is no post-op (see bind_block)
+    case FusableStep::Kind::kBroadcastMul:
+      return false;  // changes the shape (see bind_squeeze_excite)
     case FusableStep::Kind::kEltwise: {
       onednn::Activation activation;
       if (!activation_of_step(step, &activation)) return false;

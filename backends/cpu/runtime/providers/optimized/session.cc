@@ -82,6 +82,8 @@ std::string OptimizedSession::summary() const {
          " pointwise_int8:avx512_vnni, " + std::to_string(count_implementation("stem:avx512")) +
          " stem, " + std::to_string(count_implementation("squeeze_excite:avx512")) +
          " squeeze-excite tails, " +
+         std::to_string(count_containing("(gate multiply fused)")) +
+         " squeeze-excite gate multiplies fused, " +
          std::to_string(count_containing("(gate folded")) +
          " squeeze-excite gates folded into a convolution, " +
          std::to_string(count_containing("(permute folded)")) +

@@ -23,5 +23,18 @@ inline bool kernel_opted_in(const char* variable) {
   return value != nullptr && value[0] != '\0' && std::strcmp(value, "0") != 0;
 }
 
+// A three-valued switch (ET_CPU_SE_GATE_FOLD): "0" never, "all" wherever the kernel can,
+// unset / empty / "1" (or anything else) where its default rule says so.
+enum class SwitchReach { kNever, kDefault, kEverywhere };
+
+// `variable`'s reach, read at each call like kernel_switched_on.
+inline SwitchReach switch_reach(const char* variable) {
+  const char* value = std::getenv(variable);
+  if (value == nullptr) return SwitchReach::kDefault;
+  if (std::strcmp(value, "0") == 0) return SwitchReach::kNever;
+  if (std::strcmp(value, "all") == 0) return SwitchReach::kEverywhere;
+  return SwitchReach::kDefault;
+}
+
 }  // namespace onednn
 }  // namespace et_cpu_plugin

@@ -8,6 +8,7 @@
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/linear_8da_vnni.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/squeeze_excite.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
 
 namespace et_cpu_plugin {
@@ -53,7 +54,17 @@ struct WeightCache::Impl {
     int64_t k, n, group, bits;
     std::weak_ptr<const Linear8daPacked> packed;
   };
+  // A squeeze-excite tail's packing (squeeze_excite.h): its constants' addresses and counts.
+  struct PackedSE {
+    const float* reduce;
+    const float* reduce_bias;
+    const float* expand;
+    const float* expand_bias;
+    int64_t channels, squeezed;
+    std::weak_ptr<const SqueezeExciteWeights> packed;
+  };
   mutable std::mutex mutex;
+  std::vector<PackedSE> packed_se;
   std::vector<Reordered> reordered;
   std::vector<Packed> packed;
   std::vector<Packed8da> packed_8da;
@@ -73,6 +84,9 @@ struct WeightCache::Impl {
     packed_8da.erase(std::remove_if(packed_8da.begin(), packed_8da.end(),
                                     [](const Packed8da& e) { return e.packed.expired(); }),
                      packed_8da.end());
+    packed_se.erase(std::remove_if(packed_se.begin(), packed_se.end(),
+                                   [](const PackedSE& e) { return e.packed.expired(); }),
+                    packed_se.end());
   }
 };
 
@@ -99,6 +113,9 @@ size_t WeightCache::live_bytes() const {
   for (const Impl::Packed8da& e : impl_->packed_8da) {
     if (auto packed = e.packed.lock()) bytes += packed->bytes();
   }
+  for (const Impl::PackedSE& e : impl_->packed_se) {
+    if (auto packed = e.packed.lock()) bytes += packed->bytes();
+  }
   return bytes;
 }
 
@@ -113,6 +130,9 @@ void WeightCache::keep_everything() {
     if (auto packed = e.packed.lock()) impl_->kept.push_back(std::move(packed));
   }
   for (const Impl::Packed8da& e : impl_->packed_8da) {
+    if (auto packed = e.packed.lock()) impl_->kept.push_back(std::move(packed));
+  }
+  for (const Impl::PackedSE& e : impl_->packed_se) {
     if (auto packed = e.packed.lock()) impl_->kept.push_back(std::move(packed));
   }
 }
@@ -218,6 +238,40 @@ std::shared_ptr<const Linear8daPacked> cached_linear_8da_weights(WeightCache* ca
   impl.prune();
   impl.packed_8da.push_back({weight, scales, zero_points, bias, params.k, params.n, params.group,
                              params.bits, packed});
+  if (impl.keep) impl.kept.push_back(packed);
+  return packed;
+}
+
+std::shared_ptr<const SqueezeExciteWeights> cached_squeeze_excite_weights(
+    WeightCache* cache, int64_t channels, int64_t squeezed, const float* reduce,
+    const float* reduce_bias, const float* expand, const float* expand_bias) {
+  auto pack = [&] {
+    auto packed =
+        pack_squeeze_excite(channels, squeezed, reduce, reduce_bias, expand, expand_bias);
+    count_made(packed->bytes());
+    return packed;
+  };
+  if (cache == nullptr) return pack();
+  WeightCache::Impl& impl = cache->impl();
+  {
+    std::lock_guard<std::mutex> lock(impl.mutex);
+    for (const WeightCache::Impl::PackedSE& e : impl.packed_se) {
+      if (e.reduce != reduce || e.reduce_bias != reduce_bias || e.expand != expand ||
+          e.expand_bias != expand_bias || e.channels != channels || e.squeezed != squeezed) {
+        continue;
+      }
+      if (auto packed = e.packed.lock()) {
+        ++impl.hits;
+        ++total_hits;
+        return packed;
+      }
+    }
+  }
+  std::shared_ptr<const SqueezeExciteWeights> packed = pack();
+  std::lock_guard<std::mutex> lock(impl.mutex);
+  ++impl.misses;
+  impl.prune();
+  impl.packed_se.push_back({reduce, reduce_bias, expand, expand_bias, channels, squeezed, packed});
   if (impl.keep) impl.kept.push_back(packed);
   return packed;
 }

@@ -28,6 +28,7 @@ constexpr int64_t kMostSlices = 4;
 // KiB a phase reads (per call) before it is split over the pool by default: a pool job costs a
 // few us here, a single-threaded phase reads ~20-40 GB/s from L2 / L3 (ET_CPU_SE_SPLIT).
 constexpr int64_t kSplitKiB = 256;
+constexpr int64_t kMultiplySplitKiB = 64;  // the fused gate multiply's (bytes read + written)
 
 inline __mmask16 lanes_from(int64_t c, int64_t count) {
   const int64_t left = count - c;
@@ -129,6 +130,23 @@ ET_AVX512 void product(const float* x, int64_t k, const float* w, int64_t padded
   }
 }
 
+// out[r][i] = x[r][i] * g[i] (channels-last rows of `width` channels) or x[r][i] * g[r] (plain
+// rows of `width` pixels) for rows [begin, end) of one image.
+ET_AVX512 void scale_rows(const float* x, const float* g, bool channels_last, int64_t width,
+                          int64_t begin, int64_t end, float* out) {
+  for (int64_t r = begin; r < end; ++r) {
+    const float* in = x + r * width;
+    float* to = out + r * width;
+    const __m512 shared = _mm512_set1_ps(channels_last ? 0.0f : g[r]);
+    for (int64_t i = 0; i < width; i += kLanes) {
+      const __mmask16 mask = lanes_from(i, width);
+      const __m512 scale = channels_last ? _mm512_maskz_loadu_ps(mask, g + i) : shared;
+      _mm512_mask_storeu_ps(to + i, mask,
+                            _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, in + i), scale));
+    }
+  }
+}
+
 bool no_add(const PostOps& post_ops) {
   return std::none_of(post_ops.begin(), post_ops.end(),
                       [](const PostOp& op) { return op.kind == PostOp::Kind::kAdd; });
@@ -160,9 +178,25 @@ bool squeeze_excite_supports(const PostOps& act, const PostOps& gate) {
          no_add(gate) && post_ops_in_registers(act) && post_ops_in_registers(gate);
 }
 
+std::shared_ptr<const SqueezeExciteWeights> pack_squeeze_excite(int64_t channels,
+                                                                int64_t squeezed,
+                                                                const float* reduce,
+                                                                const float* reduce_bias,
+                                                                const float* expand,
+                                                                const float* expand_bias) {
+  auto packed = std::make_shared<SqueezeExciteWeights>();
+  packed->padded_channels = (channels + kLanes - 1) / kLanes * kLanes;
+  packed->padded_squeezed = (squeezed + kLanes - 1) / kLanes * kLanes;
+  packed->reduce = transposed(reduce, squeezed, channels, packed->padded_squeezed);
+  packed->reduce_bias = padded_bias(reduce_bias, squeezed, packed->padded_squeezed);
+  packed->expand = transposed(expand, channels, squeezed, packed->padded_channels);
+  packed->expand_bias = padded_bias(expand_bias, channels, packed->padded_channels);
+  return packed;
+}
+
 SqueezeExcite::SqueezeExcite(int64_t channels, int64_t squeezed, const float* reduce,
                              const float* reduce_bias, PostOps act, const float* expand,
-                             const float* expand_bias, PostOps gate)
+                             const float* expand_bias, PostOps gate, WeightCache* cache)
     : channels_(channels),
       squeezed_(squeezed),
       act_(std::move(act)),
@@ -172,12 +206,10 @@ SqueezeExcite::SqueezeExcite(int64_t channels, int64_t squeezed, const float* re
     throw ProviderError("squeeze-excite: these counts or post-ops are not supported here");
   }
   if (reduce == nullptr || expand == nullptr) throw ProviderError("squeeze-excite: no weight");
-  padded_channels_ = (channels + kLanes - 1) / kLanes * kLanes;
-  padded_squeezed_ = (squeezed + kLanes - 1) / kLanes * kLanes;
-  reduce_ = transposed(reduce, squeezed, channels, padded_squeezed_);
-  reduce_bias_ = padded_bias(reduce_bias, squeezed, padded_squeezed_);
-  expand_ = transposed(expand, channels, squeezed, padded_channels_);
-  expand_bias_ = padded_bias(expand_bias, channels, padded_channels_);
+  weights_ = cached_squeeze_excite_weights(cache, channels, squeezed, reduce, reduce_bias, expand,
+                                           expand_bias);
+  padded_channels_ = weights_->padded_channels;
+  padded_squeezed_ = weights_->padded_squeezed;
 }
 
 int64_t SqueezeExcite::split_bytes_from_environment() {
@@ -189,7 +221,8 @@ int64_t SqueezeExcite::split_bytes_from_environment() {
 }
 
 void SqueezeExcite::run(const float* x, int64_t batch, int64_t pixels, bool channels_last,
-                        float* gate, WorkPool* pool) const {
+                        float* gate, WorkPool* pool, float* scaled,
+                        bool scaled_channels_last) const {
   if (batch < 1 || pixels < 1) return;
   const int64_t threads = pool != nullptr && split_bytes_ >= 0 ? pool->size() : 1;
   // pooled [batch][padded_channels_], then hidden [batch][padded_squeezed_]; the caller's
@@ -203,9 +236,9 @@ void SqueezeExcite::run(const float* x, int64_t batch, int64_t pixels, bool chan
   // the phase reads enough (`bytes` per image, split_bytes_ in all) to pay for a pool job, in
   // one slice per thread (ET_CPU_SE_SPLIT=all: always, and two per thread), the images'
   // slices as the pool's tasks.
-  auto phase = [&](int64_t units, int64_t bytes, auto&& fn) {
+  auto phase = [&](int64_t units, int64_t bytes, auto&& fn, int64_t from = -1) {
     int64_t parts = 1;
-    if (threads > 1 && batch * bytes >= split_bytes_) {
+    if (threads > 1 && batch * bytes >= std::min(split_bytes_, from < 0 ? split_bytes_ : from)) {
       parts = std::min<int64_t>(units, split_bytes_ == 0 ? 2 * threads : threads);
     }
     const int64_t tasks = batch * parts;
@@ -265,6 +298,10 @@ void SqueezeExcite::run(const float* x, int64_t batch, int64_t pixels, bool chan
   const auto weight_bytes = [](const std::vector<float>& w) {
     return static_cast<int64_t>(w.size() * sizeof(float));
   };
+  const std::vector<float>& reduce_ = weights_->reduce;
+  const std::vector<float>& reduce_bias_ = weights_->reduce_bias;
+  const std::vector<float>& expand_ = weights_->expand;
+  const std::vector<float>& expand_bias_ = weights_->expand_bias;
   phase(padded_squeezed_ / kLanes, weight_bytes(reduce_),
         [&](int64_t n, int64_t begin, int64_t end) {
           product(pooled + n * padded_channels_, channels_, reduce_.data(), padded_squeezed_,
@@ -276,6 +313,37 @@ void SqueezeExcite::run(const float* x, int64_t batch, int64_t pixels, bool chan
           product(hidden + n * padded_squeezed_, squeezed_, expand_.data(), padded_channels_,
                   expand_bias_.data(), gate_, channels_, begin, end, gate + n * channels_);
         });
+  if (scaled == nullptr) return;
+  if (scaled_channels_last != channels_last) {
+    // Consumers wanted the other layout (rare): one scalar pass that also transposes.
+    for (int64_t n = 0; n < batch; ++n) {
+      const float* g = gate + n * channels_;
+      for (int64_t p = 0; p < pixels; ++p) {
+        for (int64_t c = 0; c < channels_; ++c) {
+          const int64_t nhwc = n * image + p * channels_ + c;
+          const int64_t nchw = n * image + c * pixels + p;
+          if (channels_last) {
+            scaled[nchw] = x[nhwc] * g[c];
+          } else {
+            scaled[nhwc] = x[nchw] * g[c];
+          }
+        }
+      }
+    }
+    return;
+  }
+  // Reads and writes an image each: rows of pixels (or channels) over the threads from
+  // kMultiplySplitKiB (a lower bar than the other phases: on the calling thread, MobileNetV3's
+  // 7x7x576 products cost as much as the separate multiply on the pool).
+  const int64_t rows = channels_last ? pixels : channels_;
+  const int64_t width = channels_last ? channels_ : pixels;
+  phase(
+      rows, 2 * image_bytes,
+      [&](int64_t n, int64_t begin, int64_t end) {
+        scale_rows(x + n * image, gate + n * channels_, channels_last, width, begin, end,
+                   scaled + n * image);
+      },
+      kMultiplySplitKiB * 1024);
 }
 
 }  // namespace onednn

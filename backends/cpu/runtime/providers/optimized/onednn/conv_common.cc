@@ -263,14 +263,20 @@ ET_AVX512 void scale_vectors(const float* weights, const int32_t* channel, const
 
 }  // namespace
 
-void InputChannelScaling::scale(const float* scale, float* out) const {
-  size_t k = 0;
+void InputChannelScaling::scale_range(const float* scale, float* out, size_t begin,
+                                      size_t end) const {
+  size_t k = begin;
   if (cpu_has_avx512()) {
-    scale_vectors(weights_, channel_.data(), kind_.data(), real_.data(), base_.data(),
-                  kind_.size(), scale, out);
-    k = kind_.size() * 16;
+    const size_t first = begin / 16;
+    const size_t last = std::min(end / 16, kind_.size());
+    if (last > first) {
+      scale_vectors(weights_ + first * 16, channel_.data() + first * 16, kind_.data() + first,
+                    real_.data() + first, base_.data() + first, last - first, scale,
+                    out + first * 16);
+      k = last * 16;
+    }
   }
-  for (; k < floats_; ++k) {
+  for (; k < end; ++k) {
     out[k] = channel_[k] >= 0 ? weights_[k] * scale[channel_[k]] : 0.0f;
   }
 }

@@ -471,7 +471,15 @@ class InputChannelScaling {
                       std::vector<int32_t> channel);
   size_t floats() const { return floats_; }
   // out[k] = weights[k] * scale[channel of k] for every float of the layout.
-  void scale(const float* scale, float* out) const;
+  void scale(const float* scale, float* out) const { scale_range(scale, out, 0, floats_); }
+  // The same for floats [begin, end) (begin a multiple of 16).
+  void scale_range(const float* scale, float* out, size_t begin, size_t end) const;
+  // Where share `index` of `parts` near-equal shares of whole vectors starts (`parts`: the end),
+  // so the pool can scale [part_start(parts, i), part_start(parts, i + 1)) for each i: ranges
+  // of output channels in oneDNN's blocked layouts.
+  size_t part_start(size_t parts, size_t index) const {
+    return index >= parts ? floats_ : floats_ / 16 * index / parts * 16;
+  }
 
  private:
   enum Kind : uint8_t { kBroadcast, kConsecutive, kGather };
