@@ -300,3 +300,63 @@ def test_blocks_on_our_depthwise_kernel(own: str) -> None:
     with torch.no_grad():
         assert_close_scaled(out_opt[0], out_ref[0])
         assert_close_scaled(out_opt[0], model(x))
+
+
+def _ops_split(placement: list[str]) -> int:
+    return int(_summary(placement).split(" ops split")[0].split("work sharing, ")[-1])
+
+
+@pytest.mark.parametrize(
+    ("hidden", "kernel", "stride", "batch", "size", "own"),
+    [
+        (96, 3, 1, 1, 7, "unset"),
+        (88, 5, 1, 2, 7, "unset"),
+        (120, 3, 2, 1, 13, "unset"),
+        (88, 3, 1, 2, 7, "0"),
+        (96, 5, 2, 1, 10, "0"),
+        (88, 5, 1, 1, 14, "unset"),
+    ],
+)
+def test_small_squeeze_excite_blocks_run_whole_in_channel_slices(
+    hidden: int, kernel: int, stride: int, batch: int, size: int, own: str
+) -> None:
+    # A block without project on a small image runs whole per image in channel slices (one per
+    # pool thread; 88 and 120 hidden channels: slices of unequal vectors, a channel tail), on our
+    # depthwise kernel (unset) or oneDNN's ("0"). ET_CPU_BLOCK_SLICES=0 gives row bands; both
+    # match eager, the reference and each other.
+    torch.manual_seed(hidden + kernel + stride)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 24, 3, padding=1),
+        SqueezeExciteBlock(24, hidden, 32, kernel, stride, "silu"),
+    ).eval()
+    x = torch.randn(batch, 3, size, size)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ET_CPU_OWN_SE", "0")
+        patch.setenv("ET_CPU_SE_GATE_FOLD", "0")
+        patch.setenv("ET_CPU_ONEDNN_THREADS", "2")
+        if own == "unset":
+            patch.delenv("ET_CPU_OWN_DEPTHWISE", raising=False)
+        else:
+            patch.setenv("ET_CPU_OWN_DEPTHWISE", own)
+        patch.delenv("ET_CPU_BLOCK_SLICES", raising=False)
+        out_opt, out_ref, placement = run_both(model, (x,))
+        patch.setenv("ET_CPU_BLOCK_SLICES", "0")
+        module, _ = lower(model, (x,))
+        banded = module.forward([x])[0]
+        banded_placement = loader.last_placement()
+    with torch.no_grad():
+        assert_close_scaled(out_opt[0], out_ref[0])
+        assert_close_scaled(out_opt[0], model(x))
+        assert_close_scaled(banded, model(x))
+    torch.testing.assert_close(out_opt[0], banded, atol=1e-5, rtol=1e-5)
+    for lines in (placement, banded_placement):
+        assert _blocks_fused(lines) == 1, lines
+    expected = 0 if own == "0" else 1
+    assert f", {expected} depthwise (alone or in a block)" in _summary(placement), placement
+    if batch == 1 and (size + 2 * (kernel // 2) - kernel) // stride + 1 < 8:
+        # In row bands of >= 4 rows such an image is one piece (one thread); in slices, two.
+        # (At batch 2 the bands are one piece per image: split either way.)
+        assert _ops_split(placement) == _ops_split(banded_placement) + 1, (
+            placement,
+            banded_placement,
+        )

@@ -1,6 +1,7 @@
 // The inverted residual block plan (BlockPlan): expand, depthwise, project in row bands.
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
 
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_conv.h"
 
 #include <cstring>
@@ -51,6 +52,20 @@ struct BlockPiece {
   std::vector<BlockStep> steps;
 };
 
+// Hidden channels [begin, end) of a block run whole (no row bands): the expand of those
+// channels over the whole image, the depthwise on them, their own weights (torch's rows
+// [begin, end) reordered for these shapes). Channels never mix in the expand's output columns
+// nor in the depthwise, so slices need no halo rows and no meeting of the threads.
+struct BlockSlice {
+  int64_t begin = 0;
+  int64_t end = 0;
+  BlockStage expand;
+  BlockStage depthwise;  // unless own_depthwise
+  std::shared_ptr<const DepthwiseConv> own_depthwise;
+  OwnedTensor expand_weights, expand_bias;
+  OwnedTensor depthwise_weights, depthwise_bias;
+};
+
 }  // namespace
 
 struct BlockPlan::Impl {
@@ -72,6 +87,9 @@ struct BlockPlan::Impl {
   OwnedTensor depthwise_weights, depthwise_bias;
   OwnedTensor project_weights, project_bias;
   std::vector<BlockPiece> pieces;
+  // Non-empty: the block runs whole per image in these channel slices (block_slices_wanted),
+  // pieces (image, slice) on the pool, and `pieces` is empty.
+  std::vector<BlockSlice> slices;
   int64_t step_rows = 0;
   std::string implementation;
 };
@@ -86,6 +104,13 @@ size_t BlockPlan::weights_bytes() const {
   const Impl& p = *impl_;
   size_t total = 0;
   if (p.own_depthwise) total += p.own_depthwise->weights_bytes();
+  for (const BlockSlice& slice : p.slices) {
+    if (slice.own_depthwise) total += slice.own_depthwise->weights_bytes();
+    for (const OwnedTensor* t : {&slice.expand_weights, &slice.expand_bias,
+                                 &slice.depthwise_weights, &slice.depthwise_bias}) {
+      if (t->bytes) total += t->md.get_size();
+    }
+  }
   for (const OwnedTensor* t : {&p.expand_weights, &p.expand_bias, &p.depthwise_weights,
                                &p.depthwise_bias, &p.project_weights, &p.project_bias}) {
     if (t->bytes) total += t->md.get_size();
@@ -96,7 +121,9 @@ std::string BlockPlan::implementation() const {
   return impl_->implementation;
 }
 size_t BlockPlan::pieces() const {
-  return impl_->pieces.size();
+  const Impl& p = *impl_;
+  return p.slices.empty() ? p.pieces.size()
+                          : p.slices.size() * static_cast<size_t>(p.params.batch);
 }
 
 std::vector<int64_t> block_output_size(const BlockParams& p) {
@@ -219,6 +246,23 @@ int stage_index(std::vector<std::pair<Key, int>>& keys, std::vector<BlockStage>&
   return static_cast<int>(stages.size() - 1);
 }
 
+// Whether a block runs whole per image in channel slices (BlockSlice, one per pool thread)
+// instead of row bands: a block without project (the squeeze-excite blocks' expand +
+// depthwise), on a pool, whose one slice of expanded image plus depthwise output fits in
+// kBlockStepBytes. Row bands of such small images are few and thin: at 7x7 the rule of at least
+// kBlockMinPieceRows rows made one piece (one thread for the whole block), at 14x14 two bands
+// whose halo rows made the expand ~28% more work (5x5). ET_CPU_BLOCK_SLICES=0: row bands always.
+bool block_slices_wanted(const BlockParams& p, int64_t slices, int64_t out_h, int64_t out_w) {
+  if (!kernel_switched_on("ET_CPU_BLOCK_SLICES") || !p.expand || p.project || slices < 2 ||
+      p.hidden_channels < 16 * slices) {
+    return false;
+  }
+  const double slice_channels = static_cast<double>((p.hidden_channels + slices - 1) / slices);
+  const double pixels =
+      static_cast<double>(p.input_size[0] * p.input_size[1] + out_h * out_w);
+  return 4.0 * slice_channels * pixels <= kBlockStepBytes;
+}
+
 }  // namespace
 
 BlockPlan Provider::prepare_block(
@@ -264,15 +308,6 @@ BlockPlan Provider::prepare_block(
     const dnnl::primitive_attr depthwise_attr = make_attr(depthwise_post.primitive);
     const dnnl::primitive_attr project_attr = make_attr(project_post.primitive);
 
-    // Weights in the layouts the whole-image stages pick.
-    std::string expand_impl;
-    std::string depthwise_impl;
-    std::string project_impl;
-    if (params.expand) {
-      std::tie(p.expand_weights, p.expand_bias, expand_impl) = block_weights(
-          state, {1, cin, h, w}, {1, hid, h, w}, {hid, cin, 1, 1}, weights.expand,
-          weights.expand_bias, {1, 1}, {0, 0}, expand_attr);
-    }
     DepthwiseShape own_shape;
     own_shape.channels = hid;
     own_shape.in_h = h;
@@ -282,7 +317,89 @@ BlockPlan Provider::prepare_block(
     own_shape.kernel_h = own_shape.kernel_w = k;
     own_shape.stride_h = own_shape.stride_w = s;
     own_shape.pad_top = own_shape.pad_left = pad;
-    if (own_depthwise_wanted(own_shape, post_ops.depthwise)) {
+    const bool own_depthwise = own_depthwise_wanted(own_shape, post_ops.depthwise);
+
+    // Whole per image in channel slices (block_slices_wanted); row bands below when a slice's
+    // stage would not get the kernel oneDNN gives the slice's whole op.
+    const int64_t slice_count = state.pool ? static_cast<int64_t>(state.pool->size()) : 1;
+    if (block_slices_wanted(params, slice_count, p.out_h, p.out_w)) {
+      const int64_t vectors = (hid + 15) / 16;  // slices of whole 16-channel vectors
+      bool fits = true;
+      int64_t widest = 0;
+      for (int64_t i = 0; i < slice_count && fits; ++i) {
+        const auto [v0, v1] =
+            slice_of(vectors, static_cast<size_t>(slice_count), static_cast<size_t>(i));
+        BlockSlice slice;
+        slice.begin = v0 * 16;
+        slice.end = std::min(hid, v1 * 16);
+        const int64_t n = slice.end - slice.begin;
+        const float* expand_bias =
+            weights.expand_bias ? weights.expand_bias + slice.begin : nullptr;
+        const float* depthwise_bias =
+            weights.depthwise_bias ? weights.depthwise_bias + slice.begin : nullptr;
+        std::string whole;
+        std::tie(slice.expand_weights, slice.expand_bias, whole) = block_weights(
+            state, {1, cin, h, w}, {1, n, h, w}, {n, cin, 1, 1},
+            weights.expand + slice.begin * cin, expand_bias, {1, 1}, {0, 0}, expand_attr);
+        slice.expand = make_block_stage(
+            state, {1, cin, h, w}, {1, n, h, w}, slice.expand_weights.md,
+            expand_bias ? slice.expand_bias.md : memory::desc(), {1, 1}, {0, 0}, {0, 0},
+            expand_attr);
+        fits = slice.expand.implementation == whole && whole.find("ref") == std::string::npos;
+        if (own_depthwise) {
+          DepthwiseShape shape = own_shape;
+          shape.channels = n;
+          slice.own_depthwise = std::make_shared<DepthwiseConv>(
+              shape, weights.depthwise + slice.begin * k * k, depthwise_bias, post_ops.depthwise);
+          state.weights_bytes += slice.own_depthwise->weights_bytes();
+        } else {
+          std::tie(slice.depthwise_weights, slice.depthwise_bias, whole) = block_weights(
+              state, {1, n, h, w}, {1, n, p.out_h, p.out_w}, {n, 1, 1, k, k},
+              weights.depthwise + slice.begin * k * k, depthwise_bias, {s, s}, {pad, pad},
+              depthwise_attr);
+          slice.depthwise = make_block_stage(
+              state, {1, n, h, w}, {1, n, p.out_h, p.out_w}, slice.depthwise_weights.md,
+              depthwise_bias ? slice.depthwise_bias.md : memory::desc(), {s, s}, {pad, pad},
+              {pad, pad}, depthwise_attr);
+          fits = fits && slice.depthwise.implementation == whole &&
+                 whole.find("ref") == std::string::npos;
+        }
+        widest = std::max(widest, n);
+        p.slices.push_back(std::move(slice));
+      }
+      if (fits) {
+        if (own_depthwise) p.depthwise_tail.reset();  // its post-ops run in registers
+        for (AlignedBuffer& buffer : state.block_expanded) {
+          buffer.reserve(static_cast<size_t>(h * w * widest) * sizeof(float));
+        }
+        for (AlignedBuffer& buffer : state.block_depthwise) {
+          buffer.reserve(static_cast<size_t>(p.out_h * p.out_w * widest) * sizeof(float));
+        }
+        for (const BlockSlice& slice : p.slices) {
+          state.reserve_piece_scratchpad(slice.expand.scratchpad_md);
+          if (!own_depthwise) state.reserve_piece_scratchpad(slice.depthwise.scratchpad_md);
+        }
+        const BlockSlice& first = p.slices.front();
+        p.implementation =
+            "block " + first.expand.implementation + " + " +
+            (own_depthwise ? std::string("depthwise:avx512") : first.depthwise.implementation) +
+            " (no project)" + (p.expand_tail || p.depthwise_tail ? " + vector tails" : "") +
+            ", whole image in " + std::to_string(p.slices.size()) + " channel slices";
+        return BlockPlan(std::move(impl));
+      }
+      p.slices.clear();
+    }
+
+    // Weights in the layouts the whole-image stages pick.
+    std::string expand_impl;
+    std::string depthwise_impl;
+    std::string project_impl;
+    if (params.expand) {
+      std::tie(p.expand_weights, p.expand_bias, expand_impl) = block_weights(
+          state, {1, cin, h, w}, {1, hid, h, w}, {hid, cin, 1, 1}, weights.expand,
+          weights.expand_bias, {1, 1}, {0, 0}, expand_attr);
+    }
+    if (own_depthwise) {
       // Every post-op in registers: no vector tail after this stage.
       p.own_depthwise = std::make_shared<DepthwiseConv>(own_shape, weights.depthwise,
                                                         weights.depthwise_bias,
@@ -445,6 +562,42 @@ void BlockPlan::run(const float* input, float* output) const {
     execute_on_worker(state, stage.primitive, stage.args[static_cast<size_t>(worker)],
                       stage.src_md, stage.dst_md, stage.scratchpad_md, worker, data);
   };
+  if (!p.slices.empty()) {
+    // Piece (image, slice): the slice's expand over the whole image, its depthwise, and its
+    // channels copied into the output's rows.
+    const size_t count = p.slices.size();
+    auto run_slice = [&](size_t index, int worker) {
+      wrap_dnnl("block", [&] {
+        const BlockSlice& slice = p.slices[index % count];
+        const int64_t image = static_cast<int64_t>(index / count);
+        const float* x = input + image * h * in_row;
+        float* y = output + image * p.out_h * out_row;
+        const size_t w_index = static_cast<size_t>(worker);
+        float* expanded = static_cast<float*>(state.block_expanded[w_index].data());
+        float* depthwise = static_cast<float*>(state.block_depthwise[w_index].data());
+        run_stage(slice.expand, worker, x, expanded, slice.expand_weights, slice.expand_bias,
+                  p.expand_tail);
+        if (slice.own_depthwise) {
+          slice.own_depthwise->run_rows(expanded, 0, h, depthwise, 0, p.out_h);
+        } else {
+          run_stage(slice.depthwise, worker, expanded, depthwise, slice.depthwise_weights,
+                    slice.depthwise_bias, p.depthwise_tail);
+        }
+        const int64_t n = slice.end - slice.begin;
+        const int64_t pixels = p.out_h * p.out_w;
+        for (int64_t i = 0; i < pixels; ++i) {
+          std::memcpy(y + i * bp.out_channels + slice.begin, depthwise + i * n,
+                      static_cast<size_t>(n) * sizeof(float));
+        }
+      });
+    };
+    if (state.pool) {
+      state.pool->run(count * static_cast<size_t>(bp.batch), run_slice);
+    } else {
+      for (size_t i = 0; i < count * static_cast<size_t>(bp.batch); ++i) run_slice(i, 0);
+    }
+    return;
+  }
   auto run_piece = [&](size_t index, int worker) {
     wrap_dnnl("block", [&] {
       const BlockPiece& piece = p.pieces[index];
