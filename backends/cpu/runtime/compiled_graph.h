@@ -66,7 +66,9 @@ class CompiledGraph {
   // How many times it changed size in place.
   size_t resizes() const { return resizes_; }
 
-  // The validated description the graph was compiled from.
+  // The validated description the graph was compiled from. A graph that resizes in place keeps
+  // its values' `shape` and `nbytes` at the current size (the last call's); their `dim_max`
+  // stays the recorded upper size, what a caller's buffers must hold.
   const GraphSpec& spec() const { return spec_; }
   // Bytes of the intermediate-tensor arena (after lifetime-based reuse).
   size_t arena_bytes() const { return arena_bytes_; }

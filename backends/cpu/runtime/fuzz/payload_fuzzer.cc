@@ -94,6 +94,15 @@ bool register_noop_kernels() {
   return executorch::runtime::register_kernels({kernels.data(), kernels.size()}) == Error::Ok;
 }
 
+// A value's bytes at its recorded (upper) size, what ExecuTorch plans a program's buffers for:
+// its `nbytes` is the current size's once the graph resized in place.
+size_t recorded_bytes(const et_cpu_plugin::cpu::ValueSpec& value) {
+  if (!value.is_dynamic()) return value.nbytes;
+  size_t bytes = et_cpu_plugin::cpu::element_size(value.dtype);
+  for (int64_t size : value.dim_max) bytes *= static_cast<size_t>(size);
+  return bytes;
+}
+
 // Inputs and outputs of the shapes at `symbols` (the serialized shapes for a static graph), when
 // they are small enough to allocate. Buffers have the upper-bound size.
 void execute_if_small(CompiledGraph& graph, const et_cpu_plugin::cpu::GraphSpec& spec,
@@ -102,7 +111,7 @@ void execute_if_small(CompiledGraph& graph, const et_cpu_plugin::cpu::GraphSpec&
   size_t total = 0;
   std::vector<int32_t> ids(spec.inputs);
   ids.insert(ids.end(), spec.outputs.begin(), spec.outputs.end());
-  for (int32_t id : ids) total += spec.values[id].nbytes;
+  for (int32_t id : ids) total += recorded_bytes(spec.values[id]);
   if (total > kMaxIoBytes) return;
   std::vector<std::vector<int32_t>> sizes;
   std::vector<std::vector<uint8_t>> dim_orders;
@@ -126,7 +135,7 @@ void execute_if_small(CompiledGraph& graph, const et_cpu_plugin::cpu::GraphSpec&
       strides.back()[d] = stride;
       stride *= shape[d] == 0 ? 1 : static_cast<int32_t>(shape[d]);
     }
-    buffers.emplace_back(new uint8_t[value.nbytes + 1]());
+    buffers.emplace_back(new uint8_t[recorded_bytes(value) + 1]());
     impls.emplace_back(new TensorImpl(value.dtype, static_cast<ssize_t>(rank), sizes.back().data(),
                                       buffers.back().get(), dim_orders.back().data(),
                                       strides.back().data()));
