@@ -5,8 +5,8 @@ prepared again, the attention products on tile_bmm) instead of compiling a shape
 against eager at the bounds and between, alternating many times; no shape plan compiled; nothing
 made per call after the first round (weights, matmul primitives); resident memory flat. A graph
 with kernels that cannot resize (convolutions) keeps the shape plans, and so does a graph compiled
-with the switch off. Linears of fewer rows than a row tile (and a tile's remainder) run on
-row_gemm reading their rows at each run: a new such count prepares nothing. A resize failing
+with the switch off. Linears of a few rows (and a tile's remainder of a few) run on row_gemm
+reading their rows at each run: a new such count prepares nothing. A resize failing
 halfway (the test hook ET_CPU_TEST_FAIL_RESIZE_AT) turns the graph back to its bounds and to
 shape plans, its results still right."""
 
@@ -230,14 +230,21 @@ def test_arithmetic_activations_match_eager_at_every_size() -> None:
 
 
 @pytest.mark.skipif(not _has_avx512(), reason="row_gemm, which reads the rows, needs AVX-512")
-def test_a_new_row_count_below_a_tile_prepares_no_linear(llama: Any) -> None:
+@pytest.mark.parametrize("reach, lengths", [(None, (2, 4, 1, 3)), ("all", (9, 31, 16, 5, 23))])
+def test_a_new_row_count_of_a_few_rows_prepares_no_linear(
+    llama: Any, monkeypatch: pytest.MonkeyPatch, reach: str | None, lengths: tuple[int, ...]
+) -> None:
+    # Up to 4 rows by default, every count below 32 with ET_CPU_VARIABLE_ROWS=all (read at each
+    # prepare): the linears' one plan of those counts, made at the first.
+    if reach is not None:
+        monkeypatch.setenv("ET_CPU_VARIABLE_ROWS", reach)
     model, module = llama
-    module.forward([_tokens(3)])  # the linears' one plan of every count below 32 rows
+    module.forward([_tokens(lengths[0] + 1)])
     made = loader.matmul_primitive_stats()
     _, misses = loader.shape_plan_stats()
-    for length in (9, 31, 16, 1, 4, 5, 2, 30, 23):
+    for length in lengths:
         assert_single_output_close(module, model, _tokens(length), atol=ATOL, rtol=RTOL)
-    # No oneDNN primitive made nor looked up for these counts (each new to the graph but 1 and 2).
+    # No oneDNN primitive made nor looked up for these counts.
     assert loader.matmul_primitive_stats() == made
     assert loader.shape_plan_stats()[1] == misses
 

@@ -34,9 +34,9 @@ class LinearKernel final : public OptimizedKernel {
     // plans read every activation plain, so the layouts finalize settles do not change them.
     // Only in a graph whose sizes vary: a static one meets one row count and keeps no cache.
     const bool keep = provider.size_independent_plans();
-    // Fewer rows than a row tile, and a plan that reads its rows at each run made before: that
-    // one, nothing prepared (LinearPlan::reads_rows).
-    if (keep && rows_read_ && params_.rows < onednn::kLinearRowTile) {
+    // A count the plan that reads its rows at each run (made before) serves: that one, nothing
+    // prepared (LinearPlan::reads_rows_up_to).
+    if (keep && rows_read_ && params_.rows <= rows_read_->reads_rows_up_to()) {
       plan_ = rows_read_;
       return;
     }
@@ -52,8 +52,8 @@ class LinearKernel final : public OptimizedKernel {
     plan_ = std::make_shared<onednn::LinearPlan>(
         provider.prepare_linear(params_, weight_, bias_, post_, keep ? tiled_.get() : nullptr));
     if (!keep) return;
-    if (plan_->reads_rows()) {
-      rows_read_ = plan_;  // not among sizes_: it serves every count below a tile
+    if (plan_->reads_rows_up_to() > 0) {
+      rows_read_ = plan_;  // not among sizes_: it serves every count up to its limit
       return;
     }
     if (plan_->has_row_tile()) tiled_ = plan_;
@@ -93,7 +93,7 @@ class LinearKernel final : public OptimizedKernel {
   static constexpr size_t kSizesKept = 4;
   std::vector<std::pair<int64_t, std::shared_ptr<onednn::LinearPlan>>> sizes_;
   std::shared_ptr<onednn::LinearPlan> tiled_;  // the last plan with a row tile
-  // The plan of every row count below a row tile when it reads its rows at each run, once made.
+  // The plan that reads its rows at each run (a few rows), once made.
   std::shared_ptr<onednn::LinearPlan> rows_read_;
 };
 

@@ -21,15 +21,17 @@ Support supports_linear(const LinearParams& p, const PostOps& post_ops) {
   return check_post_ops(post_ops);
 }
 
-// Any count of rows below a row tile on our row_gemm (kernels/row_gemm.h), read at each run, in
-// blocks of up to kRowGemmMaxRows rows: one plan serves every count, so a graph resized in place
-// makes nothing for a new one (a oneDNN primitive per new count cost ~8 us of each resize per
-// linear). Only where ProviderState::size_independent_plans; ET_CPU_VARIABLE_ROWS=0 keeps the
-// primitives (for measuring).
+// Row counts up to `up_to` (below a row tile) on our row_gemm (kernels/row_gemm.h), the count
+// read at each run, in blocks of up to kRowGemmMaxRows rows: one plan serves every such count, so
+// a graph resized in place makes nothing for a new one (a oneDNN primitive per new count cost
+// ~8 us of each resize per linear). Only where ProviderState::size_independent_plans. Up to
+// kRowGemmMaxRows rows by default: above, row_gemm's steady state was ~2x oneDNN's (decoder, 6-31
+// rows, AMD EPYC, under load); ET_CPU_VARIABLE_ROWS=all: every count below a tile, =0: none.
 struct LinearVariableRows {
   std::array<std::shared_ptr<const RowGemm>, kRowGemmMaxRows> gemms;  // gemms[r - 1]: r rows
   int64_t k = 0;
   int64_t n = 0;
+  int64_t up_to = 0;
 };
 
 struct LinearPlan::Impl {
@@ -77,12 +79,12 @@ std::string LinearPlan::implementation() const {
 bool LinearPlan::has_row_tile() const {
   return impl_->tile.has_value();
 }
-bool LinearPlan::reads_rows() const {
-  return impl_->variable.has_value() && impl_->pieces.empty();
+int64_t LinearPlan::reads_rows_up_to() const {
+  return impl_->variable.has_value() && impl_->pieces.empty() ? impl_->variable->up_to : 0;
 }
 size_t LinearPlan::pieces() const {
   if (impl_->row_gemm) return impl_->row_gemm->tasks;
-  if (reads_rows()) {
+  if (reads_rows_up_to() > 0) {
     const LinearVariableRows& v = *impl_->variable;
     return impl_->state->pieces_for(2.0 * static_cast<double>(impl_->rows * v.k * v.n),
                                     v.gemms[0]->groups());
@@ -136,7 +138,7 @@ void LinearPlan::run(const float* input, float* output, const float* residual,
     run_row_gemm(state, *p.row_gemm, input, output, residual);
     return;
   }
-  if (reads_rows()) {
+  if (reads_rows_up_to() > 0) {
     run_variable_rows(state, *p.variable, rows > 0 ? rows : p.rows, input, output, residual);
     return;
   }
@@ -172,7 +174,7 @@ namespace {
 
 // Rows per band at least: below this oneDNN's brgemm runs short of rows to block over, and a
 // column split (which keeps every row) is the better choice.
-constexpr int64_t kLinearRows = kLinearRowTile;
+constexpr int64_t kLinearRows = 32;
 
 // Splits a linear into bands of rows: each piece reads its rows of the input and writes the same
 // rows of the output with the whole weight matrix, which the pieces share (the plan's, in the
@@ -334,17 +336,22 @@ std::vector<Piece> split_linear(
   });
 }
 
-// The variable-rows kernels of a linear (LinearVariableRows), on weights packed once in the
-// weight cache, or none: a static graph, ET_CPU_VARIABLE_ROWS=0, or row_gemm not taking the
-// post-ops or this CPU.
+// The variable-rows kernels of a linear (LinearVariableRows) for `rows` rows, on weights packed
+// once in the weight cache, or none: a static graph, more rows than ET_CPU_VARIABLE_ROWS lets
+// them take, or row_gemm not taking the post-ops or this CPU.
 std::optional<LinearVariableRows> variable_rows(ProviderState& state, const LinearParams& params,
-                                                const float* weight, const float* bias,
-                                                const PostOps& post_ops) {
-  if (!state.size_independent_plans || !kernel_switched_on("ET_CPU_VARIABLE_ROWS") ||
+                                                int64_t rows, const float* weight,
+                                                const float* bias, const PostOps& post_ops) {
+  const SwitchReach reach = switch_reach("ET_CPU_VARIABLE_ROWS");
+  const int64_t up_to = reach == SwitchReach::kNever        ? 0
+                        : reach == SwitchReach::kEverywhere ? kLinearTile - 1
+                                                            : kRowGemmMaxRows;
+  if (!state.size_independent_plans || rows > up_to ||
       !row_gemm_supports(kRowGemmMaxRows, post_ops)) {
     return std::nullopt;
   }
   LinearVariableRows v;
+  v.up_to = up_to;
   v.k = params.in_features;
   v.n = params.out_features;
   std::shared_ptr<const RowGemm::Packed> packed = cached_row_gemm_weights(
@@ -379,7 +386,7 @@ LinearPlan Provider::prepare_linear(const LinearParams& params, const float* wei
 
   if (m < kLinearTile) {  // a graph whose sizes vary: one plan for every count below a tile
     std::optional<LinearVariableRows> variable =
-        variable_rows(state, params, weight, bias, post_ops);
+        variable_rows(state, params, m, weight, bias, post_ops);
     if (variable) {
       auto impl = std::make_shared<LinearPlan::Impl>();
       impl->state = state_;
@@ -426,9 +433,10 @@ LinearPlan Provider::prepare_linear(const LinearParams& params, const float* wei
       // primitive per remainder).
       std::optional<LinearVariableRows> rest;
       if (m > kLinearTile && m % kLinearTile != 0) {
-        rest = reuse && previous->impl_->variable
+        rest = reuse && previous->impl_->variable &&
+                       previous->impl_->variable->up_to >= m % kLinearTile
                    ? previous->impl_->variable
-                   : variable_rows(state, params, weight, bias, post_ops);
+                   : variable_rows(state, params, m % kLinearTile, weight, bias, post_ops);
       }
       impl->pieces = split_linear_tiles(state, params, *tile, &impl->tile_primitive,
                                         make_attr(split.primitive), bias != nullptr,

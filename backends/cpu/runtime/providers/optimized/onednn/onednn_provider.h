@@ -544,10 +544,6 @@ class BlockPlan {
 };
 
 // Input [M, K] plain, output [M, N] plain.
-// Rows of a linear's row tile in a graph whose sizes vary (linear_plan.cc): fewer rows run on a
-// plan that reads its row count at each run (LinearPlan::reads_rows).
-constexpr int64_t kLinearRowTile = 32;
-
 class LinearPlan {
  public:
   size_t weights_bytes() const;
@@ -556,10 +552,11 @@ class LinearPlan {
   size_t pieces() const;
   // Whether it holds a row tile a plan at another size can reuse (prepare_linear's `previous`).
   bool has_row_tile() const;
-  // Whether it reads its row count at each run (run's `rows`): a graph whose sizes vary, fewer
-  // rows than a row tile, on row_gemm; the one plan of every such count (linear_plan.cc).
-  bool reads_rows() const;
-  // `rows`: this call's rows when reads_rows(), else ignored (0: the rows prepared for).
+  // The row counts it serves, 1 to this, reading the count at each run (run's `rows`; 0: none,
+  // its prepared count only): a graph whose sizes vary, a few rows on row_gemm, one plan for
+  // every such count (linear_plan.cc, ET_CPU_VARIABLE_ROWS).
+  int64_t reads_rows_up_to() const;
+  // `rows`: this call's rows when reads_rows_up_to() > 0, else ignored (0: the rows prepared for).
   void run(const float* input, float* output, const float* residual = nullptr,
            int64_t rows = 0) const;
 
