@@ -69,6 +69,7 @@ class UnaryKernel final : public BoundKernel {
     for (size_t i = 0; i < n; ++i) out[i] = fn_(in[i]);
     return Error::Ok;
   }
+  bool resizable() const override { return true; }  // numel read at each run
 
  private:
   UnaryFn fn_;

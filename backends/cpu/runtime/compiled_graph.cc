@@ -1534,14 +1534,22 @@ bool CompiledGraph::can_resize_in_place() const {
 }
 
 Error CompiledGraph::resize_to(const std::vector<int64_t>& symbols) {
+  // The shapes evaluated in place and one sizes buffer for all (no allocation per value: a
+  // decoder has a few hundred dynamic values, each resized at every new size).
+  std::vector<executorch::aten::SizesType> sizes;
   for (size_t i = 0; i < spec_.values.size(); ++i) {
     ValueSpec& value = spec_.values[i];
     if (!value.is_dynamic()) continue;
-    value.shape = concrete_shape(value, symbols);
+    const size_t rank = value.dim_exprs.size();
+    value.shape.resize(rank);
+    sizes.resize(rank);
     size_t elements = 1;
-    for (int64_t size : value.shape) elements *= static_cast<size_t>(size);
+    for (size_t d = 0; d < rank; ++d) {
+      value.shape[d] = evaluate_size(value.dim_exprs[d], symbols);  // concrete_shape's values
+      sizes[d] = static_cast<executorch::aten::SizesType>(value.shape[d]);
+      elements *= static_cast<size_t>(value.shape[d]);
+    }
     value.nbytes = elements * element_size(value.dtype);
-    std::vector<executorch::aten::SizesType> sizes(value.shape.begin(), value.shape.end());
     Error error = executorch::runtime::resize_tensor(
         executorch::aten::Tensor(tensors_[i].impl.get()),
         ArrayRef<executorch::aten::SizesType>(sizes.data(), sizes.size()));

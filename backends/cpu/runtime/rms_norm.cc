@@ -34,6 +34,8 @@ class RmsNormBuiltin final : public BoundKernel {
                   out_->mutable_data_ptr<float>(), 0, shape.rows);
     return Error::Ok;
   }
+  // Its sizes read at each run (rms_norm_shape): a graph resized in place keeps it.
+  bool resizable() const override { return true; }
 
  private:
   const char* op_name_;

@@ -33,6 +33,8 @@ class RotaryBuiltin final : public BoundKernel {
                 sin_->const_data_ptr<float>(), out_->mutable_data_ptr<float>(), 0, shape.rows);
     return Error::Ok;
   }
+  // Its sizes read at each run (rotary_shape): a graph resized in place keeps it.
+  bool resizable() const override { return true; }
 
  private:
   const char* op_name_;

@@ -34,6 +34,8 @@ class SafeSoftmaxBuiltin final : public BoundKernel {
                       shape.rows);
     return Error::Ok;
   }
+  // Its sizes read at each run (safe_softmax_shape): a graph resized in place keeps it.
+  bool resizable() const override { return true; }
 
  private:
   const char* op_name_;

@@ -5,7 +5,10 @@ prepared again, the attention products on tile_bmm) instead of compiling a shape
 against eager at the bounds and between, alternating many times; no shape plan compiled; nothing
 made per call after the first round (weights, matmul primitives); resident memory flat. A graph
 with kernels that cannot resize (convolutions) keeps the shape plans, and so does a graph compiled
-with the switch off."""
+with the switch off. Linears of a few rows (and a tile's remainder of a few) run on row_gemm
+reading their rows at each run: a new such count prepares nothing. A resize failing
+halfway (the test hook ET_CPU_TEST_FAIL_RESIZE_AT) turns the graph back to its bounds and to
+shape plans, its results still right."""
 
 import ctypes
 import gc
@@ -59,6 +62,11 @@ def llama() -> tuple[torch.nn.Module, Any]:
         model, torch.randint(0, VOCAB, (1, 8)), {1: Dim("tokens", min=1, max=MAX_TOKENS)}
     )
     return model, module
+
+
+def _has_avx512() -> bool:
+    with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+        return "avx512f" in cpuinfo.read()
 
 
 def _tokens(length: int) -> torch.Tensor:
@@ -219,3 +227,47 @@ def test_arithmetic_activations_match_eager_at_every_size() -> None:
     placement = loader.last_placement()
     assert any("new sizes resized in place" in line for line in placement), placement[:2]
     assert loader.shape_plan_stats()[1] == misses
+
+
+@pytest.mark.skipif(not _has_avx512(), reason="row_gemm, which reads the rows, needs AVX-512")
+@pytest.mark.parametrize("reach, lengths", [(None, (2, 4, 1, 3)), ("all", (9, 31, 16, 5, 23))])
+def test_a_new_row_count_of_a_few_rows_prepares_no_linear(
+    llama: Any, monkeypatch: pytest.MonkeyPatch, reach: str | None, lengths: tuple[int, ...]
+) -> None:
+    # Up to 4 rows by default, every count below 32 with ET_CPU_VARIABLE_ROWS=all (read at each
+    # prepare): the linears' one plan of those counts, made at the first.
+    if reach is not None:
+        monkeypatch.setenv("ET_CPU_VARIABLE_ROWS", reach)
+    model, module = llama
+    module.forward([_tokens(lengths[0] + 1)])
+    made = loader.matmul_primitive_stats()
+    _, misses = loader.shape_plan_stats()
+    for length in lengths:
+        assert_single_output_close(module, model, _tokens(length), atol=ATOL, rtol=RTOL)
+    # No oneDNN primitive made nor looked up for these counts.
+    assert loader.matmul_primitive_stats() == made
+    assert loader.shape_plan_stats()[1] == misses
+
+
+def test_a_resize_failing_halfway_falls_back_to_the_bounds_and_shape_plans(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    torch.manual_seed(8)
+    model = LlamaLike(vocab=VOCAB, dim=32, depth=1, heads=2, hidden=64, max_tokens=64).eval()
+    module = _load(model, torch.randint(0, VOCAB, (1, 8)), {1: Dim("tokens", min=1, max=64)})
+    # Read when the Optimized session opens (the compile at the first call): its second resize
+    # fails after preparing half its kernels again.
+    monkeypatch.setenv("ET_CPU_TEST_FAIL_RESIZE_AT", "2")
+    assert_single_output_close(module, model, _tokens(64), atol=ATOL, rtol=RTOL)
+    monkeypatch.delenv("ET_CPU_TEST_FAIL_RESIZE_AT")
+    placement = loader.last_placement()
+    assert any("new sizes resized in place" in line for line in placement), placement[:2]
+    _, misses = loader.shape_plan_stats()
+    assert_single_output_close(module, model, _tokens(5), atol=ATOL, rtol=RTOL)  # in place
+    assert loader.shape_plan_stats()[1] == misses
+    # The failing resize: the graph back at its bounds, a shape plan for 17.
+    assert_single_output_close(module, model, _tokens(17), atol=ATOL, rtol=RTOL)
+    assert loader.shape_plan_stats()[1] == misses + 1
+    for length in (64, 5, 17, 30, 64, 1):
+        assert_single_output_close(module, model, _tokens(length), atol=ATOL, rtol=RTOL)
+    assert loader.shape_plan_stats()[1] == misses + 4  # 5, 30 and 1 compiled; 64 the bounds'

@@ -89,7 +89,16 @@ def test_rotary_is_one_op_matching_eager(head_dim: int, table_4d: bool) -> None:
     check_both_providers(pte, (x,), KERNEL, "ET_CPU_ROTARY", 2, expected)
 
 
-def test_rotary_with_a_dynamic_sequence() -> None:
+@pytest.mark.parametrize("provider, switch", [("Optimized", None), ("Reference", "0")])
+def test_rotary_with_a_dynamic_sequence(
+    monkeypatch: pytest.MonkeyPatch, provider: str, switch: str | None
+) -> None:
+    # Both kernels read their sizes at each run (resizable): the graph takes each new sequence
+    # length in place (runtime README, "Resizing in place").
+    if switch is None:
+        monkeypatch.delenv("ET_CPU_ROTARY", raising=False)
+    else:
+        monkeypatch.setenv("ET_CPU_ROTARY", switch)
     torch.manual_seed(3)
     model = Rope(heads=2, head_dim=48, max_seq=32, table_4d=False).eval()
     loader.load_cpu_backend()
@@ -105,7 +114,10 @@ def test_rotary_with_a_dynamic_sequence() -> None:
         (actual,) = module.forward([x])
         with torch.no_grad():
             torch.testing.assert_close(actual, model(x), rtol=1e-5, atol=1e-5)
-    assert len(placements_of(KERNEL, loader.last_placement())) == 2, loader.last_placement()
+    placement = loader.last_placement()
+    lines = placements_of(KERNEL, placement)
+    assert len(lines) == 2 and all(f": {provider}" in line for line in lines), placement
+    assert any("new sizes resized in place" in line for line in placement), placement[:2]
 
 
 def test_look_alike_is_left_alone() -> None:

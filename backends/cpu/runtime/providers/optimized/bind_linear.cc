@@ -34,6 +34,12 @@ class LinearKernel final : public OptimizedKernel {
     // plans read every activation plain, so the layouts finalize settles do not change them.
     // Only in a graph whose sizes vary: a static one meets one row count and keeps no cache.
     const bool keep = provider.size_independent_plans();
+    // A count the plan that reads its rows at each run (made before) serves: that one, nothing
+    // prepared (LinearPlan::reads_rows_up_to).
+    if (keep && rows_read_ && params_.rows <= rows_read_->reads_rows_up_to()) {
+      plan_ = rows_read_;
+      return;
+    }
     for (size_t i = 0; keep && i < sizes_.size(); ++i) {
       if (sizes_[i].first != params_.rows) continue;
       std::rotate(sizes_.begin(), sizes_.begin() + static_cast<std::ptrdiff_t>(i),
@@ -46,6 +52,10 @@ class LinearKernel final : public OptimizedKernel {
     plan_ = std::make_shared<onednn::LinearPlan>(
         provider.prepare_linear(params_, weight_, bias_, post_, keep ? tiled_.get() : nullptr));
     if (!keep) return;
+    if (plan_->reads_rows_up_to() > 0) {
+      rows_read_ = plan_;  // not among sizes_: it serves every count up to its limit
+      return;
+    }
     if (plan_->has_row_tile()) tiled_ = plan_;
     sizes_.insert(sizes_.begin(), {params_.rows, plan_});
     if (sizes_.size() > kSizesKept) sizes_.pop_back();
@@ -54,6 +64,7 @@ class LinearKernel final : public OptimizedKernel {
   void drop_kept_plans() override {
     sizes_.clear();
     tiled_.reset();
+    rows_read_.reset();
   }
   std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
     return {impl_of(input_), impl_of(residual_)};
@@ -64,7 +75,7 @@ class LinearKernel final : public OptimizedKernel {
   Error run(KernelRuntimeContext&) override {
     return guarded("linear", [&] {
       plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>(),
-                 residual_ ? residual_->const_data_ptr<float>() : nullptr);
+                 residual_ ? residual_->const_data_ptr<float>() : nullptr, params_.rows);
     });
   }
 
@@ -82,6 +93,8 @@ class LinearKernel final : public OptimizedKernel {
   static constexpr size_t kSizesKept = 4;
   std::vector<std::pair<int64_t, std::shared_ptr<onednn::LinearPlan>>> sizes_;
   std::shared_ptr<onednn::LinearPlan> tiled_;  // the last plan with a row tile
+  // The plan that reads its rows at each run (a few rows), once made.
+  std::shared_ptr<onednn::LinearPlan> rows_read_;
 };
 
 class MatmulKernel final : public OptimizedKernel {

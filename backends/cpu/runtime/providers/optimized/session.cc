@@ -3,6 +3,7 @@
 #include "backends/cpu/runtime/providers/optimized/session.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "backends/cpu/runtime/error_report.h"
@@ -22,10 +23,20 @@ bool work_sharing_enabled() { return onednn::kernel_switched_on("ET_CPU_ONEDNN_W
 // ET_CPU_ONEDNN_CHAIN=0 keeps every activation plain (for measuring what chaining saves).
 bool chaining_enabled() { return onednn::kernel_switched_on("ET_CPU_ONEDNN_CHAIN"); }
 
+// Test hook, ET_CPU_TEST_FAIL_RESIZE_AT=N (N >= 1): the session's N-th resize() fails after
+// preparing half its kernels again, as a kernel oneDNN declines at the new sizes would (read once,
+// when the session opens; resize_in_place_test checks the graph's fallback with it). 0: never.
+size_t test_fail_resize_at() {
+  const char* value = std::getenv("ET_CPU_TEST_FAIL_RESIZE_AT");
+  if (value == nullptr) return 0;
+  const long parsed = std::strtol(value, nullptr, 10);
+  return parsed > 0 ? static_cast<size_t>(parsed) : 0;
+}
+
 }  // namespace
 
 OptimizedSession::OptimizedSession(const OptimizedSession* base, bool sizes_vary)
-    : sizes_vary_(sizes_vary),
+    : sizes_vary_(sizes_vary), fail_resize_at_(test_fail_resize_at()),
       weights_(base != nullptr                   ? base->weights_
                : onednn::weight_cache_enabled() ? std::make_shared<onednn::WeightCache>()
                                                 : nullptr),
@@ -162,10 +173,14 @@ Error OptimizedSession::resize() {
   // The layouts of the sizes before stay for the next change (a whole primitive's below 32 rows,
   // the row tiles' above, a RowGemm packing at one row), not made again at each.
   if (weights_) weights_->keep_everything();
+  ++resizes_;
   try {
     auto fresh = std::make_unique<onednn::Provider>(options());
-    for (OptimizedKernel* kernel : kernels_) {
-      kernel->prepare(*fresh, [this](const executorch::aten::TensorImpl* t) {
+    for (size_t i = 0; i < kernels_.size(); ++i) {
+      if (resizes_ == fail_resize_at_ && i == kernels_.size() / 2) {
+        throw std::runtime_error("ET_CPU_TEST_FAIL_RESIZE_AT: this resize fails here (test hook)");
+      }
+      kernels_[i]->prepare(*fresh, [this](const executorch::aten::TensorImpl* t) {
         return chained_set_.count(t) > 0;
       });
     }

@@ -101,6 +101,8 @@ class OptimizedSession final : public ProviderSession {
   onednn::ProviderOptions options() const;
 
   bool sizes_vary_ = false;  // see the constructor; declared before provider_, which reads it
+  size_t fail_resize_at_ = 0;  // the test hook ET_CPU_TEST_FAIL_RESIZE_AT (session.cc)
+  size_t resizes_ = 0;         // resize() calls so far
   std::shared_ptr<onednn::WeightCache> weights_;  // shared with the graph's shape plans
   std::unique_ptr<onednn::Provider> provider_;
   std::vector<OptimizedKernel*> kernels_;  // owned by the graph, which outlives the session's use

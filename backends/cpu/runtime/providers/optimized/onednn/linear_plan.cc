@@ -2,6 +2,7 @@
 // transformer tokens) or output column blocks (few rows: MLP batches).
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
 
+#include <array>
 #include <cstring>
 
 #include "backends/cpu/runtime/providers/optimized/common/switches.h"
@@ -19,6 +20,19 @@ Support supports_linear(const LinearParams& p, const PostOps& post_ops) {
   }
   return check_post_ops(post_ops);
 }
+
+// Row counts up to `up_to` (below a row tile) on our row_gemm (kernels/row_gemm.h), the count
+// read at each run, in blocks of up to kRowGemmMaxRows rows: one plan serves every such count, so
+// a graph resized in place makes nothing for a new one (a oneDNN primitive per new count cost
+// ~8 us of each resize per linear). Only where ProviderState::size_independent_plans. Up to
+// kRowGemmMaxRows rows by default: above, row_gemm's steady state was ~2x oneDNN's (decoder, 6-31
+// rows, AMD EPYC, under load); ET_CPU_VARIABLE_ROWS=all: every count below a tile, =0: none.
+struct LinearVariableRows {
+  std::array<std::shared_ptr<const RowGemm>, kRowGemmMaxRows> gemms;  // gemms[r - 1]: r rows
+  int64_t k = 0;
+  int64_t n = 0;
+  int64_t up_to = 0;
+};
 
 struct LinearPlan::Impl {
   std::shared_ptr<ProviderState> state;
@@ -38,6 +52,11 @@ struct LinearPlan::Impl {
   bool row_bands = false;
   // A few rows (batch-1 heads): our own kernel instead of the primitive (row_gemm.h).
   std::optional<RowGemmRun> row_gemm;
+  // Rows read at each run (a graph whose sizes vary): the whole op when `pieces` is empty, else
+  // the rest of the rows after the row tiles, from row `rest_begin`.
+  std::optional<LinearVariableRows> variable;
+  int64_t rows = 0;  // prepared for
+  int64_t rest_begin = 0;
   size_t weights_bytes = 0;
   mutable std::unordered_map<int, memory> args;  // the whole op's, made on the first run
   // The row tile's descriptor (tile_pd) and, once made, its primitive: the same at every row
@@ -60,12 +79,56 @@ std::string LinearPlan::implementation() const {
 bool LinearPlan::has_row_tile() const {
   return impl_->tile.has_value();
 }
+int64_t LinearPlan::reads_rows_up_to() const {
+  return impl_->variable.has_value() && impl_->pieces.empty() ? impl_->variable->up_to : 0;
+}
 size_t LinearPlan::pieces() const {
   if (impl_->row_gemm) return impl_->row_gemm->tasks;
+  if (reads_rows_up_to() > 0) {
+    const LinearVariableRows& v = *impl_->variable;
+    return impl_->state->pieces_for(2.0 * static_cast<double>(impl_->rows * v.k * v.n),
+                                    v.gemms[0]->groups());
+  }
   return std::max<size_t>(1, impl_->pieces.size());
 }
 
-void LinearPlan::run(const float* input, float* output, const float* residual) const {
+namespace {
+
+// `rows` rows of x [rows, k] into y [rows, n] on `v`: units of (column group, block of rows),
+// group-major so a task reads a group's weights for all its blocks in turn, shared out on the
+// pool when the flops are worth it.
+void run_variable_rows(ProviderState& state, const LinearVariableRows& v, int64_t rows,
+                       const float* x, float* y, const float* residual) {
+  if (rows < 1) return;
+  const int64_t groups = v.gemms[0]->groups();
+  const int64_t blocks = (rows + kRowGemmMaxRows - 1) / kRowGemmMaxRows;
+  auto run = [&](int64_t first, int64_t last) {
+    for (int64_t unit = first; unit < last; ++unit) {
+      const int64_t group = unit / blocks;
+      const int64_t block = unit % blocks;
+      const int64_t begin = rows * block / blocks;  // blocks of rows / blocks <= 4 rows
+      const int64_t end = rows * (block + 1) / blocks;
+      v.gemms[static_cast<size_t>(end - begin - 1)]->run(
+          x + begin * v.k, y + begin * v.n, residual ? residual + begin * v.n : nullptr, group,
+          group + 1);
+    }
+  };
+  const size_t tasks = state.pieces_for(2.0 * static_cast<double>(rows * v.k * v.n),
+                                        groups * blocks);
+  if (tasks < 2) {
+    run(0, groups * blocks);
+    return;
+  }
+  state.pool->run(tasks, [&](size_t index, int) {
+    const auto [first, last] = slice_of(groups * blocks, tasks, index);
+    run(first, last);
+  });
+}
+
+}  // namespace
+
+void LinearPlan::run(const float* input, float* output, const float* residual,
+                     int64_t rows) const {
   const Impl& p = *impl_;
   ProviderState& state = *p.state;
   if (p.has_add && residual == nullptr) {
@@ -73,6 +136,10 @@ void LinearPlan::run(const float* input, float* output, const float* residual) c
   }
   if (p.row_gemm) {
     run_row_gemm(state, *p.row_gemm, input, output, residual);
+    return;
+  }
+  if (reads_rows_up_to() > 0) {
+    run_variable_rows(state, *p.variable, rows > 0 ? rows : p.rows, input, output, residual);
     return;
   }
   ThreadCountGuard threads(state.omp_threads);
@@ -90,6 +157,12 @@ void LinearPlan::run(const float* input, float* output, const float* residual) c
       data.tail = tail_of(p.tail);
       return data;
     });
+    if (p.variable) {  // the rows after the tiles
+      const LinearVariableRows& v = *p.variable;
+      run_variable_rows(state, v, p.rows - p.rest_begin, input + p.rest_begin * v.k,
+                        output + p.rest_begin * v.n,
+                        residual ? residual + p.rest_begin * v.n : nullptr);
+    }
     return;
   }
   PieceData data = piece_data(input, output, p.weights, p.has_bias ? &p.bias : nullptr);
@@ -163,13 +236,13 @@ std::vector<Piece> split_linear_tiles(ProviderState& state, const LinearParams& 
                                       const dnnl::matmul::primitive_desc& tile,
                                       dnnl::matmul* tile_primitive,
                                       const dnnl::primitive_attr& attr, bool has_bias,
-                                      std::string* implementation) {
+                                      bool rest_outside, std::string* implementation) {
   const int64_t m = params.rows;
   const int64_t k = params.in_features;
   const int64_t n = params.out_features;
   if (m < kLinearTile) return {};
   const int64_t tiles = m / kLinearTile;
-  const int64_t rest = m % kLinearTile;
+  const int64_t rest = rest_outside ? 0 : m % kLinearTile;  // else run by the caller
   const double flops = 2.0 * m * k * n;
   const size_t count = state.pieces_for(flops, tiles);
   if (count < 2 && state.pieces_for(flops, n / kLinearColumns) >= 2) {
@@ -263,6 +336,32 @@ std::vector<Piece> split_linear(
   });
 }
 
+// The variable-rows kernels of a linear (LinearVariableRows) for `rows` rows, on weights packed
+// once in the weight cache, or none: a static graph, more rows than ET_CPU_VARIABLE_ROWS lets
+// them take, or row_gemm not taking the post-ops or this CPU.
+std::optional<LinearVariableRows> variable_rows(ProviderState& state, const LinearParams& params,
+                                                int64_t rows, const float* weight,
+                                                const float* bias, const PostOps& post_ops) {
+  const SwitchReach reach = switch_reach("ET_CPU_VARIABLE_ROWS");
+  const int64_t up_to = reach == SwitchReach::kNever        ? 0
+                        : reach == SwitchReach::kEverywhere ? kLinearTile - 1
+                                                            : kRowGemmMaxRows;
+  if (!state.size_independent_plans || rows > up_to ||
+      !row_gemm_supports(kRowGemmMaxRows, post_ops)) {
+    return std::nullopt;
+  }
+  LinearVariableRows v;
+  v.up_to = up_to;
+  v.k = params.in_features;
+  v.n = params.out_features;
+  std::shared_ptr<const RowGemm::Packed> packed = cached_row_gemm_weights(
+      state.weight_cache.get(), v.k, v.n, weight, params.weight_is_k_by_n, bias);
+  for (int64_t r = 1; r <= kRowGemmMaxRows; ++r) {
+    v.gemms[static_cast<size_t>(r - 1)] = std::make_shared<RowGemm>(r, packed, post_ops);
+  }
+  return v;
+}
+
 }  // namespace
 
 LinearPlan Provider::prepare_linear(const LinearParams& params, const float* weight,
@@ -285,6 +384,21 @@ LinearPlan Provider::prepare_linear(const LinearParams& params, const float* wei
       ? plain_md({k, n})
       : memory::desc({k, n}, memory::data_type::f32, Dims{1, k});
 
+  if (m < kLinearTile) {  // a graph whose sizes vary: one plan for every count below a tile
+    std::optional<LinearVariableRows> variable =
+        variable_rows(state, params, m, weight, bias, post_ops);
+    if (variable) {
+      auto impl = std::make_shared<LinearPlan::Impl>();
+      impl->state = state_;
+      impl->rows = m;
+      impl->has_add = has_add(post_ops);
+      impl->weights_bytes = variable->gemms[0]->weights_bytes();
+      state.weights_bytes += impl->weights_bytes;
+      impl->variable = std::move(variable);
+      impl->implementation = "row_gemm:avx512 (rows read at each run)";
+      return LinearPlan(std::move(impl));
+    }
+  }
   if (row_gemm_supports(m, post_ops)) {
     auto impl = std::make_shared<LinearPlan::Impl>();
     impl->state = state_;
@@ -313,10 +427,26 @@ LinearPlan Provider::prepare_linear(const LinearParams& params, const float* wei
         reuse ? previous->impl_->tile : tile_pd(state, k, n, bias_md, make_attr(split.primitive));
     if (reuse) impl->tile_primitive = previous->impl_->tile_primitive;
     impl->tile = tile;
+    impl->rows = m;
     if (tile) {
-      impl->pieces =
-          split_linear_tiles(state, params, *tile, &impl->tile_primitive,
-                             make_attr(split.primitive), bias != nullptr, &impl->implementation);
+      // The rows after the last tile on row_gemm (a previous size's kernels, or made here: no
+      // primitive per remainder).
+      std::optional<LinearVariableRows> rest;
+      if (m > kLinearTile && m % kLinearTile != 0) {
+        rest = reuse && previous->impl_->variable &&
+                       previous->impl_->variable->up_to >= m % kLinearTile
+                   ? previous->impl_->variable
+                   : variable_rows(state, params, m % kLinearTile, weight, bias, post_ops);
+      }
+      impl->pieces = split_linear_tiles(state, params, *tile, &impl->tile_primitive,
+                                        make_attr(split.primitive), bias != nullptr,
+                                        rest.has_value(), &impl->implementation);
+      if (!impl->pieces.empty() && rest) {
+        impl->variable = std::move(rest);
+        impl->rest_begin = m - m % kLinearTile;
+        impl->implementation += ", the last " + std::to_string(m % kLinearTile) +
+                                " rows on row_gemm:avx512";
+      }
     }
     if (!impl->pieces.empty()) {  // no primitive of m rows: nothing here depends on the size
       const size_t weights_before = state.weights_bytes;
@@ -324,6 +454,7 @@ LinearPlan Provider::prepare_linear(const LinearParams& params, const float* wei
       impl->implementation += split.note();
       impl->weights = reorder_constant(state, user_weight_md, weight, tile->weights_desc());
       if (bias) impl->bias = reorder_constant(state, bias_md, bias, bias_md);
+      if (impl->variable) state.weights_bytes += impl->variable->gemms[0]->weights_bytes();
       impl->weights_bytes = state.weights_bytes - weights_before;
       return LinearPlan(std::move(impl));
     }

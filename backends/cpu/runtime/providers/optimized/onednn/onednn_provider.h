@@ -552,7 +552,13 @@ class LinearPlan {
   size_t pieces() const;
   // Whether it holds a row tile a plan at another size can reuse (prepare_linear's `previous`).
   bool has_row_tile() const;
-  void run(const float* input, float* output, const float* residual = nullptr) const;
+  // The row counts it serves, 1 to this, reading the count at each run (run's `rows`; 0: none,
+  // its prepared count only): a graph whose sizes vary, a few rows on row_gemm, one plan for
+  // every such count (linear_plan.cc, ET_CPU_VARIABLE_ROWS).
+  int64_t reads_rows_up_to() const;
+  // `rows`: this call's rows when reads_rows_up_to() > 0, else ignored (0: the rows prepared for).
+  void run(const float* input, float* output, const float* residual = nullptr,
+           int64_t rows = 0) const;
 
   struct Impl;
   explicit LinearPlan(std::shared_ptr<const Impl> impl);
