@@ -39,6 +39,8 @@ def define_common_targets():
             "kernels/depthwise_int8.cc",
             "kernels/linear_8da_vnni.cc",
             "kernels/permute_plan.cc",
+            "kernels/pointwise_conv.cc",
+            "kernels/pointwise_conv.h",
             "kernels/pointwise_int8.cc",
             "kernels/quantized_add.cc",
             "kernels/row_bmm.cc",
