@@ -121,8 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     provider = Provider(num_threads=1)
     chosen = [e for e in EXPANDS if not args.only or any(o in e.name for o in args.only)]
-    print(f"{'expand (band)':<30} {'nets':<6} {'pixels':>6} {'ours us':>8} {'oneDNN us':>9} "
-          f"{'ratio':>6} {'GFLOP/s':>8} {'oneDNN':>7}  oneDNN kernel")
+    print(
+        f"{'expand (band)':<30} {'nets':<6} {'pixels':>6} {'ours us':>8} {'oneDNN us':>9} "
+        f"{'ratio':>6} {'GFLOP/s':>8} {'oneDNN':>7}  oneDNN kernel"
+    )
     for e in chosen:
         ours, theirs, kernel = measure(provider, e, args.rounds, args.runs)
         pixels = e.rows() * e.size

@@ -53,9 +53,7 @@ class SqueezeExcite(torch.nn.Module):
     def __init__(self, c_in: int, hidden: int, kernel: int, stride: int, act: str) -> None:
         super().__init__()
         self.expand = torch.nn.Conv2d(c_in, hidden, 1)
-        self.depthwise = torch.nn.Conv2d(
-            hidden, hidden, kernel, stride, kernel // 2, groups=hidden
-        )
+        self.depthwise = torch.nn.Conv2d(hidden, hidden, kernel, stride, kernel // 2, groups=hidden)
         self.reduce = torch.nn.Conv2d(hidden, hidden // 4, 1)
         self.restore = torch.nn.Conv2d(hidden // 4, hidden, 1)
         self.project = torch.nn.Conv2d(hidden, 16, 1)

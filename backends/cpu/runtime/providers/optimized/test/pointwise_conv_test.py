@@ -30,9 +30,7 @@ def provider() -> Provider:
     return provider
 
 
-def _run(
-    provider: Provider, pixels: int, k: int, n: int, act: str, bias: bool, seed: int
-) -> None:
+def _run(provider: Provider, pixels: int, k: int, n: int, act: str, bias: bool, seed: int) -> None:
     post_ops, reference = IN_REGISTER_POST_OPS[act]
     generator = torch.Generator().manual_seed(seed)
     x = torch.randn(pixels, k, generator=generator)
