@@ -88,7 +88,12 @@ ET_AVX512 void run_tiles(const TileArgs& a, int64_t tiles) {
       float* out = y + p * a.n;
 #pragma GCC unroll 4
       for (int v = 0; v < V; ++v) {
-        const __m512 r = fused_epilogue<E>(*a.post_ops, acc[p][v], lo, hi);
+        __m512 r;
+        if constexpr (E == Epi::kSilu) {
+          r = silu16_reciprocal(acc[p][v]);  // no division: see sigmoid16_of
+        } else {
+          r = fused_epilogue<E>(*a.post_ops, acc[p][v], lo, hi);
+        }
         if (v + 1 < V) {
           _mm512_storeu_ps(out + v * kLanes, r);
         } else {
