@@ -141,7 +141,9 @@ TileKernel tile_kernel(int vectors, bool single, Epi epi) {
 bool pointwise_conv_supports(int64_t in_channels, int64_t out_channels, const PostOps& post_ops) {
   if (!kernel_switched_on("ET_CPU_OWN_EXPAND") || !cpu_has_avx512()) return false;
   if (in_channels < 1 || out_channels < 1) return false;
-  return !has_add(post_ops) && post_ops_in_registers(post_ops);
+  const bool add = std::any_of(post_ops.begin(), post_ops.end(),
+                               [](const PostOp& op) { return op.kind == PostOp::Kind::kAdd; });
+  return !add && post_ops_in_registers(post_ops);
 }
 
 bool own_expand_wanted(int64_t in_channels, int64_t out_channels, const PostOps& post_ops) {
