@@ -90,7 +90,7 @@ ET_AVX512 void run_tiles(const TileArgs& a, int64_t tiles) {
       for (int v = 0; v < V; ++v) {
         __m512 r;
         if constexpr (E == Epi::kSilu) {
-          r = silu16_reciprocal(acc[p][v]);  // no division: see sigmoid16_of
+          r = silu16_fast(acc[p][v]);
         } else {
           r = fused_epilogue<E>(*a.post_ops, acc[p][v], lo, hi);
         }

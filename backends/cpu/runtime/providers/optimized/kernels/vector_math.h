@@ -41,42 +41,49 @@ ET_AVX512 inline __m512 exp_nonpositive16(__m512 z) {
 
 // sigmoid(x) for 16 floats. With z = -|x| (clamped where exp(z) would underflow), e = exp(z) is
 // in (0, 1], so s = e / (1 + e) = sigmoid(-|x|) never overflows, and sigmoid(x) = 1 - s for
-// x > 0. kReciprocal: 1 / (1 + e) as rcp14 and one Newton step (relative error ~2^-28 before
-// rounding, within an ulp or two of the division) instead of the division, whose 512-bit form
-// issues once per ~10 cycles: a kernel with little arithmetic per output (a 1x1 convolution
-// over 16 input channels) would wait on it.
-template <bool kReciprocal>
-ET_AVX512 inline __m512 sigmoid16_of(__m512 x) {
+// x > 0.
+ET_AVX512 inline __m512 sigmoid16(__m512 x) {
   const __m512 one = _mm512_set1_ps(1.0f);
   const __m512 z = _mm512_max_ps(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(x)),
                                  _mm512_set1_ps(-87.0f));
   const __m512 e = exp_nonpositive16(z);
-  const __m512 d = _mm512_add_ps(e, one);
-  __m512 s;
-  if constexpr (kReciprocal) {
-    __m512 r = _mm512_rcp14_ps(d);
-    r = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
-    s = _mm512_mul_ps(e, r);
-  } else {
-    s = _mm512_div_ps(e, d);
-  }
+  const __m512 s = _mm512_div_ps(e, _mm512_add_ps(e, one));
   const __mmask16 positive = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GT_OQ);
   const __m512 result = _mm512_mask_sub_ps(s, positive, one, s);
   // max(NaN, -87) is -87: give NaN back as torch does.
   return _mm512_mask_mov_ps(result, _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), x);
 }
 
-ET_AVX512 inline __m512 sigmoid16(__m512 x) {
-  return sigmoid16_of<false>(x);
-}
-
 ET_AVX512 inline __m512 silu16(__m512 x) {
   return _mm512_mul_ps(x, sigmoid16(x));
 }
 
-// SiLU without the division (sigmoid16_of<true>).
-ET_AVX512 inline __m512 silu16_reciprocal(__m512 x) {
-  return _mm512_mul_ps(x, sigmoid16_of<true>(x));
+// x * sigmoid(x) for 16 floats in fewer instructions than silu16 (~17 against ~27), for a kernel
+// with little arithmetic per output (a 1x1 convolution over 16 input channels), where silu16's
+// cost equals the product's: sigmoid(x) = 1 / (1 + exp(-t)), t = x clamped to [-87, 87] (so
+// exp(-t) and 1 / (1 + exp(-t)) stay normal floats), exp as exp_nonpositive16's polynomial with
+// 2^n applied by scalef, and the reciprocal as rcp14 and one Newton step (relative error ~2^-28
+// before rounding) instead of the 512-bit division (one per ~10 cycles). Within 4e-6 relative
+// of torch's like silu16; NaN stays NaN (the clamp's operand order keeps it).
+ET_AVX512 inline __m512 silu16_fast(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 t =
+      _mm512_min_ps(_mm512_set1_ps(87.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x));
+  // exp(-t) = 2^n exp(r), n = round(-t / ln 2), r = -t - n ln 2.
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(t, _mm512_set1_ps(-1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmsub_ps(n, _mm512_set1_ps(0.693145751953125f), t);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 120.0f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, one);
+  p = _mm512_fmadd_ps(p, r, one);
+  const __m512 d = _mm512_add_ps(_mm512_scalef_ps(p, n), one);
+  __m512 inverse = _mm512_rcp14_ps(d);
+  inverse = _mm512_mul_ps(inverse, _mm512_fnmadd_ps(d, inverse, _mm512_set1_ps(2.0f)));
+  return _mm512_mul_ps(x, inverse);
 }
 
 enum class Horizontal { kMax, kMin, kSum };
