@@ -20,20 +20,10 @@ from dataclasses import dataclass
 import torch
 
 from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import (
-    CLAMP,
-    HARDSWISH,
-    RELU,
-    SILU,
-    PostOp,
+    IN_REGISTER_POST_OPS,
     Provider,
 )
 
-ACTIVATIONS: dict[str, list[PostOp]] = {
-    "relu": [PostOp(RELU)],
-    "relu6": [PostOp(CLAMP, 0.0, 6.0)],
-    "hardswish": [PostOp(HARDSWISH)],
-    "silu": [PostOp(SILU)],
-}
 STEP_BYTES = 1 << 20  # BlockPlan's kBlockStepBytes
 
 
@@ -85,7 +75,7 @@ def measure(provider: Provider, e: Expand, rounds: int, runs: int) -> tuple[floa
     x = x.contiguous(memory_format=torch.channels_last)
     weight = torch.randn(e.n, e.k, 1, 1, generator=generator) / math.sqrt(e.k)
     bias = torch.randn(e.n, generator=generator)
-    post_ops = ACTIVATIONS[e.activation]
+    post_ops = IN_REGISTER_POST_OPS[e.activation][0]
     plan = provider.conv(
         list(x.shape),
         weight,
