@@ -107,6 +107,22 @@ def define_common_targets():
         deps = ["//backends/cpu/runtime/providers/optimized/test:onednn_ctypes"],
     )
 
+    # Issue 46: our 1x1 kernel for the blocks' expand against oneDNN's, on one band of rows.
+    runtime.python_binary(
+        name = "expand_bench",
+        main = "expand_bench.py",
+        deps = ["//backends/cpu/runtime/providers/optimized/test:onednn_ctypes"],
+    )
+
+    runtime.python_test(
+        name = "expand_bench_test",
+        srcs = [
+            "expand_bench.py",
+            "expand_bench_test.py",
+        ],
+        deps = ["//backends/cpu/runtime/providers/optimized/test:onednn_ctypes"],
+    )
+
     # Issue #6: the C++ CPU delegate runtime vs no delegate, XNNPACK and eager (ratios, peak memory).
     runtime.python_binary(
         name = "cpu_delegate_bench",

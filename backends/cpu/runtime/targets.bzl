@@ -751,6 +751,12 @@ def define_common_targets():
     )
 
     runtime.python_test(
+        name = "own_expand_test",
+        srcs = ["test/own_expand_test.py"],
+        deps = [":provider_compare"],
+    )
+
+    runtime.python_test(
         name = "binary_ops_test",
         size = "large",  # ~17 lowerings, run Optimized and all-Reference
         srcs = ["test/binary_ops_test.py"],

@@ -22,18 +22,23 @@ namespace onednn {
 // exp(z) for 16 floats z in [-87, 0] (NaN gives NaN): 2^n * exp(r) with n = round(z / ln 2),
 // r = z - n ln 2 in [-ln 2 / 2, ln 2 / 2] (ln 2 split in two so the reduction stays exact),
 // exp(r) by its Taylor polynomial to r^5; n >= -126, so 2^n is a normal float.
-ET_AVX512 inline __m512 exp_nonpositive16(__m512 z) {
+// exp(r) for |r| <= ln 2 / 2 by its Taylor polynomial to r^5.
+ET_AVX512 inline __m512 exp_reduced16(__m512 r) {
   const __m512 one = _mm512_set1_ps(1.0f);
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(z, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693145751953125f), z);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-1.428606765330187e-06f), r);
   __m512 p = _mm512_set1_ps(1.0f / 120.0f);
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
   p = _mm512_fmadd_ps(p, r, one);
-  p = _mm512_fmadd_ps(p, r, one);
+  return _mm512_fmadd_ps(p, r, one);
+}
+
+ET_AVX512 inline __m512 exp_nonpositive16(__m512 z) {
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(z, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693145751953125f), z);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(-1.428606765330187e-06f), r);
+  const __m512 p = exp_reduced16(r);
   const __m512i exponent =
       _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
   return _mm512_mul_ps(p, _mm512_castsi512_ps(exponent));
@@ -56,6 +61,28 @@ ET_AVX512 inline __m512 sigmoid16(__m512 x) {
 
 ET_AVX512 inline __m512 silu16(__m512 x) {
   return _mm512_mul_ps(x, sigmoid16(x));
+}
+
+// x * sigmoid(x) for 16 floats in fewer instructions than silu16 (~17 against ~27), for a kernel
+// with little arithmetic per output (a 1x1 convolution over 16 input channels), where silu16's
+// cost equals the product's: sigmoid(x) = 1 / (1 + exp(-t)), t = x clamped to [-87, 87] (so
+// exp(-t) and 1 / (1 + exp(-t)) stay normal floats), exp(r) by exp_reduced16 with
+// 2^n applied by scalef, and the reciprocal as rcp14 and one Newton step (relative error ~2^-28
+// before rounding) instead of the 512-bit division (one per ~10 cycles). Within 4e-6 relative
+// of torch's like silu16; NaN stays NaN (the clamp's operand order keeps it).
+ET_AVX512 inline __m512 silu16_fast(__m512 x) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 t =
+      _mm512_min_ps(_mm512_set1_ps(87.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x));
+  // exp(-t) = 2^n exp(r), n = round(-t / ln 2), r = -t - n ln 2.
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(t, _mm512_set1_ps(-1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmsub_ps(n, _mm512_set1_ps(0.693145751953125f), t);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+  const __m512 d = _mm512_add_ps(_mm512_scalef_ps(exp_reduced16(r), n), one);
+  __m512 inverse = _mm512_rcp14_ps(d);
+  inverse = _mm512_mul_ps(inverse, _mm512_fnmadd_ps(d, inverse, _mm512_set1_ps(2.0f)));
+  return _mm512_mul_ps(x, inverse);
 }
 
 enum class Horizontal { kMax, kMin, kSum };

@@ -3,6 +3,7 @@
 
 #include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_conv.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/pointwise_conv.h"
 
 #include <cstring>
 #include <optional>
@@ -59,8 +60,9 @@ struct BlockPiece {
 struct BlockSlice {
   int64_t begin = 0;
   int64_t end = 0;
-  BlockStage expand;
+  BlockStage expand;     // unless own_expand
   BlockStage depthwise;  // unless own_depthwise
+  std::shared_ptr<const PointwiseConv> own_expand;
   std::shared_ptr<const DepthwiseConv> own_depthwise;
   OwnedTensor expand_weights, expand_bias;
   OwnedTensor depthwise_weights, depthwise_bias;
@@ -80,6 +82,9 @@ struct BlockPlan::Impl {
   std::vector<BlockStage> expand;
   std::vector<BlockStage> depthwise;
   std::vector<BlockStage> project;
+  // The expand stage on our own 1x1 kernel (pointwise_conv.h) instead of `expand`'s primitives,
+  // when own_expand_wanted says so; its post-ops run in registers (no expand_tail).
+  std::shared_ptr<const PointwiseConv> own_expand;
   // The depthwise stage on our own kernel (depthwise_conv.h) instead of `depthwise`'s
   // primitives, when it covers the stage and own_depthwise_wanted says so.
   std::shared_ptr<const DepthwiseConv> own_depthwise;
@@ -104,8 +109,10 @@ size_t BlockPlan::weights_bytes() const {
   const Impl& p = *impl_;
   size_t total = 0;
   if (p.own_depthwise) total += p.own_depthwise->weights_bytes();
+  if (p.own_expand) total += p.own_expand->weights_bytes();
   for (const BlockSlice& slice : p.slices) {
     if (slice.own_depthwise) total += slice.own_depthwise->weights_bytes();
+    if (slice.own_expand) total += slice.own_expand->weights_bytes();
     for (const OwnedTensor* t : {&slice.expand_weights, &slice.expand_bias,
                                  &slice.depthwise_weights, &slice.depthwise_bias}) {
       if (t->bytes) total += t->md.get_size();
@@ -318,6 +325,18 @@ BlockPlan Provider::prepare_block(
     own_shape.stride_h = own_shape.stride_w = s;
     own_shape.pad_top = own_shape.pad_left = pad;
     const bool own_depthwise = own_depthwise_wanted(own_shape, post_ops.depthwise);
+    // The expand on our own 1x1 kernel (few input channels): its weights RowGemm's packing,
+    // through the cache; the stage's post-ops (with a SiLU tail) in registers.
+    const bool own_expand = params.expand && own_expand_wanted(cin, hid, post_ops.expand);
+    auto make_own_expand = [&](int64_t begin, int64_t n) {
+      auto conv = std::make_shared<const PointwiseConv>(
+          cached_row_gemm_weights(state.weight_cache.get(), cin, n, weights.expand + begin * cin,
+                                  false, weights.expand_bias ? weights.expand_bias + begin
+                                                             : nullptr),
+          post_ops.expand);
+      state.weights_bytes += conv->weights_bytes();
+      return conv;
+    };
 
     // Whole per image in channel slices (block_slices_wanted); row bands below when a slice's
     // stage would not get the kernel oneDNN gives the slice's whole op.
@@ -338,14 +357,18 @@ BlockPlan Provider::prepare_block(
         const float* depthwise_bias =
             weights.depthwise_bias ? weights.depthwise_bias + slice.begin : nullptr;
         std::string whole;
-        std::tie(slice.expand_weights, slice.expand_bias, whole) = block_weights(
-            state, {1, cin, h, w}, {1, n, h, w}, {n, cin, 1, 1},
-            weights.expand + slice.begin * cin, expand_bias, {1, 1}, {0, 0}, expand_attr);
-        slice.expand = make_block_stage(
-            state, {1, cin, h, w}, {1, n, h, w}, slice.expand_weights.md,
-            expand_bias ? slice.expand_bias.md : memory::desc(), {1, 1}, {0, 0}, {0, 0},
-            expand_attr);
-        fits = slice.expand.implementation == whole && whole.find("ref") == std::string::npos;
+        if (own_expand) {
+          slice.own_expand = make_own_expand(slice.begin, n);
+        } else {
+          std::tie(slice.expand_weights, slice.expand_bias, whole) = block_weights(
+              state, {1, cin, h, w}, {1, n, h, w}, {n, cin, 1, 1},
+              weights.expand + slice.begin * cin, expand_bias, {1, 1}, {0, 0}, expand_attr);
+          slice.expand = make_block_stage(
+              state, {1, cin, h, w}, {1, n, h, w}, slice.expand_weights.md,
+              expand_bias ? slice.expand_bias.md : memory::desc(), {1, 1}, {0, 0}, {0, 0},
+              expand_attr);
+          fits = slice.expand.implementation == whole && whole.find("ref") == std::string::npos;
+        }
         if (own_depthwise) {
           DepthwiseShape shape = own_shape;
           shape.channels = n;
@@ -369,6 +392,7 @@ BlockPlan Provider::prepare_block(
       }
       if (fits) {
         if (own_depthwise) p.depthwise_tail.reset();  // its post-ops run in registers
+        if (own_expand) p.expand_tail.reset();
         for (AlignedBuffer& buffer : state.block_expanded) {
           buffer.reserve(static_cast<size_t>(h * w * widest) * sizeof(float));
         }
@@ -376,12 +400,13 @@ BlockPlan Provider::prepare_block(
           buffer.reserve(static_cast<size_t>(p.out_h * p.out_w * widest) * sizeof(float));
         }
         for (const BlockSlice& slice : p.slices) {
-          state.reserve_piece_scratchpad(slice.expand.scratchpad_md);
+          if (!own_expand) state.reserve_piece_scratchpad(slice.expand.scratchpad_md);
           if (!own_depthwise) state.reserve_piece_scratchpad(slice.depthwise.scratchpad_md);
         }
         const BlockSlice& first = p.slices.front();
         p.implementation =
-            "block " + first.expand.implementation + " + " +
+            "block " +
+            (own_expand ? std::string("pointwise:avx512") : first.expand.implementation) + " + " +
             (own_depthwise ? std::string("depthwise:avx512") : first.depthwise.implementation) +
             " (no project)" + (p.expand_tail || p.depthwise_tail ? " + vector tails" : "") +
             ", whole image in " + std::to_string(p.slices.size()) + " channel slices";
@@ -394,7 +419,11 @@ BlockPlan Provider::prepare_block(
     std::string expand_impl;
     std::string depthwise_impl;
     std::string project_impl;
-    if (params.expand) {
+    if (own_expand) {
+      p.own_expand = make_own_expand(0, hid);
+      p.expand_tail.reset();
+      expand_impl = "pointwise:avx512";
+    } else if (params.expand) {
       std::tie(p.expand_weights, p.expand_bias, expand_impl) = block_weights(
           state, {1, cin, h, w}, {1, hid, h, w}, {hid, cin, 1, 1}, weights.expand,
           weights.expand_bias, {1, 1}, {0, 0}, expand_attr);
@@ -473,7 +502,9 @@ BlockPlan Provider::prepare_block(
           step.expand_begin = lo + step.kept;
           step.expand_end = hi;
           const int64_t new_rows = step.expand_end - step.expand_begin;
-          if (new_rows > 0 && params.expand) {
+          if (new_rows > 0 && p.own_expand) {
+            step.expand = 0;  // our kernel takes any rows: no stage per row count
+          } else if (new_rows > 0 && params.expand) {
             step.expand = stage_index(expand_keys, p.expand, new_rows, [&] {
               return checked(
                   make_block_stage(state, {1, cin, new_rows, w}, {1, hid, new_rows, w},
@@ -535,7 +566,7 @@ BlockPlan Provider::prepare_block(
     }
     const bool tails = p.expand_tail || p.depthwise_tail || p.project_tail;
     p.implementation =
-        "block " + (params.expand ? p.expand.front().implementation + " + " : std::string()) +
+        "block " + (params.expand ? expand_impl + " + " : std::string()) +
         depthwise_impl +
         (params.project ? " + " + p.project.front().implementation : std::string(" (no project)")) +
         (tails ? " + vector tails" : "") + ", " + std::to_string(p.pieces.size()) +
@@ -575,8 +606,12 @@ void BlockPlan::run(const float* input, float* output) const {
         const size_t w_index = static_cast<size_t>(worker);
         float* expanded = static_cast<float*>(state.block_expanded[w_index].data());
         float* depthwise = static_cast<float*>(state.block_depthwise[w_index].data());
-        run_stage(slice.expand, worker, x, expanded, slice.expand_weights, slice.expand_bias,
-                  p.expand_tail);
+        if (slice.own_expand) {
+          slice.own_expand->run(x, h * w, expanded);
+        } else {
+          run_stage(slice.expand, worker, x, expanded, slice.expand_weights, slice.expand_bias,
+                    p.expand_tail);
+        }
         if (slice.own_depthwise) {
           slice.own_depthwise->run_rows(expanded, 0, h, depthwise, 0, p.out_h);
         } else {
@@ -611,7 +646,11 @@ void BlockPlan::run(const float* input, float* output) const {
           std::memmove(expanded, expanded + step.kept_from * hidden_row,
                        static_cast<size_t>(step.kept * hidden_row) * sizeof(float));
         }
-        if (step.expand >= 0) {
+        if (step.expand >= 0 && p.own_expand) {
+          p.own_expand->run(x + step.expand_begin * in_row,
+                            (step.expand_end - step.expand_begin) * w,
+                            expanded + step.kept * hidden_row);
+        } else if (step.expand >= 0) {
           run_stage(p.expand[static_cast<size_t>(step.expand)], worker,
                     x + step.expand_begin * in_row, expanded + step.kept * hidden_row,
                     p.expand_weights, p.expand_bias, p.expand_tail);

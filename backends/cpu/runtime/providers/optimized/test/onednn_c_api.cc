@@ -12,6 +12,7 @@
 
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_int8.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/pointwise_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/pointwise_int8.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/quantized_add.h"
 #include "backends/cpu/runtime/providers/optimized/common/slices.h"
@@ -461,6 +462,32 @@ int etdnn_pointwise_int8_run(const int64_t* shape, const double* quant, const in
                                   static_cast<size_t>(pieces), static_cast<size_t>(i));
           conv.run(input, output, first, last);
         }
+        return 0;
+      },
+      1);
+}
+
+int etdnn_pointwise_conv_run(const int64_t* shape, const float* weight, const float* bias,
+                             const int* post_kinds, const float* post_mins,
+                             const float* post_maxs, int post_count, const float* input,
+                             float* output, int64_t pixels, int runs, double* best_ns) {
+  return guarded(
+      [&] {
+        const onednn::PostOps post_ops =
+            post_ops_from(post_kinds, post_mins, post_maxs, post_count);
+        if (!onednn::pointwise_conv_supports(shape[0], shape[1], post_ops)) return 2;
+        onednn::PointwiseConv conv(
+            onednn::RowGemm::pack(shape[0], shape[1], weight, false, bias), post_ops);
+        double best = -1.0;
+        for (int i = 0; i < std::max(1, runs); ++i) {
+          const auto start = std::chrono::steady_clock::now();
+          conv.run(input, pixels, output);
+          const double ns = std::chrono::duration<double, std::nano>(
+                                std::chrono::steady_clock::now() - start)
+                                .count();
+          if (best < 0.0 || ns < best) best = ns;
+        }
+        if (best_ns) *best_ns = best;
         return 0;
       },
       1);

@@ -125,6 +125,16 @@ int etdnn_pointwise_int8_run(const int64_t* shape, const double* quant, const in
                              const float* weight_scales, const float* bias, const uint8_t* input,
                              uint8_t* output, int64_t pixels, int64_t pieces);
 
+// The float32 1x1 convolution (kernels/pointwise_conv.h: BlockPlan's expand) over `pixels`
+// channels-last pixels on the calling thread, `runs` times (>= 1); the fastest run's
+// nanoseconds into `best_ns` when not null. `shape`: in channels K, out channels N. `weight`
+// [N, K]; `bias` may be null; post-ops as etdnn_conv_prepare's. 0: done; 1: an error
+// (etdnn_last_error); 2: the kernel does not take it (ET_CPU_OWN_EXPAND=0, no AVX-512F).
+int etdnn_pointwise_conv_run(const int64_t* shape, const float* weight, const float* bias,
+                             const int* post_kinds, const float* post_mins,
+                             const float* post_maxs, int post_count, const float* input,
+                             float* output, int64_t pixels, int runs, double* best_ns);
+
 // The int8 add (kernels/quantized_add.h) of `count` bytes, in `pieces` consecutive slices (as the
 // work pool cuts it; 1: whole). `quant`: a scale, a zero point, b scale, b zero point, output
 // scale, output zero point, quant_min, quant_max, low, high (+-inf: none), is_signed (1: s8).

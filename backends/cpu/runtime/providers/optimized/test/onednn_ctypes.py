@@ -106,6 +106,10 @@ def _load(path: str) -> ctypes.CDLL:
         "etdnn_plan_destroy": (None, [vp]),
         "etdnn_has_vector_activation": (i32, [i32]),
         "etdnn_vector_activation": (i32, [i32, vp, vp, sz]),
+        "etdnn_pointwise_conv_run": (
+            i32,
+            [_i64p, vp, vp, vp, vp, vp, i32, vp, vp, i64, i32, ctypes.POINTER(ctypes.c_double)],
+        ),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -302,6 +306,43 @@ class Provider:
         if status != 0:
             raise ProviderError(self.last_error())
         return out
+
+    def pointwise_conv(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        post_ops: Sequence[PostOp] = (),
+        runs: int = 1,
+    ) -> tuple[torch.Tensor, float] | None:
+        """Our float32 1x1 kernel (kernels/pointwise_conv.h, BlockPlan's expand) on the calling
+        thread: `x` [pixels, K] channels-last pixels, `weight` [N, K], the output [pixels, N] and
+        the fastest of `runs` runs in nanoseconds; None when the kernel does not take it here."""
+        pixels, k = x.shape
+        n = weight.shape[0]
+        weight = weight.contiguous()  # alive through the call
+        out = torch.empty(pixels, n)
+        kinds, los, his = _post_arrays(post_ops)
+        best = ctypes.c_double(-1.0)
+        status = self.lib.etdnn_pointwise_conv_run(
+            _i64_array([k, n]),
+            _ptr(weight),
+            _ptr(bias),
+            kinds,
+            los,
+            his,
+            len(post_ops),
+            _ptr(x),
+            _ptr(out),
+            pixels,
+            runs,
+            ctypes.byref(best),
+        )
+        if status == 2:
+            return None
+        if status != 0:
+            raise ProviderError(self.last_error())
+        return out, best.value
 
     def _check(self, handle: int | None) -> int:
         if not handle:

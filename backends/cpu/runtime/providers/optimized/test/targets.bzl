@@ -44,6 +44,14 @@ def define_common_targets():
     )
 
     runtime.python_test(
+        name = "pointwise_conv_test",
+        srcs = ["pointwise_conv_test.py"],
+        data = [":libonednn_provider_c.so"],
+        env = {"ONEDNN_PROVIDER_SO": "$(rootpath :libonednn_provider_c.so)"},
+        deps = [":onednn_ctypes"],
+    )
+
+    runtime.python_test(
         name = "depthwise_conv_test",
         srcs = ["depthwise_conv_test.py"],
         data = [":libonednn_provider_c.so"],

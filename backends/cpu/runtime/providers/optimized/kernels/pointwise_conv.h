@@ -1,0 +1,55 @@
+// Our own AVX-512 float32 1x1 convolution (stride 1, no padding, groups 1) on channels-last
+// pixels with few input channels: the expand stage of MobileNet / EfficientNet inverted residual
+// blocks (16 -> 96, 24 -> 144, 40 -> 240), run by BlockPlan on its bands of rows and channel
+// slices. With K <= 64 oneDNN 3.2's brgconv_1x1 on a band of rows reaches ~44 GFLOP/s of thread
+// time at K = 16, and a SiLU then needs a second pass over the expanded rows (a vector tail);
+// here a [pixels, K] x [K, N] product keeps a few pixels x up to 4 vectors of 16 output channels
+// in registers over all of K, and adds the bias and applies the block's activation (clamp / ReLU,
+// hardswish, SiLU or any in-register post-op, vector_epilogue.h) before the only store.
+//
+// Weights are RowGemm's packing (row_gemm.h: groups of 64 columns, [K][64] each, zero-padded to
+// whole vectors), shared through the WeightCache.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
+#include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
+
+namespace et_cpu_plugin {
+namespace onednn {
+
+// Whether the kernel runs a K -> N 1x1 convolution with these post-ops here: AVX-512F, positive
+// K and N, every post-op in registers and no residual add, ET_CPU_OWN_EXPAND not "0" (read at
+// each call, so it applies to the plans prepared after it is set).
+bool pointwise_conv_supports(int64_t in_channels, int64_t out_channels, const PostOps& post_ops);
+
+// Whether BlockPlan's expand stage runs on this kernel rather than oneDNN's brgconv_1x1:
+// pointwise_conv_supports, and ET_CPU_OWN_EXPAND=1 (any K) or, unset, K <= kOwnExpandMaxK
+// (where it measured faster; provider README).
+constexpr int64_t kOwnExpandMaxK = 64;
+bool own_expand_wanted(int64_t in_channels, int64_t out_channels, const PostOps& post_ops);
+
+class PointwiseConv {
+ public:
+  // `packed`: the weights [N, K] and bias packed by RowGemm::pack (cached_row_gemm_weights).
+  // Throws ProviderError unless pointwise_conv_supports(K, N, post_ops).
+  PointwiseConv(std::shared_ptr<const RowGemm::Packed> packed, PostOps post_ops);
+
+  int64_t in_channels() const { return packed_->k; }
+  int64_t out_channels() const { return packed_->n; }
+  size_t weights_bytes() const { return packed_->bytes(); }
+
+  // y[p, c] = post_ops(sum_k x[p, k] * w[c, k] + bias[c]) for `pixels` pixels, x [pixels][K]
+  // and y [pixels][N] dense (channels-last rows); on the calling thread.
+  void run(const float* x, int64_t pixels, float* y) const;
+
+ private:
+  std::shared_ptr<const RowGemm::Packed> packed_;
+  PostOps post_ops_;
+};
+
+}  // namespace onednn
+}  // namespace et_cpu_plugin
