@@ -5,7 +5,7 @@
 Each row is one depthwise layer of MobileNetV2 / MobileNetV3-Large / EfficientNet-B0 at 224x224
 (3x3 and 5x5, stride 1 and 2, 16-1152 channels, 112x112 down to 7x7) with the network's fused
 activation (ReLU6, hardswish, SiLU), channels-last in and out, prepared twice through the same
-ConvPlan: with ET_CPU_OWN_DEPTHWISE=1 (ours) and =0 (oneDNN's). The stems (3 input channels,
+ConvPlan: with ET_CPU_OWN_DEPTHWISE=all (ours) and =0 (oneDNN's). The stems (3 input channels,
 the plain graph input, channels-last output) the same way with ET_CPU_OWN_STEM. Times are the
 fastest of `--runs` back-to-back runs, timed in C (no Python per call), per batch size and thread
 count.
@@ -119,7 +119,7 @@ def time_layer(provider: Provider, layer: Layer, batch: int, own: bool, runs: in
     weight = torch.randn(c, c_in // (1 if layer.stem_inputs else c), k, k, generator=generator) / k
     bias = torch.randn(c, generator=generator)
     before = os.environ.get(layer.switch)
-    os.environ[layer.switch] = "1" if own else "0"
+    os.environ[layer.switch] = "all" if own else "0"
     try:
         plan = provider.conv(
             list(x.shape),

@@ -35,11 +35,11 @@ def _model(name: str) -> torch.nn.Module:
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("name", ["mobilenet_v3", "efficientnet"])
 def test_stem_on_our_kernel(name: str, batch: int) -> None:
-    """One lowering run with the switch unset (the default), 1 and 0 (read at init)."""
+    """One lowering run with the switch unset (the default), all and 0 (read at init)."""
     model = _model(name)
     x = torch.randn(batch, 3, 32, 32, generator=torch.Generator().manual_seed(batch))
     pte, _ = lower_to_pte(model, (x,))
-    for own in ["unset", "1", "0"]:
+    for own in ["unset", "all", "0"]:
         with pytest.MonkeyPatch.context() as patch:
             if own == "unset":
                 patch.delenv("ET_CPU_OWN_STEM", raising=False)

@@ -69,7 +69,7 @@ class SqueezeExcite(torch.nn.Module):
 # (model, K = its expand's input channels, batch, height, width). Hidden 72, 120, 88, 40: a
 # 16-channel tail. The squeeze-excite blocks' images are small enough for channel slices on two
 # threads (expanded image + depthwise output of a slice <= 1 MiB), row bands on one. K = 72 is
-# past the default's K <= 64: oneDNN's unless ET_CPU_OWN_EXPAND=1.
+# past the default's K <= 64: oneDNN's unless ET_CPU_OWN_EXPAND=all.
 _CASES: list[tuple[torch.nn.Module, int, int, int, int]] = [
     (InvertedResidual(8, 48, 8, 3, 1, "relu6"), 8, 1, 20, 18),
     (InvertedResidual(16, 72, 24, 3, 2, "hardswish"), 16, 2, 17, 15),
@@ -116,7 +116,7 @@ def _summary_count(placement: list[str], what: str) -> int:
     [
         ("unset", "2", _SMALL_K),  # squeeze-excite blocks in channel slices
         ("unset", "1", _SMALL_K),  # all in row bands
-        ("1", "2", len(_CASES)),
+        ("all", "2", len(_CASES)),
         ("0", "2", 0),
     ],
 )

@@ -23,8 +23,9 @@ inline bool kernel_opted_in(const char* variable) {
   return value != nullptr && value[0] != '\0' && std::strcmp(value, "0") != 0;
 }
 
-// A three-valued switch (ET_CPU_SE_GATE_FOLD): "0" never, "all" wherever the kernel can,
-// unset / empty / "1" (or anything else) where its default rule says so.
+// A three-valued switch (ET_CPU_SE_GATE_FOLD, ET_CPU_VARIABLE_ROWS, ET_CPU_OWN_DEPTHWISE /
+// _EXPAND / _STEM): "0" never, "all" wherever the kernel can, unset / empty / "1" (or anything
+// else) where its default rule says so. Every switch with a reach is spelled this way.
 enum class SwitchReach { kNever, kDefault, kEverywhere };
 
 // `variable`'s reach, read at each call like kernel_switched_on.

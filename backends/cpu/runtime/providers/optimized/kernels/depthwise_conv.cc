@@ -226,15 +226,12 @@ bool depthwise_supports(const DepthwiseShape& s, const PostOps& post_ops) {
       s.pad_left < 0) {
     return false;
   }
-  const bool add = std::any_of(post_ops.begin(), post_ops.end(),
-                               [](const PostOp& op) { return op.kind == PostOp::Kind::kAdd; });
-  return !add && post_ops_in_registers(post_ops);
+  return post_ops_in_registers_without_add(post_ops);
 }
 
 bool own_depthwise_wanted(const DepthwiseShape& shape, const PostOps& post_ops) {
   if (!depthwise_supports(shape, post_ops)) return false;
-  const char* value = std::getenv("ET_CPU_OWN_DEPTHWISE");
-  if (value != nullptr && std::strcmp(value, "1") == 0) return true;
+  if (switch_reach("ET_CPU_OWN_DEPTHWISE") == SwitchReach::kEverywhere) return true;
   // Unset: the register-blocked classes (square 3x3 / 5x5, stride 1 or 2 both ways), which
   // measured 0.58-0.99x of oneDNN 3.2's brdgmm time on every MobileNetV2 / V3 / EfficientNet-B0
   // layer (tools/bench/depthwise_bench.py, provider README). Other kernels and strides run

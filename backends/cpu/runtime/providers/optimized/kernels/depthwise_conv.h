@@ -32,7 +32,7 @@ struct DepthwiseShape : ConvWindow {
 bool depthwise_supports(const DepthwiseShape& shape, const PostOps& post_ops);
 
 // Whether the plans (a depthwise ConvLikePlan, BlockPlan's depthwise stage) run `shape` on this
-// kernel rather than oneDNN's: depthwise_supports, and ET_CPU_OWN_DEPTHWISE=1 (every shape it
+// kernel rather than oneDNN's: depthwise_supports, and ET_CPU_OWN_DEPTHWISE=all (every shape it
 // covers) or, with the variable unset, a shape of a class where it measured faster than
 // oneDNN 3.2's brdgmm here: square 3x3 and 5x5 kernels at stride 1 or 2 (provider README).
 bool own_depthwise_wanted(const DepthwiseShape& shape, const PostOps& post_ops);

@@ -141,16 +141,13 @@ TileKernel tile_kernel(int vectors, bool single, Epi epi) {
 bool pointwise_conv_supports(int64_t in_channels, int64_t out_channels, const PostOps& post_ops) {
   if (!kernel_switched_on("ET_CPU_OWN_EXPAND") || !cpu_has_avx512()) return false;
   if (in_channels < 1 || out_channels < 1) return false;
-  const bool add = std::any_of(post_ops.begin(), post_ops.end(),
-                               [](const PostOp& op) { return op.kind == PostOp::Kind::kAdd; });
-  return !add && post_ops_in_registers(post_ops);
+  return post_ops_in_registers_without_add(post_ops);
 }
 
 bool own_expand_wanted(int64_t in_channels, int64_t out_channels, const PostOps& post_ops) {
   if (!pointwise_conv_supports(in_channels, out_channels, post_ops)) return false;
-  const char* value = std::getenv("ET_CPU_OWN_EXPAND");
-  if (value != nullptr && std::strcmp(value, "1") == 0) return true;
-  return in_channels <= kOwnExpandMaxK;
+  const SwitchReach reach = switch_reach("ET_CPU_OWN_EXPAND");
+  return reach == SwitchReach::kEverywhere || in_channels <= kOwnExpandMaxK;
 }
 
 PointwiseConv::PointwiseConv(std::shared_ptr<const RowGemm::Packed> packed, PostOps post_ops)

@@ -27,7 +27,7 @@ namespace onednn {
 bool pointwise_conv_supports(int64_t in_channels, int64_t out_channels, const PostOps& post_ops);
 
 // Whether BlockPlan's expand stage runs on this kernel rather than oneDNN's brgconv_1x1:
-// pointwise_conv_supports, and ET_CPU_OWN_EXPAND=1 (any K) or, unset, K <= kOwnExpandMaxK
+// pointwise_conv_supports, and ET_CPU_OWN_EXPAND=all (any K) or, unset, K <= kOwnExpandMaxK
 // (where it measured faster; provider README).
 constexpr int64_t kOwnExpandMaxK = 64;
 bool own_expand_wanted(int64_t in_channels, int64_t out_channels, const PostOps& post_ops);

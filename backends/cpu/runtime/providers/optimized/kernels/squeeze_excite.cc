@@ -147,11 +147,6 @@ ET_AVX512 void scale_rows(const float* x, const float* g, bool channels_last, in
   }
 }
 
-bool no_add(const PostOps& post_ops) {
-  return std::none_of(post_ops.begin(), post_ops.end(),
-                      [](const PostOp& op) { return op.kind == PostOp::Kind::kAdd; });
-}
-
 // torch's [rows, cols, 1, 1] transposed to [cols][rows rounded up to 16], zero-padded.
 std::vector<float> transposed(const float* w, int64_t rows, int64_t cols, int64_t padded) {
   std::vector<float> out(static_cast<size_t>(cols * padded), 0.0f);
@@ -174,8 +169,8 @@ std::vector<float> padded_bias(const float* bias, int64_t count, int64_t padded)
 bool squeeze_excite_supports(const PostOps& act, const PostOps& gate) {
   // On by default since its phases share the pool (ET_CPU_OWN_SE=0: the mean and the two
   // row_gemm products as before; provider README).
-  return kernel_switched_on("ET_CPU_OWN_SE") && cpu_has_avx512() && no_add(act) &&
-         no_add(gate) && post_ops_in_registers(act) && post_ops_in_registers(gate);
+  return kernel_switched_on("ET_CPU_OWN_SE") && cpu_has_avx512() &&
+         post_ops_in_registers_without_add(act) && post_ops_in_registers_without_add(gate);
 }
 
 std::shared_ptr<const SqueezeExciteWeights> pack_squeeze_excite(int64_t channels,

@@ -205,15 +205,12 @@ bool stem_supports(const StemShape& s, const PostOps& post_ops) {
       s.pad_left < 0) {
     return false;
   }
-  const bool add = std::any_of(post_ops.begin(), post_ops.end(),
-                               [](const PostOp& op) { return op.kind == PostOp::Kind::kAdd; });
-  return !add && post_ops_in_registers(post_ops);
+  return post_ops_in_registers_without_add(post_ops);
 }
 
 bool own_stem_wanted(const StemShape& shape, const PostOps& post_ops) {
   if (!stem_supports(shape, post_ops)) return false;
-  const char* value = std::getenv("ET_CPU_OWN_STEM");
-  if (value != nullptr && std::strcmp(value, "1") == 0) return true;
+  if (switch_reach("ET_CPU_OWN_STEM") == SwitchReach::kEverywhere) return true;
   // Unset: 3x3 at stride 2 to at most 32 output channels, the stems of MobileNetV2 / V3 and
   // EfficientNet-B0: 0.86-0.89x of oneDNN 3.2's time on MobileNetV3's 3 -> 16 (hardswish),
   // 0.98-1.02x on the 3 -> 32 ones (ReLU6, SiLU); ResNet's 7x7 3 -> 64 measured 1.06x, stays

@@ -35,7 +35,7 @@ struct StemShape : ConvWindow {
 bool stem_supports(const StemShape& shape, const PostOps& post_ops);
 
 // Whether ConvPlan runs `shape` on this kernel rather than oneDNN's: stem_supports, and
-// ET_CPU_OWN_STEM=1 (every shape it covers) or, with the variable unset, the class where it
+// ET_CPU_OWN_STEM=all (every shape it covers) or, with the variable unset, the class where it
 // measured at least as fast as oneDNN 3.2 here (3x3 stride 2, up to 32 output channels; provider
 // README, tools/bench/depthwise_bench.py --only stem).
 bool own_stem_wanted(const StemShape& shape, const PostOps& post_ops);

@@ -90,6 +90,15 @@ inline bool post_ops_in_registers(const PostOps& post_ops) {
   });
 }
 
+// Whether a kernel that stores each output vector once, without reading the output first (the
+// depthwise, 1x1, stem and squeeze-excite kernels), runs `post_ops` itself: no residual add, and
+// every other post-op in registers.
+inline bool post_ops_in_registers_without_add(const PostOps& post_ops) {
+  return std::none_of(post_ops.begin(), post_ops.end(),
+                      [](const PostOp& op) { return op.kind == PostOp::Kind::kAdd; }) &&
+         post_ops_in_registers(post_ops);
+}
+
 // How a kernel with the post-ops as a template parameter applies them to each output vector: the
 // three the mobile networks fuse (ReLU / ReLU6 / hardtanh as a clamp, hardswish, SiLU) with their
 // own inlined code, every other in-register chain through epilogue16 (a dispatch per vector).

@@ -57,10 +57,10 @@ def splitting() -> Provider:
 
 @pytest.fixture(autouse=True)
 def own_depthwise_everywhere() -> Iterator[None]:
-    """ET_CPU_OWN_DEPTHWISE=1: every shape the kernel covers runs on it (unset, only the
+    """ET_CPU_OWN_DEPTHWISE=all: every shape the kernel covers runs on it (unset, only the
     classes where it measured faster than oneDNN's)."""
     before = os.environ.get("ET_CPU_OWN_DEPTHWISE")
-    os.environ["ET_CPU_OWN_DEPTHWISE"] = "1"
+    os.environ["ET_CPU_OWN_DEPTHWISE"] = "all"
     try:
         yield
     finally:

@@ -60,8 +60,8 @@ def splitting() -> Provider:
 
 @pytest.fixture(autouse=True)
 def own_stem_everywhere(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """ET_CPU_OWN_STEM=1: every shape the kernel covers runs on it."""
-    monkeypatch.setenv("ET_CPU_OWN_STEM", "1")
+    """ET_CPU_OWN_STEM=all: every shape the kernel covers runs on it."""
+    monkeypatch.setenv("ET_CPU_OWN_STEM", "all")
     yield
 
 
