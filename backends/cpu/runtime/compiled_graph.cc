@@ -390,6 +390,7 @@ Error CompiledGraph::plan_arena() {
                           op, spec_.ops[op].name.c_str());
     }
   }
+  alias_fused_adds(planned, root_of, &alias_of, &last_use);
   std::vector<BufferRequest> requests;
   std::vector<size_t> owners;
   for (size_t i = 0; i < spec_.values.size(); ++i) {
@@ -433,6 +434,66 @@ Error CompiledGraph::plan_arena() {
     tensors_[i].impl->set_data(tensors_[root].impl->mutable_data());
   }
   return Error::Ok;
+}
+
+void CompiledGraph::alias_fused_adds(const std::function<bool(size_t)>& planned,
+                                     const std::function<size_t(size_t)>& root_of,
+                                     std::vector<int64_t>* alias_of,
+                                     std::vector<size_t>* last_use) {
+  // ET_CPU_ADD_IN_PLACE=0: every fused add's result in a slot of its own (for measuring).
+  if (const char* off = std::getenv("ET_CPU_ADD_IN_PLACE")) {
+    if (std::strcmp(off, "0") == 0) return;
+  }
+  std::vector<int64_t>& alias = *alias_of;
+  std::vector<size_t>& until = *last_use;
+  for (size_t op = 0; op < fused_steps_.size(); ++op) {
+    const size_t taken = fused_steps_[op];
+    if (taken == 0 || ops_[op].kernel == nullptr || !ops_[op].kernel->adds_in_place()) continue;
+    // One add among the taken steps, and only elementwise steps after it (the shape is kept).
+    size_t add = taken;
+    size_t adds = 0;
+    bool shape_kept = true;
+    for (size_t s = 0; s < taken; ++s) {
+      const FusableStep::Kind kind = fusable_[op][s].kind;
+      if (kind == FusableStep::Kind::kAdd) {
+        add = s;
+        ++adds;
+      } else if (adds > 0 && kind != FusableStep::Kind::kRelu &&
+                 kind != FusableStep::Kind::kClamp && kind != FusableStep::Kind::kEltwise) {
+        shape_kept = false;
+      }
+    }
+    if (adds != 1 || !shape_kept) continue;
+    const int32_t residual = fusable_[op][add].residual;
+    const size_t result = static_cast<size_t>(fusable_[op][taken - 1].output);
+    if (residual < 0 || !planned(static_cast<size_t>(residual)) || !planned(result) ||
+        alias[result] >= 0) {
+      continue;
+    }
+    const size_t root = root_of(static_cast<size_t>(residual));
+    const ValueSpec& kept = spec_.values[root];
+    if (kept.kind != ValueKind::Intermediate || !planned(root) ||
+        kept.nbytes != spec_.values[result].nbytes || kept.dtype != spec_.values[result].dtype) {
+      continue;
+    }
+    // Nothing reads the residual's bytes after the add (its own readers and its views'), and the
+    // op itself reads them only as the residual (not as its input too: x + conv(x)).
+    const size_t add_op = static_cast<size_t>(fusable_[op][add].op);
+    if (until[root] > add_op) continue;
+    bool read_otherwise = false;
+    for (size_t a = 0; a < spec_.ops[op].args.size() && !read_otherwise; ++a) {
+      const ArgValue& arg = spec_.ops[op].args[a];
+      const auto same = [&](int32_t id) {
+        return id >= 0 && planned(static_cast<size_t>(id)) &&
+               root_of(static_cast<size_t>(id)) == root;
+      };
+      read_otherwise = same(arg.tensor) || std::any_of(arg.tensors.begin(), arg.tensors.end(), same);
+    }
+    if (read_otherwise) continue;
+    alias[result] = static_cast<int64_t>(root);
+    until[root] = std::max(until[root], until[result]);
+    ops_[op].placement += " (adds in place: writes into " + kept.name + ")";
+  }
 }
 
 void CompiledGraph::plan_states(const std::vector<size_t>& reads_until,

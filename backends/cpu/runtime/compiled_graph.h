@@ -205,6 +205,13 @@ class CompiledGraph {
   executorch::runtime::Error bind_ops();
   // After binding: lays out the intermediates the kernels actually write and points them there.
   executorch::runtime::Error plan_arena();
+  // plan_arena's step for fused residual adds (BoundKernel::adds_in_place): an op's result takes
+  // its residual's slot when nothing reads the residual after the add (no copy of it into the
+  // output before the product adds into it). `planned` and `root_of` are plan_arena's; updates
+  // `alias_of` and `last_use` (the residual's slot lives until the result's last reader).
+  void alias_fused_adds(const std::function<bool(size_t)>& planned,
+                        const std::function<size_t(size_t)>& root_of,
+                        std::vector<int64_t>* alias_of, std::vector<size_t>* last_use);
   executorch::runtime::Error finalize_sessions();
   executorch::runtime::EValue* build_arg(const ArgValue& arg);
   executorch::runtime::Error check_io(const executorch::runtime::EValue* given, int32_t value,

@@ -159,6 +159,12 @@ class BoundKernel {
   // resized in place, within the bounds it was bound at) once its session's resize() returned:
   // it reads every size from its tensors, at run or when its session prepares it again.
   virtual bool resizable() const { return false; }
+  // True when a fused residual add (FusableStep::Kind::kAdd) of this kernel may write its result
+  // into the residual's own bytes: the kernel reads each residual element only before it writes
+  // the output element at the same place (never another one). The runtime then plans the op's
+  // result into the residual's slot when nothing reads the residual afterwards, and the kernel
+  // finds the residual already in its output buffer (no copy).
+  virtual bool adds_in_place() const { return false; }
 };
 
 class KernelProvider {

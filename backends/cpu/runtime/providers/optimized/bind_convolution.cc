@@ -88,6 +88,9 @@ class ConvLikeKernel final : public OptimizedKernel {
   const executorch::aten::TensorImpl* chainable_output() const override {
     return impl_of(output_);
   }
+  // ConvCore and row_gemm read each residual element before writing the output there (the
+  // sum post-op adds what dst holds; channel pieces stage their own channels).
+  bool adds_in_place() const override { return residual_ != nullptr; }
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
   std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
 
@@ -95,10 +98,16 @@ class ConvLikeKernel final : public OptimizedKernel {
     return guarded(Op::kName, [&] {
       float* out = output_->mutable_data_ptr<float>();
       const float* residual = residual_ ? residual_->const_data_ptr<float>() : nullptr;
-      if (residual_fix_) {
+      if (residual_fix_ && residual == out) {
+        // Planned in place (adds_in_place) but produced in the other layout: convert it
+        // through a buffer of our own (a reorder cannot run in place).
+        staged_residual_.resize(static_cast<size_t>(output_->numel()));
+        residual_fix_->run(residual, staged_residual_.data());
+        std::memcpy(out, staged_residual_.data(), output_->nbytes());
+      } else if (residual_fix_) {
         residual_fix_->run(residual, out);
-        residual = out;
       }
+      if (residual_fix_) residual = out;
       plan_->run(input_->const_data_ptr<float>(), out, residual);
     });
   }
@@ -110,6 +119,7 @@ class ConvLikeKernel final : public OptimizedKernel {
   const Tensor* residual_;
   std::unique_ptr<Plan> plan_;
   std::unique_ptr<onednn::ReorderPlan> residual_fix_;
+  std::vector<float> staged_residual_;  // residual_fix_ on a residual planned in place
 };
 using ConvKernel = ConvLikeKernel<ConvOp>;
 using DeconvKernel = ConvLikeKernel<DeconvOp>;

@@ -61,6 +61,9 @@ class LinearKernel final : public OptimizedKernel {
     if (sizes_.size() > kSizesKept) sizes_.pop_back();
   }
   bool resizable() const override { return true; }
+  // LinearPlan and row_gemm read each residual element before writing the output there (the
+  // sum post-op adds what dst holds; the row blocks add in registers).
+  bool adds_in_place() const override { return residual_ != nullptr; }
   void drop_kept_plans() override {
     sizes_.clear();
     tiled_.reset();
