@@ -360,3 +360,59 @@ def test_small_squeeze_excite_blocks_run_whole_in_channel_slices(
             placement,
             banded_placement,
         )
+
+
+@pytest.mark.parametrize(
+    ("c_in", "hidden", "c_out", "stride", "batch", "size", "reach", "own"),
+    [
+        (32, 192, 32, 1, 1, 7, "unset", "unset"),
+        (24, 136, 40, 2, 2, 14, "all", "unset"),
+        (72, 144, 72, 1, 2, 9, "all", "0"),
+    ],
+)
+def test_small_blocks_with_project_run_in_two_phases(
+    c_in: int, hidden: int, c_out: int, stride: int, batch: int, size: int, reach: str, own: str
+) -> None:
+    # A block with project on a small image (7x7 at batch 1: one row band, one thread) runs its
+    # expand + depthwise in channel slices, then, after the pool's join, the project (+ input) in
+    # pixel pieces; "all" takes every block whose slice fits (batch 2 too; 136 hidden channels:
+    # a channel tail; 72 input channels: oneDNN's expand). ET_CPU_BLOCK_TWO_PHASE=0 gives row
+    # bands; both match eager and each other.
+    torch.manual_seed(hidden + size)
+    residual = stride == 1 and c_in == c_out
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, c_in, 3, padding=1),
+        Block(c_in, hidden, c_out, 3, stride, "relu6", True, residual),
+    ).eval()
+    x = torch.randn(batch, 3, size, size)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ET_CPU_ONEDNN_THREADS", "2")
+        if own == "unset":
+            patch.delenv("ET_CPU_OWN_DEPTHWISE", raising=False)
+        else:
+            patch.setenv("ET_CPU_OWN_DEPTHWISE", own)
+        if reach == "unset":
+            patch.delenv("ET_CPU_BLOCK_TWO_PHASE", raising=False)
+        else:
+            patch.setenv("ET_CPU_BLOCK_TWO_PHASE", reach)
+        module, _ = lower(model, (x,))
+        out = module.forward([x])[0]
+        placement = loader.last_placement()
+        patch.setenv("ET_CPU_BLOCK_TWO_PHASE", "0")
+        module, _ = lower(model, (x,))
+        banded = module.forward([x])[0]
+        banded_placement = loader.last_placement()
+    with torch.no_grad():
+        assert_close_scaled(out, model(x))
+        assert_close_scaled(banded, model(x))
+    torch.testing.assert_close(out, banded, atol=1e-5, rtol=1e-5)
+    for lines in (placement, banded_placement):
+        assert _blocks_fused(lines) == 1, lines
+    assert ", 1 blocks in two phases, " in _summary(placement), placement
+    assert ", 0 blocks in two phases, " in _summary(banded_placement), banded_placement
+    if batch == 1:
+        # One row band of 7 rows ran on one thread; the two phases split the block.
+        assert _ops_split(placement) == _ops_split(banded_placement) + 1, (
+            placement,
+            banded_placement,
+        )

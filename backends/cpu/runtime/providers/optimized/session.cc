@@ -88,6 +88,7 @@ std::string OptimizedSession::summary() const {
          " linear_8da:avx2, " + std::to_string(count_containing("depthwise:avx512")) +
          " depthwise (alone or in a block), " +
          std::to_string(count_containing("block pointwise:avx512")) + " block expands, " +
+         std::to_string(count_containing("pixel pieces")) + " blocks in two phases, " +
          std::to_string(count_implementation("depthwise_int8:avx512_vnni")) +
          " depthwise_int8:avx512_vnni, " +
          std::to_string(count_implementation("pointwise_int8:avx512_vnni")) +

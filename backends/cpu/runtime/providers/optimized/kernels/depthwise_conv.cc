@@ -7,10 +7,11 @@
 // over K row pointers (a row outside the input rows the caller holds points at a zero row), and
 // per kernel row each input vector of the block's span is loaded once and multiplied with every
 // weight that meets it, so a 3x3 stride-1 block of 8 pixels costs 10 input loads for 24 FMAs.
-// The post-ops the mobile networks fuse (clamp / ReLU, hardswish, SiLU) are inlined per kernel;
-// others go through epilogue16. A block whose windows cross the left or right border loads the
-// columns outside through an empty mask (zeros), so borders run the same code. Kernels other
-// than square 3x3 / 5x5, or column strides other than 1 and 2, take a one-pixel loop.
+// The post-ops the mobile networks fuse (clamp / ReLU, hardswish, SiLU: silu16_fast unless
+// ET_CPU_DEPTHWISE_FAST_SILU=0) are inlined per kernel; others go through epilogue16. A block
+// whose windows cross the left or right border loads the columns outside through an empty mask
+// (zeros), so borders run the same code. Kernels other than square 3x3 / 5x5, or column strides
+// other than 1 and 2, take a one-pixel loop.
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_conv.h"
 
 #include <algorithm>
@@ -193,6 +194,8 @@ BlockKernel with_epilogue(int b, Epi epi) {
       return block_kernel_of<K, S, kReads, Epi::kHardswish>(b);
     case Epi::kSilu:
       return block_kernel_of<K, S, kReads, Epi::kSilu>(b);
+    case Epi::kSiluFast:
+      return block_kernel_of<K, S, kReads, Epi::kSiluFast>(b);
     default:
       return block_kernel_of<K, S, kReads, Epi::kGeneric>(b);
   }
@@ -244,7 +247,9 @@ bool own_depthwise_wanted(const DepthwiseShape& shape, const PostOps& post_ops) 
 
 DepthwiseConv::DepthwiseConv(const DepthwiseShape& shape, const float* weight, const float* bias,
                              PostOps post_ops)
-    : shape_(shape), post_ops_(std::move(post_ops)) {
+    : shape_(shape),
+      post_ops_(std::move(post_ops)),
+      fast_silu_(kernel_switched_on("ET_CPU_DEPTHWISE_FAST_SILU")) {
   if (!depthwise_supports(shape_, post_ops_)) {
     throw ProviderError("depthwise conv: this shape or these post-ops are not supported here");
   }
@@ -287,7 +292,8 @@ void DepthwiseConv::run_rows(const float* input, int64_t input_first, int64_t in
                              float* output, int64_t row_begin, int64_t row_end) const {
   const DepthwiseShape& s = shape_;
   RowArgs a;
-  const Epi epi = fused_epilogue_of(post_ops_, &a.lo, &a.hi);
+  Epi epi = fused_epilogue_of(post_ops_, &a.lo, &a.hi);
+  if (epi == Epi::kSilu && fast_silu_) epi = Epi::kSiluFast;
   // Each block's kernel (borders: through the load masks; unspecialized sizes: one pixel).
   std::vector<BlockKernel> kernels;
   kernels.reserve(blocks_.size());

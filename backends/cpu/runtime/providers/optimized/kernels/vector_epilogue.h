@@ -102,7 +102,8 @@ inline bool post_ops_in_registers_without_add(const PostOps& post_ops) {
 // How a kernel with the post-ops as a template parameter applies them to each output vector: the
 // three the mobile networks fuse (ReLU / ReLU6 / hardtanh as a clamp, hardswish, SiLU) with their
 // own inlined code, every other in-register chain through epilogue16 (a dispatch per vector).
-enum class FusedEpilogue { kClamp, kHardswish, kSilu, kGeneric };
+// kSiluFast: SiLU by silu16_fast (a kernel's choice for kSilu; fused_epilogue_of never gives it).
+enum class FusedEpilogue { kClamp, kHardswish, kSilu, kSiluFast, kGeneric };
 
 // The class of `post_ops` (no add) and, for kClamp, its bounds.
 inline FusedEpilogue fused_epilogue_of(const PostOps& post_ops, float* lo, float* hi) {
@@ -148,6 +149,8 @@ ET_AVX512 inline __attribute__((always_inline)) __m512 fused_epilogue(const Post
     return _mm512_mul_ps(v, hardsigmoid16(v));
   } else if constexpr (E == FusedEpilogue::kSilu) {
     return silu16(v);
+  } else if constexpr (E == FusedEpilogue::kSiluFast) {
+    return silu16_fast(v);
   } else {
     return epilogue16(post_ops, v, nullptr, static_cast<__mmask16>(0xFFFF));
   }

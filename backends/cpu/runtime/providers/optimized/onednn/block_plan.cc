@@ -1,4 +1,5 @@
-// The inverted residual block plan (BlockPlan): expand, depthwise, project in row bands.
+// The inverted residual block plan (BlockPlan): expand, depthwise, project in row bands, or
+// whole per image in channel slices (then, with a project, the project in pixel pieces).
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
 
 #include "backends/cpu/runtime/providers/optimized/common/switches.h"
@@ -68,6 +69,14 @@ struct BlockSlice {
   OwnedTensor depthwise_weights, depthwise_bias;
 };
 
+// Output pixels [begin, end) of one image, the project's piece of a two-phase block: the
+// project primitive `stage` over them as one row of pixels.
+struct BlockPixels {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int stage = -1;
+};
+
 }  // namespace
 
 struct BlockPlan::Impl {
@@ -95,6 +104,9 @@ struct BlockPlan::Impl {
   // Non-empty: the block runs whole per image in these channel slices (block_slices_wanted),
   // pieces (image, slice) on the pool, and `pieces` is empty.
   std::vector<BlockSlice> slices;
+  // Non-empty (slices and a project: block_two_phase_wanted): the slices write the whole
+  // depthwise output to state.block_hidden, then pieces (image, pixels) run the project.
+  std::vector<BlockPixels> pixels;
   int64_t step_rows = 0;
   std::string implementation;
 };
@@ -270,6 +282,27 @@ bool block_slices_wanted(const BlockParams& p, int64_t slices, int64_t out_h, in
   return 4.0 * slice_channels * pixels <= kBlockStepBytes;
 }
 
+// Whether a block WITH project runs in two phases: the expand and depthwise whole per image in
+// channel slices (as block_slices_wanted's blocks), into one buffer of the whole depthwise
+// output, then, after the pool's join, the project (+ input) in pieces of pixels. Row bands of
+// >= kBlockMinPieceRows rows make a 7x7 block one piece (MobileNetV2's 160 -> 960 -> 160 / 320 on
+// one of the two threads). Needs a slice that fits kBlockStepBytes as block_slices_wanted's.
+// ET_CPU_BLOCK_TWO_PHASE (read at prepare): "0" never; "all" every block whose slice fits;
+// unset: where the row bands (`band_pieces` of them over the batch) would leave a thread idle.
+bool block_two_phase_wanted(const BlockParams& p, int64_t slices, int64_t out_h, int64_t out_w,
+                            int64_t band_pieces) {
+  const SwitchReach reach = switch_reach("ET_CPU_BLOCK_TWO_PHASE");
+  if (reach == SwitchReach::kNever || !p.expand || !p.project || slices < 2 ||
+      p.hidden_channels < 16 * slices) {
+    return false;
+  }
+  if (reach == SwitchReach::kDefault && band_pieces >= slices) return false;
+  const double slice_channels = static_cast<double>((p.hidden_channels + slices - 1) / slices);
+  const double pixels =
+      static_cast<double>(p.input_size[0] * p.input_size[1] + out_h * out_w);
+  return 4.0 * slice_channels * pixels <= kBlockStepBytes;
+}
+
 }  // namespace
 
 BlockPlan Provider::prepare_block(
@@ -338,10 +371,26 @@ BlockPlan Provider::prepare_block(
       return conv;
     };
 
-    // Whole per image in channel slices (block_slices_wanted); row bands below when a slice's
-    // stage would not get the kernel oneDNN gives the slice's whole op.
+    // Pieces: per image, bands of output rows; as many as the pool's rule gives, but a multiple
+    // of the threads (each gets an equal share) and no thinner than kBlockMinPieceRows.
+    const int threads_n = state.pool ? state.pool->size() : 1;
+    const double expand_flops = params.expand ? static_cast<double>(h * w * cin * hid) : 0.0;
+    const double rest_flops =
+        static_cast<double>(p.out_h * p.out_w) * hid * (k * k + (params.project ? cout : 0));
+    const double flops = 2.0 * static_cast<double>(params.batch) * (expand_flops + rest_flops);
+    int64_t per_image = static_cast<int64_t>(state.pieces_for(flops / params.batch, p.out_h));
+    per_image = std::min(per_image, std::max<int64_t>(1, p.out_h / kBlockMinPieceRows));
+    if (per_image > 1 && threads_n > 1) {
+      per_image = std::max<int64_t>(threads_n, per_image / threads_n * threads_n);
+    }
+
+    // Whole per image in channel slices (block_slices_wanted, block_two_phase_wanted); row
+    // bands below when a slice's stage (or a pixel piece's project) would not get the kernel
+    // oneDNN gives its whole op.
     const int64_t slice_count = state.pool ? static_cast<int64_t>(state.pool->size()) : 1;
-    if (block_slices_wanted(params, slice_count, p.out_h, p.out_w)) {
+    if (block_slices_wanted(params, slice_count, p.out_h, p.out_w) ||
+        block_two_phase_wanted(params, slice_count, p.out_h, p.out_w,
+                               per_image * params.batch)) {
       const int64_t vectors = (hid + 15) / 16;  // slices of whole 16-channel vectors
       bool fits = true;
       int64_t widest = 0;
@@ -390,6 +439,32 @@ BlockPlan Provider::prepare_block(
         widest = std::max(widest, n);
         p.slices.push_back(std::move(slice));
       }
+      std::string project_whole;
+      if (fits && params.project) {
+        // The project over pixel pieces, each one row of pixels, in the whole op's layout.
+        std::tie(p.project_weights, p.project_bias, project_whole) = block_weights(
+            state, {1, hid, p.out_h, p.out_w}, {1, cout, p.out_h, p.out_w}, {cout, hid, 1, 1},
+            weights.project, weights.project_bias, {1, 1}, {0, 0}, project_attr);
+        const int64_t pixels = p.out_h * p.out_w;
+        const int64_t pixel_pieces = std::min<int64_t>(slice_count, pixels);
+        std::vector<std::pair<int64_t, int>> pixel_keys;
+        for (int64_t i = 0; i < pixel_pieces && fits; ++i) {
+          const auto [begin, end] =
+              slice_of(pixels, static_cast<size_t>(pixel_pieces), static_cast<size_t>(i));
+          BlockPixels piece;
+          piece.begin = begin;
+          piece.end = end;
+          const int64_t n = end - begin;
+          piece.stage = stage_index(pixel_keys, p.project, n, [&] {
+            return make_block_stage(state, {1, hid, 1, n}, {1, cout, 1, n}, p.project_weights.md,
+                                    weights.project_bias ? p.project_bias.md : memory::desc(),
+                                    {1, 1}, {0, 0}, {0, 0}, project_attr);
+          });
+          fits = p.project[static_cast<size_t>(piece.stage)].implementation == project_whole &&
+                 project_whole.find("ref") == std::string::npos;
+          p.pixels.push_back(piece);
+        }
+      }
       if (fits) {
         if (own_depthwise) p.depthwise_tail.reset();  // its post-ops run in registers
         if (own_expand) p.expand_tail.reset();
@@ -403,16 +478,30 @@ BlockPlan Provider::prepare_block(
           if (!own_expand) state.reserve_piece_scratchpad(slice.expand.scratchpad_md);
           if (!own_depthwise) state.reserve_piece_scratchpad(slice.depthwise.scratchpad_md);
         }
+        for (const BlockStage& stage : p.project) {
+          state.reserve_piece_scratchpad(stage.scratchpad_md);
+        }
+        if (params.project) {
+          state.block_hidden.reserve(static_cast<size_t>(params.batch * p.out_h * p.out_w * hid) *
+                                     sizeof(float));
+        }
         const BlockSlice& first = p.slices.front();
+        const bool tails = p.expand_tail || p.depthwise_tail || p.project_tail;
         p.implementation =
             "block " +
             (own_expand ? std::string("pointwise:avx512") : first.expand.implementation) + " + " +
             (own_depthwise ? std::string("depthwise:avx512") : first.depthwise.implementation) +
-            " (no project)" + (p.expand_tail || p.depthwise_tail ? " + vector tails" : "") +
-            ", whole image in " + std::to_string(p.slices.size()) + " channel slices";
+            (params.project ? " + " + project_whole : std::string(" (no project)")) +
+            (tails ? " + vector tails" : "") + ", whole image in " +
+            std::to_string(p.slices.size()) + " channel slices" +
+            (params.project ? ", then the project in " + std::to_string(p.pixels.size()) +
+                                  " pixel pieces"
+                            : std::string());
         return BlockPlan(std::move(impl));
       }
       p.slices.clear();
+      p.pixels.clear();
+      p.project.clear();
     }
 
     // Weights in the layouts the whole-image stages pick.
@@ -451,19 +540,6 @@ BlockPlan Provider::prepare_block(
     const double row_bytes = 4.0 * static_cast<double>(hid) * static_cast<double>(s * w + p.out_w);
     p.step_rows = std::max<int64_t>(1, static_cast<int64_t>(kBlockStepBytes / row_bytes));
     p.step_rows = std::min(p.step_rows, p.out_h);
-
-    // Pieces: per image, bands of output rows; as many as the pool's rule gives, but a multiple
-    // of the threads (each gets an equal share) and no thinner than kBlockMinPieceRows.
-    const int threads_n = state.pool ? state.pool->size() : 1;
-    const double expand_flops = params.expand ? static_cast<double>(h * w * cin * hid) : 0.0;
-    const double rest_flops =
-        static_cast<double>(p.out_h * p.out_w) * hid * (k * k + (params.project ? cout : 0));
-    const double flops = 2.0 * static_cast<double>(params.batch) * (expand_flops + rest_flops);
-    int64_t per_image = static_cast<int64_t>(state.pieces_for(flops / params.batch, p.out_h));
-    per_image = std::min(per_image, std::max<int64_t>(1, p.out_h / kBlockMinPieceRows));
-    if (per_image > 1 && threads_n > 1) {
-      per_image = std::max<int64_t>(threads_n, per_image / threads_n * threads_n);
-    }
 
     std::vector<std::pair<int64_t, int>> expand_keys;
     std::vector<std::pair<std::vector<int64_t>, int>> depthwise_keys;
@@ -595,14 +671,19 @@ void BlockPlan::run(const float* input, float* output) const {
   };
   if (!p.slices.empty()) {
     // Piece (image, slice): the slice's expand over the whole image, its depthwise, and its
-    // channels copied into the output's rows.
+    // channels copied into the output's rows (with a project: into the image's rows of the
+    // whole depthwise output, which the project's pixel pieces read after the join).
     const size_t count = p.slices.size();
+    const int64_t pixels = p.out_h * p.out_w;
+    float* hidden = bp.project ? static_cast<float*>(state.block_hidden.data()) : nullptr;
+    const int64_t gathered_channels = bp.project ? bp.hidden_channels : bp.out_channels;
     auto run_slice = [&](size_t index, int worker) {
       wrap_dnnl("block", [&] {
         const BlockSlice& slice = p.slices[index % count];
         const int64_t image = static_cast<int64_t>(index / count);
         const float* x = input + image * h * in_row;
-        float* y = output + image * p.out_h * out_row;
+        float* y = hidden ? hidden + image * pixels * bp.hidden_channels
+                          : output + image * p.out_h * out_row;
         const size_t w_index = static_cast<size_t>(worker);
         float* expanded = static_cast<float*>(state.block_expanded[w_index].data());
         float* depthwise = static_cast<float*>(state.block_depthwise[w_index].data());
@@ -619,9 +700,8 @@ void BlockPlan::run(const float* input, float* output) const {
                     slice.depthwise_bias, p.depthwise_tail);
         }
         const int64_t n = slice.end - slice.begin;
-        const int64_t pixels = p.out_h * p.out_w;
         for (int64_t i = 0; i < pixels; ++i) {
-          std::memcpy(y + i * bp.out_channels + slice.begin, depthwise + i * n,
+          std::memcpy(y + i * gathered_channels + slice.begin, depthwise + i * n,
                       static_cast<size_t>(n) * sizeof(float));
         }
       });
@@ -630,6 +710,31 @@ void BlockPlan::run(const float* input, float* output) const {
       state.pool->run(count * static_cast<size_t>(bp.batch), run_slice);
     } else {
       for (size_t i = 0; i < count * static_cast<size_t>(bp.batch); ++i) run_slice(i, 0);
+    }
+    if (!bp.project) return;
+    // Piece (image, pixels): the project of those pixels (+ the block's input).
+    const size_t pixel_count = p.pixels.size();
+    auto run_pixels = [&](size_t index, int worker) {
+      wrap_dnnl("block", [&] {
+        const BlockPixels& piece = p.pixels[index % pixel_count];
+        const int64_t image = static_cast<int64_t>(index / pixel_count);
+        const int64_t first = image * pixels + piece.begin;
+        float* out = output + first * bp.out_channels;
+        if (p.has_add) {
+          // The sum post-op adds what the output pixels hold: the block's input pixels.
+          std::memcpy(out, input + first * bp.in_channels,
+                      static_cast<size_t>((piece.end - piece.begin) * bp.out_channels) *
+                          sizeof(float));
+        }
+        run_stage(p.project[static_cast<size_t>(piece.stage)], worker,
+                  hidden + first * bp.hidden_channels, out, p.project_weights, p.project_bias,
+                  p.project_tail);
+      });
+    };
+    if (state.pool) {
+      state.pool->run(pixel_count * static_cast<size_t>(bp.batch), run_pixels);
+    } else {
+      for (size_t i = 0; i < pixel_count * static_cast<size_t>(bp.batch); ++i) run_pixels(i, 0);
     }
     return;
   }

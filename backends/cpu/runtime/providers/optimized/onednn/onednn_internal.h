@@ -182,6 +182,9 @@ struct ProviderState {
   // Block plans (prepare_block): each thread's expanded rows and depthwise output rows.
   std::vector<AlignedBuffer> block_expanded;
   std::vector<AlignedBuffer> block_depthwise;
+  // Two-phase block plans: the whole depthwise output (all threads' channel slices) the project
+  // then reads in pixel pieces.
+  AlignedBuffer block_hidden;
 
   void reserve_scratchpad(const memory::desc& md) { scratchpad.reserve(md.get_size()); }
   void reserve_piece_scratchpad(const memory::desc& md) {
@@ -196,7 +199,7 @@ struct ProviderState {
     for (const AlignedBuffer& buffer : piece_outputs) total += buffer.size();
     for (const AlignedBuffer& buffer : block_expanded) total += buffer.size();
     for (const AlignedBuffer& buffer : block_depthwise) total += buffer.size();
-    return total;
+    return total + block_hidden.size();
   }
 
   // Pieces an op of `flops` splits into over `units` independent slices; 1 = run it whole.

@@ -272,6 +272,25 @@ def test_default_takes_the_blocked_classes(
         assert_close(plan.run(x), expected)
 
 
+def test_silu_fast_by_default_exact_division_when_switched_off(
+    provider: Provider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A SiLU epilogue runs silu16_fast (rcp14 and a Newton step) unless
+    ET_CPU_DEPTHWISE_FAST_SILU=0 (read when the kernel is made: silu16's division); both match
+    torch, and they are not the same bits (the switch reaches the kernel)."""
+    post_ops, activation = ACTIVATIONS["silu"]
+    x, weight, bias = _inputs(1, 40, (11, 20), (3, 3), 7)
+    x = x * 4.0
+    monkeypatch.delenv("ET_CPU_DEPTHWISE_FAST_SILU", raising=False)
+    fast = _run(provider, x, weight, bias, 1, 1, post_ops)
+    monkeypatch.setenv("ET_CPU_DEPTHWISE_FAST_SILU", "0")
+    exact = _run(provider, x, weight, bias, 1, 1, post_ops)
+    expected = _expected(x, weight, bias, 1, 1, activation)
+    assert_close(fast, expected)
+    assert_close(exact, expected)
+    assert not torch.equal(fast, exact)
+
+
 def test_switch_off_keeps_onednn(provider: Provider, own_depthwise_off: None) -> None:
     x, weight, bias = _inputs(1, 40, (9, 9), (3, 3), 1)
     actual = _run(provider, x, weight, bias, 1, 1, [PostOp(RELU)], own=False)
