@@ -28,11 +28,13 @@ test size), ``--no-memory`` (skip the memory subprocesses),
 ``--profile [--profile-runs N]``: after each table, one extra run per model in a fresh process
 with ``ET_CPU_PROFILE=1`` (the runtime times every kernel call and prints its table when the
 delegate is destroyed): which provider ran each op and its share of the kernel time, summed per
-kernel and provider, plus the top ops. The profiled run is not one of the timed ones (profiling
-adds two clock reads per op). The profile also says how far each op, each kernel class (dense,
-1x1, depthwise, transposed convolution, GEMM, memory-bound) and the whole call are from the GEMM
-peak: FLOPs from the payload's shapes (`op_cost.py`) over the measured time, against float32
-`torch.mm` at 1024^3 measured in the same run.
+kernel and provider, plus the top ops, and where one call's time goes: the wall time of
+Python's ``run_method`` (back to back, Python's collector off), the delegates' share of it and,
+inside them, the kernels and the time before, between and after them. The profiled run is not
+one of the timed ones (profiling adds two clock reads per op). The profile also says how far
+each op, each kernel class (dense, 1x1, depthwise, transposed convolution, GEMM, memory-bound) and
+the whole call are from the GEMM peak: FLOPs from the payload's shapes (`op_cost.py`) over the
+measured time, against float32 `torch.mm` at 1024^3 measured in the same run.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -239,6 +242,30 @@ def parse_profile(text: str) -> list[ProfiledOp]:
     return ops
 
 
+# "  10473.2 us per call in the delegate (mean after the first): kernels 10402.5, outside them
+# 70.7 (entry 1.2, between kernels 60.1, exit 9.4)" (compiled_graph.cc, call_report): one per
+# delegate.
+_CALL_LINE = re.compile(
+    r"^\s*(?P<total>[0-9.]+) us per call in the delegate \(mean after the first\): "
+    r"kernels (?P<kernels>[0-9.]+), outside them [0-9.]+ \(entry (?P<entry>[0-9.]+), "
+    r"between kernels (?P<between>[0-9.]+), exit (?P<exit>[0-9.]+)\)$"
+)
+CALL_PARTS = ("total", "kernels", "entry", "between", "exit")
+
+
+def parse_calls(text: str) -> dict[str, float]:
+    """The per-call lines of every ET_CPU_PROFILE table in `text`, summed over the delegates:
+    microseconds per call in the delegates (`total`), in their kernels, before the first kernel,
+    between kernels and after the last. Empty when no table has one (a single run)."""
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        match = _CALL_LINE.match(line)
+        if match:
+            for part in CALL_PARTS:
+                sums[part] = sums.get(part, 0.0) + float(match[part])
+    return sums
+
+
 def _provider_group(provider: str) -> str:
     if provider.startswith("folded into"):  # a permute a product or permute reads through
         return "folded permute (no copy)"
@@ -246,8 +273,10 @@ def _provider_group(provider: str) -> str:
 
 
 def _profile_child(model: str, size: str, runs: int) -> int:
-    """In a fresh process with ET_CPU_PROFILE=1: lower, run `runs` times, destroy the delegate
-    (the runtime prints its profile table on stderr then); print the op placement as JSON."""
+    """In a fresh process with ET_CPU_PROFILE=1: lower, run `runs` times back to back as the
+    harness times them (outputs not cloned), destroy the delegate (the runtime prints its profile
+    table on stderr then); print the op placement and the mean wall time of a call after the
+    first (the runtime's convention) as JSON."""
     from executorch.extension.pybindings import portable_lib
 
     from backends.cpu.runtime import loader
@@ -255,13 +284,23 @@ def _profile_child(model: str, size: str, runs: int) -> int:
     pte, inputs = lower(model, size, BASELINE)
     loader.load_cpu_backend()
     module = portable_lib._load_for_executorch_from_buffer(pte)
-    for _ in range(runs):
-        module.forward(list(inputs))
+    args = list(inputs)
+    seconds = []
+    gc.collect()
+    gc.disable()  # a collection inside a timed call would count as time outside the delegate
+    try:
+        for _ in range(runs):
+            start = time.perf_counter()
+            module.run_method("forward", args, clone_outputs=False)
+            seconds.append(time.perf_counter() - start)
+    finally:
+        gc.enable()
     placement = loader.last_placement()
     del module
     gc.collect()
     sys.stderr.flush()
-    print(json.dumps({"placement": placement}))
+    later = seconds[1:] or seconds
+    print(json.dumps({"placement": placement, "call_us": 1e6 * sum(later) / len(later)}))
     return 0
 
 
@@ -287,7 +326,8 @@ def profile(model: str, size: str, runs: int, timeout_s: float = 600.0) -> dict[
     if proc.returncode != 0 or not ops or not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"profile of {model}/{size} failed (exit {proc.returncode}): {tail}")
-    placement: list[str] = json.loads(lines[-1])["placement"]
+    child = json.loads(lines[-1])
+    placement: list[str] = child["placement"]
     by_kernel: dict[tuple[str, str], list[float]] = {}
     for op in ops:
         entry = by_kernel.setdefault((op.kernel, _provider_group(op.provider)), [0, 0.0, 0.0])
@@ -312,6 +352,8 @@ def profile(model: str, size: str, runs: int, timeout_s: float = 600.0) -> dict[
         ],
         "fused_ops": sum(1 for line in placement if ": fused into " in line),
         "ops": op_rows,
+        # Per call: Python's run_method, the delegates' share of it and its parts.
+        "call": {"python_us": child["call_us"], **parse_calls(proc.stderr)},
     }
 
 
@@ -394,6 +436,16 @@ def render_profile(figures: dict[str, Any], top: int = 5) -> str:
         ),
         f"    {'kernel':<40} {'provider':<22} {'ops':>4} {'us/run':>9} {'share':>6}",
     ]
+    call = figures["call"]
+    if "total" in call:
+        lines.insert(
+            1,
+            f"    per call: {call['python_us']:.0f} us in Python's run_method = "
+            f"{call['total']:.0f} in the delegate (kernels {call['kernels']:.0f}, before the first "
+            f"{call['entry']:.1f}, between kernels {call['between']:.1f}, after the last "
+            f"{call['exit']:.1f}) + {call['python_us'] - call['total']:.0f} outside it "
+            "(ExecuTorch's method, the bindings, ops not delegated)",
+        )
     for row in figures["per_kernel"]:
         lines.append(
             f"    {row['kernel']:<40} {row['provider']:<22} {row['ops']:>4} "

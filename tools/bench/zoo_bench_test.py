@@ -57,6 +57,9 @@ def test_the_bench_runs_and_reports_delegation_and_the_per_op_profile(tmp_path: 
     assert bench["details"]["xnnpack_ops_outside"] == {"aten._log_softmax.default": 1}
     figures = bench["details"]["profile"]
     assert figures["runs"] == 2 and figures["total_us"] > 0
+    # One call's wall time in Python, of which the delegate's: its kernels and the rest.
+    call = figures["call"]
+    assert call["python_us"] >= call["total"] >= call["kernels"] > 0, call
     assert abs(sum(figures["per_provider_share"].values()) - 100.0) < 1.0
     kernels = {(row["kernel"], row["provider"]) for row in figures["per_kernel"]}
     assert ("aten::_log_softmax.out", "Optimized(oneDNN)") in kernels
@@ -88,6 +91,28 @@ def test_profile_lines_parse() -> None:
     )
     assert (first.mean_us, first.share) == (21.6, 2.9)
     assert second.provider.startswith("Reference (declined by Optimized(oneDNN)")
+
+
+def test_call_lines_parse_and_sum_over_delegates() -> None:
+    line = (
+        "     {} us per call in the delegate (mean after the first): kernels {}, outside them {} "
+        "(entry {}, between kernels {}, exit {})"
+    )
+    text = "\n".join(
+        [
+            line.format("100.0", "90.0", "10.0", "1.0", "8.0", "1.0"),
+            "     90.0 us total",
+            line.format("50.5", "40.0", "10.5", "0.5", "9.5", "0.5"),
+        ]
+    )
+    assert zoo_bench.parse_calls(text) == {
+        "total": 150.5,
+        "kernels": 130.0,
+        "entry": 1.5,
+        "between": 17.5,
+        "exit": 1.5,
+    }
+    assert zoo_bench.parse_calls("     90.0 us total") == {}
 
 
 def test_variant_env_wants_name_equals_value() -> None:

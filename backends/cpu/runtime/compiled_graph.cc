@@ -158,6 +158,7 @@ std::string CompiledGraph::profile_report() const {
                   static_cast<double>(first_total) / 1e3);
     text += line;
   }
+  text += call_report();
   text += compile_report();
   if (spec_.is_dynamic()) {
     text += "shape plans: " + std::to_string(shape_plan_hits_) + " hits, " +
@@ -166,6 +167,22 @@ std::string CompiledGraph::profile_report() const {
             std::to_string(max_variants_) + "\n";
   }
   return text;
+}
+
+std::string CompiledGraph::call_report() const {
+  const CallTicks& sum = call_ticks_;
+  if (sum.calls < 2) return "";
+  const double per = static_cast<double>(sum.calls - 1);
+  const auto us = [per](uint64_t ticks) {
+    return static_cast<double>(executorch::runtime::ticks_to_ns(ticks)) / 1e3 / per;
+  };
+  char line[240];
+  std::snprintf(line, sizeof(line),
+                "%10.1f us per call in the delegate (mean after the first): kernels %.1f, "
+                "outside them %.1f (entry %.1f, between kernels %.1f, exit %.1f)\n",
+                us(sum.total), us(sum.kernels), us(sum.total - sum.kernels), us(sum.entry),
+                us(sum.between), us(sum.exit));
+  return line;
 }
 
 std::string CompiledGraph::compile_report() const {
@@ -1631,6 +1648,7 @@ Error CompiledGraph::resize_to(const std::vector<int64_t>& symbols) {
 
 Error CompiledGraph::run(Span<EValue*> args, MemoryAllocator* temp_allocator,
                          executorch::runtime::EventTracer* tracer) {
+  const et_timestamp_t call_start = profile_ ? executorch::runtime::pal_current_ticks() : 0;
   const size_t num_inputs = spec_.inputs.size();
   const size_t num_outputs = spec_.outputs.size();
   if (args.size() != num_inputs + num_outputs) {
@@ -1658,6 +1676,24 @@ Error CompiledGraph::run(Span<EValue*> args, MemoryAllocator* temp_allocator,
   // ticks are the PAL clock's, the one ETDump times DELEGATE_CALL with. Events are logged after
   // the last kernel, so that logging does not sit between kernels (and in their times).
   const bool timed = profile_ || tracer != nullptr;
+  // The providers' sessions know the call is on until it returns, whichever way.
+  struct CallScope {
+    std::vector<std::unique_ptr<ProviderSession>>& sessions;
+    explicit CallScope(std::vector<std::unique_ptr<ProviderSession>>& s) : sessions(s) {
+      for (const auto& session : sessions) {
+        if (session) session->call_started();
+      }
+    }
+    ~CallScope() {
+      for (const auto& session : sessions) {
+        if (session) session->call_finished();
+      }
+    }
+  } call_scope(sessions_);
+  // ET_CPU_PROFILE: the call's time outside its kernels (CallTicks).
+  CallTicks call;
+  et_timestamp_t previous_end = profile_ ? executorch::runtime::pal_current_ticks() : 0;
+  call.entry = previous_end - call_start;
   for (size_t i = 0; i < ops_.size(); ++i) {
     Op& op = ops_[i];
     if (op.kernel == nullptr) continue;  // fused into an earlier op
@@ -1671,6 +1707,9 @@ Error CompiledGraph::run(Span<EValue*> args, MemoryAllocator* temp_allocator,
         Op& timed_op = base_ != nullptr ? base_->ops_[i] : op;  // same ops, same order
         (timed_op.runs == 0 ? timed_op.first_ticks : timed_op.ticks) += end - start;
         ++timed_op.runs;
+        call.between += start - previous_end;
+        call.kernels += end - start;
+        previous_end = end;
       }
       op.last_start = start;
       op.last_end = end;
@@ -1703,6 +1742,17 @@ Error CompiledGraph::run(Span<EValue*> args, MemoryAllocator* temp_allocator,
     if (output_is_copy_[o] && value.nbytes > 0) {
       std::memcpy(args[num_inputs + o]->toTensor().mutable_data_ptr(),
                   tensors_[spec_.outputs[o]].impl->data(), value.nbytes);
+    }
+  }
+  if (profile_) {
+    const et_timestamp_t call_end = executorch::runtime::pal_current_ticks();
+    CallTicks& sum = base_ != nullptr ? base_->call_ticks_ : call_ticks_;
+    if (sum.calls++ > 0) {  // the first call is cold, as in the per-op means
+      sum.total += call_end - call_start;
+      sum.kernels += call.kernels;
+      sum.entry += call.entry;
+      sum.between += call.between;
+      sum.exit += call_end - previous_end;
     }
   }
   return Error::Ok;

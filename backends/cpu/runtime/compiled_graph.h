@@ -166,8 +166,21 @@ class CompiledGraph {
       return *this;
     }
   };
+  // ET_CPU_PROFILE: where a call's time goes besides its kernels, summed over the calls after the
+  // first: from entry to the first kernel (argument checks, binding the caller's buffers),
+  // between kernels (the runtime's loop), after the last kernel (state writes, output copies).
+  struct CallTicks {
+    uint64_t calls = 0;  // every call, the first included
+    uint64_t total = 0;
+    uint64_t kernels = 0;
+    uint64_t entry = 0;
+    uint64_t between = 0;
+    uint64_t exit = 0;
+  };
   // The per-op profile table (ET_CPU_PROFILE=1), printed when the graph is destroyed.
   std::string profile_report() const;
+  // Its per-call line: the delegate's time per call, and how much of it is not in kernels.
+  std::string call_report() const;
   // Its compile lines: the stages of init's compile and of a compile for a new size, and the
   // costliest binds.
   std::string compile_report() const;
@@ -221,6 +234,7 @@ class CompiledGraph {
   std::vector<Tensor> tensors_;  // one per value, never resized after build_tensors
   std::vector<Op> ops_;
   bool profile_ = false;  // ET_CPU_PROFILE=1: time every kernel call (read at compile)
+  CallTicks call_ticks_;  // ET_CPU_PROFILE: every run of this graph and its sizes' (base only)
   // True while a thread is in execute(): a second thread's call is refused, never interleaved.
   std::atomic<bool> executing_{false};
   CompileTicks compile_ticks_;        // this graph's own compile

@@ -58,6 +58,10 @@ class ProviderSession {
   // said resizable()). Prepares again what depends on the sizes. NotSupported: this session's
   // kernels cannot run at these sizes in place (the graph then compiles a shape plan instead).
   virtual executorch::runtime::Error resize() { return executorch::runtime::Error::NotSupported; }
+  // Around each call of the graph (every call_started() is followed by one call_finished(),
+  // errors included): a provider may keep its threads ready between the call's kernels.
+  virtual void call_started() {}
+  virtual void call_finished() {}
 };
 
 // An op the runtime offers to fuse after the op being bound: an elementwise step, or a

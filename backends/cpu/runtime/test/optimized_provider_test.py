@@ -175,6 +175,36 @@ def test_example_models_split_into_pieces_match_reference(name: str) -> None:
     assert (split > 0) == (name != "mlp_bn"), summary
 
 
+def test_calls_with_the_pool_held_match_calls_without() -> None:
+    # A call holds the work pool (ET_CPU_POOL_HOLD, read at init): its worker spins between the
+    # call's ops instead of sleeping. Two delegates of one program, held and not, alternate on
+    # the shared pool; every split op's pieces must still all run, once.
+    from backends.cpu.runtime.test.lowered_program import load, lower_to_pte
+
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 8, 3)
+    ).eval()
+    x = torch.randn(1, 3, 24, 24)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")
+        patch.setenv("ET_CPU_ONEDNN_THREADS", "2")
+        pte, _ = lower_to_pte(model, (x,))
+        held = load(pte)
+        held.forward([x])  # init: the delegate reads its switches here
+        patch.setenv("ET_CPU_POOL_HOLD", "0")
+        unheld = load(pte)
+        unheld.forward([x])
+    (summary,) = [line for line in loader.last_placement() if line.startswith("Optimized(")]
+    assert "ops split" in summary and "0 ops split" not in summary, summary
+    with torch.no_grad():
+        want = model(x)
+    for _ in range(20):
+        (a,) = held.forward([x])
+        (b,) = unheld.forward([x])
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, want, atol=1e-4, rtol=1e-4)
+
+
 class Pool(torch.nn.Module):
     def __init__(self, kernel: int, stride: int | None, padding: int, ceil: bool) -> None:
         super().__init__()
@@ -253,7 +283,20 @@ def test_profile_table_is_printed_when_the_delegate_is_destroyed() -> None:
     assert float(conv[0].split()[0]) > 0.0
     # The ReLU was fused into the convolution: it has no line of its own.
     assert not [line for line in lines if "relu" in line.lower() and " us " in line], lines
-    assert any(line.endswith("us total") for line in lines), lines
+    (total_line,) = [line for line in lines if line.endswith("us total")]
+    # The delegate's own time per call: its kernels (the table's total) and what lies outside
+    # them, split into entry, the gaps between kernels and exit.
+    (call_line,) = [line for line in lines if "us per call in the delegate" in line]
+    call = re.fullmatch(
+        r"\s*([\d.]+) us per call in the delegate \(mean after the first\): kernels ([\d.]+), "
+        r"outside them ([\d.]+) \(entry ([\d.]+), between kernels ([\d.]+), exit ([\d.]+)\)",
+        call_line,
+    )
+    assert call is not None, call_line
+    whole, kernels, outside, entry, between, exit_ = (float(g) for g in call.groups())
+    assert abs(kernels - float(total_line.split()[0])) <= 0.2, (call_line, total_line)
+    assert 0.0 < kernels <= whole and abs(whole - kernels - outside) <= 0.2, call_line
+    assert abs(entry + between + exit_ - outside) <= 0.4, call_line
     # The first, cold call is totalled apart, not averaged in.
     assert "mean us per run after the first" in header, header
     (first,) = [line for line in lines if line.endswith("the first call (cold), not in the mean")]

@@ -8,6 +8,7 @@
 
 #include "backends/cpu/runtime/error_report.h"
 #include "backends/cpu/runtime/providers/optimized/common/switches.h"
+#include "backends/cpu/runtime/providers/optimized/common/work_pool.h"
 
 namespace et_cpu_plugin {
 namespace cpu {
@@ -40,8 +41,19 @@ OptimizedSession::OptimizedSession(const OptimizedSession* base, bool sizes_vary
       weights_(base != nullptr                   ? base->weights_
                : onednn::weight_cache_enabled() ? std::make_shared<onednn::WeightCache>()
                                                 : nullptr),
-      shape_plan_(base != nullptr) {
+      shape_plan_(base != nullptr),
+      hold_pool_(onednn::kernel_switched_on("ET_CPU_POOL_HOLD")) {
   provider_ = std::make_unique<onednn::Provider>(options());  // options() reads provider_
+}
+
+void OptimizedSession::call_started() {
+  held_ = hold_pool_ ? provider_->work_pool() : nullptr;
+  if (held_ != nullptr) held_->hold();
+}
+
+void OptimizedSession::call_finished() {
+  if (held_ != nullptr) held_->release();
+  held_ = nullptr;
 }
 
 bool OptimizedSession::defers_prepare() const {

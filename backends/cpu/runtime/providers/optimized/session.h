@@ -96,6 +96,11 @@ class OptimizedSession final : public ProviderSession {
   // Every kernel prepared again, on a fresh Provider, for the tensors' new sizes, with the
   // layouts finalize settled (ProviderSession::resize).
   executorch::runtime::Error resize() override;
+  // While the graph's call runs, the provider's work pool is held (WorkPool::hold): its workers
+  // spin between the call's ops instead of sleeping. ET_CPU_POOL_HOLD=0 (read when the session
+  // opens): they sleep after their brief wait, as between calls.
+  void call_started() override;
+  void call_finished() override;
 
  private:
   onednn::ProviderOptions options() const;
@@ -112,6 +117,8 @@ class OptimizedSession final : public ProviderSession {
   bool unprepared_ = false;  // some kernel waits for finalize to prepare it
   bool shape_plan_ = false;  // opened with a base session
   bool bound_in_base_ = false;  // the op being bound (begin_bind)
+  bool hold_pool_ = true;        // ET_CPU_POOL_HOLD, read when the session opens
+  onednn::WorkPool* held_ = nullptr;  // the pool held during the current call
 };
 
 }  // namespace optimized

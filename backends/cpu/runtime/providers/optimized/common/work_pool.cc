@@ -132,8 +132,11 @@ void WorkPool::worker_main(int worker) {
   for (;;) {
     if (generation_.load() == seen) {
       lock.unlock();
-      wait_briefly([&] { return generation_.load(std::memory_order_acquire) != seen; },
-                   worker_spin_us());
+      const auto ready = [&] { return generation_.load(std::memory_order_acquire) != seen; };
+      // While a caller holds the pool, wait in brief rounds instead of sleeping.
+      while (!wait_briefly(ready, worker_spin_us()) &&
+             holds_.load(std::memory_order_acquire) > 0) {
+      }
       lock.lock();
       wake_.wait(lock, [&] { return generation_.load() != seen; });
     }
@@ -148,6 +151,25 @@ void WorkPool::worker_main(int worker) {
     lock.lock();
     if (active_.fetch_sub(1) == 1) finished_.notify_one();
   }
+}
+
+void WorkPool::hold() {
+  if (workers_.empty()) return;
+  if (holds_.fetch_add(1, std::memory_order_acq_rel) > 0) return;  // already awake
+  // A new generation without a job wakes sleeping workers; they find no job and wait again,
+  // spinning now that the pool is held. Taken only when no job is in flight, so none joins late.
+  std::unique_lock<std::mutex> turn(caller_, std::try_to_lock);
+  if (!turn.owns_lock()) return;  // another caller's job is running: its workers are awake
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  wake_.notify_all();
+}
+
+void WorkPool::release() {
+  if (workers_.empty()) return;
+  holds_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 void WorkPool::run(size_t tasks, const std::function<void(size_t, int)>& fn) {

@@ -51,6 +51,14 @@ class WorkPool {
   // while another caller's run holds the pool, every task runs on the calling thread (worker 0).
   void run(size_t tasks, const std::function<void(size_t task, int worker)>& fn);
 
+  // A caller about to run a series of jobs (a graph's call: ops back to back, some too small to
+  // split) holds the pool for its duration: its workers wake now, and between jobs they keep
+  // spinning (yielding the CPU to anyone who wants it) instead of sleeping, so no job waits for
+  // a sleeping worker's wake-up. Holds nest and may come from several callers; each hold() needs
+  // its release().
+  void hold();
+  void release();
+
  private:
   void worker_main(int worker);
   // Claims and runs tasks of the current job (own share first, then steals) until none is left.
@@ -69,6 +77,7 @@ class WorkPool {
   // Workers inside the current job: the caller resets `claimed_` for the next job only when no
   // worker can still be claiming from the last one.
   std::atomic<int> active_{0};
+  std::atomic<int> holds_{0};  // hold() minus release(): workers do not sleep while positive
   bool stop_ = false;
   const std::function<void(size_t, int)>* job_ = nullptr;  // null between jobs
   size_t tasks_ = 0;
