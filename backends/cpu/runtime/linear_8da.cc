@@ -61,6 +61,8 @@ float quantize_row(const float* x, int64_t k, int32_t* centered) {
 class Linear8daKernel final : public BoundKernel {
  public:
   explicit Linear8daKernel(const Linear8daArgs& a) : a_(a), row_(static_cast<size_t>(a.w.cols)) {}
+  // The rows from the input at each run, its scratch one row of K: any size within the bounds.
+  bool resizable() const override { return true; }
 
   Error run(KernelRuntimeContext&) override {
     const int64_t k = a_.w.cols, n = a_.w.rows, group = a_.w.group, groups = k / group;

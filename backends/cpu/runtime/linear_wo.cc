@@ -302,6 +302,8 @@ class LinearWoKernel final : public BoundKernel {
  public:
   explicit LinearWoKernel(const LinearWo& a)
       : a_(a), row_(static_cast<size_t>(a.w.cols)), isa_(bound_isa()) {}
+  // The rows from the input at each run, its scratch one row of K: any size within the bounds.
+  bool resizable() const override { return true; }
 
   Error run(KernelRuntimeContext&) override {
     const int64_t k = a_.w.cols, n = a_.w.rows;
@@ -325,6 +327,8 @@ class EmbeddingWoKernel final : public BoundKernel {
  public:
   EmbeddingWoKernel(const PackedWeight& w, const Tensor* indices, Tensor* output, const char* name)
       : w_(w), indices_(indices), output_(output), name_(name ? name : ""), isa_(bound_isa()) {}
+  // The count of indices read at each run (each checked then): any size within the bounds.
+  bool resizable() const override { return true; }
 
   Error run(KernelRuntimeContext&) override {
     const int64_t count = indices_->numel();

@@ -6,7 +6,9 @@ against eager at the bounds and between, alternating many times; no shape plan c
 made per call after the first round (weights, matmul primitives); resident memory flat. A graph
 with kernels that cannot resize (convolutions) keeps the shape plans, and so does a graph compiled
 with the switch off. Linears of a few rows (and a tile's remainder of a few) run on row_gemm
-reading their rows at each run: a new such count prepares nothing. A resize failing
+reading their rows at each run: a new such count prepares nothing (every count below 32 with
+ET_CPU_SMALL_ROW_TILES=1). A torchao-quantized decoder (8da4w, weight-only linear and embedding)
+resizes in place too. A resize failing
 halfway (the test hook ET_CPU_TEST_FAIL_RESIZE_AT) turns the graph back to its bounds and to
 shape plans, its results still right."""
 
@@ -23,7 +25,14 @@ import pytest
 import torch
 from executorch.exir import to_edge_transform_and_lower
 from executorch.extension.pybindings import portable_lib
+from torch import nn
 from torch.export import Dim
+from torchao.quantization import quantize_
+from torchao.quantization.granularity import PerAxis, PerGroup
+from torchao.quantization.quant_api import (
+    Int8DynamicActivationIntxWeightConfig,
+    IntxWeightOnlyConfig,
+)
 
 from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.runtime import loader
@@ -230,16 +239,30 @@ def test_arithmetic_activations_match_eager_at_every_size() -> None:
 
 
 @pytest.mark.skipif(not _has_avx512(), reason="row_gemm, which reads the rows, needs AVX-512")
-@pytest.mark.parametrize("reach, lengths", [(None, (2, 4, 1, 3)), ("all", (9, 31, 16, 5, 23))])
-def test_a_new_row_count_of_a_few_rows_prepares_no_linear(
-    llama: Any, monkeypatch: pytest.MonkeyPatch, reach: str | None, lengths: tuple[int, ...]
+@pytest.mark.parametrize(
+    "switch, lengths",
+    [
+        (None, (2, 4, 1, 3)),
+        ("ET_CPU_SMALL_ROW_TILES=1", (2, 4, 1, 3, 9, 31, 16, 5, 23, 8)),
+        ("ET_CPU_VARIABLE_ROWS=all", (9, 31, 16, 5, 23)),
+    ],
+)
+def test_a_new_row_count_below_a_row_tile_prepares_no_linear(
+    llama: Any, monkeypatch: pytest.MonkeyPatch, switch: str | None, lengths: tuple[int, ...]
 ) -> None:
-    # Up to 4 rows by default, every count below 32 with ET_CPU_VARIABLE_ROWS=all (read at each
-    # prepare): the linears' one plan of those counts, made at the first.
-    if reach is not None:
-        monkeypatch.setenv("ET_CPU_VARIABLE_ROWS", reach)
-    model, module = llama
-    module.forward([_tokens(lengths[0] + 1)])
+    # The linears' one plan that reads its rows, made when the session first prepares them (at
+    # the bounds; the switches read then): 1-4 rows on row_gemm; with ET_CPU_SMALL_ROW_TILES=1
+    # also 5-31 in 8-, 16- or 24-row tiles of oneDNN primitives and row_gemm for the rest; with
+    # ET_CPU_VARIABLE_ROWS=all every count below 32 on row_gemm.
+    if switch is None:
+        model, module = llama
+    else:
+        name, value = switch.split("=")
+        monkeypatch.setenv(name, value)
+        torch.manual_seed(10)
+        model = LlamaLike(vocab=VOCAB, dim=32, depth=1, heads=2, hidden=64, max_tokens=64).eval()
+        module = _load(model, torch.randint(0, VOCAB, (1, 8)), {1: Dim("tokens", min=1, max=64)})
+    module.forward([_tokens(40)])
     made = loader.matmul_primitive_stats()
     _, misses = loader.shape_plan_stats()
     for length in lengths:
@@ -271,3 +294,39 @@ def test_a_resize_failing_halfway_falls_back_to_the_bounds_and_shape_plans(
     for length in (64, 5, 17, 30, 64, 1):
         assert_single_output_close(module, model, _tokens(length), atol=ATOL, rtol=RTOL)
     assert loader.shape_plan_stats()[1] == misses + 4  # 5, 30 and 1 compiled; 64 the bounds'
+
+
+def test_a_quantized_decoder_resizes_in_place_and_matches_torchao() -> None:
+    # torchao's Llama recipe: the embedding int8 weight-only (embedding_wo), the linears 8da4w
+    # (linear_8da) but the head int8 weight-only (linear_wo); each reads its sizes at each run.
+    torch.manual_seed(9)
+    model = LlamaLike(vocab=VOCAB, dim=64, depth=1, heads=2, hidden=128, max_tokens=64).eval()
+    int8: torch.dtype = torch.int8
+    quantize_(
+        model,
+        IntxWeightOnlyConfig(weight_dtype=int8, granularity=PerGroup(32)),
+        filter_fn=lambda module, fqn: isinstance(module, nn.Embedding),
+    )
+    quantize_(
+        model,
+        IntxWeightOnlyConfig(weight_dtype=int8, granularity=PerAxis(0)),
+        filter_fn=lambda module, fqn: fqn == "head",
+    )
+    quantize_(
+        model,
+        Int8DynamicActivationIntxWeightConfig(
+            weight_dtype=torch.int4,  # type: ignore[attr-defined]
+            weight_granularity=PerGroup(32),
+        ),
+        filter_fn=lambda module, fqn: isinstance(module, nn.Linear) and fqn != "head",
+    )
+    module = _load(model, torch.randint(0, VOCAB, (1, 8)), {1: Dim("tokens", min=1, max=64)})
+    # float32 sums in another order than eager's (and a token's int8 quantization of values that
+    # differ by such rounding): within 1e-4 of logits of magnitude ~1.
+    assert_single_output_close(module, model, _tokens(64), atol=1e-4, rtol=1e-4)
+    placement = loader.last_placement()
+    assert any("new sizes resized in place" in line for line in placement), placement[:2]
+    _, misses = loader.shape_plan_stats()
+    for length in (1, 17, 5, 64, 33):
+        assert_single_output_close(module, model, _tokens(length), atol=1e-4, rtol=1e-4)
+    assert loader.shape_plan_stats()[1] == misses  # every size on the one graph

@@ -34,8 +34,16 @@ class LinearKernel final : public OptimizedKernel {
     // plans read every activation plain, so the layouts finalize settles do not change them.
     // Only in a graph whose sizes vary: a static one meets one row count and keeps no cache.
     const bool keep = provider.size_independent_plans();
-    // A count the plan that reads its rows at each run (made before) serves: that one, nothing
-    // prepared (LinearPlan::reads_rows_up_to).
+    // Once per session (a graph whose sizes vary), first: the plan that reads its rows at each
+    // run, every count below a row tile (1-4 on row_gemm, 5-31 in small tiles of one primitive
+    // made here, at the bounds, not at a first call at a new size; LinearPlan::reads_rows_up_to).
+    if (keep && !rows_read_tried_) {
+      rows_read_tried_ = true;
+      std::optional<onednn::LinearPlan> made =
+          provider.prepare_linear_rows_read(params_, weight_, bias_, post_, tiled_.get());
+      if (made) rows_read_ = std::make_shared<onednn::LinearPlan>(std::move(*made));
+    }
+    // A count it serves: that one, nothing prepared.
     if (keep && rows_read_ && params_.rows <= rows_read_->reads_rows_up_to()) {
       plan_ = rows_read_;
       return;
@@ -48,9 +56,12 @@ class LinearKernel final : public OptimizedKernel {
       return;
     }
     // Else prepared, reusing the row tile of the last plan that had one (LinearPlan's
-    // `previous`; a plan of 1-4 rows on row_gemm has none, the bounds' has).
+    // `previous`; before any, the rows-read plan's tile descriptor) and the rows-read plan's
+    // kernels for the rows after the tiles.
+    const onednn::LinearPlan* previous = tiled_ ? tiled_.get() : rows_read_.get();
     plan_ = std::make_shared<onednn::LinearPlan>(
-        provider.prepare_linear(params_, weight_, bias_, post_, keep ? tiled_.get() : nullptr));
+        provider.prepare_linear(params_, weight_, bias_, post_, keep ? previous : nullptr,
+                                keep ? rows_read_.get() : nullptr));
     if (!keep) return;
     if (plan_->reads_rows_up_to() > 0) {
       rows_read_ = plan_;  // not among sizes_: it serves every count up to its limit
@@ -68,6 +79,7 @@ class LinearKernel final : public OptimizedKernel {
     sizes_.clear();
     tiled_.reset();
     rows_read_.reset();
+    rows_read_tried_ = false;
   }
   std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
     return {impl_of(input_), impl_of(residual_)};
@@ -96,8 +108,9 @@ class LinearKernel final : public OptimizedKernel {
   static constexpr size_t kSizesKept = 4;
   std::vector<std::pair<int64_t, std::shared_ptr<onednn::LinearPlan>>> sizes_;
   std::shared_ptr<onednn::LinearPlan> tiled_;  // the last plan with a row tile
-  // The plan that reads its rows at each run (a few rows), once made.
+  // The plan that reads its rows at each run (counts below a row tile), once made.
   std::shared_ptr<onednn::LinearPlan> rows_read_;
+  bool rows_read_tried_ = false;
 };
 
 class MatmulKernel final : public OptimizedKernel {

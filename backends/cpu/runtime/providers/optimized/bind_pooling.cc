@@ -3,6 +3,7 @@
 // nearest / bilinear resampling, concatenation and permute_copy. Their kernels take part in
 // layout chaining (an output may stay channels-last after a channels-last input).
 #include "backends/cpu/runtime/providers/optimized/binders.h"
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/reductions.h"
 
 namespace et_cpu_plugin {
@@ -151,6 +152,21 @@ class PermuteKernel final : public OptimizedKernel {
       : perm_(std::move(perm)), input_(input), output_(output) {}
 
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    // A graph whose sizes vary, both sides plain: one plan that works out its loops from the
+    // input's dims at each run where they changed, kept across resizes (nothing prepared at a
+    // new size). ET_CPU_PERMUTE_AT_RUN=0: prepared at each size.
+    sized_at_run_ = provider.size_independent_plans() && !channels_last(impl_of(input_)) &&
+                    !channels_last(impl_of(output_)) &&
+                    onednn::kernel_switched_on("ET_CPU_PERMUTE_AT_RUN");
+    if (sized_at_run_) {
+      if (!plan_ || !plan_sized_at_run_) {
+        plan_ = std::make_unique<onednn::PermutePlan>(
+            provider.prepare_permute_sized_at_run(perm_, dims_of(*input_)));
+        plan_sized_at_run_ = true;
+      }
+      return;
+    }
+    plan_sized_at_run_ = false;
     plan_ = std::make_unique<onednn::PermutePlan>(provider.prepare_permute(
         perm_, session_layout(channels_last, input_), session_layout(channels_last, output_)));
   }
@@ -170,10 +186,22 @@ class PermuteKernel final : public OptimizedKernel {
   }
   size_t pieces() const override { return plan_ ? plan_->pieces() : 1; }
   std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
-  bool resizable() const override { return true; }  // prepare reads the sizes
+  bool resizable() const override { return true; }  // prepare or run reads the sizes
 
   Error run(KernelRuntimeContext&) override {
     return guarded("permute", [&] {
+      if (sized_at_run_) {
+        dims_.resize(static_cast<size_t>(input_->dim()));
+        for (size_t d = 0; d < dims_.size(); ++d) dims_[d] = input_->size(static_cast<ssize_t>(d));
+        if (output_->numel() != input_->numel()) {
+          throw onednn::ProviderError("permute: output holds " +
+                                      std::to_string(output_->numel()) + " values, input " +
+                                      std::to_string(input_->numel()));
+        }
+        plan_->run_sized(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>(),
+                         dims_);
+        return;
+      }
       plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>());
     });
   }
@@ -192,6 +220,9 @@ class PermuteKernel final : public OptimizedKernel {
   const Tensor* input_;
   Tensor* output_;
   std::unique_ptr<onednn::PermutePlan> plan_;
+  bool sized_at_run_ = false;       // plan_ runs with the input's dims (run_sized)
+  bool plan_sized_at_run_ = false;  // plan_ came from prepare_permute_sized_at_run
+  std::vector<int64_t> dims_;       // the input's dims at the last run
 };
 
 }  // namespace

@@ -105,6 +105,9 @@ class Linear8daKernel final : public OptimizedKernel {
       pool_ = own_pool_.get();
     }
   }
+  // The rows from the input at each run (its quantized rows' buffers grow to the largest count);
+  // prepare reads no size.
+  bool resizable() const override { return true; }
   std::vector<const executorch::aten::TensorImpl*> plain_reads() const override {
     return {impl_of(input_)};
   }

@@ -2,7 +2,9 @@
 // to NLC in speech models) on our own strided copy. oneDNN's reorder handles arbitrary strides
 // element by element ("simple:any"); a permutation of contiguous tensors is either a copy of
 // contiguous runs (the innermost dim stays innermost) or a 2-D transpose repeated over the other
-// dims, and both stream at memory speed with a loop that knows which one it is.
+// dims, and both stream at memory speed with a loop that knows which one it is. In a graph resized
+// in place, a plain permute's plan works its loops out again from the input's dims at a run where
+// they changed (run_sized): nothing prepared at a new size.
 #include <algorithm>
 #include <cstring>
 
@@ -58,6 +60,9 @@ struct PermutePlan::Impl {
   size_t tasks = 1;
   std::vector<int64_t> out_strides;  // dense output strides of `loops.dims`
   std::string implementation;
+  // prepare_permute_sized_at_run: the permutation and the input dims these loops are for.
+  std::vector<int64_t> perm;
+  std::vector<int64_t> input_dims;
 
   // Input and output offsets of the first element of `unit` (kRuns and kStrided: the unit is a
   // position over every dim but the innermost; kTranspose: see `outer` and `chunks`).
@@ -167,6 +172,96 @@ Support supports_permute(const std::vector<int64_t>& perm, const std::vector<int
   return Support::yes();
 }
 
+namespace {
+
+// The plan's loops and split for an output of `dims` (in its memory order, outermost first,
+// dense) reading the input at `strides` (elements, per output dim in that order).
+void plan_loops(PermutePlan::Impl& impl, ProviderState& state, const std::vector<int64_t>& dims,
+                const std::vector<int64_t>& strides) {
+  impl.loops = coalesce(dims, strides);
+  CopyLoops& loops = impl.loops;
+  const size_t rank = loops.dims.size();
+  impl.out_strides.assign(rank, 1);
+  for (size_t k = rank; k-- > 1;) impl.out_strides[k - 1] = impl.out_strides[k] * loops.dims[k];
+  if (rank == 0) {
+    impl.implementation = "permute:copy";
+    return;
+  }
+  using Kind = PermutePlan::Impl::Kind;
+  const auto elements = static_cast<int64_t>(product(dims));
+  if (loops.strides[rank - 1] == 1) {
+    impl.kind = Kind::kRuns;
+    impl.units = elements / loops.dims[rank - 1];
+    impl.implementation = "permute:runs";
+  } else {
+    size_t unit_dim = rank;
+    for (size_t k = 0; k + 1 < rank; ++k) {
+      if (loops.strides[k] == 1) unit_dim = k;
+    }
+    if (unit_dim == rank) {
+      impl.kind = Kind::kStrided;
+      impl.units = elements / loops.dims[rank - 1];
+      impl.implementation = "permute:strided";
+    } else {
+      impl.kind = Kind::kTranspose;
+      impl.unit_dim = unit_dim;
+      for (size_t k = 0; k + 1 < rank; ++k) {
+        if (k != unit_dim) impl.outer.push_back(k);
+      }
+      impl.chunks = (loops.dims[unit_dim] + kTile - 1) / kTile;
+      impl.units = elements / (loops.dims[unit_dim] * loops.dims[rank - 1]) * impl.chunks;
+      impl.implementation = "permute:transpose";
+    }
+  }
+  // A copy streams memory: count it like an elementwise op for the split decision.
+  impl.tasks = state.pieces_for(static_cast<double>(elements) * 8.0, impl.units);
+  impl.implementation += pieces_note(impl.tasks);
+}
+
+// The plan of plain input `input` permuted by `perm` into a plain output (checked first).
+std::shared_ptr<PermutePlan::Impl> plain_permute(std::shared_ptr<ProviderState> state,
+                                                 const std::vector<int64_t>& perm,
+                                                 const std::vector<int64_t>& input) {
+  std::vector<int64_t> output(perm.size());
+  for (size_t k = 0; k < perm.size(); ++k) {
+    const int64_t d = perm[k];
+    output[k] = d >= 0 && d < static_cast<int64_t>(input.size()) ? input[static_cast<size_t>(d)]
+                                                                 : 0;
+  }
+  const Support support = supports_permute(perm, input, output);
+  if (!support.ok) throw ProviderError("permute: " + support.reason);
+  std::vector<int64_t> in_strides(input.size(), 1);
+  for (size_t k = input.size(); k-- > 1;) in_strides[k - 1] = in_strides[k] * input[k];
+  std::vector<int64_t> strides(perm.size());
+  for (size_t k = 0; k < perm.size(); ++k) strides[k] = in_strides[static_cast<size_t>(perm[k])];
+  auto impl = std::make_shared<PermutePlan::Impl>();
+  impl->state = std::move(state);
+  impl->perm = perm;
+  impl->input_dims = input;
+  plan_loops(*impl, *impl->state, output, strides);
+  return impl;
+}
+
+}  // namespace
+
+void PermutePlan::run_sized(const float* input, float* output,
+                            const std::vector<int64_t>& input_dims) {
+  if (input_dims.size() != impl_->input_dims.size()) {
+    throw ProviderError("permute: input of rank " + std::to_string(input_dims.size()) +
+                        " for a plan of rank " + std::to_string(impl_->input_dims.size()) +
+                        " (or of fixed sizes)");
+  }
+  if (input_dims != impl_->input_dims) {
+    impl_ = plain_permute(impl_->state, impl_->perm, input_dims);
+  }
+  run(input, output);
+}
+
+PermutePlan Provider::prepare_permute_sized_at_run(const std::vector<int64_t>& perm,
+                                                   const std::vector<int64_t>& input) {
+  return PermutePlan(plain_permute(state_, perm, input));
+}
+
 PermutePlan Provider::prepare_permute(const std::vector<int64_t>& perm, const Layout& input,
                                       const Layout& output) {
   const Support support = supports_permute(perm, input.dims(), output.dims());
@@ -193,44 +288,7 @@ PermutePlan Provider::prepare_permute(const std::vector<int64_t>& perm, const La
     dims[k] = output.dims()[order[k]];
     strides[k] = in_strides[static_cast<size_t>(perm[order[k]])];
   }
-  impl->loops = coalesce(dims, strides);
-  CopyLoops& loops = impl->loops;
-  const size_t rank = loops.dims.size();
-  impl->out_strides.assign(rank, 1);
-  for (size_t k = rank; k-- > 1;) impl->out_strides[k - 1] = impl->out_strides[k] * loops.dims[k];
-  if (rank == 0) {
-    impl->implementation = "permute:copy";
-    return PermutePlan(std::move(impl));
-  }
-  using Kind = PermutePlan::Impl::Kind;
-  const auto elements = static_cast<int64_t>(product(output.dims()));
-  if (loops.strides[rank - 1] == 1) {
-    impl->kind = Kind::kRuns;
-    impl->units = elements / loops.dims[rank - 1];
-    impl->implementation = "permute:runs";
-  } else {
-    size_t unit_dim = rank;
-    for (size_t k = 0; k + 1 < rank; ++k) {
-      if (loops.strides[k] == 1) unit_dim = k;
-    }
-    if (unit_dim == rank) {
-      impl->kind = Kind::kStrided;
-      impl->units = elements / loops.dims[rank - 1];
-      impl->implementation = "permute:strided";
-    } else {
-      impl->kind = Kind::kTranspose;
-      impl->unit_dim = unit_dim;
-      for (size_t k = 0; k + 1 < rank; ++k) {
-        if (k != unit_dim) impl->outer.push_back(k);
-      }
-      impl->chunks = (loops.dims[unit_dim] + kTile - 1) / kTile;
-      impl->units = elements / (loops.dims[unit_dim] * loops.dims[rank - 1]) * impl->chunks;
-      impl->implementation = "permute:transpose";
-    }
-  }
-  // A copy streams memory: count it like an elementwise op for the split decision.
-  impl->tasks = state_->pieces_for(static_cast<double>(elements) * 8.0, impl->units);
-  impl->implementation += pieces_note(impl->tasks);
+  plan_loops(*impl, *state_, dims, strides);
   return PermutePlan(std::move(impl));
 }
 

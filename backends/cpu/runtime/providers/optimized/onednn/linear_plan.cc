@@ -21,14 +21,39 @@ Support supports_linear(const LinearParams& p, const PostOps& post_ops) {
   return check_post_ops(post_ops);
 }
 
-// Row counts up to `up_to` (below a row tile) on our row_gemm (kernels/row_gemm.h), the count
-// read at each run, in blocks of up to kRowGemmMaxRows rows: one plan serves every such count, so
-// a graph resized in place makes nothing for a new one (a oneDNN primitive per new count cost
-// ~8 us of each resize per linear). Only where ProviderState::size_independent_plans. Up to
-// kRowGemmMaxRows rows by default: above, row_gemm's steady state was ~2x oneDNN's (decoder, 6-31
-// rows, AMD EPYC, under load); ET_CPU_VARIABLE_ROWS=all: every count below a tile, =0: none.
+// Rows per small tile: counts above kRowGemmMaxRows and below a row tile run in whole tiles of
+// this many rows on one oneDNN primitive (SmallRowTiles), the rest on row_gemm.
+constexpr int64_t kSmallTile = 8;
+// Small tiles a count below a row tile (32 rows) holds at most.
+constexpr int64_t kSmallTilesMax = 3;
+
+// Whole tiles of kSmallTile rows on brgemm primitives made once (their shapes do not depend on
+// the row count), reading the weights in the row tile's layout: piece t runs rows [8t, 8t + 8),
+// shared out on the pool when the flops are worth it; else q tiles run as one call of whole[q - 1]
+// (8q rows: one primitive call instead of q).
+struct SmallRowTiles {
+  std::vector<Piece> pieces;  // kSmallTilesMax, one primitive, each its own memory objects
+  std::vector<Piece> whole;   // whole[q - 1]: 8q rows, q = 1 to kSmallTilesMax (empty: none)
+  OwnedTensor weights;
+  OwnedTensor bias;
+  bool has_bias = false;
+  std::optional<Activation> tail;  // run on each tile's rows after it (split_tail)
+  int64_t n = 0;
+};
+
+// Row counts up to `up_to` (below a row tile) read at each run: on our row_gemm
+// (kernels/row_gemm.h) in blocks of up to kRowGemmMaxRows rows, or, above kRowGemmMaxRows rows
+// when `small` is set, whole small tiles of kSmallTile rows on oneDNN and the rest (1-7 rows) on
+// row_gemm. One plan serves every such count, so a graph resized in place makes nothing for a new
+// one (a oneDNN primitive per new count cost ~8 us of each resize per linear). Only where
+// ProviderState::size_independent_plans. By default up to kRowGemmMaxRows rows (a primitive per
+// count above): the rest after the small tiles on row_gemm cost more than a primitive of the
+// count in the steady state (12 rows: ~2x the decoder's time, Xeon, under load), so
+// ET_CPU_SMALL_ROW_TILES=1 opts in to every count below a tile in small tiles;
+// ET_CPU_VARIABLE_ROWS=all: every count below a tile on row_gemm, =0: none.
 struct LinearVariableRows {
   std::array<std::shared_ptr<const RowGemm>, kRowGemmMaxRows> gemms;  // gemms[r - 1]: r rows
+  std::shared_ptr<const SmallRowTiles> small;
   int64_t k = 0;
   int64_t n = 0;
   int64_t up_to = 0;
@@ -125,6 +150,47 @@ void run_variable_rows(ProviderState& state, const LinearVariableRows& v, int64_
   });
 }
 
+// `rows` rows (up to v.up_to) on `v`: whole small tiles first when it has them, then the rest on
+// row_gemm.
+void run_rows_read(ProviderState& state, const LinearVariableRows& v, int64_t rows,
+                   const float* x, float* y, const float* residual) {
+  if (!v.small || rows < kSmallTile) {
+    run_variable_rows(state, v, rows, x, y, residual);
+    return;
+  }
+  const SmallRowTiles& s = *v.small;
+  const int64_t tiles = std::min(rows / kSmallTile, kSmallTilesMax);
+  if (residual != nullptr && residual != y) {  // the primitive adds into its destination
+    std::memcpy(y, residual, static_cast<size_t>(tiles * kSmallTile * v.n) * sizeof(float));
+  }
+  ThreadCountGuard threads(state.omp_threads);
+  auto tile = [&](int64_t t, int worker) {
+    const Piece& piece = s.pieces[static_cast<size_t>(t)];
+    PieceData data = piece_data(x + piece.src_offset, y + piece.dst_offset, s.weights,
+                                s.has_bias ? &s.bias : nullptr);
+    data.tail = tail_of(s.tail);
+    execute_piece(state, piece, worker, data);
+  };
+  const size_t tasks = state.pieces_for(2.0 * static_cast<double>(tiles * kSmallTile * v.k * v.n),
+                                        tiles);
+  if (tasks < 2 && !s.whole.empty()) {  // one call for all the tiles
+    const Piece& piece = s.whole[static_cast<size_t>(tiles - 1)];
+    state.pool->run(1, [&](size_t, int worker) {
+      PieceData data = piece_data(x, y, s.weights, s.has_bias ? &s.bias : nullptr);
+      data.tail = tail_of(s.tail);
+      execute_piece(state, piece, worker, data);
+    });
+  } else {
+    state.pool->run(tasks, [&](size_t index, int worker) {
+      const auto [first, last] = slice_of(tiles, tasks, index);
+      for (int64_t t = first; t < last; ++t) tile(t, worker);
+    });
+  }
+  const int64_t done = tiles * kSmallTile;
+  run_variable_rows(state, v, rows - done, x + done * v.k, y + done * v.n,
+                    residual ? residual + done * v.n : nullptr);
+}
+
 }  // namespace
 
 void LinearPlan::run(const float* input, float* output, const float* residual,
@@ -139,7 +205,7 @@ void LinearPlan::run(const float* input, float* output, const float* residual,
     return;
   }
   if (reads_rows_up_to() > 0) {
-    run_variable_rows(state, *p.variable, rows > 0 ? rows : p.rows, input, output, residual);
+    run_rows_read(state, *p.variable, rows > 0 ? rows : p.rows, input, output, residual);
     return;
   }
   ThreadCountGuard threads(state.omp_threads);
@@ -159,9 +225,9 @@ void LinearPlan::run(const float* input, float* output, const float* residual,
     });
     if (p.variable) {  // the rows after the tiles
       const LinearVariableRows& v = *p.variable;
-      run_variable_rows(state, v, p.rows - p.rest_begin, input + p.rest_begin * v.k,
-                        output + p.rest_begin * v.n,
-                        residual ? residual + p.rest_begin * v.n : nullptr);
+      run_rows_read(state, v, p.rows - p.rest_begin, input + p.rest_begin * v.k,
+                    output + p.rest_begin * v.n,
+                    residual ? residual + p.rest_begin * v.n : nullptr);
     }
     return;
   }
@@ -336,22 +402,101 @@ std::vector<Piece> split_linear(
   });
 }
 
-// The variable-rows kernels of a linear (LinearVariableRows) for `rows` rows, on weights packed
-// once in the weight cache, or none: a static graph, more rows than ET_CPU_VARIABLE_ROWS lets
-// them take, or row_gemm not taking the post-ops or this CPU.
-std::optional<LinearVariableRows> variable_rows(ProviderState& state, const LinearParams& params,
-                                                int64_t rows, const float* weight,
-                                                const float* bias, const PostOps& post_ops) {
+// The small tiles of a linear (SmallRowTiles) on the row tile's weight layout (`tile`), or none
+// when no brgemm kernel of kSmallTile rows reads that layout.
+std::shared_ptr<const SmallRowTiles> small_row_tiles(
+    ProviderState& state, const LinearParams& params, const dnnl::matmul::primitive_desc& tile,
+    const float* weight, const float* bias, const PostOps& post_ops) {
+  const int64_t k = params.in_features;
+  const int64_t n = params.out_features;
+  const SplitPostOps split = split_tail(post_ops);
+  const memory::desc bias_md = bias ? plain_md({1, n}) : memory::desc();
+  const memory::desc user_weight_md = params.weight_is_k_by_n
+      ? plain_md({k, n})
+      : memory::desc({k, n}, memory::data_type::f32, Dims{1, k});
+  try {
+    const dnnl::matmul::primitive_desc pd(state.engine, plain_md({kSmallTile, k}),
+                                          tile.weights_desc(), bias_md,
+                                          plain_md({kSmallTile, n}), make_attr(split.primitive));
+    if (std::string(pd.impl_info_str()).rfind("brg", 0) != 0) return nullptr;
+    auto small = std::make_shared<SmallRowTiles>();
+    const dnnl::matmul primitive = make_matmul(pd);
+    for (int64_t q = 1; q <= kSmallTilesMax; ++q) {
+      const int64_t rows = q * kSmallTile;
+      Piece piece;
+      piece.src_md = plain_md({rows, k});
+      piece.dst_md = plain_md({rows, n});
+      if (q == 1) {
+        piece.primitive = primitive;
+        piece.scratchpad_md = pd.scratchpad_desc();
+      } else {
+        std::optional<dnnl::matmul::primitive_desc> whole_pd;
+        try {
+          whole_pd.emplace(state.engine, piece.src_md, tile.weights_desc(), bias_md,
+                           piece.dst_md, make_attr(split.primitive));
+        } catch (const dnnl::error&) {
+          whole_pd.reset();
+        }
+        if (!whole_pd || std::string(whole_pd->impl_info_str()).rfind("brg", 0) != 0) {
+          small->whole.clear();  // the tiles one by one
+          break;
+        }
+        set_primitive<dnnl::matmul>(piece, *whole_pd);
+      }
+      state.reserve_piece_scratchpad(piece.scratchpad_md);
+      small->whole.push_back(std::move(piece));
+    }
+    for (int64_t t = 0; t < kSmallTilesMax; ++t) {
+      Piece piece;
+      piece.primitive = primitive;
+      piece.scratchpad_md = pd.scratchpad_desc();
+      piece.src_md = plain_md({kSmallTile, k});
+      piece.dst_md = plain_md({kSmallTile, n});
+      piece.src_offset = static_cast<size_t>(t * kSmallTile * k);
+      piece.dst_offset = static_cast<size_t>(t * kSmallTile * n);
+      state.reserve_piece_scratchpad(piece.scratchpad_md);
+      small->pieces.push_back(std::move(piece));
+    }
+    small->weights = reorder_constant(state, user_weight_md, weight, tile.weights_desc());
+    if (bias) small->bias = reorder_constant(state, bias_md, bias, bias_md);
+    small->has_bias = bias != nullptr;
+    small->tail = split.tail;
+    small->n = n;
+    return small;
+  } catch (const dnnl::error&) {
+    return nullptr;  // no kernel of kSmallTile rows reads the tile's layout
+  }
+}
+
+// The row counts below a tile the switches let a plan that reads its rows take (its up_to):
+// every one with small tiles (`small`: the row tile's layout has them) or ET_CPU_VARIABLE_ROWS=all,
+// none with ET_CPU_VARIABLE_ROWS=0, else up to kRowGemmMaxRows.
+int64_t variable_rows_reach(bool small) {
   const SwitchReach reach = switch_reach("ET_CPU_VARIABLE_ROWS");
-  const int64_t up_to = reach == SwitchReach::kNever        ? 0
-                        : reach == SwitchReach::kEverywhere ? kLinearTile - 1
-                                                            : kRowGemmMaxRows;
-  if (!state.size_independent_plans || rows > up_to ||
+  if (reach == SwitchReach::kNever) return 0;
+  if (reach == SwitchReach::kEverywhere ||
+      (small && kernel_opted_in("ET_CPU_SMALL_ROW_TILES"))) {
+    return kLinearTile - 1;
+  }
+  return kRowGemmMaxRows;
+}
+
+// The variable-rows kernels of a linear (LinearVariableRows), on weights packed once in the
+// weight cache (and, given the row tile's descriptor `tile`, small tiles on its layout), or none:
+// a static graph, ET_CPU_VARIABLE_ROWS=0, or row_gemm not taking the post-ops or this CPU.
+std::optional<LinearVariableRows> variable_rows(
+    ProviderState& state, const LinearParams& params, const float* weight, const float* bias,
+    const PostOps& post_ops, const std::optional<dnnl::matmul::primitive_desc>& tile) {
+  if (variable_rows_reach(false) == 0 || !state.size_independent_plans ||
       !row_gemm_supports(kRowGemmMaxRows, post_ops)) {
     return std::nullopt;
   }
   LinearVariableRows v;
-  v.up_to = up_to;
+  v.up_to = variable_rows_reach(false);
+  if (v.up_to < variable_rows_reach(true) && tile) {  // small tiles for the counts above
+    v.small = small_row_tiles(state, params, *tile, weight, bias, post_ops);
+    if (v.small) v.up_to = variable_rows_reach(true);
+  }
   v.k = params.in_features;
   v.n = params.out_features;
   std::shared_ptr<const RowGemm::Packed> packed = cached_row_gemm_weights(
@@ -364,9 +509,55 @@ std::optional<LinearVariableRows> variable_rows(ProviderState& state, const Line
 
 }  // namespace
 
+std::optional<LinearPlan> Provider::prepare_linear_rows_read(const LinearParams& params,
+                                                            const float* weight,
+                                                            const float* bias,
+                                                            const PostOps& post_ops,
+                                                            const LinearPlan* previous) {
+  ProviderState& state = *state_;
+  if (!state.size_independent_plans || weight == nullptr ||
+      !supports_linear(params, post_ops).ok) {
+    return std::nullopt;
+  }
+  ThreadCountGuard threads(state.omp_threads);
+  const int64_t k = params.in_features;
+  const int64_t n = params.out_features;
+  // The small tiles read the row tile's weight layout: a previous size's descriptor, or one
+  // asked here (a descriptor, no kernel).
+  std::optional<dnnl::matmul::primitive_desc> tile;
+  if (previous != nullptr && previous->impl_->tile) {
+    tile = previous->impl_->tile;
+  } else {
+    try {
+      tile = tile_pd(state, k, n, bias ? plain_md({1, n}) : memory::desc(),
+                     make_attr(split_tail(post_ops).primitive));
+    } catch (const dnnl::error&) {
+      tile.reset();
+    }
+  }
+  std::optional<LinearVariableRows> variable =
+      variable_rows(state, params, weight, bias, post_ops, tile);
+  if (!variable) return std::nullopt;
+  auto impl = std::make_shared<LinearPlan::Impl>();
+  impl->state = state_;
+  impl->rows = std::min(params.rows, variable->up_to);
+  impl->has_add = has_add(post_ops);
+  impl->weights_bytes = variable->gemms[0]->weights_bytes();
+  state.weights_bytes += impl->weights_bytes;
+  impl->implementation =
+      variable->small ? "row_gemm:avx512 and brgemm tiles of " + std::to_string(kSmallTile) +
+                            " rows (rows read at each run)"
+                      : "row_gemm:avx512 (rows read at each run)";
+  impl->variable = std::move(variable);
+  // The row tile's descriptor (no primitive yet): a plan of 32 rows or more prepared after this
+  // one (as its `previous`) asks for none.
+  impl->tile = std::move(tile);
+  return LinearPlan(std::move(impl));
+}
+
 LinearPlan Provider::prepare_linear(const LinearParams& params, const float* weight,
                                     const float* bias, const PostOps& post_ops,
-                                    const LinearPlan* previous) {
+                                    const LinearPlan* previous, const LinearPlan* rows_read) {
   const Support support = supports_linear(params, post_ops);
   if (!support.ok) {
     throw ProviderError("prepare_linear: " + support.reason);
@@ -384,20 +575,11 @@ LinearPlan Provider::prepare_linear(const LinearParams& params, const float* wei
       ? plain_md({k, n})
       : memory::desc({k, n}, memory::data_type::f32, Dims{1, k});
 
-  if (m < kLinearTile) {  // a graph whose sizes vary: one plan for every count below a tile
-    std::optional<LinearVariableRows> variable =
-        variable_rows(state, params, m, weight, bias, post_ops);
-    if (variable) {
-      auto impl = std::make_shared<LinearPlan::Impl>();
-      impl->state = state_;
-      impl->rows = m;
-      impl->has_add = has_add(post_ops);
-      impl->weights_bytes = variable->gemms[0]->weights_bytes();
-      state.weights_bytes += impl->weights_bytes;
-      impl->variable = std::move(variable);
-      impl->implementation = "row_gemm:avx512 (rows read at each run)";
-      return LinearPlan(std::move(impl));
-    }
+  if (m <= variable_rows_reach(true) && state.size_independent_plans) {
+    // A graph whose sizes vary: one plan for every count below a tile.
+    std::optional<LinearPlan> few =
+        prepare_linear_rows_read(params, weight, bias, post_ops, previous);
+    if (few && few->reads_rows_up_to() >= m) return std::move(*few);
   }
   if (row_gemm_supports(m, post_ops)) {
     auto impl = std::make_shared<LinearPlan::Impl>();
@@ -433,10 +615,20 @@ LinearPlan Provider::prepare_linear(const LinearParams& params, const float* wei
       // primitive per remainder).
       std::optional<LinearVariableRows> rest;
       if (m > kLinearTile && m % kLinearTile != 0) {
-        rest = reuse && previous->impl_->variable &&
-                       previous->impl_->variable->up_to >= m % kLinearTile
-                   ? previous->impl_->variable
-                   : variable_rows(state, params, m % kLinearTile, weight, bias, post_ops);
+        const LinearPlan* source = rows_read != nullptr ? rows_read : previous;
+        rest = source != nullptr && source->impl_->variable &&
+                       source->impl_->variable->up_to >= m % kLinearTile
+                   ? source->impl_->variable
+                   : variable_rows(state, params, weight, bias, post_ops, tile);
+        if (rest && rest->up_to < m % kLinearTile) rest.reset();
+        if (rest && rest->small) {  // run on this plan's Provider: its scratchpads
+          for (const Piece& piece : rest->small->pieces) {
+            state.reserve_piece_scratchpad(piece.scratchpad_md);
+          }
+          for (const Piece& piece : rest->small->whole) {
+            state.reserve_piece_scratchpad(piece.scratchpad_md);
+          }
+        }
       }
       impl->pieces = split_linear_tiles(state, params, *tile, &impl->tile_primitive,
                                         make_attr(split.primitive), bias != nullptr,
@@ -445,7 +637,10 @@ LinearPlan Provider::prepare_linear(const LinearParams& params, const float* wei
         impl->variable = std::move(rest);
         impl->rest_begin = m - m % kLinearTile;
         impl->implementation += ", the last " + std::to_string(m % kLinearTile) +
-                                " rows on row_gemm:avx512";
+                                (impl->variable->small && m % kLinearTile > kRowGemmMaxRows
+                                     ? " rows in brgemm tiles of " + std::to_string(kSmallTile) +
+                                           " and on row_gemm:avx512"
+                                     : " rows on row_gemm:avx512");
       }
     }
     if (!impl->pieces.empty()) {  // no primitive of m rows: nothing here depends on the size

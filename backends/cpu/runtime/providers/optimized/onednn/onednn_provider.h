@@ -36,6 +36,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -386,12 +387,24 @@ class Provider {
   // `weight` as LinearParams::weight_is_k_by_n says; `bias` is [N] or null; both copied.
   // `previous`: a plan of the same linear (weights, bias, post-ops) at another row count, whose
   // row-tile primitive this one reuses instead of generating it again (a graph resized in place).
+  // `rows_read`: a plan of the same linear that reads its rows at each run (reads_rows_up_to),
+  // whose kernels run this one's rows after its row tiles instead of new ones.
   LinearPlan prepare_linear(
       const LinearParams& params,
       const float* weight,
       const float* bias,
       const PostOps& post_ops,
-      const LinearPlan* previous = nullptr);
+      const LinearPlan* previous = nullptr,
+      const LinearPlan* rows_read = nullptr);
+  // In a graph whose sizes vary (size_independent_plans): the plan of this linear that reads its
+  // rows at each run (LinearPlan::reads_rows_up_to), every count below a row tile or the few
+  // row_gemm takes (linear_plan.cc); none in a static graph or where row_gemm does not run.
+  // `previous` as prepare_linear's.
+  std::optional<LinearPlan> prepare_linear_rows_read(const LinearParams& params,
+                                                     const float* weight,
+                                                     const float* bias,
+                                                     const PostOps& post_ops,
+                                                     const LinearPlan* previous = nullptr);
   MatmulPlan prepare_matmul(const MatmulParams& params, const PostOps& post_ops);
   // Converts activations between two layouts of the same dims (e.g. blocked -> plain).
   ReorderPlan prepare_reorder(const Layout& from, const Layout& to);
@@ -436,6 +449,11 @@ class Provider {
   // the pool when large.
   PermutePlan prepare_permute(const std::vector<int64_t>& perm, const Layout& input,
                               const Layout& output);
+  // The same with both plain, planned from the input's dims at each run (PermutePlan::run_sized):
+  // one plan for every size of a graph resized in place, nothing prepared at a new size.
+  // `input` is the dims at prepare (checked here).
+  PermutePlan prepare_permute_sized_at_run(const std::vector<int64_t>& perm,
+                                           const std::vector<int64_t>& input);
 
   int num_threads() const;
   bool work_sharing() const;
@@ -553,8 +571,9 @@ class LinearPlan {
   // Whether it holds a row tile a plan at another size can reuse (prepare_linear's `previous`).
   bool has_row_tile() const;
   // The row counts it serves, 1 to this, reading the count at each run (run's `rows`; 0: none,
-  // its prepared count only): a graph whose sizes vary, a few rows on row_gemm, one plan for
-  // every such count (linear_plan.cc, ET_CPU_VARIABLE_ROWS).
+  // its prepared count only): a graph whose sizes vary, counts below a row tile on row_gemm and
+  // small tiles, one plan for every such count (linear_plan.cc, ET_CPU_VARIABLE_ROWS,
+  // ET_CPU_SMALL_ROW_TILES).
   int64_t reads_rows_up_to() const;
   // `rows`: this call's rows when reads_rows_up_to() > 0, else ignored (0: the rows prepared for).
   void run(const float* input, float* output, const float* residual = nullptr,
@@ -650,6 +669,11 @@ class PermutePlan {
   std::string implementation() const;
   size_t pieces() const;
   void run(const float* input, float* output) const;
+  // A plan from prepare_permute_sized_at_run: `input_dims` (the permutation's rank) are the
+  // input's dims now; when they differ from the last run's the loops are worked out again
+  // (arithmetic on the dims only). One thread runs a plan at a time. Throws ProviderError on
+  // dims it cannot take.
+  void run_sized(const float* input, float* output, const std::vector<int64_t>& input_dims);
 
   struct Impl;
   explicit PermutePlan(std::shared_ptr<const Impl> impl);
