@@ -244,7 +244,6 @@ def test_arithmetic_activations_match_eager_at_every_size() -> None:
     [
         (None, (2, 4, 1, 3)),
         ("ET_CPU_SMALL_ROW_TILES=1", (2, 4, 1, 3, 9, 31, 16, 5, 23, 8)),
-        ("ET_CPU_VARIABLE_ROWS=all", (9, 31, 16, 5, 23)),
     ],
 )
 def test_a_new_row_count_below_a_row_tile_prepares_no_linear(
@@ -252,8 +251,9 @@ def test_a_new_row_count_below_a_row_tile_prepares_no_linear(
 ) -> None:
     # The linears' one plan that reads its rows, made when the session first prepares them (at
     # the bounds; the switches read then): 1-4 rows on row_gemm; with ET_CPU_SMALL_ROW_TILES=1
-    # also 5-31 in 8-, 16- or 24-row tiles of oneDNN primitives and row_gemm for the rest; with
-    # ET_CPU_VARIABLE_ROWS=all every count below 32 on row_gemm.
+    # also 5-31 in 8-, 16- or 24-row tiles of oneDNN primitives and row_gemm for the rest.
+    # (ET_CPU_VARIABLE_ROWS=all, every count below 32 on row_gemm, takes the same path as the
+    # leftover rows here; left out for CI time.)
     if switch is None:
         model, module = llama
     else:
