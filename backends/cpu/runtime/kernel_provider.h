@@ -58,6 +58,10 @@ class ProviderSession {
   // said resizable()). Prepares again what depends on the sizes. NotSupported: this session's
   // kernels cannot run at these sizes in place (the graph then compiles a shape plan instead).
   virtual executorch::runtime::Error resize() { return executorch::runtime::Error::NotSupported; }
+  // Resized in place: whether a shape plan of the current sizes would run them faster than its
+  // kernels do in place (plans prepared per image, run over a batch of several). The graph then
+  // compiles one when the same sizes are called again in a row (the first call stays cheap).
+  virtual bool faster_as_shape_plan() const { return false; }
 };
 
 // An op the runtime offers to fuse after the op being bound: an elementwise step, or a
