@@ -1554,10 +1554,22 @@ Error CompiledGraph::execute_dynamic(Span<EValue*> args, MemoryAllocator* temp_a
                           shape_string(shape).c_str(), static_cast<unsigned>(resized));
     }
   }
+  if (resize_in_place_) {
+    // A size met before whose shape plan is cached, or called again in a row where a session
+    // says its own shape plan runs faster (a CNN's plans per image over a batch): that plan.
+    // The first call at a size resizes in place (cheap).
+    const bool cached = std::any_of(variants_.begin(), variants_.end(), [&](const auto& entry) {
+      return entry.first == symbols;
+    });
+    if (cached || (symbols == current_symbols_ && calls_in_place_ > 0 && faster_as_shape_plan())) {
+      return run_shape_plan(symbols, args, temp_allocator, tracer);
+    }
+  }
   if (resize_in_place_ && symbols != current_symbols_) {
     const et_timestamp_t start = executorch::runtime::pal_current_ticks();
     error = resize_to(symbols);
     resize_ticks_ += executorch::runtime::pal_current_ticks() - start;
+    calls_in_place_ = 0;
     if (error == Error::Ok) {
       ++resizes_;
     } else {
@@ -1571,12 +1583,27 @@ Error CompiledGraph::execute_dynamic(Span<EValue*> args, MemoryAllocator* temp_a
       current_symbols_ = upper_bounds(spec_);
     }
   }
-  if (resize_in_place_) return run(args, temp_allocator, tracer);
+  if (resize_in_place_) {
+    ++calls_in_place_;
+    return run(args, temp_allocator, tracer);
+  }
   if (symbols == upper_bounds(spec_)) {
     ++shape_plan_hits_;  // this graph is compiled for the upper bounds
     ++total_hits;
     return run(args, temp_allocator, tracer);
   }
+  return run_shape_plan(symbols, args, temp_allocator, tracer);
+}
+
+bool CompiledGraph::faster_as_shape_plan() const {
+  return std::any_of(sessions_.begin(), sessions_.end(), [](const auto& session) {
+    return session && session->faster_as_shape_plan();
+  });
+}
+
+Error CompiledGraph::run_shape_plan(const std::vector<int64_t>& symbols, Span<EValue*> args,
+                                    MemoryAllocator* temp_allocator,
+                                    executorch::runtime::EventTracer* tracer) {
   auto found = std::find_if(variants_.begin(), variants_.end(),
                             [&symbols](const auto& entry) { return entry.first == symbols; });
   if (found != variants_.end()) {
@@ -1590,7 +1617,7 @@ Error CompiledGraph::execute_dynamic(Span<EValue*> args, MemoryAllocator* temp_a
     const et_timestamp_t start = executorch::runtime::pal_current_ticks();
     GraphSpec sized = specialize(spec_, symbols);
     size_compile_ticks_.specialize += executorch::runtime::pal_current_ticks() - start;
-    error = compile_spec(std::move(sized), nullptr, this, &variant);
+    const Error error = compile_spec(std::move(sized), nullptr, this, &variant);
     if (error != Error::Ok) return error;
     size_compile_ticks_ += variant->compile_ticks_;  // its specialize is timed here, above
     ++sizes_compiled_;
@@ -1606,7 +1633,11 @@ bool CompiledGraph::can_resize_in_place() const {
     if (folded_into_[i] >= 0) return false;  // a product reads it with the bounds' strides
     const Op& op = ops_[i];
     if (op.kernel == nullptr || op.alias) continue;  // fused, or never runs
-    if (!op.kernel->resizable()) return false;
+    if (!op.kernel->resizable()) {
+      log_line(LogLevel::kInfo, "resizing in place: this kernel cannot, shape plans instead: %s",
+               op.placement.c_str());
+      return false;
+    }
   }
   return true;
 }

@@ -105,6 +105,14 @@ class CompiledGraph {
                                                  std::unique_ptr<CompiledGraph>* out);
   // execute() of a graph with symbolic dimensions: picks (or compiles) the graph for the inputs'
   // sizes and resizes the outputs to them.
+  // Runs the shape plan of `symbols` (compiled now when none is cached).
+  executorch::runtime::Error run_shape_plan(
+      const std::vector<int64_t>& symbols,
+      executorch::runtime::Span<executorch::runtime::EValue*> args,
+      executorch::runtime::MemoryAllocator* temp_allocator,
+      executorch::runtime::EventTracer* tracer);
+  // Whether a provider session says a shape plan of its own runs the current sizes faster.
+  bool faster_as_shape_plan() const;
   executorch::runtime::Error execute_dynamic(
       executorch::runtime::Span<executorch::runtime::EValue*> args,
       executorch::runtime::MemoryAllocator* temp_allocator,
@@ -318,6 +326,9 @@ class CompiledGraph {
   std::vector<SymbolicArg> symbolic_args_;
   bool resize_in_place_ = false;
   std::vector<int64_t> current_symbols_;  // the sizes the tensors and plans are at
+  // Calls in a row run in place at current_symbols_ (a call again at them may take a shape plan
+  // of its own instead: ProviderSession::faster_as_shape_plan).
+  size_t calls_in_place_ = 0;
   size_t resizes_ = 0;
   uint64_t resize_ticks_ = 0;  // over every resize (ET_CPU_PROFILE's report)
   // Outputs served by copying (a value listed twice, or an output that is not an Output value).

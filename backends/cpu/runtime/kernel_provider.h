@@ -62,6 +62,10 @@ class ProviderSession {
   // errors included): a provider may keep its threads ready between the call's kernels.
   virtual void call_started() {}
   virtual void call_finished() {}
+  // Resized in place: whether a shape plan of the current sizes would run them faster than its
+  // kernels do in place (plans prepared per image, run over a batch of several). The graph then
+  // compiles one when the same sizes are called again in a row (the first call stays cheap).
+  virtual bool faster_as_shape_plan() const { return false; }
 };
 
 // An op the runtime offers to fuse after the op being bound: an elementwise step, or a

@@ -185,6 +185,16 @@ def matmul_primitive_stats() -> tuple[int, int]:
     return made, reused
 
 
+def resize_prepare_count() -> int:
+    """Kernels the Optimized provider prepared again when a graph resized in place, process-wide.
+
+    A graph resized in place keeps the kernels whose plan fits every size (a CNN's, prepared for
+    one image); the others are prepared again at each new size. 0 from a runtime built without
+    the Optimized provider.
+    """
+    return _optimized_counters("et_cpu_runtime_resize_prepares")[0]
+
+
 def live_arena_bytes() -> int:
     """Intermediate-arena bytes of every CpuBackend delegate currently alive in this process."""
     return int(_library().et_cpu_runtime_live_arena_bytes())

@@ -3,14 +3,16 @@ exported with torch.export.Dim(max=...) and lowered by the documented flow, load
 runtime, takes each new size on its one graph compiled for the bounds (tensors resized, plans
 prepared again, the attention products on tile_bmm) instead of compiling a shape plan. Checked
 against eager at the bounds and between, alternating many times; no shape plan compiled; nothing
-made per call after the first round (weights, matmul primitives); resident memory flat. A graph
-with kernels that cannot resize (convolutions) keeps the shape plans, and so does a graph compiled
-with the switch off. Linears of a few rows (and a tile's remainder of a few) run on row_gemm
-reading their rows at each run: a new such count prepares nothing (every count below 32 with
-ET_CPU_SMALL_ROW_TILES=1). A torchao-quantized decoder (8da4w, weight-only linear and embedding)
-resizes in place too. A resize failing
-halfway (the test hook ET_CPU_TEST_FAIL_RESIZE_AT) turns the graph back to its bounds and to
-shape plans, its results still right."""
+made per call after the first round (weights, matmul primitives); resident memory flat. A small
+MobileNetV3-style CNN with a dynamic batch resizes in place too, its convolutions, blocks,
+squeeze-excite and pooling prepared for one image and kept at every batch (nothing prepared
+again but the linear head); with ET_CPU_CONV_PER_IMAGE=0 its kernels cannot resize and it keeps
+the shape plans, as does a graph compiled with ET_CPU_RESIZE_IN_PLACE=0. Linears of a few rows
+(and a tile's remainder of a few) run on row_gemm reading their rows at each run: a new such
+count prepares nothing (every count below 32 with ET_CPU_SMALL_ROW_TILES=1). A torchao-quantized
+decoder (8da4w, weight-only linear and embedding) resizes in place too. A resize failing halfway
+(the test hook ET_CPU_TEST_FAIL_RESIZE_AT) turns the graph back to its bounds and to shape plans,
+its results still right."""
 
 import ctypes
 import gc
@@ -143,17 +145,88 @@ class _Cnn(torch.nn.Module):
         return self.fc(torch.relu(self.conv(x)).flatten(1))
 
 
-def test_a_graph_whose_kernels_cannot_resize_keeps_the_shape_plans() -> None:
+def test_a_graph_whose_kernels_cannot_resize_keeps_the_shape_plans(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Convolutions with plans of the whole batch (read at bind, the compile at the first call).
+    monkeypatch.setenv("ET_CPU_CONV_PER_IMAGE", "0")
     torch.manual_seed(4)
     model = _Cnn().eval()
     module = _load(model, torch.randn(2, 3, 8, 8), {0: Dim("batch", min=1, max=8)})
     assert_single_output_close(module, model, torch.randn(8, 3, 8, 8), atol=ATOL, rtol=RTOL)
+    monkeypatch.delenv("ET_CPU_CONV_PER_IMAGE")
     placement = loader.last_placement()
     assert any("shape plans cached" in line for line in placement), placement[:2]
     _, misses = loader.shape_plan_stats()
     for batch in (1, 5, 8, 1):
         assert_single_output_close(module, model, torch.randn(batch, 3, 8, 8), atol=ATOL, rtol=RTOL)
     assert loader.shape_plan_stats()[1] == misses + 2  # sizes 1 and 5 compiled
+
+
+class _SmallMobile(torch.nn.Module):
+    """MobileNetV3-style on 3x32x32: a strided stem with hardswish, a depthwise convolution and
+    its squeeze-excite (whose gate folds into the 1x1 convolution after it), an inverted residual
+    block with its residual add, max pooling, a global average pool and a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        conv = torch.nn.Conv2d
+        self.stem = conv(3, 16, 3, stride=2, padding=1)
+        self.depthwise = conv(16, 16, 3, padding=1, groups=16)
+        self.se_reduce = conv(16, 8, 1)
+        self.se_expand = conv(8, 16, 1)
+        self.pointwise = conv(16, 24, 1)
+        self.expand = conv(24, 72, 1)
+        self.block_depthwise = conv(72, 72, 3, padding=1, groups=72)
+        self.project = conv(72, 24, 1)
+        self.head = torch.nn.Linear(24, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = torch.nn.functional
+        y = f.hardswish(self.stem(x))
+        y = f.relu(self.depthwise(y))
+        gate = f.adaptive_avg_pool2d(y, 1)
+        gate = f.hardsigmoid(self.se_expand(f.relu(self.se_reduce(gate))))
+        y = self.pointwise(y * gate)
+        y = y + self.project(f.relu6(self.block_depthwise(f.relu6(self.expand(y)))))
+        y = f.max_pool2d(y, 2)
+        return self.head(f.adaptive_avg_pool2d(y, 1).flatten(1))
+
+
+def test_a_small_cnn_resizes_its_batch_in_place_keeping_its_convolution_plans() -> None:
+    torch.manual_seed(9)
+    model = _SmallMobile().eval()
+    module = _load(model, torch.randn(2, 3, 32, 32), {0: Dim("batch", min=1, max=16)})
+    images = torch.randn(16, 3, 32, 32, generator=torch.Generator().manual_seed(16))
+    assert_single_output_close(module, model, images, atol=ATOL, rtol=RTOL)
+    placement = loader.last_placement()
+    assert any("new sizes resized in place" in line for line in placement), placement[:2]
+    # Every op on the Optimized provider but the flatten (a view: no copy).
+    on_reference = [line for line in placement if ": Reference" in line]
+    assert [line for line in on_reference if "aliases its input" not in line] == [], placement
+    summary = placement[-1]
+    for part in (
+        " 1 inverted residual blocks fused",
+        " 1 squeeze-excite tails",
+        " 1 squeeze-excite gates folded",
+    ):
+        assert part in summary, summary
+    _, misses = loader.shape_plan_stats()
+    prepared = loader.resize_prepare_count()
+    batches = (1, 5, 16, 2, 16)
+    for batch in batches:
+        x = torch.randn(batch, 3, 32, 32, generator=torch.Generator().manual_seed(batch))
+        assert_single_output_close(module, model, x, atol=ATOL, rtol=RTOL)
+    # Every batch on the one graph (no shape plan), nothing prepared again at a new batch but
+    # the linear head (whose rows are the batch).
+    assert loader.shape_plan_stats()[1] == misses
+    assert loader.resize_prepare_count() - prepared == len(batches)
+    # A batch called again in a row: its own shape plan (plans of the whole batch, faster than
+    # images apart), compiled once and kept for it; batch 1 stays in place.
+    five = torch.randn(5, 3, 32, 32, generator=torch.Generator().manual_seed(55))
+    for x in (five, five, five, images[:1], five):
+        assert_single_output_close(module, model, x, atol=ATOL, rtol=RTOL)
+    assert loader.shape_plan_stats()[1] == misses + 1
 
 
 class _Products(torch.nn.Module):

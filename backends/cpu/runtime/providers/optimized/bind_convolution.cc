@@ -1,9 +1,12 @@
 // Convolution-like binders: aten::convolution.out as a convolution, as a transposed convolution
 // (deconvolution), or, with the convolutions offered after it, as one inverted residual block
 // (1x1 expand, depthwise, 1x1 project: BlockPlan). ConvLikeKernel serves both convolution kinds
-// (one recipe, one layout-chaining behaviour); BlockKernel runs a fused block.
+// (one recipe, one layout-chaining behaviour); BlockKernel runs a fused block. In a graph whose
+// batch varies (plans_per_image, binding.h) each prepares its plan for one image and runs it
+// image by image over the batch read at each run: one plan fits every batch.
 #include "backends/cpu/runtime/providers/optimized/binders.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -52,20 +55,33 @@ struct DeconvOp {
 };
 
 // A convolution or transposed convolution; both take part in layout chaining the same way.
+// `per_image`: its plan is prepared for one image and run once per image (plans_per_image).
 template <typename Op>
 class ConvLikeKernel final : public OptimizedKernel {
  public:
   using Recipe = typename Op::Recipe;
   using Plan = typename Op::Plan;
 
-  ConvLikeKernel(Recipe recipe, const Tensor* input, Tensor* output, const Tensor* residual)
-      : recipe_(std::move(recipe)), input_(input), output_(output), residual_(residual) {}
+  ConvLikeKernel(Recipe recipe, const Tensor* input, Tensor* output, const Tensor* residual,
+                 bool per_image)
+      : recipe_(std::move(recipe)), input_(input), output_(output), residual_(residual),
+        per_image_(per_image), image_(std::vector<const Tensor*>{input, output, residual}) {
+    if (per_image_) recipe_.params.batch = 1;
+  }
+
+  bool resizable() const override { return per_image_; }
+  bool plan_fits_every_size() const override { return per_image_ && plan_ && image_.current(); }
+  bool runs_images_apart() const override { return per_image_ && input_->size(0) > 1; }
 
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    if (per_image_) image_.check(Op::kName);
+    const auto dims = [&](const Tensor& t) {
+      return per_image_ ? one_image(dims_of(t)) : dims_of(t);
+    };
     onednn::ConvLayouts layouts;
     if (channels_last(impl_of(input_))) {
       layouts.input =
-          std::make_shared<onednn::Layout>(onednn::Layout::channels_last(dims_of(*input_)));
+          std::make_shared<onednn::Layout>(onednn::Layout::channels_last(dims(*input_)));
     }
     layouts.output = channels_last(impl_of(output_)) ? onednn::OutputLayout::kChannelsLast
                                                      : onednn::OutputLayout::kPlain;
@@ -74,10 +90,10 @@ class ConvLikeKernel final : public OptimizedKernel {
     if (residual_ != nullptr) {
       // The residual must arrive in the output's layout: convert it into the output buffer
       // and add in place when its producer left it in the other one.
-      const std::vector<int64_t> dims = dims_of(*residual_);
+      const std::vector<int64_t> residual_dims = dims(*residual_);
       const onednn::Layout given = channels_last(impl_of(residual_))
-                                       ? onednn::Layout::channels_last(dims)
-                                       : onednn::Layout::plain(dims);
+                                       ? onednn::Layout::channels_last(residual_dims)
+                                       : onednn::Layout::plain(residual_dims);
       if (given != plan_->output_layout()) {
         residual_fix_ = std::make_unique<onednn::ReorderPlan>(
             provider.prepare_reorder(given, plan_->output_layout()));
@@ -96,19 +112,32 @@ class ConvLikeKernel final : public OptimizedKernel {
 
   Error run(KernelRuntimeContext&) override {
     return guarded(Op::kName, [&] {
+      // Per image: the batch read now, each image's elements (channels-last keeps the batch
+      // outermost too); else one call on the whole batch.
+      const int64_t batch = input_->size(0);
+      const int64_t images = per_image_ ? batch : 1;
+      if (images < 1) return;
+      const int64_t in_step = input_->numel() / images;
+      const int64_t out_step = output_->numel() / images;
+      const float* in = input_->const_data_ptr<float>();
       float* out = output_->mutable_data_ptr<float>();
       const float* residual = residual_ ? residual_->const_data_ptr<float>() : nullptr;
-      if (residual_fix_ && residual == out) {
-        // Planned in place (adds_in_place) but produced in the other layout: convert it
-        // through a buffer of our own (a reorder cannot run in place).
-        staged_residual_.resize(static_cast<size_t>(output_->numel()));
-        residual_fix_->run(residual, staged_residual_.data());
-        std::memcpy(out, staged_residual_.data(), output_->nbytes());
-      } else if (residual_fix_) {
-        residual_fix_->run(residual, out);
+      for (int64_t n = 0; n < images; ++n) {
+        float* image_out = out + n * out_step;
+        const float* image_residual = residual ? residual + n * out_step : nullptr;
+        if (residual_fix_ && image_residual == image_out) {
+          // Planned in place (adds_in_place) but produced in the other layout: convert it
+          // through a buffer of our own (a reorder cannot run in place).
+          staged_residual_.resize(static_cast<size_t>(out_step));
+          residual_fix_->run(image_residual, staged_residual_.data());
+          std::memcpy(image_out, staged_residual_.data(),
+                      static_cast<size_t>(out_step) * sizeof(float));
+        } else if (residual_fix_) {
+          residual_fix_->run(image_residual, image_out);
+        }
+        if (residual_fix_) image_residual = image_out;
+        plan_->run(in + n * in_step, image_out, image_residual);
       }
-      if (residual_fix_) residual = out;
-      plan_->run(input_->const_data_ptr<float>(), out, residual);
     });
   }
 
@@ -117,6 +146,8 @@ class ConvLikeKernel final : public OptimizedKernel {
   const Tensor* input_;
   Tensor* output_;
   const Tensor* residual_;
+  bool per_image_;
+  ImageSizes image_;  // with per_image_: the image sizes its plan serves
   std::unique_ptr<Plan> plan_;
   std::unique_ptr<onednn::ReorderPlan> residual_fix_;
   std::vector<float> staged_residual_;  // residual_fix_ on a residual planned in place
@@ -127,18 +158,32 @@ using DeconvKernel = ConvLikeKernel<DeconvOp>;
 // An inverted residual block (1x1 expand, depthwise, 1x1 project, optionally + its input) as one
 // kernel: see onednn::BlockParams. It reads and writes channels-last; where the graph keeps its
 // input or output plain (a graph input, a tensor a reference op reads) it converts through its
-// own buffer.
+// own buffer. `per_image`: prepared for one image and run once per image (plans_per_image).
 class BlockKernel final : public OptimizedKernel {
  public:
   BlockKernel(onednn::BlockParams params, const onednn::BlockWeights& weights,
-              onednn::BlockPostOps post, const Tensor* input, Tensor* output)
+              onednn::BlockPostOps post, const Tensor* input, Tensor* output, bool per_image)
       : params_(std::move(params)), weights_(weights), post_(std::move(post)), input_(input),
-        output_(output) {}
+        output_(output), per_image_(per_image),
+        image_(std::vector<const Tensor*>{input, output}) {
+    if (per_image_) params_.batch = 1;
+  }
+
+  bool resizable() const override { return per_image_; }
+  bool plan_fits_every_size() const override { return per_image_ && plan_ && image_.current(); }
+  bool runs_images_apart() const override { return per_image_ && input_->size(0) > 1; }
 
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    if (per_image_) image_.check("block");
     plan_ = std::make_unique<onednn::BlockPlan>(provider.prepare_block(params_, weights_, post_));
-    const std::vector<int64_t> in_dims = dims_of(*input_);
+    const std::vector<int64_t> in_dims =
+        per_image_ ? one_image(dims_of(*input_)) : dims_of(*input_);
     const std::vector<int64_t> out_dims = plan_->output_dims();
+    const auto floats = [](const std::vector<int64_t>& d) {
+      int64_t n = 1;
+      for (int64_t x : d) n *= x;
+      return static_cast<size_t>(n);
+    };
     input_fix_.reset();
     output_fix_.reset();
     // Fresh vectors: clear() would keep the capacity of the bind-time (all plain) prepare.
@@ -147,12 +192,12 @@ class BlockKernel final : public OptimizedKernel {
     if (!channels_last(impl_of(input_))) {
       input_fix_ = std::make_unique<onednn::ReorderPlan>(provider.prepare_reorder(
           onednn::Layout::plain(in_dims), onednn::Layout::channels_last(in_dims)));
-      staged_input_.resize(static_cast<size_t>(input_->numel()));
+      staged_input_.resize(floats(in_dims));
     }
     if (!channels_last(impl_of(output_))) {
       output_fix_ = std::make_unique<onednn::ReorderPlan>(provider.prepare_reorder(
           onednn::Layout::channels_last(out_dims), onednn::Layout::plain(out_dims)));
-      staged_output_.resize(static_cast<size_t>(output_->numel()));
+      staged_output_.resize(floats(out_dims));
     }
   }
   const executorch::aten::TensorImpl* chainable_output() const override {
@@ -166,14 +211,21 @@ class BlockKernel final : public OptimizedKernel {
 
   Error run(KernelRuntimeContext&) override {
     return guarded("block", [&] {
-      const float* in = input_->const_data_ptr<float>();
-      if (input_fix_) {
-        input_fix_->run(in, staged_input_.data());
-        in = staged_input_.data();
+      const int64_t images = per_image_ ? input_->size(0) : 1;
+      if (images < 1) return;
+      const int64_t in_step = input_->numel() / images;
+      const int64_t out_step = output_->numel() / images;
+      for (int64_t n = 0; n < images; ++n) {
+        const float* in = input_->const_data_ptr<float>() + n * in_step;
+        float* given_out = output_->mutable_data_ptr<float>() + n * out_step;
+        if (input_fix_) {
+          input_fix_->run(in, staged_input_.data());
+          in = staged_input_.data();
+        }
+        float* out = output_fix_ ? staged_output_.data() : given_out;
+        plan_->run(in, out);
+        if (output_fix_) output_fix_->run(out, given_out);
       }
-      float* out = output_fix_ ? staged_output_.data() : output_->mutable_data_ptr<float>();
-      plan_->run(in, out);
-      if (output_fix_) output_fix_->run(out, output_->mutable_data_ptr<float>());
     });
   }
 
@@ -183,6 +235,8 @@ class BlockKernel final : public OptimizedKernel {
   onednn::BlockPostOps post_;
   const Tensor* input_;
   Tensor* output_;
+  bool per_image_;
+  ImageSizes image_;  // with per_image_: the image sizes its plan serves
   std::unique_ptr<onednn::BlockPlan> plan_;
   std::unique_ptr<onednn::ReorderPlan> input_fix_;
   std::unique_ptr<onednn::ReorderPlan> output_fix_;
@@ -296,7 +350,8 @@ bool bind_block(const OpBinding& op, const ConvRecipe& head, const Tensor* input
                                      has_project ? project.weight : nullptr,
                                      has_project ? project.bias : nullptr};
   auto kernel = std::make_unique<BlockKernel>(params, weights, post, input,
-                                              &op.fusable[index - 1].output->toTensor());
+                                              &op.fusable[index - 1].output->toTensor(),
+                                              plans_per_image(session));
   if (session.defers_prepare() && op.base_fused_steps == index) {
     // A shape plan of a graph whose base fused this same block (at the upper bounds): finalize
     // prepares it once, with its final layouts, instead of also here with plain ones.
@@ -487,7 +542,8 @@ Error bind_deconv(const OpBinding& op, OptimizedSession& session, std::unique_pt
       op, [&](const onednn::PostOps& p) { return onednn::supports_deconv(params, p); },
       &recipe.post, &residual);
   auto kernel = std::make_unique<DeconvKernel>(std::move(recipe), input,
-                                               final_output(op, 9, *fused), residual);
+                                               final_output(op, 9, *fused), residual,
+                                               plans_per_image(session));
   return bind_prepared(std::move(kernel), session, out);
 }
 
@@ -497,20 +553,25 @@ Error bind_deconv(const OpBinding& op, OptimizedSession& session, std::unique_pt
 // (onednn::InputChannelScaling: C_out x C_in multiplies instead of H x W x C_in), then the same
 // plan on x. The plan is prepared for one image and run image by image, so any batch (a
 // dynamic-batch program's shape plans included) runs one plan. When the plan's weights cannot
-// be replaced (channel pieces), x times the gate goes through a staging buffer instead.
+// be replaced (channel pieces), x times the gate goes through a staging buffer (one image)
+// instead. `resizes`: a graph resized in place keeps the plan at a new batch (plans_per_image).
 class GatedPointwiseKernel final : public OptimizedKernel {
  public:
   GatedPointwiseKernel(ConvRecipe recipe, const Tensor* input, const Tensor* gate, Tensor* output,
-                       const Tensor* residual)
+                       const Tensor* residual, bool resizes)
       : recipe_(std::move(recipe)), input_(input), gate_(gate), output_(output),
-        residual_(residual) {
+        residual_(residual), resizes_(resizes),
+        image_(std::vector<const Tensor*>{input, output, residual}) {
     recipe_.params.batch = 1;
   }
 
+  bool resizable() const override { return resizes_; }
+  bool plan_fits_every_size() const override { return resizes_ && plan_ && image_.current(); }
+
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
+    image_.check("gated convolution");
     input_channels_last_ = channels_last(impl_of(input_));
-    std::vector<int64_t> in_dims = dims_of(*input_);
-    in_dims[0] = 1;
+    const std::vector<int64_t> in_dims = one_image(dims_of(*input_));
     onednn::ConvLayouts layouts;
     if (input_channels_last_) {
       layouts.input = std::make_shared<onednn::Layout>(onednn::Layout::channels_last(in_dims));
@@ -523,10 +584,11 @@ class GatedPointwiseKernel final : public OptimizedKernel {
     scaling_ = plan_->input_channel_scaling();
     pool_ = onednn::kernel_opted_in("ET_CPU_SE_SCALE_SPLIT") ? provider.work_pool() : nullptr;
     scaled_ = std::vector<float>(scaling_ ? scaling_->floats() : 0);
-    staged_ = std::vector<float>(scaling_ ? 0 : static_cast<size_t>(input_->numel()));
+    const int64_t image_floats = input_->numel() / std::max<int64_t>(1, input_->size(0));
+    staged_ = std::vector<float>(scaling_ ? 0 : static_cast<size_t>(image_floats));
     residual_fix_.reset();
     if (residual_ != nullptr && channels_last(impl_of(residual_)) != output_channels_last) {
-      const std::vector<int64_t> dims = dims_of(*residual_);
+      const std::vector<int64_t> dims = one_image(dims_of(*residual_));
       const auto layout = [&](bool nhwc) {
         return nhwc ? onednn::Layout::channels_last(dims) : onednn::Layout::plain(dims);
       };
@@ -560,20 +622,20 @@ class GatedPointwiseKernel final : public OptimizedKernel {
       const float* gate = gate_->const_data_ptr<float>();
       float* out = output_->mutable_data_ptr<float>();
       const float* residual = residual_ ? residual_->const_data_ptr<float>() : nullptr;
-      if (residual_fix_) {
-        residual_fix_->run(residual, out);
-        residual = out;
-      }
       for (int64_t n = 0; n < batch; ++n) {
         const float* g = gate + (shared_gate ? 0 : n * channels);
         const float* image = x + n * in_image;
         const float* image_residual = residual ? residual + n * out_image : nullptr;
+        if (residual_fix_) {
+          residual_fix_->run(image_residual, out + n * out_image);
+          image_residual = out + n * out_image;
+        }
         if (scaling_) {
           scale_weights(g);
           plan_->run_with_weights(image, out + n * out_image, image_residual, scaled_.data());
           continue;
         }
-        float* staged = staged_.data() + n * in_image;
+        float* staged = staged_.data();
         for (int64_t p = 0; p < pixels; ++p) {
           for (int64_t c = 0; c < channels; ++c) {
             // channels-last: [pixel][channel]; plain: [channel][pixel].
@@ -592,6 +654,8 @@ class GatedPointwiseKernel final : public OptimizedKernel {
   const Tensor* gate_;
   Tensor* output_;
   const Tensor* residual_;
+  bool resizes_;
+  ImageSizes image_;  // the image sizes its plan serves
   bool input_channels_last_ = false;
   std::unique_ptr<onednn::ConvPlan> plan_;
   std::shared_ptr<const onednn::InputChannelScaling> scaling_;
@@ -680,8 +744,9 @@ bool bind_gated_pointwise(const OpBinding& op, OptimizedSession& session, Out ou
     }
     if (steps == 1) return false;
   }
-  auto kernel = std::make_unique<GatedPointwiseKernel>(std::move(recipe), x, gate,
-                                                       final_output(op, 0, steps), residual);
+  auto kernel =
+      std::make_unique<GatedPointwiseKernel>(std::move(recipe), x, gate, final_output(op, 0, steps),
+                                             residual, plans_per_image(session));
   try {
     if (bind_prepared(std::move(kernel), session, out) != Error::Ok) return false;
   } catch (const std::exception& e) {
@@ -715,7 +780,8 @@ Error bind_conv(const OpBinding& op, OptimizedSession& session, std::unique_ptr<
       op, [&](const onednn::PostOps& p) { return onednn::supports_conv(params, p); },
       &recipe.post, &residual);
   auto kernel = std::make_unique<ConvKernel>(std::move(recipe), input,
-                                             final_output(op, 9, *fused), residual);
+                                             final_output(op, 9, *fused), residual,
+                                             plans_per_image(session));
   return bind_prepared(std::move(kernel), session, out);
 }
 

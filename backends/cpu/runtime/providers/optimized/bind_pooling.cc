@@ -12,26 +12,31 @@ namespace optimized {
 
 namespace {
 
+// `per_image` (plans_per_image): the plan is prepared for one image and run per image.
 std::unique_ptr<OptimizedKernel> max_pool_kernel(onednn::PoolParams params, const Tensor* input,
-                                              Tensor* output) {
+                                              Tensor* output, bool per_image) {
+  if (per_image) params.batch = 1;
   return std::make_unique<LayoutKernel<onednn::PoolPlan>>(
       "max pooling",
       [params](onednn::Provider& provider, const onednn::Layout& in, const onednn::Layout& out) {
         return provider.prepare_max_pool(params, in, out);
       },
-      input, output);
+      input, output, false, false, per_image);
 }
 
-// Average pooling (avg_pool2d, an adaptive pooling whose windows tile the input).
+// Average pooling (avg_pool2d, an adaptive pooling whose windows tile the input); `per_image`
+// as max_pool_kernel's.
 std::unique_ptr<OptimizedKernel> avg_pool_kernel(onednn::PoolParams params, bool count_include_pad,
-                                              const Tensor* input, Tensor* output) {
+                                              const Tensor* input, Tensor* output,
+                                              bool per_image) {
+  if (per_image) params.batch = 1;
   return std::make_unique<LayoutKernel<onednn::PoolPlan>>(
       "average pooling",
       [params, count_include_pad](onednn::Provider& provider, const onednn::Layout& in,
                                   const onednn::Layout& out) {
         return provider.prepare_avg_pool(params, count_include_pad, in, out);
       },
-      input, output);
+      input, output, false, false, per_image);
 }
 
 // Nearest / bilinear resampling (align_corners=False).
@@ -45,13 +50,22 @@ std::unique_ptr<OptimizedKernel> resample_kernel(bool linear, const Tensor* inpu
 }
 
 // Mean over the spatial dims (global average pooling) of an activation that may be channels-last;
-// writes plain (for a 1x1 spatial output the same bytes as channels-last).
+// writes plain (for a 1x1 spatial output the same bytes as channels-last). `per_image`
+// (plans_per_image): a channels-last input's plan is prepared for one image and run per image.
 class MeanKernel final : public OptimizedKernel {
  public:
-  MeanKernel(const Tensor* input, Tensor* output) : input_(input), output_(output) {}
+  MeanKernel(const Tensor* input, Tensor* output, bool per_image)
+      : input_(input), output_(output), per_image_(per_image),
+        image_(std::vector<const Tensor*>{input}) {}
+
+  // The loop on plain rows reads its sizes at each run; a plan per image fits any batch.
+  bool plan_fits_every_size() const override {
+    return per_image_ && (rows_plain_ || (plan_ && image_.current()));
+  }
 
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
-    const std::vector<int64_t> in = dims_of(*input_);
+    const std::vector<int64_t> in =
+        per_image_ ? one_image(dims_of(*input_)) : dims_of(*input_);
     // A plain input is N x C contiguous rows: their means on our loop. oneDNN's plain-layout
     // pooling took ~30 us for RMSNorm's 128 x 288 (issue 45: the Llama-style prefill), the loop
     // a few.
@@ -80,13 +94,22 @@ class MeanKernel final : public OptimizedKernel {
       return Error::Ok;
     }
     return guarded("mean", [&] {
-      plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>());
+      const int64_t images = per_image_ ? input_->size(0) : 1;
+      if (images < 1) return;
+      const int64_t in_step = input_->numel() / images;
+      const int64_t out_step = output_->numel() / images;
+      for (int64_t n = 0; n < images; ++n) {
+        plan_->run(input_->const_data_ptr<float>() + n * in_step,
+                   output_->mutable_data_ptr<float>() + n * out_step);
+      }
     });
   }
 
  private:
   const Tensor* input_;
   Tensor* output_;
+  bool per_image_;
+  ImageSizes image_;  // with per_image_: the image sizes its plan serves
   bool rows_plain_ = false;
   std::unique_ptr<onednn::PoolPlan> plan_;
 };
@@ -267,7 +290,7 @@ Error bind_max_pool(const OpBinding& op, OptimizedSession& session,
     decline->reason = support.reason;
     return Error::NotSupported;
   }
-  auto kernel = max_pool_kernel(params, input, output);
+  auto kernel = max_pool_kernel(params, input, output, plans_per_image(session));
   return bind_prepared(std::move(kernel), session, out);
 }
 
@@ -306,7 +329,7 @@ Error bind_mean(const OpBinding& op, OptimizedSession& session, std::unique_ptr<
     return Error::NotSupported;
   }
   if (bind_squeeze_excite(op, input, output, session, out, fused)) return Error::Ok;
-  auto kernel = std::make_unique<MeanKernel>(input, output);
+  auto kernel = std::make_unique<MeanKernel>(input, output, plans_per_image(session));
   return bind_prepared(std::move(kernel), session, out);
 }
 
@@ -379,7 +402,8 @@ Error bind_avg_pool(const OpBinding& op, OptimizedSession& session,
     decline->reason = support.reason;
     return Error::NotSupported;
   }
-  return bind_prepared(avg_pool_kernel(params, include, input, output), session, out);
+  return bind_prepared(
+      avg_pool_kernel(params, include, input, output, plans_per_image(session)), session, out);
 }
 
 // aten::_adaptive_avg_pool2d.out(self, output_size, *, out): taken when the output size divides
@@ -417,7 +441,12 @@ Error bind_adaptive_avg_pool(const OpBinding& op, OptimizedSession& session,
     return Error::NotSupported;
   }
   if (bind_squeeze_excite(op, input, output, session, out, fused)) return Error::Ok;
-  return bind_prepared(avg_pool_kernel(params, false, input, output), session, out);
+  if (plans_per_image(session) && params.output_size == std::vector<int64_t>{1, 1}) {
+    // To 1x1: a global average, whose plan per image fits every batch (MeanKernel).
+    return bind_prepared(std::make_unique<MeanKernel>(input, output, true), session, out);
+  }
+  return bind_prepared(
+      avg_pool_kernel(params, false, input, output, plans_per_image(session)), session, out);
 }
 
 // aten::upsample_nearest2d.vec_out(input, output_size?, scale_factors?, *, out) and

@@ -103,9 +103,14 @@ bool takes_gate_multiply(const OpBinding& op, size_t index, const Tensor* input)
 class SqueezeExciteKernel final : public OptimizedKernel {
  public:
   // `scaled`: the gate multiply's product x * gate when the kernel takes it, else null.
+  // `resizes`: a graph resized in place keeps it as it is at a new batch (plans_per_image; it
+  // reads the batch and the pixels at each run).
   SqueezeExciteKernel(std::shared_ptr<const onednn::SqueezeExcite> se, const Tensor* input,
-                      Tensor* output, Tensor* scaled)
-      : se_(std::move(se)), input_(input), output_(output), scaled_(scaled) {}
+                      Tensor* output, Tensor* scaled, bool resizes)
+      : se_(std::move(se)), input_(input), output_(output), scaled_(scaled), resizes_(resizes) {}
+
+  bool resizable() const override { return resizes_; }
+  bool plan_fits_every_size() const override { return resizes_; }
 
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
     channels_last_ = channels_last(impl_of(input_));
@@ -152,6 +157,7 @@ class SqueezeExciteKernel final : public OptimizedKernel {
   const Tensor* input_;
   Tensor* output_;
   Tensor* scaled_;
+  bool resizes_;
   bool channels_last_ = false;
   bool scaled_channels_last_ = false;
   std::vector<float> gate_buffer_;  // the gate when the multiply is taken
@@ -197,7 +203,8 @@ bool bind_squeeze_excite(const OpBinding& op, const Tensor* input, const Tensor*
     scaled = &op.fusable[index].output->toTensor();
     ++index;
   }
-  auto kernel = std::make_unique<SqueezeExciteKernel>(std::move(se), input, gate_out, scaled);
+  auto kernel = std::make_unique<SqueezeExciteKernel>(std::move(se), input, gate_out, scaled,
+                                                      plans_per_image(session));
   if (bind_prepared(std::move(kernel), session, out) != Error::Ok) return false;
   *fused = index;
   return true;

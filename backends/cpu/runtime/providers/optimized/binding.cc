@@ -1,9 +1,11 @@
 // The binders' shared helpers (see binding.h): argument readers, fusable steps as post-ops,
-// binding a prepared kernel, LoopKernel.
+// binding a prepared kernel, LoopKernel, plans per image (ImageSizes).
 #include "backends/cpu/runtime/providers/optimized/binding.h"
 
 #include <cfloat>
 #include <cmath>
+
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
 
 namespace et_cpu_plugin {
 namespace cpu {
@@ -188,6 +190,44 @@ Error bind_loop(OptimizedSession& session, std::unique_ptr<BoundKernel>* out, st
   return bind_prepared(std::make_unique<LoopKernel>(std::move(what), std::move(reads),
                                                     std::move(body), sizes, std::move(replan)),
                        session, out);
+}
+
+bool plans_per_image(const OptimizedSession& session) {
+  return session.sizes_vary() && !session.is_shape_plan() && resize_in_place_enabled() &&
+         onednn::kernel_switched_on("ET_CPU_CONV_PER_IMAGE");
+}
+
+ImageSizes::ImageSizes(std::vector<const Tensor*> tensors) : tensors_(std::move(tensors)) {
+  for (const Tensor* t : tensors_) {
+    std::vector<int64_t> dims = t != nullptr ? dims_of(*t) : std::vector<int64_t>{};
+    if (!dims.empty()) dims.erase(dims.begin());
+    sizes_.push_back(std::move(dims));
+  }
+}
+
+bool ImageSizes::current() const {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const Tensor* t = tensors_[i];
+    if (t == nullptr) continue;
+    if (static_cast<size_t>(t->dim()) != sizes_[i].size() + 1) return false;
+    for (size_t d = 0; d < sizes_[i].size(); ++d) {
+      if (t->size(static_cast<ssize_t>(d + 1)) != sizes_[i][d]) return false;
+    }
+  }
+  return true;
+}
+
+void ImageSizes::check(const char* what) const {
+  if (!current()) {
+    throw onednn::ProviderError(std::string(what) +
+                                ": prepared per image, only the batch may change (an image "
+                                "size changed)");
+  }
+}
+
+std::vector<int64_t> one_image(std::vector<int64_t> dims) {
+  if (!dims.empty()) dims[0] = 1;
+  return dims;
 }
 
 }  // namespace optimized

@@ -100,6 +100,37 @@ const executorch::aten::TensorImpl* impl_of(const Tensor* tensor);
 onednn::Layout session_layout(const OptimizedKernel::InChannelsLast& channels_last,
                               const Tensor* t);
 
+// ---- Plans per image (a graph whose batch varies) ----
+
+// Whether convolution-like kernels and the squeeze-excite tail bound now prepare their plans for
+// one image and run them image by image over the batch read at each run, so that one plan fits
+// every batch and a graph resized in place prepares nothing for them: in a graph whose sizes
+// vary (OptimizedSession::sizes_vary) that resizes in place (resize_in_place_enabled), not in its
+// shape plans (whole-batch plans: OptimizedSession::faster_as_shape_plan), unless
+// ET_CPU_CONV_PER_IMAGE=0 (read at bind; their plans then take the whole batch, and the graph
+// compiles shape plans).
+bool plans_per_image(const OptimizedSession& session);
+
+// The sizes of one image of a kernel's tensors (every dim but the first), as at bind: a plan
+// prepared for one image serves any batch of those images, and no other image size.
+class ImageSizes {
+ public:
+  ImageSizes() = default;
+  explicit ImageSizes(std::vector<const Tensor*> tensors);
+  // Whether every tensor's image still has the sizes it had at bind.
+  bool current() const;
+  // Throws onednn::ProviderError naming `what` when not current (a dim other than the batch
+  // changed: the graph then takes shape plans).
+  void check(const char* what) const;
+
+ private:
+  std::vector<const Tensor*> tensors_;
+  std::vector<std::vector<int64_t>> sizes_;
+};
+
+// `dims` with the batch (its first dim) set to 1: one image's.
+std::vector<int64_t> one_image(std::vector<int64_t> dims);
+
 // Prepares `kernel` with plain activations (finalize may prepare it again with chained ones),
 // adds it to the session and hands it to the runtime.
 Error bind_prepared(std::unique_ptr<OptimizedKernel> kernel, OptimizedSession& session,
@@ -115,19 +146,35 @@ class LayoutKernel final : public OptimizedKernel {
   using Make = std::function<Plan(onednn::Provider&, const onednn::Layout& input,
                                   const onednn::Layout& output)>;
   // `resizable`: `make` reads every size from the layouts it is given (BoundKernel::resizable).
+  // `per_image` (plans_per_image): `make` is given one image's layouts (and prepares for one
+  // image), the plan runs once per image of the batch read at each run.
   LayoutKernel(const char* what, Make make, const Tensor* input, Tensor* output,
-               bool output_follows_input = false, bool resizable = false)
+               bool output_follows_input = false, bool resizable = false,
+               bool per_image = false)
       : what_(what),
         make_(std::move(make)),
         input_(input),
         output_(output),
         output_follows_input_(output_follows_input),
-        resizable_(resizable) {}
+        resizable_(resizable || per_image),
+        per_image_(per_image),
+        image_(std::vector<const Tensor*>{input, output}) {}
   bool resizable() const override { return resizable_; }
+  bool plan_fits_every_size() const override { return per_image_ && plan_ && image_.current(); }
 
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
-    plan_ = std::make_unique<Plan>(make_(provider, session_layout(channels_last, input_),
-                                         session_layout(channels_last, output_)));
+    if (!per_image_) {
+      plan_ = std::make_unique<Plan>(make_(provider, session_layout(channels_last, input_),
+                                           session_layout(channels_last, output_)));
+      return;
+    }
+    image_.check(what_);
+    const auto layout = [&](const Tensor* t) {
+      const std::vector<int64_t> dims = one_image(dims_of(*t));
+      return channels_last(impl_of(t)) ? onednn::Layout::channels_last(dims)
+                                       : onednn::Layout::plain(dims);
+    };
+    plan_ = std::make_unique<Plan>(make_(provider, layout(input_), layout(output_)));
   }
   const executorch::aten::TensorImpl* chainable_output() const override {
     return impl_of(output_);
@@ -142,7 +189,14 @@ class LayoutKernel final : public OptimizedKernel {
 
   Error run(KernelRuntimeContext&) override {
     return guarded(what_, [&] {
-      plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>());
+      const int64_t images = per_image_ ? input_->size(0) : 1;
+      if (images < 1) return;
+      const int64_t in_step = input_->numel() / images;
+      const int64_t out_step = output_->numel() / images;
+      for (int64_t n = 0; n < images; ++n) {
+        plan_->run(input_->const_data_ptr<float>() + n * in_step,
+                   output_->mutable_data_ptr<float>() + n * out_step);
+      }
     });
   }
 
@@ -153,6 +207,8 @@ class LayoutKernel final : public OptimizedKernel {
   Tensor* output_;
   bool output_follows_input_;
   bool resizable_;
+  bool per_image_;
+  ImageSizes image_;  // with per_image_: the image sizes its plan serves
   std::unique_ptr<Plan> plan_;
 };
 

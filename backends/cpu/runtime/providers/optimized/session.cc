@@ -3,6 +3,8 @@
 #include "backends/cpu/runtime/providers/optimized/session.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
 
@@ -17,6 +19,9 @@ namespace optimized {
 using executorch::runtime::Error;
 
 namespace {
+
+// Kernels resize() prepared again, over the process (the loader's resize_prepare_count).
+std::atomic<uint64_t> resize_prepares{0};
 
 // ET_CPU_ONEDNN_WORK_SHARING=0 runs each op whole on oneDNN's OpenMP team instead.
 bool work_sharing_enabled() { return onednn::kernel_switched_on("ET_CPU_ONEDNN_WORK_SHARING"); }
@@ -72,8 +77,11 @@ void OptimizedSession::add_checked(OptimizedKernel* kernel) {
 size_t OptimizedSession::held_bytes() const {
   size_t kernels = 0;
   for (const OptimizedKernel* kernel : kernels_) kernels += kernel->staging_bytes();
-  return provider_->weights_bytes() + provider_->scratchpad_bytes() +
-         provider_->staging_bytes() + kernels;
+  size_t providers = 0;
+  for (const onednn::Provider* p : {provider_.get(), fitting_provider_.get()}) {
+    if (p != nullptr) providers += p->weights_bytes() + p->scratchpad_bytes() + p->staging_bytes();
+  }
+  return providers + kernels;
 }
 
 std::string OptimizedSession::summary() const {
@@ -186,18 +194,34 @@ Error OptimizedSession::resize() {
   // sizes) go with the old one. Weights come from the shared weight cache.
   // The layouts of the sizes before stay for the next change (a whole primitive's below 32 rows,
   // the row tiles' above, a RowGemm packing at one row), not made again at each.
+  // Kernels whose plan fits every size (a CNN's, prepared for one image) keep theirs, and the
+  // Provider state it holds: when all do, a new batch prepares nothing.
   if (weights_) weights_->keep_everything();
   ++resizes_;
   try {
+    const bool all_fit =
+        std::all_of(kernels_.begin(), kernels_.end(),
+                    [](const OptimizedKernel* k) { return k->plan_fits_every_size(); });
+    if (all_fit && resizes_ == fail_resize_at_) {
+      throw std::runtime_error("ET_CPU_TEST_FAIL_RESIZE_AT: this resize fails here (test hook)");
+    }
+    if (all_fit) return Error::Ok;
     auto fresh = std::make_unique<onednn::Provider>(options());
     for (size_t i = 0; i < kernels_.size(); ++i) {
       if (resizes_ == fail_resize_at_ && i == kernels_.size() / 2) {
         throw std::runtime_error("ET_CPU_TEST_FAIL_RESIZE_AT: this resize fails here (test hook)");
       }
+      if (kernels_[i]->plan_fits_every_size()) continue;
       kernels_[i]->prepare(*fresh, [this](const executorch::aten::TensorImpl* t) {
         return chained_set_.count(t) > 0;
       });
+      ++resize_prepares;
     }
+    // The Provider the fitting kernels' plans were prepared on stays, for the memory report.
+    const bool some_fit = std::any_of(kernels_.begin(), kernels_.end(), [](const auto* k) {
+      return k->plan_fits_every_size();
+    });
+    if (some_fit && !fitting_provider_) fitting_provider_ = std::move(provider_);
     provider_ = std::move(fresh);
   } catch (const std::exception& e) {
     // Some kernels may hold plans of the discarded Provider: the caller prepares them again
@@ -206,6 +230,14 @@ Error OptimizedSession::resize() {
     return Error::NotSupported;
   }
   return Error::Ok;
+}
+
+bool OptimizedSession::faster_as_shape_plan() const {
+  if (onednn::switch_reach("ET_CPU_CONV_PER_IMAGE") == onednn::SwitchReach::kEverywhere) {
+    return false;
+  }
+  return std::any_of(kernels_.begin(), kernels_.end(),
+                     [](const OptimizedKernel* k) { return k->runs_images_apart(); });
 }
 
 onednn::ProviderOptions OptimizedSession::options() const {
@@ -222,3 +254,13 @@ onednn::ProviderOptions OptimizedSession::options() const {
 }  // namespace optimized
 }  // namespace cpu
 }  // namespace et_cpu_plugin
+
+// Kernels a resize in place prepared again over the process (the loader's
+// resize_prepare_count): those whose plan does not fit every size.
+extern "C" {
+
+__attribute__((visibility("default"))) uint64_t et_cpu_runtime_resize_prepares() {
+  return et_cpu_plugin::cpu::optimized::resize_prepares.load();
+}
+
+}  // extern "C"

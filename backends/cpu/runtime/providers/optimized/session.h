@@ -44,10 +44,17 @@ class OptimizedKernel : public BoundKernel {
   virtual size_t staging_bytes() const { return 0; }
   // Its plan's implementation() ("" where the summary does not ask): which kernel runs it.
   virtual std::string implementation() const { return ""; }
+  // Whether its plan serves every size within the bounds as it is (a convolution prepared for
+  // one image and run image by image over the batch at each run): OptimizedSession::resize
+  // leaves it be (the plan keeps the Provider state it was prepared on alive).
+  virtual bool plan_fits_every_size() const { return false; }
   // Forgets the plans it keeps for other sizes (a linear's, OptimizedSession::resize): finalize
   // prepares every kernel again on a fresh Provider, and a plan kept from bind would keep the
   // bind Provider's scratchpads alive.
   virtual void drop_kept_plans() {}
+  // Whether it runs its plan once per image over several images now (plans_per_image, batch
+  // above 1): a plan of the whole batch runs faster (OptimizedSession::faster_as_shape_plan).
+  virtual bool runs_images_apart() const { return false; }
 };
 
 // One per delegate instance. Binding prepares each kernel with plain activations (so a kernel
@@ -94,13 +101,19 @@ class OptimizedSession final : public ProviderSession {
   executorch::runtime::Error finalize(
       const std::function<bool(const executorch::aten::TensorImpl*)>& read_outside) override;
   // Every kernel prepared again, on a fresh Provider, for the tensors' new sizes, with the
-  // layouts finalize settled (ProviderSession::resize).
+  // layouts finalize settled (ProviderSession::resize); those whose plan fits every size
+  // (OptimizedKernel::plan_fits_every_size) are left as they are.
   executorch::runtime::Error resize() override;
   // While the graph's call runs, the provider's work pool is held (WorkPool::hold): its workers
   // spin between the call's ops instead of sleeping. ET_CPU_POOL_HOLD=0 (read when the session
   // opens): they sleep after their brief wait, as between calls.
   void call_started() override;
   void call_finished() override;
+  // Some kernel runs images apart (OptimizedKernel::runs_images_apart) and
+  // ET_CPU_CONV_PER_IMAGE is not "all" (read here).
+  bool faster_as_shape_plan() const override;
+  // Opened with a base session: a shape plan's.
+  bool is_shape_plan() const { return shape_plan_; }
 
  private:
   onednn::ProviderOptions options() const;
@@ -110,6 +123,9 @@ class OptimizedSession final : public ProviderSession {
   size_t resizes_ = 0;         // resize() calls so far
   std::shared_ptr<onednn::WeightCache> weights_;  // shared with the graph's shape plans
   std::unique_ptr<onednn::Provider> provider_;
+  // The Provider of the kernels whose plans fit every size, once resize() moved the others to
+  // a fresh one (their plans keep its state alive; kept here for held_bytes), else null.
+  std::unique_ptr<onednn::Provider> fitting_provider_;
   std::vector<OptimizedKernel*> kernels_;  // owned by the graph, which outlives the session's use
   size_t chained_ = 0;
   std::unordered_set<const executorch::aten::TensorImpl*> chained_set_;  // finalize's choice
