@@ -94,14 +94,7 @@ class MeanKernel final : public OptimizedKernel {
       return Error::Ok;
     }
     return guarded("mean", [&] {
-      const int64_t images = per_image_ ? input_->size(0) : 1;
-      if (images < 1) return;
-      const int64_t in_step = input_->numel() / images;
-      const int64_t out_step = output_->numel() / images;
-      for (int64_t n = 0; n < images; ++n) {
-        plan_->run(input_->const_data_ptr<float>() + n * in_step,
-                   output_->mutable_data_ptr<float>() + n * out_step);
-      }
+      run_per_image(*plan_, per_image_, input_, output_);
     });
   }
 

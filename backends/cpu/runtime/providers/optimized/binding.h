@@ -136,6 +136,21 @@ std::vector<int64_t> one_image(std::vector<int64_t> dims);
 Error bind_prepared(std::unique_ptr<OptimizedKernel> kernel, OptimizedSession& session,
                     std::unique_ptr<BoundKernel>* out);
 
+// Runs a one-input plan (`plan.run(in, out)`) once per image of `input`'s batch, read now, when
+// `per_image` (plans prepared for one image in a graph whose batch varies), else once on the
+// whole tensors. Channels-last keeps the batch outermost too: an image's elements are contiguous.
+template <typename Plan>
+void run_per_image(const Plan& plan, bool per_image, const Tensor* input, Tensor* output) {
+  const int64_t images = per_image ? input->size(0) : 1;
+  if (images < 1) return;
+  const int64_t in_step = input->numel() / images;
+  const int64_t out_step = output->numel() / images;
+  for (int64_t n = 0; n < images; ++n) {
+    plan.run(input->const_data_ptr<float>() + n * in_step,
+             output->mutable_data_ptr<float>() + n * out_step);
+  }
+}
+
 // One activation to another, each in the layout the session keeps it (plain or channels-last),
 // its output chainable: max / average pooling and resampling. `make` prepares the plan. With
 // `output_follows_input` the output stays channels-last only after a channels-last input
@@ -189,14 +204,7 @@ class LayoutKernel final : public OptimizedKernel {
 
   Error run(KernelRuntimeContext&) override {
     return guarded(what_, [&] {
-      const int64_t images = per_image_ ? input_->size(0) : 1;
-      if (images < 1) return;
-      const int64_t in_step = input_->numel() / images;
-      const int64_t out_step = output_->numel() / images;
-      for (int64_t n = 0; n < images; ++n) {
-        plan_->run(input_->const_data_ptr<float>() + n * in_step,
-                   output_->mutable_data_ptr<float>() + n * out_step);
-      }
+      run_per_image(*plan_, per_image_, input_, output_);
     });
   }
 
