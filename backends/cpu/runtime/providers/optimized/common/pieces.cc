@@ -1,10 +1,12 @@
 // Split plans' pieces: running primitives on the pool's threads, slicing ops, making splits.
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
 
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_activations.h"
 
@@ -153,6 +155,25 @@ std::string pieces_note(size_t count) {
   return count > 1 ? ", " + std::to_string(count) + " pieces" : std::string();
 }
 
+namespace {
+
+// The work a RowGemm split weighs (against min_task_flops, a compute-bound core's ~15 us): a few
+// rows read every weight once for 2 x rows flops, so the weight stream sets its time, ~28 GB/s
+// on one core (Intel Xeon, MobileNetV3's heads) against ~64 GFLOP/s: about 9 flops' time per
+// float read. kRowGemmFlopsPerWeight counts 8 (rows <= 4: at least 2 x rows).
+constexpr double kRowGemmFlopsPerWeight = 8.0;
+
+// ET_CPU_ROW_GEMM_STREAM_SPLIT (on unless "0", read at prepare): weigh a RowGemm's split by its
+// weights (kRowGemmFlopsPerWeight each) rather than its flops alone.
+double row_gemm_split_work(int64_t rows, int64_t k, int64_t n) {
+  const double per_weight = kernel_switched_on("ET_CPU_ROW_GEMM_STREAM_SPLIT")
+                                ? std::max(2.0 * static_cast<double>(rows), kRowGemmFlopsPerWeight)
+                                : 2.0 * static_cast<double>(rows);
+  return per_weight * static_cast<double>(k) * static_cast<double>(n);
+}
+
+}  // namespace
+
 RowGemmRun prepare_row_gemm(ProviderState& state, int64_t rows, int64_t k, int64_t n,
                             const float* weight, bool weight_is_k_by_n, const float* bias,
                             const PostOps& post_ops, std::string* implementation) {
@@ -160,7 +181,7 @@ RowGemmRun prepare_row_gemm(ProviderState& state, int64_t rows, int64_t k, int64
   auto gemm = std::make_shared<RowGemm>(
       rows, cached_row_gemm_weights(state.weight_cache.get(), k, n, weight, weight_is_k_by_n, bias),
       post_ops);
-  run.tasks = state.pieces_for(2.0 * static_cast<double>(rows * k * n), gemm->groups());
+  run.tasks = state.pieces_for(row_gemm_split_work(rows, k, n), gemm->groups());
   state.weights_bytes += gemm->weights_bytes();
   run.gemm = std::move(gemm);
   *implementation = "row_gemm:avx512" + pieces_note(run.tasks);

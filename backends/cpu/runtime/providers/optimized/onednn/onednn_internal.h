@@ -393,7 +393,8 @@ struct RowGemmRun {
   std::shared_ptr<const RowGemm> gemm;
   size_t tasks = 1;
 };
-// Packs the weights (counted in state.weights_bytes) and picks the split; `implementation`
+// Packs the weights (counted in state.weights_bytes) and picks the split (pieces_for on the
+// weights' stream time: ET_CPU_ROW_GEMM_STREAM_SPLIT, pieces.cc); `implementation`
 // becomes "row_gemm:avx512" plus its pieces_note. The caller checked row_gemm_supports.
 RowGemmRun prepare_row_gemm(ProviderState& state, int64_t rows, int64_t k, int64_t n,
                             const float* weight, bool weight_is_k_by_n, const float* bias,

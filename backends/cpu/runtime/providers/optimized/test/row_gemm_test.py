@@ -131,6 +131,21 @@ def test_split_over_the_pool_matches_and_writes_nothing_past_the_output(
     assert torch.equal(buffer[1000:], torch.full((64,), 123.0))
 
 
+@pytest.mark.parametrize("switch", ["1", "0"])
+def test_head_split_by_its_weight_stream(provider: Provider, switch: str) -> None:
+    """MobileNetV3's 576 -> 1024 head: 1.2 MFLOP (one piece by flops) but 2.4 MB of weights, so
+    split on the pool unless ET_CPU_ROW_GEMM_STREAM_SPLIT=0 (read at prepare)."""
+    x, weight, bias = _linear_inputs(1, 576, 1024, 19)
+    os.environ["ET_CPU_ROW_GEMM_STREAM_SPLIT"] = switch
+    try:
+        plan = provider.linear(1, weight, bias, [PostOp(HARDSWISH)])
+    finally:
+        del os.environ["ET_CPU_ROW_GEMM_STREAM_SPLIT"]
+    assert plan.describe().startswith("row_gemm:avx512")
+    assert (plan.pieces > 1) == (switch == "1")
+    _assert_close(plan.run(x), F.hardswish(F.linear(x, weight, bias)))
+
+
 def test_more_rows_or_switched_off_stay_on_onednn(provider: Provider, row_gemm_off: None) -> None:
     x, weight, bias = _linear_inputs(1, 64, 64, 5)
     plan = provider.linear(1, weight, bias)
