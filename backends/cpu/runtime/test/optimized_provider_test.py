@@ -176,9 +176,10 @@ def test_example_models_split_into_pieces_match_reference(name: str) -> None:
 
 
 def test_calls_with_the_pool_held_match_calls_without() -> None:
-    # A call holds the work pool (ET_CPU_POOL_HOLD, read at init): its worker spins between the
-    # call's ops instead of sleeping. Two delegates of one program, held and not, alternate on
-    # the shared pool; every split op's pieces must still all run, once.
+    # A call holds the work pool (ET_CPU_POOL_HOLD, read at init; "all": every call, not only
+    # after a call of 1 ms or more): its worker spins between the call's ops instead of sleeping.
+    # Two delegates of one program, held and not, alternate on the shared pool; every split op's
+    # pieces must still all run, once.
     from backends.cpu.runtime.test.lowered_program import load, lower_to_pte
 
     model = torch.nn.Sequential(
@@ -188,6 +189,7 @@ def test_calls_with_the_pool_held_match_calls_without() -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")
         patch.setenv("ET_CPU_ONEDNN_THREADS", "2")
+        patch.setenv("ET_CPU_POOL_HOLD", "all")
         pte, _ = lower_to_pte(model, (x,))
         held = load(pte)
         held.forward([x])  # init: the delegate reads its switches here

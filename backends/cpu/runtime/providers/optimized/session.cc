@@ -47,18 +47,24 @@ OptimizedSession::OptimizedSession(const OptimizedSession* base, bool sizes_vary
                : onednn::weight_cache_enabled() ? std::make_shared<onednn::WeightCache>()
                                                 : nullptr),
       shape_plan_(base != nullptr),
-      hold_pool_(onednn::kernel_switched_on("ET_CPU_POOL_HOLD")) {
+      hold_pool_(onednn::switch_reach("ET_CPU_POOL_HOLD")) {
   provider_ = std::make_unique<onednn::Provider>(options());  // options() reads provider_
 }
 
 void OptimizedSession::call_started() {
-  held_ = hold_pool_ ? provider_->work_pool() : nullptr;
+  const bool hold = hold_pool_ == onednn::SwitchReach::kEverywhere ||
+                    (hold_pool_ == onednn::SwitchReach::kDefault && last_call_us_ >= kHoldFromUs);
+  held_ = hold ? provider_->work_pool() : nullptr;
   if (held_ != nullptr) held_->hold();
+  call_start_ = std::chrono::steady_clock::now();
 }
 
 void OptimizedSession::call_finished() {
   if (held_ != nullptr) held_->release();
   held_ = nullptr;
+  last_call_us_ = std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::steady_clock::now() - call_start_)
+                      .count();
 }
 
 bool OptimizedSession::defers_prepare() const {

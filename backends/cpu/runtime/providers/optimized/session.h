@@ -5,6 +5,8 @@
 // channels-last (layout chaining).
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -15,6 +17,7 @@
 #include <executorch/runtime/core/exec_aten/exec_aten.h>
 
 #include "backends/cpu/runtime/kernel_provider.h"
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/common/weight_cache.h"
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
 
@@ -105,8 +108,11 @@ class OptimizedSession final : public ProviderSession {
   // (OptimizedKernel::plan_fits_every_size) are left as they are.
   executorch::runtime::Error resize() override;
   // While the graph's call runs, the provider's work pool is held (WorkPool::hold): its workers
-  // spin between the call's ops instead of sleeping. ET_CPU_POOL_HOLD=0 (read when the session
-  // opens): they sleep after their brief wait, as between calls.
+  // spin between the call's ops instead of sleeping. Only when the graph's previous call took at
+  // least kHoldFromUs: waking the worker at the start costs tens of microseconds on a VM, which a
+  // decoder's 0.1 ms step cannot pay back. ET_CPU_POOL_HOLD (switch_reach, read when the session
+  // opens): "0" never (the workers sleep after their brief wait, as between calls), "all" every
+  // call.
   void call_started() override;
   void call_finished() override;
   // Some kernel runs images apart (OptimizedKernel::runs_images_apart) and
@@ -133,8 +139,11 @@ class OptimizedSession final : public ProviderSession {
   bool unprepared_ = false;  // some kernel waits for finalize to prepare it
   bool shape_plan_ = false;  // opened with a base session
   bool bound_in_base_ = false;  // the op being bound (begin_bind)
-  bool hold_pool_ = true;        // ET_CPU_POOL_HOLD, read when the session opens
+  static constexpr int64_t kHoldFromUs = 1000;
+  onednn::SwitchReach hold_pool_ = onednn::SwitchReach::kDefault;  // ET_CPU_POOL_HOLD
   onednn::WorkPool* held_ = nullptr;  // the pool held during the current call
+  std::chrono::steady_clock::time_point call_start_;
+  int64_t last_call_us_ = 0;  // the graph's previous call, start to finish (0: none yet)
 };
 
 }  // namespace optimized
