@@ -1,6 +1,7 @@
 """Issues #6 and #9's benchmark: the C++ CPU delegate runtime (its Optimized provider on oneDNN:
 by default 2 threads sharing split ops, also on 1 thread and on oneDNN's OpenMP team) vs the
-XNNPACK delegate vs eager PyTorch (and, with
+XNNPACK delegate vs ONNX Runtime (issue 46's peer, `onnxruntime_peer.py`; --no-onnxruntime leaves
+it out) vs eager PyTorch (and, with
 --no-delegate, the same program with no delegate: ExecuTorch's kernels called by the method), on a
 ResNet-shaped and a MobileNet-shaped conv-BN model at 1x3x224x224 and an MLP-BN at batch 32
 (tools/lower/examples.py, size "full"), plus a 2048^3 torch.mm as the GEMM reference. Ratios are
@@ -9,7 +10,7 @@ fresh process. After each table: achieved GFLOP/s per path (the model's conv/lin
 the median) and the delegate's own memory (arena + provider-held reordered weights/scratch).
 
     bazel run //tools/bench:cpu_delegate_bench -- [--only resnet/full] [--size small]
-        [--no-delegate] [--json out.json]
+        [--no-delegate] [--no-onnxruntime] [--json out.json]
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from contextlib import contextmanager
 import torch
 from executorch.exir import to_edge_transform_and_lower
 
-from tools.bench import harness
+from tools.bench import harness, onnxruntime_peer
 from tools.bench.eager_runner import make_eager
 from tools.lower.examples import get_example
 
@@ -39,6 +40,7 @@ _DELEGATE_ENV = {
 MODELS = ("resnet", "mobilenet", "mlp_bn")
 _SIZE = ["full"]  # --size rewrites it before the benchmarks are built
 _WITH_NO_DELEGATE = [False]  # --no-delegate adds the (slow) ExecuTorch-kernels-only path
+_WITH_ONNXRUNTIME = [True]  # --no-onnxruntime leaves the ONNX Runtime column out
 # Delegate memory reported by each CPU-delegate factory: (arena, provider-held) bytes.
 _DELEGATE_MEMORY: dict[str, tuple[int, int]] = {}
 GEMM = 2048
@@ -111,6 +113,12 @@ def make_program(example: str, size: str, path: str) -> harness.Runner:
     return harness.executorch_runner(module, args)
 
 
+def make_onnxruntime(example: str, size: str) -> harness.Runner:
+    """The example exported to ONNX and run on ONNX Runtime's CPU execution provider."""
+    spec = get_example(example)
+    return onnxruntime_peer.make_runner(spec.model(size).eval(), spec.sample_inputs(size))
+
+
 def make_mm(threads: int) -> harness.Runner:
     """A GEMM_^3 torch.mm on `threads` threads: the GFLOP/s reference."""
     a, b = torch.randn(GEMM, GEMM), torch.randn(GEMM, GEMM)
@@ -156,9 +164,21 @@ def benchmarks() -> list[harness.Benchmark]:
                         "xnnpack",
                     )
                 ),
+                *(
+                    [
+                        harness.Variant(
+                            onnxruntime_peer.NAME,
+                            make_onnxruntime,
+                            {"example": example, "size": size},
+                        )
+                    ]
+                    if _WITH_ONNXRUNTIME[0]
+                    else []
+                ),
                 harness.Variant("eager", make_eager, {"example": example, "size": size}),
             ],
-            notes=get_example(example).description,
+            notes=get_example(example).description
+            + (f"; {onnxruntime_peer.describe()}" if _WITH_ONNXRUNTIME[0] else ""),
         )
         for example in MODELS
     ] + [
@@ -203,7 +223,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = harness.build_parser(__doc__ or "")
     parser.add_argument("--size", default="full", help="example size: full (default) or small")
     parser.add_argument("--no-delegate", action="store_true", help="add the no-delegate path")
+    parser.add_argument(
+        "--no-onnxruntime",
+        action="store_true",
+        help="leave ONNX Runtime out (it is timed beside XNNPACK by default)",
+    )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    _WITH_ONNXRUNTIME[0] = not args.no_onnxruntime
     _SIZE[0] = args.size
     _WITH_NO_DELEGATE[0] = args.no_delegate
     return harness.run_main(args, benchmarks, after_each=summary)

@@ -130,6 +130,7 @@ def define_common_targets():
         deps = [
             ":eager_runner",
             ":harness",
+            ":onnxruntime_peer",
             "//backends/cpu/partition:cpu_partitioner",
             "//backends/cpu/runtime:loader",
             "//tools/lower:examples",
