@@ -163,16 +163,18 @@ namespace {
 // float read. kRowGemmFlopsPerWeight counts 8 (rows <= 4: at least 2 x rows).
 constexpr double kRowGemmFlopsPerWeight = 8.0;
 
-// ET_CPU_ROW_GEMM_STREAM_SPLIT (on unless "0", read at prepare): weigh a RowGemm's split by its
-// weights (kRowGemmFlopsPerWeight each) rather than its flops alone.
-double row_gemm_split_work(int64_t rows, int64_t k, int64_t n) {
-  const double per_weight = kernel_switched_on("ET_CPU_ROW_GEMM_STREAM_SPLIT")
+}  // namespace
+
+bool row_gemm_stream_split() {
+  return kernel_switched_on("ET_CPU_ROW_GEMM_STREAM_SPLIT");
+}
+
+double row_gemm_split_work(int64_t rows, int64_t k, int64_t n, bool stream_split) {
+  const double per_weight = stream_split
                                 ? std::max(2.0 * static_cast<double>(rows), kRowGemmFlopsPerWeight)
                                 : 2.0 * static_cast<double>(rows);
   return per_weight * static_cast<double>(k) * static_cast<double>(n);
 }
-
-}  // namespace
 
 RowGemmRun prepare_row_gemm(ProviderState& state, int64_t rows, int64_t k, int64_t n,
                             const float* weight, bool weight_is_k_by_n, const float* bias,
@@ -181,7 +183,8 @@ RowGemmRun prepare_row_gemm(ProviderState& state, int64_t rows, int64_t k, int64
   auto gemm = std::make_shared<RowGemm>(
       rows, cached_row_gemm_weights(state.weight_cache.get(), k, n, weight, weight_is_k_by_n, bias),
       post_ops);
-  run.tasks = state.pieces_for(row_gemm_split_work(rows, k, n), gemm->groups());
+  run.tasks =
+      state.pieces_for(row_gemm_split_work(rows, k, n, row_gemm_stream_split()), gemm->groups());
   state.weights_bytes += gemm->weights_bytes();
   run.gemm = std::move(gemm);
   *implementation = "row_gemm:avx512" + pieces_note(run.tasks);

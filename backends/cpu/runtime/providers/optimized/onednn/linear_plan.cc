@@ -57,6 +57,9 @@ struct LinearVariableRows {
   int64_t k = 0;
   int64_t n = 0;
   int64_t up_to = 0;
+  // Its split weighed as a RowGemm run's (row_gemm_split_work, ET_CPU_ROW_GEMM_STREAM_SPLIT read
+  // when made): a batch-1 head shares out its weight stream as a static graph's does.
+  bool stream_split = false;
 };
 
 struct LinearPlan::Impl {
@@ -111,7 +114,7 @@ size_t LinearPlan::pieces() const {
   if (impl_->row_gemm) return impl_->row_gemm->tasks;
   if (reads_rows_up_to() > 0) {
     const LinearVariableRows& v = *impl_->variable;
-    return impl_->state->pieces_for(2.0 * static_cast<double>(impl_->rows * v.k * v.n),
+    return impl_->state->pieces_for(row_gemm_split_work(impl_->rows, v.k, v.n, v.stream_split),
                                     v.gemms[0]->groups());
   }
   return std::max<size_t>(1, impl_->pieces.size());
@@ -138,8 +141,8 @@ void run_variable_rows(ProviderState& state, const LinearVariableRows& v, int64_
           group + 1);
     }
   };
-  const size_t tasks = state.pieces_for(2.0 * static_cast<double>(rows * v.k * v.n),
-                                        groups * blocks);
+  const size_t tasks =
+      state.pieces_for(row_gemm_split_work(rows, v.k, v.n, v.stream_split), groups * blocks);
   if (tasks < 2) {
     run(0, groups * blocks);
     return;
@@ -499,6 +502,7 @@ std::optional<LinearVariableRows> variable_rows(
   }
   v.k = params.in_features;
   v.n = params.out_features;
+  v.stream_split = row_gemm_stream_split();
   std::shared_ptr<const RowGemm::Packed> packed = cached_row_gemm_weights(
       state.weight_cache.get(), v.k, v.n, weight, params.weight_is_k_by_n, bias);
   for (int64_t r = 1; r <= kRowGemmMaxRows; ++r) {

@@ -387,6 +387,12 @@ void execute_piece(ProviderState& state, const Piece& piece, int worker, const P
 // ", N pieces" for a plan's implementation() when it runs in N > 1 pieces, else "".
 std::string pieces_note(size_t count);
 
+// ET_CPU_ROW_GEMM_STREAM_SPLIT (on unless "0"; callers read it at prepare): weigh a RowGemm's
+// split by its weights (row_gemm_split_work) rather than its flops alone.
+bool row_gemm_stream_split();
+// The work a RowGemm of `rows` x `k` -> `n` weighs against pieces_for: with `stream_split` its
+// weight stream's time (a few rows read every weight once), else its flops.
+double row_gemm_split_work(int64_t rows, int64_t k, int64_t n, bool stream_split);
 // A plan's RowGemm (row_gemm.h) and the tasks it is shared out in on the pool (1: the calling
 // thread runs it).
 struct RowGemmRun {

@@ -129,6 +129,13 @@ etdnn_provider* etdnn_provider_create_ex(int num_threads, int work_sharing,
   return guarded([&] { return new etdnn_provider(options); }, nullptr);
 }
 
+etdnn_provider* etdnn_provider_create_sizes_vary(int num_threads) {
+  onednn::ProviderOptions options;
+  options.num_threads = num_threads;
+  options.size_independent_plans = true;
+  return guarded([&] { return new etdnn_provider(options); }, nullptr);
+}
+
 void etdnn_provider_destroy(etdnn_provider* provider) {
   delete provider;
 }

@@ -24,6 +24,9 @@ etdnn_provider* etdnn_provider_create(int num_threads);
 // min_task_flops: see ProviderOptions (-1 = default, 0 = split every op as finely as allowed).
 etdnn_provider* etdnn_provider_create_ex(int num_threads, int work_sharing,
                                          int64_t min_task_flops);
+// A provider of a graph whose sizes vary (ProviderOptions::size_independent_plans): a linear of
+// 1-4 rows prepares the plan that reads its rows at each run.
+etdnn_provider* etdnn_provider_create_sizes_vary(int num_threads);
 void etdnn_provider_destroy(etdnn_provider* provider);
 int etdnn_provider_num_threads(const etdnn_provider* provider);
 int etdnn_provider_work_sharing(const etdnn_provider* provider);

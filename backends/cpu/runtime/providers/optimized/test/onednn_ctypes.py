@@ -78,6 +78,7 @@ def _load(path: str) -> ctypes.CDLL:
         "etdnn_last_error": (ctypes.c_char_p, []),
         "etdnn_provider_create": (vp, [i32]),
         "etdnn_provider_create_ex": (vp, [i32, i32, i64]),
+        "etdnn_provider_create_sizes_vary": (vp, [i32]),
         "etdnn_provider_work_sharing": (i32, [vp]),
         "etdnn_provider_destroy": (None, [vp]),
         "etdnn_provider_num_threads": (i32, [vp]),
@@ -248,13 +249,18 @@ class Provider:
         path: str | None = None,
         work_sharing: bool = True,
         min_task_flops: int = -1,
+        sizes_vary: bool = False,
     ) -> None:
         """`work_sharing` False runs each op on oneDNN's OpenMP team; `min_task_flops` 0 splits
-        every op as finely as allowed (-1: the provider's default)."""
+        every op as finely as allowed (-1: the provider's default). `sizes_vary`: a provider of a
+        graph whose sizes vary (size-independent plans; the other options their defaults)."""
         self.lib = _load(path or library_path())
-        self._handle = self.lib.etdnn_provider_create_ex(
-            num_threads, int(work_sharing), min_task_flops
-        )
+        if sizes_vary:
+            self._handle = self.lib.etdnn_provider_create_sizes_vary(num_threads)
+        else:
+            self._handle = self.lib.etdnn_provider_create_ex(
+                num_threads, int(work_sharing), min_task_flops
+            )
         if not self._handle:
             raise ProviderError(self.last_error())
 

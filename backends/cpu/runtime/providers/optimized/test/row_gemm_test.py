@@ -131,17 +131,29 @@ def test_split_over_the_pool_matches_and_writes_nothing_past_the_output(
     assert torch.equal(buffer[1000:], torch.full((64,), 123.0))
 
 
+@pytest.fixture(scope="module")
+def sizes_vary(provider: Provider) -> Provider:
+    """A provider of a graph whose sizes vary: a few rows read at each run (LinearVariableRows)."""
+    return Provider(num_threads=2, sizes_vary=True)
+
+
+@pytest.mark.parametrize("graph", ["static", "sizes vary"])
 @pytest.mark.parametrize("switch", ["1", "0"])
-def test_head_split_by_its_weight_stream(provider: Provider, switch: str) -> None:
+def test_head_split_by_its_weight_stream(
+    provider: Provider, sizes_vary: Provider, switch: str, graph: str
+) -> None:
     """MobileNetV3's 576 -> 1024 head: 1.2 MFLOP (one piece by flops) but 2.4 MB of weights, so
-    split on the pool unless ET_CPU_ROW_GEMM_STREAM_SPLIT=0 (read at prepare)."""
+    split on the pool unless ET_CPU_ROW_GEMM_STREAM_SPLIT=0 (read at prepare); in a graph whose
+    sizes vary too (the plan reading its rows at each run: a dynamic batch at 1)."""
     x, weight, bias = _linear_inputs(1, 576, 1024, 19)
     os.environ["ET_CPU_ROW_GEMM_STREAM_SPLIT"] = switch
     try:
-        plan = provider.linear(1, weight, bias, [PostOp(HARDSWISH)])
+        on = sizes_vary if graph == "sizes vary" else provider
+        plan = on.linear(1, weight, bias, [PostOp(HARDSWISH)])
     finally:
         del os.environ["ET_CPU_ROW_GEMM_STREAM_SPLIT"]
     assert plan.describe().startswith("row_gemm:avx512")
+    assert ("rows read at each run" in plan.describe()) == (graph == "sizes vary")
     assert (plan.pieces > 1) == (switch == "1")
     _assert_close(plan.run(x), F.hardswish(F.linear(x, weight, bias)))
 
