@@ -6,8 +6,12 @@ against eager at the bounds and between, alternating many times; no shape plan c
 made per call after the first round (weights, matmul primitives); resident memory flat. A small
 MobileNetV3-style CNN with a dynamic batch resizes in place too, its convolutions, blocks,
 squeeze-excite and pooling prepared for one image and kept at every batch (nothing prepared
-again but the linear head); with ET_CPU_CONV_PER_IMAGE=0 its kernels cannot resize and it keeps
-the shape plans, as does a graph compiled with ET_CPU_RESIZE_IN_PLACE=0. Linears of a few rows
+again but the linear head), each batch's images in one round of the pool, so even a batch called
+again in a row compiles no shape plan; oneDNN convolutions over small images (8x8) run a batch in
+tiles of 8, 4 and 2 images and match eager at batches 1, 5, 16 and 7 (with
+ET_CPU_CONV_BATCH_TILES=0 image by image, and the second call in a row compiles a shape plan);
+with ET_CPU_CONV_PER_IMAGE=0 its kernels cannot resize and it keeps the shape plans, as does a
+graph compiled with ET_CPU_RESIZE_IN_PLACE=0. Linears of a few rows
 (and a tile's remainder of a few) run on row_gemm reading their rows at each run: a new such
 count prepares nothing (every count below 32 with ET_CPU_SMALL_ROW_TILES=1). A torchao-quantized
 decoder (8da4w, weight-only linear and embedding) resizes in place too. A resize failing halfway
@@ -221,11 +225,53 @@ def test_a_small_cnn_resizes_its_batch_in_place_keeping_its_convolution_plans() 
     # the linear head (whose rows are the batch).
     assert loader.shape_plan_stats()[1] == misses
     assert loader.resize_prepare_count() - prepared == len(batches)
-    # A batch called again in a row: its own shape plan (plans of the whole batch, faster than
-    # images apart), compiled once and kept for it; batch 1 stays in place.
+    # A batch called again in a row stays in place too: every kernel runs the batch's images in
+    # one round of the pool (or in tiles of images), as fast as plans of the whole batch, so no
+    # shape plan is worth compiling.
     five = torch.randn(5, 3, 32, 32, generator=torch.Generator().manual_seed(55))
     for x in (five, five, five, images[:1], five):
         assert_single_output_close(module, model, x, atol=ATOL, rtol=RTOL)
+    assert loader.shape_plan_stats()[1] == misses
+
+
+class _SmallImages(torch.nn.Module):
+    """oneDNN convolutions over 8x8 images (64 pixels: the size that runs in tiles of 8, 4 and 2
+    images): a 3x3 with ReLU, a 1x1 with its residual add, a global average and a linear."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.pointwise = torch.nn.Conv2d(16, 16, 1)
+        self.fc = torch.nn.Linear(16, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(x))
+        y = y + self.pointwise(y)
+        return self.fc(y.mean((2, 3)))
+
+
+def test_small_images_run_in_tiles_of_images_and_compile_no_shape_plan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    torch.manual_seed(12)
+    model = _SmallImages().eval()
+    dims = {0: Dim("batch", min=1, max=16)}
+    module = _load(model, torch.randn(2, 8, 8, 8), dims)
+    _, misses = loader.shape_plan_stats()
+    # Tiles largest first, then single images: 5 = 4 + 1, 16 = 8 + 8, 7 = 4 + 2 + 1. Each batch
+    # called twice in a row: still no shape plan (nothing runs its images apart).
+    for batch in (1, 1, 5, 5, 16, 16, 7, 7, 1):
+        x = torch.randn(batch, 8, 8, 8, generator=torch.Generator().manual_seed(batch))
+        assert_single_output_close(module, model, x, atol=ATOL, rtol=RTOL)
+    assert any("new sizes resized in place" in line for line in loader.last_placement())
+    assert loader.shape_plan_stats()[1] == misses
+    # Without the tiles (read at prepare) the convolutions run image by image: the second call
+    # at a batch in a row compiles its shape plan (plans of the whole batch), right as well.
+    monkeypatch.setenv("ET_CPU_CONV_BATCH_TILES", "0")
+    untiled = _load(model, torch.randn(2, 8, 8, 8), dims)
+    five = torch.randn(5, 8, 8, 8, generator=torch.Generator().manual_seed(5))
+    for x in (five, five, five):
+        assert_single_output_close(untiled, model, x, atol=ATOL, rtol=RTOL)
     assert loader.shape_plan_stats()[1] == misses + 1
 
 

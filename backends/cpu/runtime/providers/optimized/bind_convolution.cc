@@ -3,7 +3,9 @@
 // (1x1 expand, depthwise, 1x1 project: BlockPlan). ConvLikeKernel serves both convolution kinds
 // (one recipe, one layout-chaining behaviour); BlockKernel runs a fused block. In a graph whose
 // batch varies (plans_per_image, binding.h) each prepares its plan for one image and runs it
-// image by image over the batch read at each run: one plan fits every batch.
+// over the batch read at each run: one plan fits every batch. Blocks and our depthwise and stem
+// kernels run the batch's images in one round of the pool; oneDNN convolutions over small images
+// in tiles of several images (ConvLikeKernel::kTileImages), others image by image.
 #include "backends/cpu/runtime/providers/optimized/binders.h"
 
 #include <algorithm>
@@ -71,22 +73,35 @@ class ConvLikeKernel final : public OptimizedKernel {
 
   bool resizable() const override { return per_image_; }
   bool plan_fits_every_size() const override { return per_image_ && plan_ && image_.current(); }
-  bool runs_images_apart() const override { return per_image_ && input_->size(0) > 1; }
+  bool runs_images_apart() const override {
+    return per_image_ && input_->size(0) > 1 && !runs_images_together() && tiles_.empty();
+  }
 
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
     if (per_image_) image_.check(Op::kName);
     const auto dims = [&](const Tensor& t) {
       return per_image_ ? one_image(dims_of(t)) : dims_of(t);
     };
-    onednn::ConvLayouts layouts;
-    if (channels_last(impl_of(input_))) {
-      layouts.input =
-          std::make_shared<onednn::Layout>(onednn::Layout::channels_last(dims(*input_)));
-    }
-    layouts.output = channels_last(impl_of(output_)) ? onednn::OutputLayout::kChannelsLast
-                                                     : onednn::OutputLayout::kPlain;
-    plan_ = std::make_unique<Plan>(Op::prepare(provider, recipe_, layouts));
+    // The plan for `images` images (0: the recipe's batch, per image 1).
+    const auto prepare_for = [&](int64_t images) {
+      Recipe recipe = recipe_;
+      if (images > 0) recipe.params.batch = images;
+      const auto with_batch = [&](std::vector<int64_t> d) {
+        if (images > 0) d[0] = images;
+        return d;
+      };
+      onednn::ConvLayouts layouts;
+      if (channels_last(impl_of(input_))) {
+        layouts.input = std::make_shared<onednn::Layout>(
+            onednn::Layout::channels_last(with_batch(dims(*input_))));
+      }
+      layouts.output = channels_last(impl_of(output_)) ? onednn::OutputLayout::kChannelsLast
+                                                       : onednn::OutputLayout::kPlain;
+      return std::make_unique<Plan>(Op::prepare(provider, recipe, layouts));
+    };
+    plan_ = prepare_for(0);
     residual_fix_.reset();
+    tiles_.clear();
     if (residual_ != nullptr) {
       // The residual must arrive in the output's layout: convert it into the output buffer
       // and add in place when its producer left it in the other one.
@@ -97,6 +112,14 @@ class ConvLikeKernel final : public OptimizedKernel {
       if (given != plan_->output_layout()) {
         residual_fix_ = std::make_unique<onednn::ReorderPlan>(
             provider.prepare_reorder(given, plan_->output_layout()));
+      }
+    }
+    if (per_image_ && !residual_fix_ && !plan_->runs_images_together() &&
+        image_pixels() <= kTileMaxPixels &&
+        onednn::kernel_switched_on("ET_CPU_CONV_BATCH_TILES")) {
+      // Up to the batch at prepare (the graph's bound): no tile larger than any batch it runs.
+      for (int64_t images : kTileImages) {
+        if (images <= input_->size(0)) tiles_.emplace_back(images, prepare_for(images));
       }
     }
   }
@@ -117,12 +140,24 @@ class ConvLikeKernel final : public OptimizedKernel {
       const int64_t batch = input_->size(0);
       const int64_t images = per_image_ ? batch : 1;
       if (images < 1) return;
+      if (runs_images_together()) {
+        plan_->run_images(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>(),
+                          images);
+        return;
+      }
       const int64_t in_step = input_->numel() / images;
       const int64_t out_step = output_->numel() / images;
       const float* in = input_->const_data_ptr<float>();
       float* out = output_->mutable_data_ptr<float>();
       const float* residual = residual_ ? residual_->const_data_ptr<float>() : nullptr;
-      for (int64_t n = 0; n < images; ++n) {
+      int64_t n = 0;
+      for (const auto& [tile_images, tile] : tiles_) {  // largest first
+        for (; images - n >= tile_images; n += tile_images) {
+          tile->run(in + n * in_step, out + n * out_step,
+                    residual ? residual + n * out_step : nullptr);
+        }
+      }
+      for (; n < images; ++n) {
         float* image_out = out + n * out_step;
         const float* image_residual = residual ? residual + n * out_step : nullptr;
         if (residual_fix_ && image_residual == image_out) {
@@ -151,6 +186,29 @@ class ConvLikeKernel final : public OptimizedKernel {
   std::unique_ptr<Plan> plan_;
   std::unique_ptr<onednn::ReorderPlan> residual_fix_;
   std::vector<float> staged_residual_;  // residual_fix_ on a residual planned in place
+
+  // Per image, the plans of tiles of several images, largest first (see kTileMaxPixels).
+  std::vector<std::pair<int64_t, std::unique_ptr<Plan>>> tiles_;
+
+  // Per image on our own depthwise or stem kernel, no residual: the batch's images run in one
+  // round of the pool (ConvLikePlan::run_images) instead of one round each.
+  bool runs_images_together() const {
+    return per_image_ && plan_ && residual_ == nullptr && plan_->runs_images_together();
+  }
+
+  // Per image on oneDNN, an output image of at most kTileMaxPixels pixels (MobileNetV3's 7x7
+  // 1x1 convolutions) runs apart measurably slower than in a plan of the whole batch (a round
+  // of the pool and a pass over the weights per image): such a kernel also prepares plans of
+  // tiles of kTileImages images and runs a batch as tiles, largest first, then single images.
+  // ET_CPU_CONV_BATCH_TILES=0 (read at prepare) prepares none.
+  static constexpr int64_t kTileMaxPixels = 64;
+  static constexpr int64_t kTileImages[] = {8, 4, 2};
+  int64_t image_pixels() const {
+    const std::vector<int64_t> d = dims_of(*output_);
+    int64_t pixels = 1;
+    for (size_t i = 2; i < d.size(); ++i) pixels *= d[i];
+    return pixels;
+  }
 };
 using ConvKernel = ConvLikeKernel<ConvOp>;
 using DeconvKernel = ConvLikeKernel<DeconvOp>;
@@ -171,7 +229,11 @@ class BlockKernel final : public OptimizedKernel {
 
   bool resizable() const override { return per_image_; }
   bool plan_fits_every_size() const override { return per_image_ && plan_ && image_.current(); }
-  bool runs_images_apart() const override { return per_image_ && input_->size(0) > 1; }
+  // Only when converting its input or output (a plain neighbour): the plan otherwise runs the
+  // batch's images in one round (BlockPlan::run), as fast as a plan of the whole batch.
+  bool runs_images_apart() const override {
+    return per_image_ && input_->size(0) > 1 && (input_fix_ || output_fix_);
+  }
 
   void prepare(onednn::Provider& provider, const InChannelsLast& channels_last) override {
     if (per_image_) image_.check("block");
@@ -213,6 +275,13 @@ class BlockKernel final : public OptimizedKernel {
     return guarded("block", [&] {
       const int64_t images = per_image_ ? input_->size(0) : 1;
       if (images < 1) return;
+      if (!input_fix_ && !output_fix_) {
+        // Channels-last in and out: the plan runs the batch's images in one round of its
+        // pieces (BlockPlan::run), not one round per image.
+        plan_->run(input_->const_data_ptr<float>(), output_->mutable_data_ptr<float>(),
+                   per_image_ ? images : 0);
+        return;
+      }
       const int64_t in_step = input_->numel() / images;
       const int64_t out_step = output_->numel() / images;
       for (int64_t n = 0; n < images; ++n) {

@@ -55,8 +55,9 @@ class OptimizedKernel : public BoundKernel {
   // prepares every kernel again on a fresh Provider, and a plan kept from bind would keep the
   // bind Provider's scratchpads alive.
   virtual void drop_kept_plans() {}
-  // Whether it runs its plan once per image over several images now (plans_per_image, batch
-  // above 1): a plan of the whole batch runs faster (OptimizedSession::faster_as_shape_plan).
+  // Whether it runs its plan once per image, one round of the pool each, over several images
+  // now (plans_per_image, batch above 1; not a kernel that runs a batch's images together or in
+  // tiles): a plan of the whole batch runs faster (OptimizedSession::faster_as_shape_plan).
   virtual bool runs_images_apart() const { return false; }
 };
 

@@ -651,11 +651,16 @@ BlockPlan Provider::prepare_block(
   });
 }
 
-void BlockPlan::run(const float* input, float* output) const {
+void BlockPlan::run(const float* input, float* output, int64_t images) const {
   const Impl& p = *impl_;
   ProviderState& state = *p.state;
   ThreadCountGuard threads(state.omp_threads);
   const BlockParams& bp = p.params;
+  if (images == 0) images = bp.batch;
+  if (images < 1 || (images != bp.batch && bp.batch != 1)) {
+    throw ProviderError("block: a plan prepared for " + std::to_string(bp.batch) +
+                        " images cannot run " + std::to_string(images));
+  }
   const int64_t h = bp.input_size[0];
   const int64_t w = bp.input_size[1];
   const int64_t in_row = w * bp.in_channels;         // floats per input row
@@ -670,79 +675,88 @@ void BlockPlan::run(const float* input, float* output) const {
                       stage.src_md, stage.dst_md, stage.scratchpad_md, worker, data);
   };
   if (!p.slices.empty()) {
-    // Piece (image, slice): the slice's expand over the whole image, its depthwise, and its
-    // channels copied into the output's rows (with a project: into the image's rows of the
-    // whole depthwise output, which the project's pixel pieces read after the join).
-    const size_t count = p.slices.size();
-    const int64_t pixels = p.out_h * p.out_w;
-    float* hidden = bp.project ? static_cast<float*>(state.block_hidden.data()) : nullptr;
-    const int64_t gathered_channels = bp.project ? bp.hidden_channels : bp.out_channels;
-    auto run_slice = [&](size_t index, int worker) {
-      wrap_dnnl("block", [&] {
-        const BlockSlice& slice = p.slices[index % count];
-        const int64_t image = static_cast<int64_t>(index / count);
-        const float* x = input + image * h * in_row;
-        float* y = hidden ? hidden + image * pixels * bp.hidden_channels
-                          : output + image * p.out_h * out_row;
-        const size_t w_index = static_cast<size_t>(worker);
-        float* expanded = static_cast<float*>(state.block_expanded[w_index].data());
-        float* depthwise = static_cast<float*>(state.block_depthwise[w_index].data());
-        if (slice.own_expand) {
-          slice.own_expand->run(x, h * w, expanded);
-        } else {
-          run_stage(slice.expand, worker, x, expanded, slice.expand_weights, slice.expand_bias,
-                    p.expand_tail);
-        }
-        if (slice.own_depthwise) {
-          slice.own_depthwise->run_rows(expanded, 0, h, depthwise, 0, p.out_h);
-        } else {
-          run_stage(slice.depthwise, worker, expanded, depthwise, slice.depthwise_weights,
-                    slice.depthwise_bias, p.depthwise_tail);
-        }
-        const int64_t n = slice.end - slice.begin;
-        for (int64_t i = 0; i < pixels; ++i) {
-          std::memcpy(y + i * gathered_channels + slice.begin, depthwise + i * n,
-                      static_cast<size_t>(n) * sizeof(float));
-        }
-      });
-    };
-    if (state.pool) {
-      state.pool->run(count * static_cast<size_t>(bp.batch), run_slice);
-    } else {
-      for (size_t i = 0; i < count * static_cast<size_t>(bp.batch); ++i) run_slice(i, 0);
-    }
-    if (!bp.project) return;
-    // Piece (image, pixels): the project of those pixels (+ the block's input).
-    const size_t pixel_count = p.pixels.size();
-    auto run_pixels = [&](size_t index, int worker) {
-      wrap_dnnl("block", [&] {
-        const BlockPixels& piece = p.pixels[index % pixel_count];
-        const int64_t image = static_cast<int64_t>(index / pixel_count);
-        const int64_t first = image * pixels + piece.begin;
-        float* out = output + first * bp.out_channels;
-        if (p.has_add) {
-          // The sum post-op adds what the output pixels hold: the block's input pixels.
-          std::memcpy(out, input + first * bp.in_channels,
-                      static_cast<size_t>((piece.end - piece.begin) * bp.out_channels) *
-                          sizeof(float));
-        }
-        run_stage(p.project[static_cast<size_t>(piece.stage)], worker,
-                  hidden + first * bp.hidden_channels, out, p.project_weights, p.project_bias,
-                  p.project_tail);
-      });
-    };
-    if (state.pool) {
-      state.pool->run(pixel_count * static_cast<size_t>(bp.batch), run_pixels);
-    } else {
-      for (size_t i = 0; i < pixel_count * static_cast<size_t>(bp.batch); ++i) run_pixels(i, 0);
+    // With a project, block_hidden holds the depthwise output of the batch prepared for only:
+    // a plan of one image run over several images takes them one round at a time.
+    const int64_t per_round = bp.project ? bp.batch : images;
+    for (int64_t done = 0; done < images; done += per_round) {
+      const int64_t round = std::min(per_round, images - done);
+      const float* round_input = input + done * h * in_row;
+      float* round_output = output + done * p.out_h * out_row;
+      // Piece (image, slice): the slice's expand over the whole image, its depthwise, and its
+      // channels copied into the output's rows (with a project: into the image's rows of the
+      // whole depthwise output, which the project's pixel pieces read after the join).
+      const size_t count = p.slices.size();
+      const int64_t pixels = p.out_h * p.out_w;
+      float* hidden = bp.project ? static_cast<float*>(state.block_hidden.data()) : nullptr;
+      const int64_t gathered_channels = bp.project ? bp.hidden_channels : bp.out_channels;
+      auto run_slice = [&](size_t index, int worker) {
+        wrap_dnnl("block", [&] {
+          const BlockSlice& slice = p.slices[index % count];
+          const int64_t image = static_cast<int64_t>(index / count);
+          const float* x = round_input + image * h * in_row;
+          float* y = hidden ? hidden + image * pixels * bp.hidden_channels
+                            : round_output + image * p.out_h * out_row;
+          const size_t w_index = static_cast<size_t>(worker);
+          float* expanded = static_cast<float*>(state.block_expanded[w_index].data());
+          float* depthwise = static_cast<float*>(state.block_depthwise[w_index].data());
+          if (slice.own_expand) {
+            slice.own_expand->run(x, h * w, expanded);
+          } else {
+            run_stage(slice.expand, worker, x, expanded, slice.expand_weights, slice.expand_bias,
+                      p.expand_tail);
+          }
+          if (slice.own_depthwise) {
+            slice.own_depthwise->run_rows(expanded, 0, h, depthwise, 0, p.out_h);
+          } else {
+            run_stage(slice.depthwise, worker, expanded, depthwise, slice.depthwise_weights,
+                      slice.depthwise_bias, p.depthwise_tail);
+          }
+          const int64_t n = slice.end - slice.begin;
+          for (int64_t i = 0; i < pixels; ++i) {
+            std::memcpy(y + i * gathered_channels + slice.begin, depthwise + i * n,
+                        static_cast<size_t>(n) * sizeof(float));
+          }
+        });
+      };
+      if (state.pool) {
+        state.pool->run(count * static_cast<size_t>(round), run_slice);
+      } else {
+        for (size_t i = 0; i < count * static_cast<size_t>(round); ++i) run_slice(i, 0);
+      }
+      if (!bp.project) continue;
+      // Piece (image, pixels): the project of those pixels (+ the block's input).
+      const size_t pixel_count = p.pixels.size();
+      auto run_pixels = [&](size_t index, int worker) {
+        wrap_dnnl("block", [&] {
+          const BlockPixels& piece = p.pixels[index % pixel_count];
+          const int64_t image = static_cast<int64_t>(index / pixel_count);
+          const int64_t first = image * pixels + piece.begin;
+          float* out = round_output + first * bp.out_channels;
+          if (p.has_add) {
+            // The sum post-op adds what the output pixels hold: the block's input pixels.
+            std::memcpy(out, round_input + first * bp.in_channels,
+                        static_cast<size_t>((piece.end - piece.begin) * bp.out_channels) *
+                            sizeof(float));
+          }
+          run_stage(p.project[static_cast<size_t>(piece.stage)], worker,
+                    hidden + first * bp.hidden_channels, out, p.project_weights, p.project_bias,
+                    p.project_tail);
+        });
+      };
+      if (state.pool) {
+        state.pool->run(pixel_count * static_cast<size_t>(round), run_pixels);
+      } else {
+        for (size_t i = 0; i < pixel_count * static_cast<size_t>(round); ++i) run_pixels(i, 0);
+      }
     }
     return;
   }
   auto run_piece = [&](size_t index, int worker) {
     wrap_dnnl("block", [&] {
-      const BlockPiece& piece = p.pieces[index];
-      const float* x = input + piece.image * h * in_row;
-      float* y = output + piece.image * p.out_h * out_row;
+      const BlockPiece& piece = p.pieces[index % p.pieces.size()];
+      const int64_t image = piece.image + static_cast<int64_t>(index / p.pieces.size());
+      const float* x = input + image * h * in_row;
+      float* y = output + image * p.out_h * out_row;
       const size_t w_index = static_cast<size_t>(worker);
       float* expanded = static_cast<float*>(state.block_expanded[w_index].data());
       float* depthwise = static_cast<float*>(state.block_depthwise[w_index].data());
@@ -784,10 +798,12 @@ void BlockPlan::run(const float* input, float* output) const {
       }
     });
   };
+  // A plan of one image over `images`: task t is piece t % pieces of image t / pieces.
+  const size_t tasks = p.pieces.size() * static_cast<size_t>(images / bp.batch);
   if (state.pool) {
-    state.pool->run(p.pieces.size(), run_piece);
+    state.pool->run(tasks, run_piece);
   } else {
-    for (size_t i = 0; i < p.pieces.size(); ++i) run_piece(i, 0);
+    for (size_t i = 0; i < tasks; ++i) run_piece(i, 0);
   }
 }
 

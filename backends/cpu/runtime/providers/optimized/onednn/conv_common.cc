@@ -35,6 +35,24 @@ void ConvLikePlan::run(const float* input, float* output, const float* residual)
   impl_->run(impl_->name, input, output, residual);
 }
 
+bool ConvLikePlan::runs_images_together() const {
+  return (impl_->depthwise && impl_->depthwise->batch == 1) ||
+         (impl_->stem && impl_->stem->batch == 1);
+}
+
+void ConvLikePlan::run_images(const float* input, float* output, int64_t images) const {
+  if (!runs_images_together() || images < 1) {
+    throw ProviderError(std::string(impl_->name) + ": " + std::to_string(images) +
+                        " images need a plan of one image on our depthwise or stem kernel");
+  }
+  ProviderState& state = *impl_->state;
+  if (impl_->depthwise) {
+    run_depthwise(state, with_images(state, *impl_->depthwise, images), input, output);
+  } else {
+    run_stem(state, with_images(state, *impl_->stem, images), input, output);
+  }
+}
+
 void ConvCore::prepare(const std::shared_ptr<ProviderState>& provider,
                        const dnnl::primitive_desc_base& pd, bool bias, bool add,
                        const memory::desc& given_src_md, OutputLayout output,

@@ -328,6 +328,7 @@ ConvPlan prepare_own(const std::shared_ptr<ProviderState>& state, const ConvPara
   run.batch = p.batch;
   const double flops = 2.0 * static_cast<double>(p.batch * shape.out_h * shape.out_w) * macs;
   run.tasks = state->pieces_for(flops, p.batch * shape.out_h);
+  run.image_flops = flops / static_cast<double>(p.batch);
   state->weights_bytes += run.conv->weights_bytes();
   impl->implementation = name + pieces_note(run.tasks);
   (*impl).*member = std::move(run);

@@ -414,6 +414,7 @@ struct DepthwiseRun {
   std::shared_ptr<const DepthwiseConv> conv;
   int64_t batch = 1;
   size_t tasks = 1;
+  double image_flops = 0;  // per image: the split of another count of images (with_images)
 };
 // Runs it on whole channels-last images (input {N, C, H, W}, output {N, C, H_out, W_out}): the
 // batch's output rows in near-equal contiguous slices.
@@ -424,7 +425,17 @@ struct StemRun {
   std::shared_ptr<const StemConv> conv;
   int64_t batch = 1;
   size_t tasks = 1;
+  double image_flops = 0;
 };
+// `run` (DepthwiseRun or StemRun) over `images` images, its rows split as a plan prepared for
+// that batch would split them.
+template <typename Run>
+Run with_images(const ProviderState& state, Run run, int64_t images) {
+  run.tasks = state.pieces_for(run.image_flops * static_cast<double>(images),
+                               images * run.conv->shape().out_h);
+  run.batch = images;
+  return run;
+}
 // Runs it on whole images (input {N, C, H, W} plain or channels-last as its shape says, output
 // channels-last {N, C, H_out, W_out}): the batch's output rows in near-equal contiguous slices.
 void run_stem(ProviderState& state, const StemRun& run, const float* input, float* output);

@@ -526,6 +526,12 @@ class ConvLikePlan {
   // `residual` is required iff the post-ops contain kAdd; it must be in output_layout(); it may be
   // `output` itself (then no copy is made).
   void run(const float* input, float* output, const float* residual = nullptr) const;
+  // Whether run_images takes several images in one round of the pool: a plan prepared for one
+  // image on our own depthwise or stem kernel (rows of any image count split alike).
+  bool runs_images_together() const;
+  // `images` whole images (a plan of one image, runs_images_together(); no residual) in one
+  // round of the pool, the batch's output rows split as a plan of that batch splits them.
+  void run_images(const float* input, float* output, int64_t images) const;
 
   // Per-call weights (a squeeze-excite gate folded into the 1x1 convolution after it: the
   // weights' input channel c times gate[c]). Null unless the plan runs one oneDNN primitive (or
@@ -552,7 +558,10 @@ class BlockPlan {
   // The three stages' oneDNN implementations, the pieces and the rows per step.
   std::string implementation() const;
   size_t pieces() const;
-  void run(const float* input, float* output) const;
+  // `images`: the images `input` holds, 0 meaning the batch prepared for. A plan prepared for
+  // one image runs any count in one round of the pool (pieces image x band, or image x channel
+  // slice), not one round per image; a plan of a larger batch runs only that batch.
+  void run(const float* input, float* output, int64_t images = 0) const;
 
   struct Impl;
   explicit BlockPlan(std::shared_ptr<const Impl> impl);
