@@ -205,6 +205,13 @@ std::string CompiledGraph::compile_report() const {
                   resizes_, us(resize_ticks_) / static_cast<double>(resizes_));
     text += line;
   }
+  if (stand_in_prepares_ > 0) {
+    char line[120];
+    std::snprintf(line, sizeof(line), "stand-ins prepared again %zu times: %.0f us each\n",
+                  stand_in_prepares_,
+                  us(stand_in_ticks_) / static_cast<double>(stand_in_prepares_));
+    text += line;
+  }
   if (sizes_compiled_ == 0) return text;
   const double per = static_cast<double>(sizes_compiled_);
   text += "compile for a new size, mean of " + std::to_string(sizes_compiled_) + ": " +
@@ -1565,18 +1572,28 @@ Error CompiledGraph::execute_dynamic(Span<EValue*> args, MemoryAllocator* temp_a
       return run_shape_plan(symbols, args, temp_allocator, tracer);
     }
   }
-  if (resize_in_place_ && symbols != current_symbols_) {
+  const bool new_size = symbols != current_symbols_;
+  // The same sizes called again in a row, whose first call ran plans standing in (a linear's
+  // small tiles): those kernels prepare the plans they keep (once: checked at the second call).
+  const bool stood_in = !new_size && calls_in_place_ == 1 && plans_stand_in();
+  if (resize_in_place_ && (new_size || stood_in)) {
     const et_timestamp_t start = executorch::runtime::pal_current_ticks();
-    error = resize_to(symbols);
-    resize_ticks_ += executorch::runtime::pal_current_ticks() - start;
-    calls_in_place_ = 0;
+    error = new_size ? resize_to(symbols) : prepare_standing_in();
+    const uint64_t ticks = executorch::runtime::pal_current_ticks() - start;
+    if (new_size) {
+      resize_ticks_ += ticks;
+      calls_in_place_ = 0;
+    } else {
+      stand_in_ticks_ += ticks;
+    }
     if (error == Error::Ok) {
-      ++resizes_;
+      ++(new_size ? resizes_ : stand_in_prepares_);
     } else {
       // Back to the bounds (the kernels' plans were partly remade), then shape plans.
       resize_in_place_ = false;
       log_line(LogLevel::kInfo, "resizing in place declined at these sizes: shape plans instead");
       error = resize_to(upper_bounds(spec_));
+      if (error == Error::Ok && plans_stand_in()) error = prepare_standing_in();  // kept there
       if (error != Error::Ok) {
         return report_error(error, "the graph cannot be prepared again at its upper bounds");
       }
@@ -1599,6 +1616,21 @@ bool CompiledGraph::faster_as_shape_plan() const {
   return std::any_of(sessions_.begin(), sessions_.end(), [](const auto& session) {
     return session && session->faster_as_shape_plan();
   });
+}
+
+bool CompiledGraph::plans_stand_in() const {
+  return std::any_of(sessions_.begin(), sessions_.end(), [](const auto& session) {
+    return session && session->plans_stand_in();
+  });
+}
+
+Error CompiledGraph::prepare_standing_in() {
+  for (const auto& session : sessions_) {
+    if (!session || !session->plans_stand_in()) continue;
+    const Error error = session->prepare_standing_in();
+    if (error != Error::Ok) return error;
+  }
+  return Error::Ok;
 }
 
 Error CompiledGraph::run_shape_plan(const std::vector<int64_t>& symbols, Span<EValue*> args,

@@ -113,6 +113,10 @@ class CompiledGraph {
       executorch::runtime::EventTracer* tracer);
   // Whether a provider session says a shape plan of its own runs the current sizes faster.
   bool faster_as_shape_plan() const;
+  // Whether a provider session's plans stand in at the current sizes (plans_stand_in).
+  bool plans_stand_in() const;
+  // At the current sizes: the sessions whose plans stand in prepare the ones they keep.
+  executorch::runtime::Error prepare_standing_in();
   executorch::runtime::Error execute_dynamic(
       executorch::runtime::Span<executorch::runtime::EValue*> args,
       executorch::runtime::MemoryAllocator* temp_allocator,
@@ -331,6 +335,9 @@ class CompiledGraph {
   size_t calls_in_place_ = 0;
   size_t resizes_ = 0;
   uint64_t resize_ticks_ = 0;  // over every resize (ET_CPU_PROFILE's report)
+  // A size called again in a row after plans stood in: prepare_standing_in calls, their ticks.
+  size_t stand_in_prepares_ = 0;
+  uint64_t stand_in_ticks_ = 0;
   // Outputs served by copying (a value listed twice, or an output that is not an Output value).
   std::vector<bool> output_is_copy_;
 };

@@ -66,6 +66,13 @@ class ProviderSession {
   // kernels do in place (plans prepared per image, run over a batch of several). The graph then
   // compiles one when the same sizes are called again in a row (the first call stays cheap).
   virtual bool faster_as_shape_plan() const { return false; }
+  // Resized in place: whether some kernel's plan only stands in at the current sizes (made
+  // cheaply for the first call at them). The graph then calls prepare_standing_in when they are
+  // called again in a row.
+  virtual bool plans_stand_in() const { return false; }
+  // At the same sizes: the kernels whose plans stand in prepare the faster plans they keep (the
+  // others as they are). NotSupported as resize's.
+  virtual executorch::runtime::Error prepare_standing_in() { return resize(); }
 };
 
 // An op the runtime offers to fuse after the op being bound: an elementwise step, or a

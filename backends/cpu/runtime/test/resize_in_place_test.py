@@ -13,7 +13,9 @@ ET_CPU_CONV_BATCH_TILES=0 image by image, and the second call in a row compiles 
 with ET_CPU_CONV_PER_IMAGE=0 its kernels cannot resize and it keeps the shape plans, as does a
 graph compiled with ET_CPU_RESIZE_IN_PLACE=0. Linears of a few rows
 (and a tile's remainder of a few) run on row_gemm reading their rows at each run: a new such
-count prepares nothing (every count below 32 with ET_CPU_SMALL_ROW_TILES=1). A torchao-quantized
+count prepares nothing; 5-31 run in small tiles for their first call, the same count called
+again in a row prepares its primitive (ET_CPU_SMALL_ROW_TILES=all keeps the tiles). A
+torchao-quantized
 decoder (8da4w, weight-only linear and embedding) resizes in place too. A resize failing halfway
 (the test hook ET_CPU_TEST_FAIL_RESIZE_AT) turns the graph back to its bounds and to shape plans,
 its results still right."""
@@ -358,19 +360,15 @@ def test_arithmetic_activations_match_eager_at_every_size() -> None:
 
 
 @pytest.mark.skipif(not _has_avx512(), reason="row_gemm, which reads the rows, needs AVX-512")
-@pytest.mark.parametrize(
-    "switch, lengths",
-    [
-        (None, (2, 4, 1, 3)),
-        ("ET_CPU_SMALL_ROW_TILES=1", (2, 4, 1, 3, 9, 31, 16, 5, 23, 8)),
-    ],
-)
+@pytest.mark.parametrize("switch", [None, "ET_CPU_SMALL_ROW_TILES=all"])
 def test_a_new_row_count_below_a_row_tile_prepares_no_linear(
-    llama: Any, monkeypatch: pytest.MonkeyPatch, switch: str | None, lengths: tuple[int, ...]
+    llama: Any, monkeypatch: pytest.MonkeyPatch, switch: str | None
 ) -> None:
     # The linears' one plan that reads its rows, made when the session first prepares them (at
-    # the bounds; the switches read then): 1-4 rows on row_gemm; with ET_CPU_SMALL_ROW_TILES=1
-    # also 5-31 in 8-, 16- or 24-row tiles of oneDNN primitives and row_gemm for the rest.
+    # the bounds; the switches read then): 1-4 rows on row_gemm, 5-31 in 8-, 16- or 24-row tiles
+    # of oneDNN primitives and row_gemm for the rest. By default those stand in for a first call
+    # at 5-31 rows only: called again in a row at that count, the linears prepare a primitive of
+    # it (faster in the steady state); with ET_CPU_SMALL_ROW_TILES=all they keep the tiles.
     # (ET_CPU_VARIABLE_ROWS=all, every count below 32 on row_gemm, takes the same path as the
     # leftover rows here; left out for CI time.)
     if switch is None:
@@ -384,9 +382,23 @@ def test_a_new_row_count_below_a_row_tile_prepares_no_linear(
     module.forward([_tokens(40)])
     made = loader.matmul_primitive_stats()
     _, misses = loader.shape_plan_stats()
-    for length in lengths:
+    for length in (2, 4, 1, 3, 9, 31, 16, 5, 23, 8):
         assert_single_output_close(module, model, _tokens(length), atol=ATOL, rtol=RTOL)
-    # No oneDNN primitive made nor looked up for these counts.
+    # No oneDNN primitive made nor looked up for these first calls.
+    assert loader.matmul_primitive_stats() == made
+    # Called again in a row (8, and 45: a row tile and 13 rows after it): by default the
+    # primitives of the count (of the rows after the tile) now, once; with =all none.
+    for length in (8, 45):
+        if length != 8:  # its first call
+            assert_single_output_close(module, model, _tokens(length), atol=ATOL, rtol=RTOL)
+            assert loader.matmul_primitive_stats() == made
+        assert_single_output_close(module, model, _tokens(length), atol=ATOL, rtol=RTOL)
+        if switch is None:
+            assert sum(loader.matmul_primitive_stats()) > sum(made)
+            made = loader.matmul_primitive_stats()
+        assert_single_output_close(module, model, _tokens(length), atol=ATOL, rtol=RTOL)
+        assert loader.matmul_primitive_stats() == made
+    assert_single_output_close(module, model, _tokens(12), atol=ATOL, rtol=RTOL)
     assert loader.matmul_primitive_stats() == made
     assert loader.shape_plan_stats()[1] == misses
 

@@ -34,6 +34,10 @@ class LinearKernel final : public OptimizedKernel {
     // plans read every activation plain, so the layouts finalize settles do not change them.
     // Only in a graph whose sizes vary: a static one meets one row count and keeps no cache.
     const bool keep = provider.size_independent_plans();
+    // A resize's first call at this count, where small tiles may stand in (not at bind nor
+    // finalize, at the bounds, nor OptimizedSession::prepare_standing_in: the plan it keeps).
+    const bool first_at_size = keep && provider.first_call_stand_ins();
+    stand_in_rows_ = 0;
     // Once per session (a graph whose sizes vary), first: the plan that reads its rows at each
     // run, every count below a row tile (1-4 on row_gemm, 5-31 in small tiles of one primitive
     // made here, at the bounds, not at a first call at a new size; LinearPlan::reads_rows_up_to).
@@ -43,8 +47,8 @@ class LinearKernel final : public OptimizedKernel {
           provider.prepare_linear_rows_read(params_, weight_, bias_, post_, tiled_.get());
       if (made) rows_read_ = std::make_shared<onednn::LinearPlan>(std::move(*made));
     }
-    // A count it serves: that one, nothing prepared.
-    if (keep && rows_read_ && params_.rows <= rows_read_->reads_rows_up_to()) {
+    // A count it serves for good: that one, nothing prepared.
+    if (keep && rows_read_ && params_.rows <= rows_read_->keeps_rows_up_to()) {
       plan_ = rows_read_;
       return;
     }
@@ -55,19 +59,31 @@ class LinearKernel final : public OptimizedKernel {
       plan_ = sizes_.front().second;
       return;
     }
+    // A first call at a count it serves standing in (small tiles, LinearPlan::keeps_rows_up_to):
+    // that one, nothing prepared; a call again at this count prepares the plan it keeps.
+    if (first_at_size && rows_read_ && params_.rows <= rows_read_->reads_rows_up_to()) {
+      plan_ = rows_read_;
+      stand_in_rows_ = params_.rows;
+      return;
+    }
     // Else prepared, reusing the row tile of the last plan that had one (LinearPlan's
     // `previous`; before any, the rows-read plan's tile descriptor) and the rows-read plan's
     // kernels for the rows after the tiles.
     const onednn::LinearPlan* previous = tiled_ ? tiled_.get() : rows_read_.get();
     plan_ = std::make_shared<onednn::LinearPlan>(
         provider.prepare_linear(params_, weight_, bias_, post_, keep ? previous : nullptr,
-                                keep ? rows_read_.get() : nullptr));
+                                keep ? rows_read_.get() : nullptr, first_at_size));
     if (!keep) return;
     if (plan_->reads_rows_up_to() > 0) {
       rows_read_ = plan_;  // not among sizes_: it serves every count up to its limit
+      if (params_.rows > plan_->keeps_rows_up_to()) stand_in_rows_ = params_.rows;
       return;
     }
     if (plan_->has_row_tile()) tiled_ = plan_;
+    if (plan_->stands_in()) {  // not kept: a call again at this count prepares the one kept
+      stand_in_rows_ = params_.rows;
+      return;
+    }
     sizes_.insert(sizes_.begin(), {params_.rows, plan_});
     if (sizes_.size() > kSizesKept) sizes_.pop_back();
   }
@@ -75,7 +91,9 @@ class LinearKernel final : public OptimizedKernel {
   // LinearPlan and row_gemm read each residual element before writing the output there (the
   // sum post-op adds what dst holds; the row blocks add in registers).
   bool adds_in_place() const override { return residual_ != nullptr; }
+  bool stands_in() const override { return stand_in_rows_ > 0; }
   void drop_kept_plans() override {
+    stand_in_rows_ = 0;
     sizes_.clear();
     tiled_.reset();
     rows_read_.reset();
@@ -111,6 +129,8 @@ class LinearKernel final : public OptimizedKernel {
   // The plan that reads its rows at each run (counts below a row tile), once made.
   std::shared_ptr<onednn::LinearPlan> rows_read_;
   bool rows_read_tried_ = false;
+  // The row count plan_ stands in at (small tiles for a first call at it), or 0.
+  int64_t stand_in_rows_ = 0;
 };
 
 class MatmulKernel final : public OptimizedKernel {

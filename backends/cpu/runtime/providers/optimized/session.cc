@@ -84,7 +84,8 @@ size_t OptimizedSession::held_bytes() const {
   size_t kernels = 0;
   for (const OptimizedKernel* kernel : kernels_) kernels += kernel->staging_bytes();
   size_t providers = 0;
-  for (const onednn::Provider* p : {provider_.get(), fitting_provider_.get()}) {
+  for (const onednn::Provider* p :
+       {provider_.get(), fitting_provider_.get(), standing_in_provider_.get()}) {
     if (p != nullptr) providers += p->weights_bytes() + p->scratchpad_bytes() + p->staging_bytes();
   }
   return providers + kernels;
@@ -212,7 +213,11 @@ Error OptimizedSession::resize() {
       throw std::runtime_error("ET_CPU_TEST_FAIL_RESIZE_AT: this resize fails here (test hook)");
     }
     if (all_fit) return Error::Ok;
-    auto fresh = std::make_unique<onednn::Provider>(options());
+    // A new size: plans may stand in for its first call (the graph calls prepare_standing_in
+    // when it repeats).
+    onednn::ProviderOptions resized = options();
+    resized.first_call_stand_ins = true;
+    auto fresh = std::make_unique<onednn::Provider>(resized);
     for (size_t i = 0; i < kernels_.size(); ++i) {
       if (resizes_ == fail_resize_at_ && i == kernels_.size() / 2) {
         throw std::runtime_error("ET_CPU_TEST_FAIL_RESIZE_AT: this resize fails here (test hook)");
@@ -229,6 +234,7 @@ Error OptimizedSession::resize() {
     });
     if (some_fit && !fitting_provider_) fitting_provider_ = std::move(provider_);
     provider_ = std::move(fresh);
+    standing_in_provider_.reset();
   } catch (const std::exception& e) {
     // Some kernels may hold plans of the discarded Provider: the caller prepares them again
     // (at the bounds) before any runs.
@@ -244,6 +250,31 @@ bool OptimizedSession::faster_as_shape_plan() const {
   }
   return std::any_of(kernels_.begin(), kernels_.end(),
                      [](const OptimizedKernel* k) { return k->runs_images_apart(); });
+}
+
+bool OptimizedSession::plans_stand_in() const {
+  return std::any_of(kernels_.begin(), kernels_.end(),
+                     [](const OptimizedKernel* k) { return k->stands_in(); });
+}
+
+Error OptimizedSession::prepare_standing_in() {
+  // Not on the current Provider: a plan prepared there could grow the scratchpads the other
+  // kernels' plans run with. Those keep theirs; the new plans keep this Provider's state alive.
+  try {
+    auto fresh = std::make_unique<onednn::Provider>(options());
+    for (OptimizedKernel* kernel : kernels_) {
+      if (!kernel->stands_in()) continue;
+      kernel->prepare(*fresh, [this](const executorch::aten::TensorImpl* t) {
+        return chained_set_.count(t) > 0;
+      });
+      ++resize_prepares;
+    }
+    standing_in_provider_ = std::move(fresh);
+  } catch (const std::exception& e) {
+    log_line(LogLevel::kInfo, "oneDNN kernels cannot be prepared again in place: %s", e.what());
+    return Error::NotSupported;
+  }
+  return Error::Ok;
 }
 
 onednn::ProviderOptions OptimizedSession::options() const {

@@ -59,6 +59,10 @@ class OptimizedKernel : public BoundKernel {
   // now (plans_per_image, batch above 1; not a kernel that runs a batch's images together or in
   // tiles): a plan of the whole batch runs faster (OptimizedSession::faster_as_shape_plan).
   virtual bool runs_images_apart() const { return false; }
+  // Whether its plan stands in at the current size: made cheaply for a first call at it (a
+  // linear's small tiles), a call again at this size prepares the faster one it keeps
+  // (OptimizedSession::plans_stand_in).
+  virtual bool stands_in() const { return false; }
 };
 
 // One per delegate instance. Binding prepares each kernel with plain activations (so a kernel
@@ -119,6 +123,10 @@ class OptimizedSession final : public ProviderSession {
   // Some kernel runs images apart (OptimizedKernel::runs_images_apart) and
   // ET_CPU_CONV_PER_IMAGE is not "all" (read here).
   bool faster_as_shape_plan() const override;
+  // Some kernel's plan stands in at the current sizes (OptimizedKernel::stands_in).
+  bool plans_stand_in() const override;
+  // Only those kernels, on a fresh Provider of their own (standing_in_provider_).
+  executorch::runtime::Error prepare_standing_in() override;
   // Opened with a base session: a shape plan's.
   bool is_shape_plan() const { return shape_plan_; }
 
@@ -133,6 +141,9 @@ class OptimizedSession final : public ProviderSession {
   // The Provider of the kernels whose plans fit every size, once resize() moved the others to
   // a fresh one (their plans keep its state alive; kept here for held_bytes), else null.
   std::unique_ptr<onednn::Provider> fitting_provider_;
+  // The Provider prepare_standing_in prepared the kernels that stood in on, until the next
+  // resize (kept for held_bytes), else null.
+  std::unique_ptr<onednn::Provider> standing_in_provider_;
   std::vector<OptimizedKernel*> kernels_;  // owned by the graph, which outlives the session's use
   size_t chained_ = 0;
   std::unordered_set<const executorch::aten::TensorImpl*> chained_set_;  // finalize's choice

@@ -46,11 +46,13 @@ struct SmallRowTiles {
 // when `small` is set, whole small tiles of kSmallTile rows on oneDNN and the rest (1-7 rows) on
 // row_gemm. One plan serves every such count, so a graph resized in place makes nothing for a new
 // one (a oneDNN primitive per new count cost ~8 us of each resize per linear). Only where
-// ProviderState::size_independent_plans. By default up to kRowGemmMaxRows rows (a primitive per
-// count above): the rest after the small tiles on row_gemm cost more than a primitive of the
-// count in the steady state (12 rows: ~2x the decoder's time, Xeon, under load), so
-// ET_CPU_SMALL_ROW_TILES=1 opts in to every count below a tile in small tiles;
-// ET_CPU_VARIABLE_ROWS=all: every count below a tile on row_gemm, =0: none.
+// ProviderState::size_independent_plans. The small tiles are made by default, but they take the
+// counts above kRowGemmMaxRows for good (`kept_up_to`) only with ET_CPU_SMALL_ROW_TILES=all: the
+// rest after them on row_gemm costs more than a primitive of the count in the steady state (12
+// rows: ~2x the decoder's time, Xeon, under load), so by default they stand in for the first
+// call at a new count only, and a call again at that count prepares its primitive
+// (prepare_linear's `first_at_size`; ET_CPU_SMALL_ROW_TILES=0: no small tiles, a primitive at the
+// first call). ET_CPU_VARIABLE_ROWS=all: every count below a tile on row_gemm, for good; =0: none.
 struct LinearVariableRows {
   std::array<std::shared_ptr<const RowGemm>, kRowGemmMaxRows> gemms;  // gemms[r - 1]: r rows
   std::shared_ptr<const SmallRowTiles> small;
@@ -60,6 +62,7 @@ struct LinearVariableRows {
   // Its split weighed as a RowGemm run's (row_gemm_split_work, ET_CPU_ROW_GEMM_STREAM_SPLIT read
   // when made): a batch-1 head shares out its weight stream as a static graph's does.
   bool stream_split = false;
+  int64_t kept_up_to = 0;  // the counts it takes for good, 1 to this (<= up_to)
 };
 
 struct LinearPlan::Impl {
@@ -85,6 +88,9 @@ struct LinearPlan::Impl {
   std::optional<LinearVariableRows> variable;
   int64_t rows = 0;  // prepared for
   int64_t rest_begin = 0;
+  // Its rows after the row tiles run in small tiles standing in for a primitive of their count
+  // (a first call at this size: LinearVariableRows::kept_up_to).
+  bool stands_in = false;
   size_t weights_bytes = 0;
   mutable std::unordered_map<int, memory> args;  // the whole op's, made on the first run
   // The row tile's descriptor (tile_pd) and, once made, its primitive: the same at every row
@@ -109,6 +115,12 @@ bool LinearPlan::has_row_tile() const {
 }
 int64_t LinearPlan::reads_rows_up_to() const {
   return impl_->variable.has_value() && impl_->pieces.empty() ? impl_->variable->up_to : 0;
+}
+int64_t LinearPlan::keeps_rows_up_to() const {
+  return impl_->variable.has_value() && impl_->pieces.empty() ? impl_->variable->kept_up_to : 0;
+}
+bool LinearPlan::stands_in() const {
+  return impl_->stands_in;
 }
 size_t LinearPlan::pieces() const {
   if (impl_->row_gemm) return impl_->row_gemm->tasks;
@@ -472,16 +484,29 @@ std::shared_ptr<const SmallRowTiles> small_row_tiles(
 }
 
 // The row counts below a tile the switches let a plan that reads its rows take (its up_to):
-// every one with small tiles (`small`: the row tile's layout has them) or ET_CPU_VARIABLE_ROWS=all,
-// none with ET_CPU_VARIABLE_ROWS=0, else up to kRowGemmMaxRows.
+// every one with small tiles (`small`: the row tile's layout has them; ET_CPU_SMALL_ROW_TILES
+// not 0) or ET_CPU_VARIABLE_ROWS=all, none with ET_CPU_VARIABLE_ROWS=0, else up to
+// kRowGemmMaxRows.
 int64_t variable_rows_reach(bool small) {
   const SwitchReach reach = switch_reach("ET_CPU_VARIABLE_ROWS");
   if (reach == SwitchReach::kNever) return 0;
   if (reach == SwitchReach::kEverywhere ||
-      (small && kernel_opted_in("ET_CPU_SMALL_ROW_TILES"))) {
+      (small && switch_reach("ET_CPU_SMALL_ROW_TILES") != SwitchReach::kNever)) {
     return kLinearTile - 1;
   }
   return kRowGemmMaxRows;
+}
+
+// Of those, the counts it takes for good (its kept_up_to), not only for a first call at a new
+// count: small tiles only with ET_CPU_SMALL_ROW_TILES=all.
+int64_t variable_rows_kept(bool small) {
+  if (switch_reach("ET_CPU_VARIABLE_ROWS") == SwitchReach::kEverywhere) {
+    return variable_rows_reach(small);
+  }
+  if (small && switch_reach("ET_CPU_SMALL_ROW_TILES") == SwitchReach::kEverywhere) {
+    return variable_rows_reach(true);
+  }
+  return std::min(variable_rows_reach(false), kRowGemmMaxRows);
 }
 
 // The variable-rows kernels of a linear (LinearVariableRows), on weights packed once in the
@@ -500,6 +525,7 @@ std::optional<LinearVariableRows> variable_rows(
     v.small = small_row_tiles(state, params, *tile, weight, bias, post_ops);
     if (v.small) v.up_to = variable_rows_reach(true);
   }
+  v.kept_up_to = std::min(v.up_to, variable_rows_kept(v.small != nullptr));
   v.k = params.in_features;
   v.n = params.out_features;
   v.stream_split = row_gemm_stream_split();
@@ -561,7 +587,8 @@ std::optional<LinearPlan> Provider::prepare_linear_rows_read(const LinearParams&
 
 LinearPlan Provider::prepare_linear(const LinearParams& params, const float* weight,
                                     const float* bias, const PostOps& post_ops,
-                                    const LinearPlan* previous, const LinearPlan* rows_read) {
+                                    const LinearPlan* previous, const LinearPlan* rows_read,
+                                    bool first_at_size) {
   const Support support = supports_linear(params, post_ops);
   if (!support.ok) {
     throw ProviderError("prepare_linear: " + support.reason);
@@ -579,11 +606,15 @@ LinearPlan Provider::prepare_linear(const LinearParams& params, const float* wei
       ? plain_md({k, n})
       : memory::desc({k, n}, memory::data_type::f32, Dims{1, k});
 
-  if (m <= variable_rows_reach(true) && state.size_independent_plans) {
+  // (Asked only where it would serve m: making one costs its small tiles' primitives.)
+  if (m <= (first_at_size ? variable_rows_reach(true) : variable_rows_kept(true)) &&
+      state.size_independent_plans) {
     // A graph whose sizes vary: one plan for every count below a tile.
     std::optional<LinearPlan> few =
         prepare_linear_rows_read(params, weight, bias, post_ops, previous);
-    if (few && few->reads_rows_up_to() >= m) return std::move(*few);
+    if (few && (first_at_size ? few->reads_rows_up_to() : few->keeps_rows_up_to()) >= m) {
+      return std::move(*few);
+    }
   }
   if (row_gemm_supports(m, post_ops)) {
     auto impl = std::make_shared<LinearPlan::Impl>();
@@ -624,7 +655,10 @@ LinearPlan Provider::prepare_linear(const LinearParams& params, const float* wei
                        source->impl_->variable->up_to >= m % kLinearTile
                    ? source->impl_->variable
                    : variable_rows(state, params, weight, bias, post_ops, tile);
-        if (rest && rest->up_to < m % kLinearTile) rest.reset();
+        // Small tiles past kept_up_to only stand in (a first call at this size).
+        if (rest && (first_at_size ? rest->up_to : rest->kept_up_to) < m % kLinearTile) {
+          rest.reset();
+        }
         if (rest && rest->small) {  // run on this plan's Provider: its scratchpads
           for (const Piece& piece : rest->small->pieces) {
             state.reserve_piece_scratchpad(piece.scratchpad_md);
@@ -638,6 +672,7 @@ LinearPlan Provider::prepare_linear(const LinearParams& params, const float* wei
                                         make_attr(split.primitive), bias != nullptr,
                                         rest.has_value(), &impl->implementation);
       if (!impl->pieces.empty() && rest) {
+        impl->stands_in = m % kLinearTile > rest->kept_up_to;
         impl->variable = std::move(rest);
         impl->rest_begin = m - m % kLinearTile;
         impl->implementation += ", the last " + std::to_string(m % kLinearTile) +

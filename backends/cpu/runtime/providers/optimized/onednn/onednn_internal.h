@@ -168,6 +168,7 @@ struct ProviderState {
   int omp_threads = 1;  // oneDNN's OpenMP team size on the calling thread
   int64_t min_task_flops = 0;
   bool size_independent_plans = false;  // ProviderOptions::size_independent_plans
+  bool first_call_stand_ins = false;    // ProviderOptions::first_call_stand_ins
   AlignedBuffer scratchpad;
   size_t weights_bytes = 0;
   size_t staging_bytes = 0;

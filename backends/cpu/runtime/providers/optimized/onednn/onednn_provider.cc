@@ -108,6 +108,7 @@ Provider::Provider(ProviderOptions options) : state_(std::make_shared<ProviderSt
       options.min_task_flops >= 0 ? options.min_task_flops : default_min_task_flops();
   state.weight_cache = options.weight_cache;
   state.size_independent_plans = options.size_independent_plans;
+  state.first_call_stand_ins = options.size_independent_plans && options.first_call_stand_ins;
   if (options.same_engine != nullptr) {
     state.engine = options.same_engine->state_->engine;
     state.stream = dnnl::stream(state.engine);
@@ -145,6 +146,9 @@ WeightCache* Provider::weight_cache() const {
 }
 bool Provider::size_independent_plans() const {
   return state_->size_independent_plans;
+}
+bool Provider::first_call_stand_ins() const {
+  return state_->first_call_stand_ins;
 }
 size_t Provider::weights_bytes() const {
   return state_->weights_bytes;

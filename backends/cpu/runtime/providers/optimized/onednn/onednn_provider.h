@@ -333,6 +333,11 @@ struct ProviderOptions {
   // one size-independent primitive (linear_plan.cc), so a new size generates no kernel for them.
   // A static graph keeps the plan fastest at its one size.
   bool size_independent_plans = false;
+  // With size_independent_plans: a plan may stand in for the first call at a new size, made of
+  // what the plans at the bounds hold (a linear's small tiles, LinearPlan::stands_in); the graph
+  // asks for the plans kept when that size is called again (a graph resized in place:
+  // OptimizedSession::resize sets it, prepare_standing_in does not).
+  bool first_call_stand_ins = false;
   // Another Provider whose oneDNN engine this one uses (null: its own), so primitives made on
   // either run on the other's streams: a graph resized in place keeps the primitives whose shape
   // did not change (LinearPlan's row tile) across the fresh Provider of each size.
@@ -389,13 +394,18 @@ class Provider {
   // row-tile primitive this one reuses instead of generating it again (a graph resized in place).
   // `rows_read`: a plan of the same linear that reads its rows at each run (reads_rows_up_to),
   // whose kernels run this one's rows after its row tiles instead of new ones.
+  // `first_at_size`: the first call at this row count in a graph whose sizes vary, where its
+  // small tiles may stand in for a primitive of the count (or of a tile's remainder) that a call
+  // again at that count prepares (LinearPlan::stands_in, keeps_rows_up_to); else the plan it
+  // keeps.
   LinearPlan prepare_linear(
       const LinearParams& params,
       const float* weight,
       const float* bias,
       const PostOps& post_ops,
       const LinearPlan* previous = nullptr,
-      const LinearPlan* rows_read = nullptr);
+      const LinearPlan* rows_read = nullptr,
+      bool first_at_size = false);
   // In a graph whose sizes vary (size_independent_plans): the plan of this linear that reads its
   // rows at each run (LinearPlan::reads_rows_up_to), every count below a row tile or the few
   // row_gemm takes (linear_plan.cc); none in a static graph or where row_gemm does not run.
@@ -463,6 +473,8 @@ class Provider {
   WeightCache* weight_cache() const;
   // ProviderOptions::size_independent_plans.
   bool size_independent_plans() const;
+  // ProviderOptions::first_call_stand_ins.
+  bool first_call_stand_ins() const;
   // Memory the provider holds beside the activations (for the delegate's memory report):
   size_t weights_bytes() const;     // reordered weights + biases of every plan
   size_t scratchpad_bytes() const;  // oneDNN scratchpads: the shared one + one per pool thread
@@ -584,6 +596,12 @@ class LinearPlan {
   // small tiles, one plan for every such count (linear_plan.cc, ET_CPU_VARIABLE_ROWS,
   // ET_CPU_SMALL_ROW_TILES).
   int64_t reads_rows_up_to() const;
+  // Of those, the counts it serves for good, 1 to this: above it (by default, small tiles) it
+  // only stands in for a first call at a new count (prepare_linear's `first_at_size`).
+  int64_t keeps_rows_up_to() const;
+  // Its rows after its row tiles run in small tiles standing in for a primitive of their count
+  // (prepared with `first_at_size`): a call again at this size prepares the plan it keeps.
+  bool stands_in() const;
   // `rows`: this call's rows when reads_rows_up_to() > 0, else ignored (0: the rows prepared for).
   void run(const float* input, float* output, const float* residual = nullptr,
            int64_t rows = 0) const;
