@@ -340,6 +340,14 @@ def test_small_squeeze_excite_blocks_run_whole_in_channel_slices(
             patch.setenv("ET_CPU_OWN_DEPTHWISE", own)
         patch.delenv("ET_CPU_BLOCK_SLICES", raising=False)
         out_opt, out_ref, placement = run_both(model, (x,))
+        if own == "unset" and size == 7:
+            # Our depthwise writes each slice's channels straight into the output's pixels;
+            # ET_CPU_BLOCK_SLICE_DIRECT=0 writes a buffer and copies: the same bits.
+            patch.setenv("ET_CPU_BLOCK_SLICE_DIRECT", "0")
+            module, _ = lower(model, (x,))
+            copied = module.forward([x])[0]
+            patch.delenv("ET_CPU_BLOCK_SLICE_DIRECT")
+            assert torch.equal(out_opt[0], copied)
         patch.setenv("ET_CPU_BLOCK_SLICES", "0")
         module, _ = lower(model, (x,))
         banded = module.forward([x])[0]
@@ -398,6 +406,13 @@ def test_small_blocks_with_project_run_in_two_phases(
         module, _ = lower(model, (x,))
         out = module.forward([x])[0]
         placement = loader.last_placement()
+        if own == "unset" and batch == 2:
+            # The slices' depthwise straight into the whole depthwise output (136 channels: a
+            # tail) or through a buffer and a copy (ET_CPU_BLOCK_SLICE_DIRECT=0): the same bits.
+            patch.setenv("ET_CPU_BLOCK_SLICE_DIRECT", "0")
+            module, _ = lower(model, (x,))
+            assert torch.equal(out, module.forward([x])[0])
+            patch.delenv("ET_CPU_BLOCK_SLICE_DIRECT")
         patch.setenv("ET_CPU_BLOCK_TWO_PHASE", "0")
         module, _ = lower(model, (x,))
         banded = module.forward([x])[0]

@@ -48,7 +48,8 @@ struct RowArgs {
   const PostOps* post_ops;
   float lo;  // Epi::kClamp's bounds
   float hi;
-  float* output;  // output row, pixel 0, channel 0
+  float* output;        // output row, pixel 0, channel 0
+  int64_t out_pixel;    // floats from one output pixel to the next (>= channels)
 };
 
 using BlockKernel = void (*)(const RowArgs&, int64_t ox, int64_t count, __mmask16 tail_mask);
@@ -110,14 +111,14 @@ ET_AVX512 inline __attribute__((always_inline)) void block_once(const RowArgs& a
       }
     }
   }
-  float* out = a.output + ox * a.channels + c;
+  float* out = a.output + ox * a.out_pixel + c;
 #pragma GCC unroll 16
   for (int b = 0; b < B; ++b) {
     const __m512 v = fused_epilogue<E>(*a.post_ops, acc[b], lo, hi);
     if constexpr (kReads == Reads::kFull) {
-      _mm512_storeu_ps(out + b * a.channels, v);
+      _mm512_storeu_ps(out + b * a.out_pixel, v);
     } else {
-      _mm512_mask_storeu_ps(out + b * a.channels, mask, v);
+      _mm512_mask_storeu_ps(out + b * a.out_pixel, mask, v);
     }
   }
 }
@@ -158,7 +159,7 @@ ET_AVX512 void edge_pixels(const RowArgs& a, int64_t ox, int64_t count, __mmask1
         }
       }
       acc = epilogue16(*a.post_ops, acc, nullptr, mask);
-      _mm512_mask_storeu_ps(a.output + ox * a.channels + c, mask, acc);
+      _mm512_mask_storeu_ps(a.output + ox * a.out_pixel + c, mask, acc);
     }
   }
 }
@@ -290,7 +291,18 @@ DepthwiseConv::DepthwiseConv(const DepthwiseShape& shape, const float* weight, c
 
 void DepthwiseConv::run_rows(const float* input, int64_t input_first, int64_t input_rows,
                              float* output, int64_t row_begin, int64_t row_end) const {
+  run_rows(input, input_first, input_rows, output, row_begin, row_end, shape_.channels);
+}
+
+void DepthwiseConv::run_rows(const float* input, int64_t input_first, int64_t input_rows,
+                             float* output, int64_t row_begin, int64_t row_end,
+                             int64_t output_pixel_stride) const {
   const DepthwiseShape& s = shape_;
+  if (output_pixel_stride < s.channels) {
+    throw ProviderError("depthwise conv: output pixel stride " +
+                        std::to_string(output_pixel_stride) + " is below the " +
+                        std::to_string(s.channels) + " channels");
+  }
   RowArgs a;
   Epi epi = fused_epilogue_of(post_ops_, &a.lo, &a.hi);
   if (epi == Epi::kSilu && fast_silu_) epi = Epi::kSiluFast;
@@ -315,7 +327,8 @@ void DepthwiseConv::run_rows(const float* input, int64_t input_first, int64_t in
   a.pad_left = s.pad_left;
   a.bias = bias_.data();
   a.post_ops = &post_ops_;
-  const int64_t out_row = s.out_w * s.channels;
+  a.out_pixel = output_pixel_stride;
+  const int64_t out_row = s.out_w * output_pixel_stride;
   const int64_t left = s.channels % kLanes;
   const __mmask16 tail_mask =
       left ? static_cast<__mmask16>((1u << left) - 1u) : static_cast<__mmask16>(0xFFFF);

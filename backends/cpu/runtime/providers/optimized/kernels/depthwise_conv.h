@@ -57,6 +57,11 @@ class DepthwiseConv {
   // reads as zero (padding, or rows the caller knows only padding reaches).
   void run_rows(const float* input, int64_t input_first, int64_t input_rows, float* output,
                 int64_t row_begin, int64_t row_end) const;
+  // The same with the output pixels `output_pixel_stride` floats apart (>= C; ProviderError
+  // otherwise): the C channels written into a wider channels-last buffer, e.g. BlockPlan's
+  // channel slice straight into the block's output ([rows][out_w][output_pixel_stride]).
+  void run_rows(const float* input, int64_t input_first, int64_t input_rows, float* output,
+                int64_t row_begin, int64_t row_end, int64_t output_pixel_stride) const;
 
  private:
   // `count` register blocks of `pixels` output columns each (near-equal, at most 8) from `ox`

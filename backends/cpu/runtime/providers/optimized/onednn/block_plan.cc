@@ -107,6 +107,10 @@ struct BlockPlan::Impl {
   // Non-empty (slices and a project: block_two_phase_wanted): the slices write the whole
   // depthwise output to state.block_hidden, then pieces (image, pixels) run the project.
   std::vector<BlockPixels> pixels;
+  // The slices' own depthwise writes its channels straight into the output's (or the whole
+  // depthwise output's) pixels, ET_CPU_BLOCK_SLICE_DIRECT unset or not "0" (read at prepare);
+  // false: into the per-thread buffer, then copied pixel by pixel (the earlier way).
+  bool slice_direct = false;
   int64_t step_rows = 0;
   std::string implementation;
 };
@@ -467,6 +471,7 @@ BlockPlan Provider::prepare_block(
       }
       if (fits) {
         if (own_depthwise) p.depthwise_tail.reset();  // its post-ops run in registers
+        p.slice_direct = own_depthwise && kernel_switched_on("ET_CPU_BLOCK_SLICE_DIRECT");
         if (own_expand) p.expand_tail.reset();
         for (AlignedBuffer& buffer : state.block_expanded) {
           buffer.reserve(static_cast<size_t>(h * w * widest) * sizeof(float));
@@ -494,6 +499,7 @@ BlockPlan Provider::prepare_block(
             (params.project ? " + " + project_whole : std::string(" (no project)")) +
             (tails ? " + vector tails" : "") + ", whole image in " +
             std::to_string(p.slices.size()) + " channel slices" +
+            (p.slice_direct ? " written in place" : "") +
             (params.project ? ", then the project in " + std::to_string(p.pixels.size()) +
                                   " pixel pieces"
                             : std::string());
@@ -704,6 +710,12 @@ void BlockPlan::run(const float* input, float* output, int64_t images) const {
           } else {
             run_stage(slice.expand, worker, x, expanded, slice.expand_weights, slice.expand_bias,
                       p.expand_tail);
+          }
+          if (p.slice_direct) {
+            // Straight into the slice's channels of each output pixel: no copy.
+            slice.own_depthwise->run_rows(expanded, 0, h, y + slice.begin, 0, p.out_h,
+                                          gathered_channels);
+            return;
           }
           if (slice.own_depthwise) {
             slice.own_depthwise->run_rows(expanded, 0, h, depthwise, 0, p.out_h);
