@@ -236,6 +236,49 @@ def test_max_pool_between_convolutions_matches_reference(
     assert placed(placement, "aten::max_pool2d_with_indices.out", "Optimized"), placement
 
 
+class PoolBetweenConvolutions(torch.nn.Module):
+    def __init__(self, channels: int, average: bool) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, channels, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(channels, 4, 1)
+        self.average = average
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.relu(self.conv(x))
+        if self.average:
+            y = torch.nn.functional.avg_pool2d(y, 3, 2, 1, ceil_mode=True, count_include_pad=False)
+        else:
+            y = torch.nn.functional.max_pool2d(y, 3, 2, 1)
+        return self.conv2(y)
+
+
+@pytest.mark.parametrize(
+    "average, size, kernel",
+    # ResNet's stem pool (odd rows: bands of unequal height); average in ceil mode (a partial
+    # window at the bottom, padding left out of the divisor).
+    [(False, 57, "aten::max_pool2d_with_indices.out"), (True, 48, "aten::avg_pool2d.out")],
+)
+def test_pool_splits_into_row_bands_on_two_threads(average: bool, size: int, kernel: str) -> None:
+    # A channels-last pooling worth two cores' time runs in bands of output rows, each with its
+    # own top / bottom padding; ET_CPU_POOL_BANDS=0 keeps it whole. Both match float64 eager.
+    torch.manual_seed(1)
+    model = PoolBetweenConvolutions(64, average).eval()
+    inputs = (torch.randn(1, 3, size, size),)
+    with torch.no_grad():
+        expected = model.double()(inputs[0].double()).float()
+    model = model.float()
+    split = {}
+    for switch in ("1", "0"):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("ET_CPU_ONEDNN_THREADS", "2")
+            patch.setenv("ET_CPU_POOL_BANDS", switch)
+            out_opt, _, placement = run_both(model, inputs, with_reference=False)
+        torch.testing.assert_close(out_opt[0], expected, atol=1e-4, rtol=1e-4)
+        assert placed(placement, kernel, "Optimized"), placement
+        split[switch] = _split_ops(placement)
+    assert split["1"] == split["0"] + 1, split
+
+
 def test_max_pool_whose_indices_are_used_is_declined() -> None:
     class Net(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> Any:

@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -201,6 +202,14 @@ class LayoutKernel final : public OptimizedKernel {
   }
 
   std::string implementation() const override { return plan_ ? plan_->implementation() : ""; }
+  // Pooling splits into row bands or images on the pool (pooling_plan.cc); the others run whole.
+  size_t pieces() const override {
+    if constexpr (std::is_same_v<Plan, onednn::PoolPlan>) {
+      return plan_ ? plan_->pieces() : 1;
+    } else {
+      return 1;
+    }
+  }
 
   Error run(KernelRuntimeContext&) override {
     return guarded(what_, [&] {

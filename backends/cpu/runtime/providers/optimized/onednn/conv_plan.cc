@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/stem_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
@@ -121,7 +122,15 @@ std::vector<Piece> split_conv_channels(
     double flops) {
   const int64_t per_channel = static_cast<int64_t>(product(params.kernel_size)) *
                               params.in_channels;
-  const size_t count = state.pieces_for(flops, params.out_channels / kConvChannels);
+  // One block per thread (ET_CPU_CONV_CHANNEL_SHARES, on unless "0", read at prepare): every
+  // run streams these weights from L3, and two blocks per thread each paid the stream's ramp
+  // (ResNet-50-style stage 4, cold weights, 2 threads: 3x3 256@7 247 -> 238 us, 1x1 256->1024
+  // 130 -> 123 us); "0" gives the kPiecesPerThread blocks per thread of the other splits.
+  int64_t blocks = params.out_channels / kConvChannels;
+  if (state.pool && kernel_switched_on("ET_CPU_CONV_CHANNEL_SHARES")) {
+    blocks = std::min<int64_t>(blocks, state.pool->size());
+  }
+  const size_t count = state.pieces_for(flops, blocks);
   std::vector<Piece> pieces = make_pieces(state, count, [&](size_t i, Piece& piece) {
     const auto [begin, end] = block_slice(params.out_channels, kConvChannels, count, i);
     piece.first_channel = begin;

@@ -726,6 +726,8 @@ class ConcatPlan {
 class PoolPlan {
  public:
   std::string implementation() const;
+  // Pieces the work-sharing pool runs (row bands or images; 1: one call on the calling thread).
+  size_t pieces() const;
   void run(const float* input, float* output) const;
 
   struct Impl;

@@ -1,6 +1,8 @@
 // Pooling plans (PoolPlan): max pooling, average pooling and global average pooling.
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
 
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
+
 namespace et_cpu_plugin {
 namespace onednn {
 
@@ -59,6 +61,9 @@ Support supports_avg_pool(const PoolParams& p, bool count_include_pad) {
 
 struct PoolPlan::Impl : WholeOp {
   FormatBridge bridge;  // pools in the input's format; reorders into the output after
+  // Bands of output rows (batch 1) or images on the pool, when it pools channels-last on the
+  // caller's buffers (split_pool); empty: one call on the calling thread.
+  std::vector<Piece> pieces;
 };
 
 PoolPlan::PoolPlan(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
@@ -67,8 +72,23 @@ std::string PoolPlan::implementation() const {
   return impl_->implementation;
 }
 
+size_t PoolPlan::pieces() const {
+  return std::max<size_t>(1, impl_->pieces.size());
+}
+
 void PoolPlan::run(const float* input, float* output) const {
-  impl_->bridge.run(*impl_, input, output);
+  const Impl& plan = *impl_;
+  if (plan.pieces.empty()) {
+    plan.bridge.run(plan, input, output);
+    return;
+  }
+  ThreadCountGuard threads(plan.state->omp_threads);
+  run_pieces(*plan.state, plan.pieces, [&](const Piece& piece) {
+    PieceData data;
+    data.src = input + piece.src_offset;
+    data.dst = output + piece.dst_offset;
+    return data;
+  });
 }
 
 namespace {
@@ -94,6 +114,54 @@ std::shared_ptr<PoolPlan::Impl> make_pool(const std::shared_ptr<ProviderState>& 
     impl->set(dnnl::pooling_forward(pd), pd);
     return impl;
   });
+}
+
+// The work of a window pooling, weighed against min_task_flops (a compute-bound core's ~15 us):
+// per window tap a load and a max / add, about 8 flops' time each (ResNet-50-style's 3x3 stride-2
+// max pool, 32@112x112 -> 56x56 channels-last: 82 us on one core for 0.9 M taps).
+constexpr double kPoolFlopsPerTap = 8.0;
+
+// Splits a 2-D pooling that runs channels-last on the caller's buffers into images of the batch or
+// (batch 1) bands of output rows, each reading the input rows its windows cover with its own
+// top / bottom padding (split_images_or_rows), when its work is worth it (pieces_for) and every
+// piece runs the whole op's kernel; empty: it stays whole. ET_CPU_POOL_BANDS=0 (read at prepare):
+// never (one call on the calling thread, as before).
+std::vector<Piece> split_pool(ProviderState& state, dnnl::algorithm algorithm,
+                              const PoolParams& params, const Dims& src_dims,
+                              const Dims& dst_dims, const Dims& strides, const Dims& kernel,
+                              const Dims& left, const Dims& right,
+                              const std::string& implementation) {
+  if (params.input_size.size() != 2 || !kernel_switched_on("ET_CPU_POOL_BANDS")) {
+    return {};
+  }
+  const double flops = kPoolFlopsPerTap * static_cast<double>(product(dst_dims)) *
+                       static_cast<double>(product(kernel));
+  // Input rows [lo, hi) that output rows [begin, end) read, and the padding beyond them.
+  const auto band = [&](int64_t begin, int64_t end, BandRows* rows) {
+    const int64_t first = begin * params.stride[0] - params.padding[0];
+    const int64_t last = (end - 1) * params.stride[0] - params.padding[0] + params.kernel_size[0];
+    rows->lo = std::max<int64_t>(0, first);
+    rows->hi = std::min<int64_t>(params.input_size[0], last);
+    if (rows->hi <= rows->lo) {
+      return false;  // a band of padding only
+    }
+    rows->pad_left = rows->lo - first;
+    rows->pad_right = last - rows->hi;
+    return true;
+  };
+  const auto make = [&](Piece& piece, const Dims& pad_left, const Dims& pad_right) {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::pooling_forward::primitive_desc pd(
+        state.engine, dnnl::prop_kind::forward_inference, algorithm, piece.src_md, piece.dst_md,
+        strides, kernel, Dims(kernel.size(), 0), pad_left, pad_right, attr);
+    if (pd.impl_info_str() != implementation) {
+      return false;  // a band would run another (slower) kernel: keep the op whole
+    }
+    set_primitive<dnnl::pooling_forward>(piece, pd);
+    return true;
+  };
+  return split_images_or_rows(state, src_dims, dst_dims, flops, left, right, band, make);
 }
 
 // A max or average pooling over `params`' windows between `input` and `output`, whose dims must be
@@ -123,6 +191,16 @@ PoolPlan make_window_pool_plan(Provider& provider, const std::shared_ptr<Provide
   FormatBridge bridge = bridge_formats(provider, *state, input, output, input.is_channels_last());
   std::shared_ptr<PoolPlan::Impl> impl = make_pool(
       state, what, algorithm, bridge.source_md, bridge.target_md, strides, kernel, left, right);
+  if (!bridge.to_source && !bridge.to_output &&
+      bridge.source_md == channels_last_md(src_dims) &&
+      bridge.target_md == channels_last_md(dst_dims)) {
+    ThreadCountGuard threads(state->omp_threads);
+    impl->pieces = wrap_dnnl(what, [&] {
+      return split_pool(*state, algorithm, params, src_dims, dst_dims, strides, kernel, left,
+                        right, impl->implementation);
+    });
+    impl->implementation += pieces_note(impl->pieces.size());
+  }
   impl->implementation = bridge.describe(impl->implementation);
   impl->bridge = std::move(bridge);
   return PoolPlan(std::move(impl));

@@ -436,12 +436,15 @@ def test_split_plan_gives_the_same_result_every_run() -> None:
 
 @pytest.mark.parametrize("output", ["channels_last", "plain"])
 @pytest.mark.parametrize("post_ops", [(), (PostOp(ADD), PostOp(RELU)), (PostOp(CLAMP, 0.0, 6.0),)])
+@pytest.mark.parametrize("shares", ["1", "0"])
 def test_weight_heavy_conv_splits_by_output_channels(
-    output: str, post_ops: tuple[PostOp, ...]
+    output: str, post_ops: tuple[PostOp, ...], shares: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A conv whose weights outweigh its activations (a deep CNN layer) splits into blocks of
     output channels, each with its own weights, copied into place; a plain output goes through
-    the staging buffer (and so does the residual). Memory: the weights are held once."""
+    the staging buffer (and so does the residual). Memory: the weights are held once. One block
+    per thread by default; up to two with ET_CPU_CONV_CHANNEL_SHARES=0 (read at prepare)."""
+    monkeypatch.setenv("ET_CPU_CONV_CHANNEL_SHARES", shares)
     shared = Provider(num_threads=2, min_task_flops=0)
     torch.manual_seed(11)
     w, b = torch.randn(72, 48, 3, 3) / 20, torch.randn(72)
@@ -456,7 +459,8 @@ def test_weight_heavy_conv_splits_by_output_channels(
         input_channels_last=True,
         output=output,
     )
-    assert plan.pieces == 4, plan.describe()  # 72 channels: blocks of 16, 16, 16, 24
+    # 72 channels: blocks of 32 and 40, or of 16, 16, 16 and 24.
+    assert plan.pieces == (2 if shares == "1" else 4), plan.describe()
     assert plan.weights_bytes == shared.weights_bytes
     assert w.numel() * 4 <= plan.weights_bytes < 2 * w.numel() * 4
     x = torch.randn(1, 48, 5, 5).contiguous(memory_format=torch.channels_last)
