@@ -48,7 +48,7 @@ class LinearKernel final : public OptimizedKernel {
       if (made) rows_read_ = std::make_shared<onednn::LinearPlan>(std::move(*made));
     }
     // A count it serves for good: that one, nothing prepared.
-    if (keep && rows_read_ && params_.rows <= rows_read_->keeps_rows_up_to()) {
+    if (keep && rows_read_ && rows_read_->keeps_rows(params_.rows)) {
       plan_ = rows_read_;
       return;
     }
@@ -59,7 +59,7 @@ class LinearKernel final : public OptimizedKernel {
       plan_ = sizes_.front().second;
       return;
     }
-    // A first call at a count it serves standing in (small tiles, LinearPlan::keeps_rows_up_to):
+    // A first call at a count it serves standing in (small tiles, LinearPlan::keeps_rows):
     // that one, nothing prepared; a call again at this count prepares the plan it keeps.
     if (first_at_size && rows_read_ && params_.rows <= rows_read_->reads_rows_up_to()) {
       plan_ = rows_read_;
@@ -76,7 +76,7 @@ class LinearKernel final : public OptimizedKernel {
     if (!keep) return;
     if (plan_->reads_rows_up_to() > 0) {
       rows_read_ = plan_;  // not among sizes_: it serves every count up to its limit
-      if (params_.rows > plan_->keeps_rows_up_to()) stand_in_rows_ = params_.rows;
+      if (!plan_->keeps_rows(params_.rows)) stand_in_rows_ = params_.rows;
       return;
     }
     if (plan_->has_row_tile()) tiled_ = plan_;

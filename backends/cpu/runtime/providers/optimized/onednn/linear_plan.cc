@@ -63,6 +63,13 @@ struct LinearVariableRows {
   // when made): a batch-1 head shares out its weight stream as a static graph's does.
   bool stream_split = false;
   int64_t kept_up_to = 0;  // the counts it takes for good, 1 to this (<= up_to)
+
+  // Whether it takes `rows` for good: 1 to kept_up_to, and the counts its small tiles cover with
+  // no rest on row_gemm (multiples of kSmallTile), which run as fast as a primitive of the count
+  // (steady state level at 8, 16 and 24 rows on the Xeon): a call again there prepares nothing.
+  bool keeps(int64_t rows) const {
+    return rows <= kept_up_to || (small && rows <= up_to && rows % kSmallTile == 0);
+  }
 };
 
 struct LinearPlan::Impl {
@@ -116,8 +123,8 @@ bool LinearPlan::has_row_tile() const {
 int64_t LinearPlan::reads_rows_up_to() const {
   return impl_->variable.has_value() && impl_->pieces.empty() ? impl_->variable->up_to : 0;
 }
-int64_t LinearPlan::keeps_rows_up_to() const {
-  return impl_->variable.has_value() && impl_->pieces.empty() ? impl_->variable->kept_up_to : 0;
+bool LinearPlan::keeps_rows(int64_t rows) const {
+  return impl_->variable.has_value() && impl_->pieces.empty() && impl_->variable->keeps(rows);
 }
 bool LinearPlan::stands_in() const {
   return impl_->stands_in;
@@ -607,12 +614,13 @@ LinearPlan Provider::prepare_linear(const LinearParams& params, const float* wei
       : memory::desc({k, n}, memory::data_type::f32, Dims{1, k});
 
   // (Asked only where it would serve m: making one costs its small tiles' primitives.)
-  if (m <= (first_at_size ? variable_rows_reach(true) : variable_rows_kept(true)) &&
+  if ((m <= (first_at_size ? variable_rows_reach(true) : variable_rows_kept(true)) ||
+       (m % kSmallTile == 0 && m <= variable_rows_reach(true))) &&
       state.size_independent_plans) {
     // A graph whose sizes vary: one plan for every count below a tile.
     std::optional<LinearPlan> few =
         prepare_linear_rows_read(params, weight, bias, post_ops, previous);
-    if (few && (first_at_size ? few->reads_rows_up_to() : few->keeps_rows_up_to()) >= m) {
+    if (few && (first_at_size ? few->reads_rows_up_to() >= m : few->keeps_rows(m))) {
       return std::move(*few);
     }
   }
@@ -656,7 +664,8 @@ LinearPlan Provider::prepare_linear(const LinearParams& params, const float* wei
                    ? source->impl_->variable
                    : variable_rows(state, params, weight, bias, post_ops, tile);
         // Small tiles past kept_up_to only stand in (a first call at this size).
-        if (rest && (first_at_size ? rest->up_to : rest->kept_up_to) < m % kLinearTile) {
+        if (rest && !(first_at_size ? m % kLinearTile <= rest->up_to
+                                    : rest->keeps(m % kLinearTile))) {
           rest.reset();
         }
         if (rest && rest->small) {  // run on this plan's Provider: its scratchpads
@@ -672,7 +681,7 @@ LinearPlan Provider::prepare_linear(const LinearParams& params, const float* wei
                                         make_attr(split.primitive), bias != nullptr,
                                         rest.has_value(), &impl->implementation);
       if (!impl->pieces.empty() && rest) {
-        impl->stands_in = m % kLinearTile > rest->kept_up_to;
+        impl->stands_in = !rest->keeps(m % kLinearTile);
         impl->variable = std::move(rest);
         impl->rest_begin = m - m % kLinearTile;
         impl->implementation += ", the last " + std::to_string(m % kLinearTile) +

@@ -396,7 +396,7 @@ class Provider {
   // whose kernels run this one's rows after its row tiles instead of new ones.
   // `first_at_size`: the first call at this row count in a graph whose sizes vary, where its
   // small tiles may stand in for a primitive of the count (or of a tile's remainder) that a call
-  // again at that count prepares (LinearPlan::stands_in, keeps_rows_up_to); else the plan it
+  // again at that count prepares (LinearPlan::stands_in, keeps_rows); else the plan it
   // keeps.
   LinearPlan prepare_linear(
       const LinearParams& params,
@@ -596,9 +596,10 @@ class LinearPlan {
   // small tiles, one plan for every such count (linear_plan.cc, ET_CPU_VARIABLE_ROWS,
   // ET_CPU_SMALL_ROW_TILES).
   int64_t reads_rows_up_to() const;
-  // Of those, the counts it serves for good, 1 to this: above it (by default, small tiles) it
-  // only stands in for a first call at a new count (prepare_linear's `first_at_size`).
-  int64_t keeps_rows_up_to() const;
+  // Whether it serves `rows` (one of those) for good: up to kRowGemmMaxRows by default and the
+  // multiples of the small tile; at other counts its small tiles only stand in for a first call
+  // at a new count (prepare_linear's `first_at_size`).
+  bool keeps_rows(int64_t rows) const;
   // Its rows after its row tiles run in small tiles standing in for a primitive of their count
   // (prepared with `first_at_size`): a call again at this size prepares the plan it keeps.
   bool stands_in() const;
