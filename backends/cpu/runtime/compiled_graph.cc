@@ -23,6 +23,7 @@
 #include "backends/cpu/runtime/memory_planner.h"
 #include "backends/cpu/runtime/reference_provider.h"
 #include "backends/cpu/runtime/state_kernels.h"
+#include "backends/cpu/runtime/switches.h"
 #include "backends/cpu/serialization/schema_generated.h"
 
 namespace et_cpu_plugin {
@@ -465,9 +466,7 @@ void CompiledGraph::alias_fused_adds(const std::function<bool(size_t)>& planned,
                                      std::vector<int64_t>* alias_of,
                                      std::vector<size_t>* last_use) {
   // ET_CPU_ADD_IN_PLACE=0: every fused add's result in a slot of its own (for measuring).
-  if (const char* off = std::getenv("ET_CPU_ADD_IN_PLACE")) {
-    if (std::strcmp(off, "0") == 0) return;
-  }
+  if (!kernel_switched_on("ET_CPU_ADD_IN_PLACE")) return;
   std::vector<int64_t>& alias = *alias_of;
   std::vector<size_t>& until = *last_use;
   for (size_t op = 0; op < fused_steps_.size(); ++op) {
@@ -1071,9 +1070,7 @@ bool view_strides(const std::vector<int64_t>& from, const std::vector<int64_t>& 
 void CompiledGraph::compose_permutes() {
   const size_t num_ops = spec_.ops.size();
   composed_into_.assign(num_ops, -1);
-  if (const char* off = std::getenv("ET_CPU_FOLD_PERMUTE")) {
-    if (std::string(off) == "0") return;
-  }
+  if (!kernel_switched_on("ET_CPU_FOLD_PERMUTE")) return;  // ET_CPU_FOLD_PERMUTE=0: none
   const size_t num_values = spec_.values.size();
   std::vector<int> reads;
   count_readers(&reads, nullptr);
@@ -1143,9 +1140,7 @@ void CompiledGraph::find_strided_operands() {
   strided_offers_.assign(num_ops, {});
   strided_permutes_.assign(num_ops, {});
   folded_into_.assign(num_ops, -1);
-  if (const char* off = std::getenv("ET_CPU_FOLD_PERMUTE")) {
-    if (std::string(off) == "0") return;
-  }
+  if (!kernel_switched_on("ET_CPU_FOLD_PERMUTE")) return;  // ET_CPU_FOLD_PERMUTE=0: none
   const size_t num_values = spec_.values.size();
   std::vector<int> reads;
   std::vector<int64_t> reader;
@@ -1561,15 +1556,15 @@ Error CompiledGraph::execute_dynamic(Span<EValue*> args, MemoryAllocator* temp_a
                           shape_string(shape).c_str(), static_cast<unsigned>(resized));
     }
   }
+  // The one look-up of the call (resizing in place leaves variants_ as it is).
+  const ShapePlans::iterator found = find_shape_plan(symbols);
   if (resize_in_place_) {
     // A size met before whose shape plan is cached, or called again in a row where a session
     // says its own shape plan runs faster (a CNN's plans per image over a batch): that plan.
     // The first call at a size resizes in place (cheap).
-    const bool cached = std::any_of(variants_.begin(), variants_.end(), [&](const auto& entry) {
-      return entry.first == symbols;
-    });
-    if (cached || (symbols == current_symbols_ && calls_in_place_ > 0 && faster_as_shape_plan())) {
-      return run_shape_plan(symbols, args, temp_allocator, tracer);
+    if (found != variants_.end() ||
+        (symbols == current_symbols_ && calls_in_place_ > 0 && faster_as_shape_plan())) {
+      return run_shape_plan(symbols, found, args, temp_allocator, tracer);
     }
   }
   const bool new_size = symbols != current_symbols_;
@@ -1609,7 +1604,7 @@ Error CompiledGraph::execute_dynamic(Span<EValue*> args, MemoryAllocator* temp_a
     ++total_hits;
     return run(args, temp_allocator, tracer);
   }
-  return run_shape_plan(symbols, args, temp_allocator, tracer);
+  return run_shape_plan(symbols, found, args, temp_allocator, tracer);
 }
 
 bool CompiledGraph::faster_as_shape_plan() const {
@@ -1633,11 +1628,16 @@ Error CompiledGraph::prepare_standing_in() {
   return Error::Ok;
 }
 
-Error CompiledGraph::run_shape_plan(const std::vector<int64_t>& symbols, Span<EValue*> args,
+CompiledGraph::ShapePlans::iterator CompiledGraph::find_shape_plan(
+    const std::vector<int64_t>& symbols) {
+  return std::find_if(variants_.begin(), variants_.end(),
+                      [&symbols](const auto& entry) { return entry.first == symbols; });
+}
+
+Error CompiledGraph::run_shape_plan(const std::vector<int64_t>& symbols,
+                                    ShapePlans::iterator found, Span<EValue*> args,
                                     MemoryAllocator* temp_allocator,
                                     executorch::runtime::EventTracer* tracer) {
-  auto found = std::find_if(variants_.begin(), variants_.end(),
-                            [&symbols](const auto& entry) { return entry.first == symbols; });
   if (found != variants_.end()) {
     ++shape_plan_hits_;
     ++total_hits;

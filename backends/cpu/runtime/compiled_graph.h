@@ -103,11 +103,14 @@ class CompiledGraph {
                                                  const executorch::runtime::NamedDataMap* constants,
                                                  CompiledGraph* base,
                                                  std::unique_ptr<CompiledGraph>* out);
-  // execute() of a graph with symbolic dimensions: picks (or compiles) the graph for the inputs'
-  // sizes and resizes the outputs to them.
-  // Runs the shape plan of `symbols` (compiled now when none is cached).
+  // What variants_ holds: shape plans by symbol values.
+  using ShapePlans = std::vector<std::pair<std::vector<int64_t>, std::unique_ptr<CompiledGraph>>>;
+  // The cached shape plan of `symbols`, or variants_.end().
+  ShapePlans::iterator find_shape_plan(const std::vector<int64_t>& symbols);
+  // Runs the shape plan of `symbols`: `found` (find_shape_plan's), or compiled now when that is
+  // variants_.end().
   executorch::runtime::Error run_shape_plan(
-      const std::vector<int64_t>& symbols,
+      const std::vector<int64_t>& symbols, ShapePlans::iterator found,
       executorch::runtime::Span<executorch::runtime::EValue*> args,
       executorch::runtime::MemoryAllocator* temp_allocator,
       executorch::runtime::EventTracer* tracer);
@@ -117,6 +120,8 @@ class CompiledGraph {
   bool plans_stand_in() const;
   // At the current sizes: the sessions whose plans stand in prepare the ones they keep.
   executorch::runtime::Error prepare_standing_in();
+  // execute() of a graph with symbolic dimensions: picks (or compiles) the graph for the inputs'
+  // sizes and resizes the outputs to them. Looks the shape plans up once per call.
   executorch::runtime::Error execute_dynamic(
       executorch::runtime::Span<executorch::runtime::EValue*> args,
       executorch::runtime::MemoryAllocator* temp_allocator,
@@ -317,7 +322,7 @@ class CompiledGraph {
   bool owns_arena_ = true;
   CompiledGraph* base_ = nullptr;  // a specialization of `base_` (shares its constants)
   // Specializations by symbol values, most recently used first (execute_dynamic).
-  std::vector<std::pair<std::vector<int64_t>, std::unique_ptr<CompiledGraph>>> variants_;
+  ShapePlans variants_;
   size_t max_variants_ = 8;
   size_t shape_plan_hits_ = 0;
   size_t shape_plan_misses_ = 0;

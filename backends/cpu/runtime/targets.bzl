@@ -96,6 +96,15 @@ def define_common_targets():
         tools = [":gen_kernel_signatures"],
     )
 
+    # The delegate's environment switch readers (switches.h): header-only, no dependencies, so
+    # the runtime and the Optimized provider's :plans (which do not depend on each other) share
+    # them.
+    runtime.cxx_library(
+        name = "switches",
+        hdrs = ["switches.h"],
+        visibility = ["//visibility:public"],
+    )
+
     runtime.cxx_library(
         name = "runtime_lib",
         srcs = _RUNTIME_SRCS + ["cpu_backend.cc"],
@@ -106,6 +115,7 @@ def define_common_targets():
         alwayslink = True,
         visibility = ["//visibility:public"],
         deps = [
+            ":switches",
             "//backends/cpu/serialization:schema_cc",
             "@et_py//:executorch",
         ],
@@ -141,6 +151,7 @@ def define_common_targets():
         copts = _FUZZ_COPTS,
         linkopts = ["-fsanitize=address,undefined"],
         deps = [
+            ":switches",
             "//backends/cpu/serialization:schema_cc",
             "@et_py//:executorch",
         ],
@@ -160,6 +171,7 @@ def define_common_targets():
         linkshared = True,
         visibility = ["//visibility:public"],
         deps = [
+            ":switches",
             "//backends/cpu/serialization:schema_cc",
             "@et_py//:executorch",
         ],

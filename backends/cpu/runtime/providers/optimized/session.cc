@@ -1,5 +1,6 @@
-// OptimizedSession (see session.h): the memory it reports, its one-line summary, and finalize's
-// layout chaining with its plain-layout fallback.
+// OptimizedSession (see session.h): the memory it reports, its one-line summary, finalize's
+// layout chaining with its plain-layout fallback, and preparing kernels again in place at new
+// sizes (resize, prepare_standing_in).
 #include "backends/cpu/runtime/providers/optimized/session.h"
 
 #include <algorithm>
@@ -37,6 +38,11 @@ size_t test_fail_resize_at() {
   if (value == nullptr) return 0;
   const long parsed = std::strtol(value, nullptr, 10);
   return parsed > 0 ? static_cast<size_t>(parsed) : 0;
+}
+
+// The test hook's failure: what a kernel oneDNN declines at the new sizes throws.
+[[noreturn]] void fail_resize_for_test() {
+  throw std::runtime_error("ET_CPU_TEST_FAIL_RESIZE_AT: this resize fails here (test hook)");
 }
 
 }  // namespace
@@ -205,29 +211,19 @@ Error OptimizedSession::resize() {
   // Provider state it holds: when all do, a new batch prepares nothing.
   if (weights_) weights_->keep_everything();
   ++resizes_;
+  const bool test_fails = resizes_ == fail_resize_at_;
   try {
     const bool all_fit =
         std::all_of(kernels_.begin(), kernels_.end(),
                     [](const OptimizedKernel* k) { return k->plan_fits_every_size(); });
-    if (all_fit && resizes_ == fail_resize_at_) {
-      throw std::runtime_error("ET_CPU_TEST_FAIL_RESIZE_AT: this resize fails here (test hook)");
-    }
+    if (all_fit && test_fails) fail_resize_for_test();
     if (all_fit) return Error::Ok;
     // A new size: plans may stand in for its first call (the graph calls prepare_standing_in
     // when it repeats).
     onednn::ProviderOptions resized = options();
     resized.first_call_stand_ins = true;
-    auto fresh = std::make_unique<onednn::Provider>(resized);
-    for (size_t i = 0; i < kernels_.size(); ++i) {
-      if (resizes_ == fail_resize_at_ && i == kernels_.size() / 2) {
-        throw std::runtime_error("ET_CPU_TEST_FAIL_RESIZE_AT: this resize fails here (test hook)");
-      }
-      if (kernels_[i]->plan_fits_every_size()) continue;
-      kernels_[i]->prepare(*fresh, [this](const executorch::aten::TensorImpl* t) {
-        return chained_set_.count(t) > 0;
-      });
-      ++resize_prepares;
-    }
+    std::unique_ptr<onednn::Provider> fresh = prepare_again(
+        resized, [](const OptimizedKernel& k) { return !k.plan_fits_every_size(); }, test_fails);
     // The Provider the fitting kernels' plans were prepared on stays, for the memory report.
     const bool some_fit = std::any_of(kernels_.begin(), kernels_.end(), [](const auto* k) {
       return k->plan_fits_every_size();
@@ -261,20 +257,28 @@ Error OptimizedSession::prepare_standing_in() {
   // Not on the current Provider: a plan prepared there could grow the scratchpads the other
   // kernels' plans run with. Those keep theirs; the new plans keep this Provider's state alive.
   try {
-    auto fresh = std::make_unique<onednn::Provider>(options());
-    for (OptimizedKernel* kernel : kernels_) {
-      if (!kernel->stands_in()) continue;
-      kernel->prepare(*fresh, [this](const executorch::aten::TensorImpl* t) {
-        return chained_set_.count(t) > 0;
-      });
-      ++resize_prepares;
-    }
-    standing_in_provider_ = std::move(fresh);
+    standing_in_provider_ = prepare_again(
+        options(), [](const OptimizedKernel& k) { return k.stands_in(); }, false);
   } catch (const std::exception& e) {
     log_line(LogLevel::kInfo, "oneDNN kernels cannot be prepared again in place: %s", e.what());
     return Error::NotSupported;
   }
   return Error::Ok;
+}
+
+std::unique_ptr<onednn::Provider> OptimizedSession::prepare_again(
+    const onednn::ProviderOptions& fresh_options,
+    const std::function<bool(const OptimizedKernel&)>& which, bool test_fails) {
+  auto fresh = std::make_unique<onednn::Provider>(fresh_options);
+  for (size_t i = 0; i < kernels_.size(); ++i) {
+    if (test_fails && i == kernels_.size() / 2) fail_resize_for_test();
+    if (!which(*kernels_[i])) continue;
+    kernels_[i]->prepare(*fresh, [this](const executorch::aten::TensorImpl* t) {
+      return chained_set_.count(t) > 0;
+    });
+    ++resize_prepares;
+  }
+  return fresh;
 }
 
 onednn::ProviderOptions OptimizedSession::options() const {

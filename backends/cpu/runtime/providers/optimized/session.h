@@ -132,6 +132,13 @@ class OptimizedSession final : public ProviderSession {
 
  private:
   onednn::ProviderOptions options() const;
+  // resize() and prepare_standing_in()'s work: the kernels `which` picks prepared again, in order,
+  // on a fresh Provider of `fresh_options` with the layouts finalize settled (each counted in
+  // resize_prepares), which it returns. `test_fails` (the test hook ET_CPU_TEST_FAIL_RESIZE_AT):
+  // throws on reaching the middle kernel, the ones before it prepared, the rest not.
+  std::unique_ptr<onednn::Provider> prepare_again(
+      const onednn::ProviderOptions& fresh_options,
+      const std::function<bool(const OptimizedKernel&)>& which, bool test_fails);
 
   bool sizes_vary_ = false;  // see the constructor; declared before provider_, which reads it
   size_t fail_resize_at_ = 0;  // the test hook ET_CPU_TEST_FAIL_RESIZE_AT (session.cc)

@@ -92,7 +92,10 @@ def define_common_targets():
             "-O2",
         ],
         visibility = ["//visibility:public"],
-        deps = [":onednn"],
+        deps = [
+            ":onednn",
+            "//backends/cpu/runtime:switches",
+        ],
     )
 
     # The runtime's Optimized provider (KernelProvider id 1) on top of :plans; linked into

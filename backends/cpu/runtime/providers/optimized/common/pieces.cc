@@ -194,12 +194,7 @@ RowGemmRun prepare_row_gemm(ProviderState& state, int64_t rows, int64_t k, int64
 void run_row_gemm(ProviderState& state, const RowGemmRun& run, const float* x, float* y,
                   const float* residual) {
   const RowGemm& gemm = *run.gemm;
-  if (run.tasks < 2) {
-    gemm.run(x, y, residual, 0, gemm.groups());
-    return;
-  }
-  state.pool->run(run.tasks, [&](size_t index, int) {
-    const auto [first, last] = slice_of(gemm.groups(), run.tasks, index);
+  run_in_slices(state.pool.get(), run.tasks, gemm.groups(), [&](int64_t first, int64_t last, int) {
     gemm.run(x, y, residual, first, last);
   });
 }

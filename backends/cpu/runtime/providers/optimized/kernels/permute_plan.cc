@@ -138,12 +138,7 @@ void PermutePlan::run(const float* input, float* output) const {
     output[0] = input[0];
     return;
   }
-  if (p.tasks < 2) {
-    p.run_units(input, output, 0, p.units);
-    return;
-  }
-  p.state->pool->run(p.tasks, [&](size_t index, int) {
-    const auto [first, last] = slice_of(p.units, p.tasks, index);
+  run_in_slices(p.state->pool.get(), p.tasks, p.units, [&](int64_t first, int64_t last, int) {
     p.run_units(input, output, first, last);
   });
 }

@@ -250,14 +250,10 @@ void BinaryPlan::run(const float* a, const float* b, float* output) const {
   const float* src1 = p.swapped ? a : b;
   if (p.channel) {
     const ChannelBinary& channel = *p.channel;
-    if (p.channel_tasks < 2) {
-      channel.run(src0, src1, output, 0, channel.rows());
-      return;
-    }
-    state.pool->run(p.channel_tasks, [&](size_t index, int) {
-      const auto [first, last] = slice_of(channel.rows(), p.channel_tasks, index);
-      channel.run(src0, src1, output, first, last);
-    });
+    run_in_slices(state.pool.get(), p.channel_tasks, channel.rows(),
+                  [&](int64_t first, int64_t last, int) {
+                    channel.run(src0, src1, output, first, last);
+                  });
     return;
   }
   auto stage = [&](const Impl::Staging* staging, const float** src) {

@@ -185,7 +185,7 @@ namespace {
 template <typename Rows>
 void run_image_rows(ProviderState& state, size_t tasks, int64_t batch, int64_t out_h,
                     const Rows& rows) {
-  const auto slice = [&](int64_t begin, int64_t end) {
+  const auto slice = [&](int64_t begin, int64_t end, int) {
     while (begin < end) {
       const int64_t image = begin / out_h;
       const int64_t row = begin - image * out_h;
@@ -194,14 +194,7 @@ void run_image_rows(ProviderState& state, size_t tasks, int64_t batch, int64_t o
       begin = image * out_h + last;
     }
   };
-  if (tasks < 2) {
-    slice(0, batch * out_h);
-    return;
-  }
-  state.pool->run(tasks, [&](size_t index, int) {
-    const auto [begin, end] = slice_of(batch * out_h, tasks, index);
-    slice(begin, end);
-  });
+  run_in_slices(state.pool.get(), tasks, batch * out_h, slice);
 }
 
 }  // namespace

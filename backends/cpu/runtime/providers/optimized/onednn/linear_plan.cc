@@ -149,7 +149,7 @@ void run_variable_rows(ProviderState& state, const LinearVariableRows& v, int64_
   if (rows < 1) return;
   const int64_t groups = v.gemms[0]->groups();
   const int64_t blocks = (rows + kRowGemmMaxRows - 1) / kRowGemmMaxRows;
-  auto run = [&](int64_t first, int64_t last) {
+  auto run = [&](int64_t first, int64_t last, int) {
     for (int64_t unit = first; unit < last; ++unit) {
       const int64_t group = unit / blocks;
       const int64_t block = unit % blocks;
@@ -162,14 +162,7 @@ void run_variable_rows(ProviderState& state, const LinearVariableRows& v, int64_
   };
   const size_t tasks =
       state.pieces_for(row_gemm_split_work(rows, v.k, v.n, v.stream_split), groups * blocks);
-  if (tasks < 2) {
-    run(0, groups * blocks);
-    return;
-  }
-  state.pool->run(tasks, [&](size_t index, int) {
-    const auto [first, last] = slice_of(groups * blocks, tasks, index);
-    run(first, last);
-  });
+  run_in_slices(state.pool.get(), tasks, groups * blocks, run);
 }
 
 // `rows` rows (up to v.up_to) on `v`: whole small tiles first when it has them, then the rest on
@@ -195,19 +188,16 @@ void run_rows_read(ProviderState& state, const LinearVariableRows& v, int64_t ro
   };
   const size_t tasks = state.pieces_for(2.0 * static_cast<double>(tiles * kSmallTile * v.k * v.n),
                                         tiles);
-  if (tasks < 2 && !s.whole.empty()) {  // one call for all the tiles
-    const Piece& piece = s.whole[static_cast<size_t>(tiles - 1)];
-    state.pool->run(1, [&](size_t, int worker) {
+  run_in_slices(state.pool.get(), tasks, tiles, [&](int64_t first, int64_t last, int worker) {
+    if (tasks < 2 && !s.whole.empty()) {  // one call for all the tiles
+      const Piece& piece = s.whole[static_cast<size_t>(tiles - 1)];
       PieceData data = piece_data(x, y, s.weights, s.has_bias ? &s.bias : nullptr);
       data.tail = tail_of(s.tail);
       execute_piece(state, piece, worker, data);
-    });
-  } else {
-    state.pool->run(tasks, [&](size_t index, int worker) {
-      const auto [first, last] = slice_of(tiles, tasks, index);
-      for (int64_t t = first; t < last; ++t) tile(t, worker);
-    });
-  }
+      return;
+    }
+    for (int64_t t = first; t < last; ++t) tile(t, worker);
+  });
   const int64_t done = tiles * kSmallTile;
   run_variable_rows(state, v, rows - done, x + done * v.k, y + done * v.n,
                     residual ? residual + done * v.n : nullptr);
