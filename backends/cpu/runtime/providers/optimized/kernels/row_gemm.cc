@@ -1,9 +1,13 @@
 // RowGemm (see row_gemm.h): packing, the register-blocked kernel and its in-register epilogue.
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <new>
 #include <string>
 
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_epilogue.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
@@ -18,13 +22,24 @@ constexpr int64_t kGroupColumns = kLanes * kGroupPanels;
 // Floats ahead of the current weight row that the kernel asks the cache for: far enough to
 // cover memory latency at the rate one core streams (~4 KB), near enough to stay in L1.
 constexpr int64_t kPrefetchFloats = 1024;
+// The cold stream's second prefetch, into L2: 32 KB ahead, 8 pages, so each page's lines are
+// requested well before the near prefetch and the loads reach them (the hardware's L2 streamer
+// starts over at each 4 KB page, and the near prefetch alone keeps only L1's few fill buffers
+// busy). MobileNetV3's heads read from L3 (12 copies in rotation, interleaved, under load):
+// see the provider README.
+// Only streams of 2 MiB or more (a classifier head): they outgrow L2 and come from L3 or memory
+// at every call. Smaller ones (a small decoder's projections, squeeze-excite's 1x1s) may stay
+// in cache, where the second prefetch only adds load-port work (the Llama-style decoder's step
+// took 1.3x as long with it on every RowGemm).
+constexpr int64_t kFarPrefetchFloats = 8192;
+constexpr size_t kColdStreamBytes = size_t{2} << 20;  // also the huge page size
 
 // One column group of kPanels vectors for kRows rows: acc[r][p] over all k, then the epilogue.
 // The group's weights are one contiguous [k][kPanels * 16] stream.
 template <int kRows, int kPanels>
 ET_AVX512 void group_kernel(const float* x, int64_t k, const float* weights, const float* bias,
                             const PostOps& post_ops, int64_t columns, int64_t n,
-                            const float* residual, float* y) {
+                            const float* residual, float* y, int64_t far_prefetch) {
   __m512 acc[kRows][kPanels];
   for (int p = 0; p < kPanels; ++p) {
     const __m512 b = _mm512_loadu_ps(bias + p * kLanes);
@@ -34,6 +49,11 @@ ET_AVX512 void group_kernel(const float* x, int64_t k, const float* weights, con
   for (int64_t i = 0; i < k; ++i, w += kPanels * kLanes) {
     for (int p = 0; p < kPanels; ++p) {  // one cache line per vector
       _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchFloats + p * kLanes), _MM_HINT_T0);
+    }
+    if (far_prefetch > 0) {
+      for (int p = 0; p < kPanels; ++p) {
+        _mm_prefetch(reinterpret_cast<const char*>(w + far_prefetch + p * kLanes), _MM_HINT_T1);
+      }
     }
     for (int r = 0; r < kRows; ++r) {
       const __m512 xr = _mm512_set1_ps(x[r * k + i]);
@@ -56,7 +76,7 @@ ET_AVX512 void group_kernel(const float* x, int64_t k, const float* weights, con
 }
 
 using GroupKernel = void (*)(const float*, int64_t, const float*, const float*, const PostOps&,
-                             int64_t, int64_t, const float*, float*);
+                             int64_t, int64_t, const float*, float*, int64_t);
 
 template <int kRows>
 GroupKernel kernel_for_panels(int64_t panels) {
@@ -95,6 +115,21 @@ int64_t panels_of(int64_t columns) {
 
 }  // namespace
 
+bool row_gemm_cold_stream() {
+  return kernel_switched_on("ET_CPU_ROW_GEMM_COLD_STREAM");
+}
+
+StreamBuffer::StreamBuffer(size_t floats, bool huge_pages) : size_(floats) {
+  const size_t bytes = std::max<size_t>(floats, 1) * sizeof(float);
+  const bool huge = huge_pages && bytes >= kColdStreamBytes;
+  void* memory = nullptr;
+  if (posix_memalign(&memory, huge ? kColdStreamBytes : 64, bytes) != 0) throw std::bad_alloc();
+  data_.reset(static_cast<float*>(memory));
+  // Before the first write: the pages are then faulted in huge where the kernel can.
+  if (huge) madvise(memory, bytes / kColdStreamBytes * kColdStreamBytes, MADV_HUGEPAGE);
+  std::fill(data_.get(), data_.get() + floats, 0.0f);
+}
+
 bool row_gemm_supports(int64_t rows, const PostOps& post_ops) {
   if (rows < 1 || rows > kRowGemmMaxRows || !kernel_switched_on("ET_CPU_ROW_GEMM") ||
       !cpu_has_avx512()) return false;
@@ -122,13 +157,9 @@ std::shared_ptr<const RowGemm::Packed> RowGemm::pack(int64_t k, int64_t n, const
     packed->group_offset.push_back(total);
     total += static_cast<size_t>(k * panels_of(group_columns(n, g)) * kLanes);
   }
-  packed->weights.assign(total + kLanes, 0.0f);
-  const size_t misalignment =
-      reinterpret_cast<uintptr_t>(packed->weights.data()) % 64 / sizeof(float);
-  const size_t shift = misalignment ? kLanes - misalignment : 0;
+  packed->weights = StreamBuffer(total, row_gemm_cold_stream());
   packed->bias.assign(static_cast<size_t>(groups * kGroupColumns), 0.0f);
   for (int64_t g = 0; g < groups; ++g) {
-    packed->group_offset[g] += shift;
     const int64_t width = panels_of(group_columns(n, g)) * kLanes;
     float* out = packed->weights.data() + packed->group_offset[g];
     for (int64_t c = 0; c < group_columns(n, g); ++c) {
@@ -145,7 +176,11 @@ std::shared_ptr<const RowGemm::Packed> RowGemm::pack(int64_t k, int64_t n, const
 RowGemm::RowGemm(int64_t rows, std::shared_ptr<const Packed> packed, PostOps post_ops)
     : rows_(rows), k_(packed ? packed->k : 0), n_(packed ? packed->n : 0),
       groups_((n_ + kGroupColumns - 1) / kGroupColumns), post_ops_(std::move(post_ops)),
-      has_add_(onednn::has_add(post_ops_)), packed_(std::move(packed)) {
+      has_add_(onednn::has_add(post_ops_)), packed_(std::move(packed)),
+      far_prefetch_(packed_ != nullptr && packed_->bytes() >= kColdStreamBytes &&
+                            row_gemm_cold_stream()
+                        ? kFarPrefetchFloats
+                        : 0) {
   if (!row_gemm_supports(rows, post_ops_)) {
     throw ProviderError("row gemm: " + std::to_string(rows) +
                         " rows or these post-ops are not supported here");
@@ -168,7 +203,8 @@ void RowGemm::run(const float* x, float* y, const float* residual, int64_t first
     const float* weights = packed_->weights.data() + packed_->group_offset[g];
     kernel_for(rows_, panels_of(columns))(x, k_, weights, packed_->bias.data() + at, post_ops_,
                                           columns, n_,
-                                          residual ? residual + at : nullptr, y + at);
+                                          residual ? residual + at : nullptr, y + at,
+                                          far_prefetch_);
   }
 }
 

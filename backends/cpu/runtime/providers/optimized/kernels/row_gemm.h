@@ -4,11 +4,14 @@
 // jit GEMM reads them in panels that leave half the machine's bandwidth unused when they come
 // from memory (MobileNetV3's 1024 -> 1000 head: 0.9 ms cold against XNNPACK's 0.5 ms, see the
 // provider README); here they are packed once into one contiguous stream per column group, and
-// bias, post-ops and the residual add are applied in registers before the only store.
+// bias, post-ops and the residual add are applied in registers before the only store. A stream
+// of 2 MiB or more, which comes from L3 or memory at every call (issue 46), is also prefetched
+// further ahead into L2 and sits on transparent huge pages (ET_CPU_ROW_GEMM_COLD_STREAM).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -26,6 +29,31 @@ constexpr int64_t kRowGemmMaxRows = 4;
 // ET_CPU_ROW_GEMM is not "0" ("0" keeps oneDNN's kernels, for measuring; read at each call).
 bool row_gemm_supports(int64_t rows, const PostOps& post_ops);
 
+// Whether RowGemms prepared now stream packed weights of 2 MiB or more for cold caches: a second
+// prefetch 32 KB ahead into L2 (the hardware streamer stops at every 4 KB page) and transparent
+// huge pages (fewer page walks). ET_CPU_ROW_GEMM_COLD_STREAM, on unless "0"
+// (read at pack and at construction, i.e. at prepare).
+bool row_gemm_cold_stream();
+
+// Zeroed floats for a packed weight stream, on a cache line; with `huge_pages`, a stream of
+// 2 MiB or more starts on a 2 MiB boundary and its whole 2 MiB stretches are advised as
+// transparent huge pages (madvise; a kernel that declines leaves ordinary pages).
+class StreamBuffer {
+ public:
+  StreamBuffer() = default;
+  StreamBuffer(size_t floats, bool huge_pages);
+  float* data() { return data_.get(); }
+  const float* data() const { return data_.get(); }
+  size_t size() const { return size_; }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  std::unique_ptr<float[], Free> data_;
+  size_t size_ = 0;
+};
+
 class RowGemm {
  public:
   // The weights and bias packed per column group: they depend on the constants, k and n only,
@@ -35,7 +63,7 @@ class RowGemm {
     int64_t n = 0;
     // Group g: k rows of its (up to 64, zero-padded to whole vectors) columns, contiguous,
     // from group_offset[g] (on a cache line); the bias of all groups, zero-padded alike.
-    std::vector<float> weights;
+    StreamBuffer weights;
     std::vector<size_t> group_offset;
     std::vector<float> bias;
     size_t bytes() const { return (weights.size() + bias.size()) * sizeof(float); }
@@ -70,6 +98,7 @@ class RowGemm {
   PostOps post_ops_;
   bool has_add_;
   std::shared_ptr<const Packed> packed_;
+  int64_t far_prefetch_ = 0;  // floats ahead of the second prefetch; 0: none (not a cold stream)
 };
 
 class WeightCache;

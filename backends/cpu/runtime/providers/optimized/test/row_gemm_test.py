@@ -158,6 +158,25 @@ def test_head_split_by_its_weight_stream(
     _assert_close(plan.run(x), F.hardswish(F.linear(x, weight, bias)))
 
 
+@pytest.mark.parametrize("rows", [1, 3])
+def test_cold_stream_same_numbers(provider: Provider, rows: int) -> None:
+    """A 576 -> 1000 head (2.3 MB packed: a cold stream, prefetched further ahead and on huge
+    pages unless ET_CPU_ROW_GEMM_COLD_STREAM=0, read at prepare) computes bitwise what the plain
+    stream does (the prefetches and the memory change, not the arithmetic), and matches torch."""
+    x, weight, bias = _linear_inputs(rows, 576, 1000, 23)
+    plans = {}
+    for switch in ("1", "0"):
+        os.environ["ET_CPU_ROW_GEMM_COLD_STREAM"] = switch
+        try:
+            plans[switch] = provider.linear(rows, weight, bias, [PostOp(HARDSWISH)])
+        finally:
+            del os.environ["ET_CPU_ROW_GEMM_COLD_STREAM"]
+        assert plans[switch].describe().startswith("row_gemm:avx512")
+    cold, plain = plans["1"].run(x), plans["0"].run(x)
+    assert torch.equal(cold, plain)
+    _assert_close(cold, F.hardswish(F.linear(x, weight, bias)))
+
+
 def test_more_rows_or_switched_off_stay_on_onednn(provider: Provider, row_gemm_off: None) -> None:
     x, weight, bias = _linear_inputs(1, 64, 64, 5)
     plan = provider.linear(1, weight, bias)
