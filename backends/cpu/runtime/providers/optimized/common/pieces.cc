@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "backends/cpu/runtime/providers/optimized/common/switches.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/pointwise_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_activations.h"
 
@@ -196,6 +197,34 @@ void run_row_gemm(ProviderState& state, const RowGemmRun& run, const float* x, f
   const RowGemm& gemm = *run.gemm;
   run_in_slices(state.pool.get(), run.tasks, gemm.groups(), [&](int64_t first, int64_t last, int) {
     gemm.run(x, y, residual, first, last);
+  });
+}
+
+void run_pointwise(ProviderState& state, const PointwiseRun& run, const float* x, float* y,
+                   const float* residual) {
+  const PointwiseConv& conv = *run.conv;
+  const int64_t groups = pointwise_groups(conv.out_channels());
+  if (run.gathered != nullptr) {
+    const int64_t k = conv.in_channels();
+    float* to = run.gathered->data();
+    const ConvWindow& w = run.window;
+    for (int64_t n = 0; n < run.batch; ++n) {
+      for (int64_t oh = 0; oh < w.out_h; ++oh) {
+        const float* row = x + ((n * w.in_h + oh * w.stride_h) * w.in_w) * k;
+        for (int64_t ow = 0; ow < w.out_w; ++ow, to += k) {
+          std::memcpy(to, row + ow * w.stride_w * k, static_cast<size_t>(k) * sizeof(float));
+        }
+      }
+    }
+    x = run.gathered->data();
+  }
+  if (run.tasks < 2) {
+    conv.run_stream(x, run.pixels, y, residual, 0, groups);
+    return;
+  }
+  state.pool->run(run.tasks, [&](size_t index, int) {
+    const auto [first, last] = slice_of(groups, run.tasks, index);
+    conv.run_stream(x, run.pixels, y, residual, first, last);
   });
 }
 

@@ -9,11 +9,18 @@
 // run on each before its only store; the channel tail (N not a multiple of 16) is the last
 // vector's store mask (the packed weights are zero there). The chunk's last pixels that make no
 // whole tile run one at a time.
+//
+// run_stream swaps the loops: per column group, every pixel in the same tiles (the group's panel
+// of K x 64 weights read from L2 by each tile after the first), while the first tiles each ask
+// for K cache lines of the next group's panel (prefetcht1), so that panel arrives from memory
+// while this one is computed. Its epilogue adds the residual in registers: a leading add, then
+// ReLU / clamp inlined, or any other in-register chain through epilogue16.
 #include "backends/cpu/runtime/providers/optimized/kernels/pointwise_conv.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_epilogue.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
@@ -25,6 +32,8 @@ namespace {
 constexpr int64_t kLanes = 16;         // floats per AVX-512 vector
 constexpr int64_t kGroupColumns = 64;  // RowGemm's column groups: 4 vectors
 constexpr int64_t kChunk = 48;         // pixels per chunk: a multiple of every tile's 6, 8, 12
+// run_stream's prefetch distance in its first panel (as RowGemm's: ~4 KB ahead of the loads).
+constexpr int64_t kAheadFloats = 1024;
 
 using Epi = FusedEpilogue;
 
@@ -44,9 +53,61 @@ struct TileArgs {
   const PostOps* post_ops;
   float lo;  // Epi::kClamp's bounds
   float hi;
+  // run_stream only: the residual at y's offset (or null), the post-ops after a leading add
+  // (kClamp with kAdd), and the next group's panel (or null) with its size in cache lines.
+  const float* residual = nullptr;
+  const PostOps* rest = nullptr;
+  const float* next = nullptr;
+  int64_t next_lines = 0;
+  bool cold = false;  // the group is the first of run_stream's range
 };
 
 using TileKernel = void (*)(const TileArgs&, int64_t tiles);
+
+// One tile's products: acc[p][v] = bias + sum_i x[p * k + i] * w[i][v] over the group's panel
+// a.w. kPrefetch (run_stream): each step i also asks for line i of `ahead` (prefetcht1, when not
+// null) and, when `cold`, for the panel's own V lines kAheadFloats ahead (prefetcht0).
+template <int V, int P, bool kPrefetch>
+ET_AVX512 inline __attribute__((always_inline)) void tile_products(const TileArgs& a,
+                                                                   const float* x,
+                                                                   __m512 (&acc)[P][V],
+                                                                   const char* ahead, bool cold) {
+  const int64_t k = a.k;
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) {
+    const __m512 b = _mm512_loadu_ps(a.bias + v * kLanes);
+#pragma GCC unroll 12
+    for (int p = 0; p < P; ++p) acc[p][v] = b;
+  }
+  const float* w = a.w;
+  for (int64_t i = 0; i < k; ++i, w += V * kLanes) {
+    if constexpr (kPrefetch) {
+      if (ahead != nullptr) _mm_prefetch(ahead + i * 64, _MM_HINT_T1);
+      if (cold) {
+#pragma GCC unroll 4
+        for (int v = 0; v < V; ++v) {
+          _mm_prefetch(reinterpret_cast<const char*>(w + kAheadFloats + v * kLanes), _MM_HINT_T0);
+        }
+      }
+    }
+    __m512 wv[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) {
+      wv[v] = _mm512_load_ps(w + v * kLanes);
+      // Keep each weight vector in a register: GCC would otherwise fold the load into every
+      // FMA that uses it (P loads instead of one).
+      asm("" : "+v"(wv[v]));
+    }
+#pragma GCC unroll 12
+    for (int p = 0; p < P; ++p) {
+      __m512 xb = _mm512_set1_ps(x[p * k + i]);
+      // One broadcast into a register, not an embedded {1to16} load per FMA.
+      asm("" : "+v"(xb));
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) acc[p][v] = _mm512_fmadd_ps(xb, wv[v], acc[p][v]);
+    }
+  }
+}
 
 // `tiles` tiles of P pixels x V vectors from a.x / a.y on.
 template <int V, int P, Epi E>
@@ -56,31 +117,7 @@ ET_AVX512 void run_tiles(const TileArgs& a, int64_t tiles) {
   float* y = a.y;
   for (int64_t t = 0; t < tiles; ++t, x += P * k, y += P * a.n) {
     __m512 acc[P][V];
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) {
-      const __m512 b = _mm512_loadu_ps(a.bias + v * kLanes);
-#pragma GCC unroll 12
-      for (int p = 0; p < P; ++p) acc[p][v] = b;
-    }
-    const float* w = a.w;
-    for (int64_t i = 0; i < k; ++i, w += V * kLanes) {
-      __m512 wv[V];
-#pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) {
-        wv[v] = _mm512_load_ps(w + v * kLanes);
-        // Keep each weight vector in a register: GCC would otherwise fold the load into every
-        // FMA that uses it (P loads instead of one).
-        asm("" : "+v"(wv[v]));
-      }
-#pragma GCC unroll 12
-      for (int p = 0; p < P; ++p) {
-        __m512 xb = _mm512_set1_ps(x[p * k + i]);
-        // One broadcast into a register, not an embedded {1to16} load per FMA.
-        asm("" : "+v"(xb));
-#pragma GCC unroll 4
-        for (int v = 0; v < V; ++v) acc[p][v] = _mm512_fmadd_ps(xb, wv[v], acc[p][v]);
-      }
-    }
+    tile_products<V, P, false>(a, x, acc, nullptr, false);
     const __m512 lo = _mm512_set1_ps(a.lo);
     const __m512 hi = _mm512_set1_ps(a.hi);
 #pragma GCC unroll 12
@@ -136,7 +173,99 @@ TileKernel tile_kernel(int vectors, bool single, Epi epi) {
   }
 }
 
+// run_stream's `tiles` tiles of P pixels x V vectors, the first being the group's tile number
+// `first_tile`. Tile t prefetches lines [t * k, (t + 1) * k) of the next panel. kAdd: the
+// residual added before E (kClamp) on a.rest; E == kGeneric: epilogue16 on all post-ops.
+template <int V, int P, Epi E, bool kAdd>
+ET_AVX512 void stream_tiles(const TileArgs& a, int64_t tiles, int64_t first_tile) {
+  const int64_t k = a.k;
+  const float* x = a.x;
+  float* y = a.y;
+  const float* residual = a.residual;
+  for (int64_t t = 0; t < tiles; ++t, x += P * k, y += P * a.n) {
+    __m512 acc[P][V];
+    const int64_t line = (first_tile + t) * k;
+    const char* ahead = a.next != nullptr && line < a.next_lines
+                            ? reinterpret_cast<const char*>(a.next) + line * 64
+                            : nullptr;
+    // The thread's first panel, which no earlier group prefetched: its own lines ahead of the
+    // loads in the first tile.
+    tile_products<V, P, true>(a, x, acc, ahead, a.cold && first_tile + t == 0);
+    const __m512 lo = _mm512_set1_ps(a.lo);
+    const __m512 hi = _mm512_set1_ps(a.hi);
+#pragma GCC unroll 12
+    for (int p = 0; p < P; ++p) {
+      float* out = y + p * a.n;
+      const float* res = residual != nullptr ? residual + p * a.n : nullptr;
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) {
+        const __mmask16 mask = v + 1 < V ? static_cast<__mmask16>(0xFFFF) : a.last_mask;
+        __m512 r = acc[p][v];
+        if constexpr (E == Epi::kGeneric) {
+          r = epilogue16(*a.post_ops, r, res != nullptr ? res + v * kLanes : nullptr, mask);
+        } else {
+          if constexpr (kAdd) r = _mm512_add_ps(r, _mm512_maskz_loadu_ps(mask, res + v * kLanes));
+          r = fused_epilogue<E>(*a.rest, r, lo, hi);
+        }
+        _mm512_mask_storeu_ps(out + v * kLanes, mask, r);
+      }
+    }
+    if (residual != nullptr) residual += P * a.n;
+  }
+}
+
+using StreamKernel = void (*)(const TileArgs&, int64_t tiles, int64_t first_tile);
+
+// run_stream's epilogues: ReLU / clamp inlined with or without a leading add, else generic.
+enum class StreamEpilogue { kClamp, kAddClamp, kGeneric };
+
+template <int V, int P>
+StreamKernel stream_kernel_of(StreamEpilogue epi) {
+  switch (epi) {
+    case StreamEpilogue::kClamp:
+      return stream_tiles<V, P, Epi::kClamp, false>;
+    case StreamEpilogue::kAddClamp:
+      return stream_tiles<V, P, Epi::kClamp, true>;
+    default:
+      return stream_tiles<V, P, Epi::kGeneric, false>;
+  }
+}
+
+template <int V>
+StreamKernel stream_kernel_for(bool single, StreamEpilogue epi) {
+  return single ? stream_kernel_of<V, 1>(epi) : stream_kernel_of<V, tile_pixels(V)>(epi);
+}
+
+StreamKernel stream_kernel(int vectors, bool single, StreamEpilogue epi) {
+  switch (vectors) {
+    case 1:
+      return stream_kernel_for<1>(single, epi);
+    case 2:
+      return stream_kernel_for<2>(single, epi);
+    case 3:
+      return stream_kernel_for<3>(single, epi);
+    default:
+      return stream_kernel_for<4>(single, epi);
+  }
+}
+
+bool holds_add(const PostOps& post_ops) {
+  return std::any_of(post_ops.begin(), post_ops.end(),
+                     [](const PostOp& op) { return op.kind == PostOp::Kind::kAdd; });
+}
+
 }  // namespace
+
+bool pointwise_stream_supports(int64_t in_channels, int64_t out_channels,
+                               const PostOps& post_ops) {
+  if (!kernel_switched_on("ET_CPU_STREAM_1X1") || !cpu_has_avx512()) return false;
+  if (in_channels < 1 || out_channels < 1) return false;
+  return post_ops_in_registers(post_ops);
+}
+
+int64_t pointwise_groups(int64_t out_channels) {
+  return (out_channels + kGroupColumns - 1) / kGroupColumns;
+}
 
 bool pointwise_conv_supports(int64_t in_channels, int64_t out_channels, const PostOps& post_ops) {
   if (!kernel_switched_on("ET_CPU_OWN_EXPAND") || !cpu_has_avx512()) return false;
@@ -151,14 +280,16 @@ bool own_expand_wanted(int64_t in_channels, int64_t out_channels, const PostOps&
 }
 
 PointwiseConv::PointwiseConv(std::shared_ptr<const RowGemm::Packed> packed, PostOps post_ops)
-    : packed_(std::move(packed)), post_ops_(std::move(post_ops)) {
+    : packed_(std::move(packed)), post_ops_(std::move(post_ops)), has_add_(holds_add(post_ops_)) {
   if (packed_ == nullptr) throw ProviderError("pointwise conv: no packed weights");
-  if (!pointwise_conv_supports(packed_->k, packed_->n, post_ops_)) {
+  if (!pointwise_conv_supports(packed_->k, packed_->n, post_ops_) &&
+      !pointwise_stream_supports(packed_->k, packed_->n, post_ops_)) {
     throw ProviderError("pointwise conv: these channels or post-ops are not supported here");
   }
 }
 
 void PointwiseConv::run(const float* x, int64_t pixels, float* y) const {
+  if (has_add_) throw ProviderError("pointwise conv: a residual add runs on run_stream only");
   const RowGemm::Packed& packed = *packed_;
   const int64_t k = packed.k;
   const int64_t n = packed.n;
@@ -189,6 +320,64 @@ void PointwiseConv::run(const float* x, int64_t pixels, float* y) const {
         a.y += whole * tile * n;
         tile_kernel(vectors, true, epi)(a, chunk - whole * tile);
       }
+    }
+  }
+}
+
+void PointwiseConv::run_stream(const float* x, int64_t pixels, float* y, const float* residual,
+                               int64_t first, int64_t last) const {
+  if (has_add_ && residual == nullptr) {
+    throw ProviderError("pointwise conv: post-op add needs a residual tensor, got null");
+  }
+  const RowGemm::Packed& packed = *packed_;
+  const int64_t k = packed.k;
+  const int64_t n = packed.n;
+  const int64_t groups = pointwise_groups(n);
+  if (first < 0 || last > groups || first > last) {
+    throw ProviderError("pointwise conv: column groups [" + std::to_string(first) + ", " +
+                        std::to_string(last) + ") outside [0, " + std::to_string(groups) + ")");
+  }
+  PostOps rest;
+  TileArgs a;
+  a.k = k;
+  a.n = n;
+  a.post_ops = &post_ops_;
+  a.rest = &rest;
+  StreamEpilogue epi = StreamEpilogue::kGeneric;
+  if (!has_add_) {
+    if (fused_epilogue_of(post_ops_, &a.lo, &a.hi) == Epi::kClamp) epi = StreamEpilogue::kClamp;
+  } else if (post_ops_.front().kind == PostOp::Kind::kAdd) {
+    rest.assign(post_ops_.begin() + 1, post_ops_.end());
+    if (!holds_add(rest) && fused_epilogue_of(rest, &a.lo, &a.hi) == Epi::kClamp) {
+      epi = StreamEpilogue::kAddClamp;
+    }
+  }
+  const int64_t left = n % kLanes;
+  const __mmask16 tail_mask =
+      left ? static_cast<__mmask16>((1u << left) - 1u) : static_cast<__mmask16>(0xFFFF);
+  const auto vectors_of = [&](int64_t g) {
+    return static_cast<int>((std::min(kGroupColumns, n - g * kGroupColumns) + kLanes - 1) / kLanes);
+  };
+  for (int64_t g = first; g < last; ++g) {
+    const int vectors = vectors_of(g);
+    const int64_t tile = tile_pixels(vectors);
+    const int64_t whole = pixels / tile;
+    a.w = packed.weights.data() + packed.group_offset[static_cast<size_t>(g)];
+    a.bias = packed.bias.data() + g * kGroupColumns;
+    a.last_mask = g + 1 == groups ? tail_mask : static_cast<__mmask16>(0xFFFF);
+    a.next = g + 1 < last ? packed.weights.data() + packed.group_offset[static_cast<size_t>(g + 1)]
+                          : nullptr;
+    a.next_lines = a.next != nullptr ? k * vectors_of(g + 1) : 0;
+    a.cold = g == first;
+    a.x = x;
+    a.y = y + g * kGroupColumns;
+    a.residual = has_add_ ? residual + g * kGroupColumns : nullptr;
+    if (whole > 0) stream_kernel(vectors, false, epi)(a, whole, 0);
+    if (pixels > whole * tile) {
+      a.x += whole * tile * k;
+      a.y += whole * tile * n;
+      if (a.residual != nullptr) a.residual += whole * tile * n;
+      stream_kernel(vectors, true, epi)(a, pixels - whole * tile, whole);
     }
   }
 }

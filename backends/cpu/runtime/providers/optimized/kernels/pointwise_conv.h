@@ -9,6 +9,12 @@
 //
 // Weights are RowGemm's packing (row_gemm.h: groups of 64 columns, [K][64] each, zero-padded to
 // whole vectors), shared through the WeightCache.
+//
+// run_stream is the other loop order, for the weight-heavy 1x1 convolutions of deep CNN stages
+// (ResNet-50's 256 -> 1024 and 1024 -> 256 at 7x7: 1 MiB of weights, 49 pixels), whose weights
+// come from memory at every call: each column group's panel is walked once, every pixel computed
+// from it while it sits in L2, the next panel prefetched meanwhile, and a residual add applied
+// in registers too.
 #pragma once
 
 #include <cstddef>
@@ -32,10 +38,20 @@ bool pointwise_conv_supports(int64_t in_channels, int64_t out_channels, const Po
 constexpr int64_t kOwnExpandMaxK = 64;
 bool own_expand_wanted(int64_t in_channels, int64_t out_channels, const PostOps& post_ops);
 
+// Whether run_stream runs a K -> N 1x1 convolution with these post-ops here: AVX-512F, positive
+// K and N, every post-op in registers (a residual add too), ET_CPU_STREAM_1X1 not "0" (read at
+// each call).
+bool pointwise_stream_supports(int64_t in_channels, int64_t out_channels,
+                               const PostOps& post_ops);
+
+// Column groups of RowGemm's packing (64 output channels each): run_stream's unit of work.
+int64_t pointwise_groups(int64_t out_channels);
+
 class PointwiseConv {
  public:
   // `packed`: the weights [N, K] and bias packed by RowGemm::pack (cached_row_gemm_weights).
-  // Throws ProviderError unless pointwise_conv_supports(K, N, post_ops).
+  // Throws ProviderError unless pointwise_conv_supports(K, N, post_ops) or, for run_stream only,
+  // pointwise_stream_supports(K, N, post_ops).
   PointwiseConv(std::shared_ptr<const RowGemm::Packed> packed, PostOps post_ops);
 
   int64_t in_channels() const { return packed_->k; }
@@ -44,11 +60,19 @@ class PointwiseConv {
 
   // y[p, c] = post_ops(sum_k x[p, k] * w[c, k] + bias[c]) for `pixels` pixels, x [pixels][K]
   // and y [pixels][N] dense (channels-last rows); on the calling thread.
+  // Throws ProviderError when the post-ops hold an add (run_stream takes those).
   void run(const float* x, int64_t pixels, float* y) const;
+
+  // The same for the output channels of column groups [first, last) (pointwise_groups), group by
+  // group: all pixels from one weight panel before the next. `residual` ([pixels][N], may be
+  // `y`) is required iff the post-ops hold an add.
+  void run_stream(const float* x, int64_t pixels, float* y, const float* residual,
+                  int64_t first, int64_t last) const;
 
  private:
   std::shared_ptr<const RowGemm::Packed> packed_;
   PostOps post_ops_;
+  bool has_add_;
 };
 
 }  // namespace onednn

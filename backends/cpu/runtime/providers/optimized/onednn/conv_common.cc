@@ -9,6 +9,7 @@
 
 #include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_conv.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/pointwise_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/stem_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
@@ -28,6 +29,7 @@ size_t ConvLikePlan::pieces() const {
   if (impl_->row_gemm) return impl_->row_gemm->tasks;
   if (impl_->depthwise) return impl_->depthwise->tasks;
   if (impl_->stem) return impl_->stem->tasks;
+  if (impl_->pointwise) return impl_->pointwise->tasks;
   return std::max<size_t>(1, impl_->pieces.size());
 }
 
@@ -106,6 +108,7 @@ size_t ConvCore::weights_bytes() const {
   if (row_gemm) return row_gemm->gemm->weights_bytes();
   if (depthwise) return depthwise->conv->weights_bytes();
   if (stem) return stem->conv->weights_bytes();
+  if (pointwise) return pointwise->conv->weights_bytes();
   size_t total = weights.md.get_size() + (has_bias ? bias.md.get_size() : 0);
   // Channel pieces own their weight blocks; other pieces' weights are empty (the plan's).
   for (const Piece& piece : pieces) {
@@ -296,7 +299,7 @@ namespace {
 
 // Whether every piece of `p` (or its whole primitive) reads the plan's one weights buffer.
 bool one_weights_buffer(const ConvCore& p) {
-  if (p.row_gemm || p.depthwise || p.stem || !p.weights.bytes || p.weights.md.is_zero()) {
+  if (p.row_gemm || p.depthwise || p.stem || p.pointwise || !p.weights.bytes || p.weights.md.is_zero()) {
     return false;
   }
   return std::none_of(p.pieces.begin(), p.pieces.end(),
@@ -364,6 +367,10 @@ void ConvCore::run(const char* what, const float* input, float* output, const fl
   }
   if (p.stem) {
     run_stem(state, *p.stem, input, output);
+    return;
+  }
+  if (p.pointwise) {
+    run_pointwise(state, *p.pointwise, input, output, residual);
     return;
   }
   ThreadCountGuard threads(state.omp_threads);

@@ -6,6 +6,7 @@
 
 #include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_conv.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/pointwise_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/stem_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
@@ -374,6 +375,71 @@ std::optional<StemShape> own_stem_shape(const ConvParams& p, const PostOps& post
   return shape;
 }
 
+// Whether a convolution runs on the weight stream of pointwise_conv.h (run_stream): a dense 1x1
+// kernel (groups 1, no padding; stride 1, or any in 2D: ResNet's projection shortcuts) from a
+// channels-last input to a channels-last output (or oneDNN's choice), weights larger than its
+// activations (deep CNN stages: each call streams them from memory; ET_CPU_STREAM_1X1=all: any
+// weights) and pointwise_stream_supports (ET_CPU_STREAM_1X1 not "0"; read at prepare).
+bool stream_pointwise_wanted(const ConvParams& p, const PostOps& post_ops,
+                             const memory::desc& src_md, OutputLayout output) {
+  const auto ones = [](const std::vector<int64_t>& v) {
+    return std::all_of(v.begin(), v.end(), [](int64_t x) { return x == 1; });
+  };
+  const bool no_padding = std::all_of(p.padding.begin(), p.padding.end(),
+                                      [](int64_t x) { return x == 0; });
+  // Strides other than 1 (gathered at run) in 2D only.
+  const bool strides_ok = ones(p.stride) || p.input_size.size() == 2;
+  if (p.groups != 1 || !ones(p.kernel_size) || !strides_ok || !no_padding ||
+      output == OutputLayout::kPlain) {
+    return false;
+  }
+  Dims src_dims{p.batch, p.in_channels};
+  src_dims.insert(src_dims.end(), p.input_size.begin(), p.input_size.end());
+  if (src_md != channels_last_md(src_dims)) return false;
+  const double pixels = static_cast<double>(p.batch) * product(conv_output_size(p));
+  const double weights = static_cast<double>(p.in_channels) * p.out_channels;
+  const bool weight_heavy = weights > pixels * static_cast<double>(p.in_channels + p.out_channels);
+  if (!weight_heavy && switch_reach("ET_CPU_STREAM_1X1") != SwitchReach::kEverywhere) return false;
+  return pointwise_stream_supports(p.in_channels, p.out_channels, post_ops);
+}
+
+// The plan of a stream_pointwise_wanted convolution: RowGemm's packed weights (through the
+// weight cache), one contiguous range of column groups per thread (each streams its share), a
+// strided one's input pixels gathered into a buffer of the plan (PointwiseRun).
+ConvPlan prepare_stream_pointwise(const std::shared_ptr<ProviderState>& state,
+                                  const ConvParams& p, const float* weight, const float* bias,
+                                  const PostOps& post_ops, const memory::desc& src_md) {
+  auto impl = std::make_shared<ConvLikePlan::Impl>();
+  impl->state = state;
+  PointwiseRun run;
+  run.conv = std::make_shared<const PointwiseConv>(
+      cached_row_gemm_weights(state->weight_cache.get(), p.in_channels, p.out_channels, weight,
+                              /*weight_is_k_by_n=*/false, bias),
+      post_ops);
+  const std::vector<int64_t> out_size = conv_output_size(p);
+  run.pixels = p.batch * static_cast<int64_t>(product(out_size));
+  if (std::any_of(p.stride.begin(), p.stride.end(), [](int64_t s) { return s != 1; })) {
+    run.batch = p.batch;
+    run.window = window_of(p);
+    run.gathered =
+        std::make_shared<std::vector<float>>(static_cast<size_t>(run.pixels * p.in_channels));
+  }
+  const int64_t groups = pointwise_groups(p.out_channels);
+  const double flops = 2.0 * static_cast<double>(run.pixels) * p.in_channels * p.out_channels;
+  run.tasks = std::min<size_t>(state->pieces_for(flops, groups),
+                               state->pool ? static_cast<size_t>(state->pool->size()) : 1);
+  state->weights_bytes += run.conv->weights_bytes();
+  impl->implementation = "pointwise_stream:avx512" + pieces_note(run.tasks);
+  impl->pointwise = std::move(run);
+  impl->has_bias = bias != nullptr;
+  impl->has_add = has_add(post_ops);
+  Dims dst_dims{p.batch, p.out_channels};
+  dst_dims.insert(dst_dims.end(), out_size.begin(), out_size.end());
+  impl->input_layout = layout_of(src_md);
+  impl->output_layout = layout_of(channels_last_md(dst_dims));
+  return ConvPlan(std::move(impl));
+}
+
 }  // namespace
 
 ConvPlan Provider::prepare_conv(
@@ -420,6 +486,9 @@ ConvPlan Provider::prepare_conv(
                                             stem->kernel_h * stem->kernel_w);
     return prepare_own<StemConv>(state_, params, *stem, macs, weight, bias, post_ops,
                                  given_src_md, "stem:avx512", &ConvLikePlan::Impl::stem);
+  }
+  if (stream_pointwise_wanted(params, post_ops, given_src_md, layouts.output)) {
+    return prepare_stream_pointwise(state_, params, weight, bias, post_ops, given_src_md);
   }
   const memory::desc bias_md = bias ? any_md({params.out_channels}) : memory::desc();
 

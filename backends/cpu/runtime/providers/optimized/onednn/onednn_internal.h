@@ -45,6 +45,7 @@
 #include "backends/cpu/runtime/providers/optimized/common/slices.h"
 #include "backends/cpu/runtime/providers/optimized/common/weight_cache.h"
 #include "backends/cpu/runtime/providers/optimized/common/work_pool.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/conv_window.h"
 
 namespace et_cpu_plugin {
 namespace onednn {
@@ -160,6 +161,7 @@ const char* activation_name(Activation::Kind kind);
 class RowGemm;
 class DepthwiseConv;
 class StemConv;
+class PointwiseConv;
 
 struct ProviderState {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
@@ -421,6 +423,22 @@ struct DepthwiseRun {
 // batch's output rows in near-equal contiguous slices.
 void run_depthwise(ProviderState& state, const DepthwiseRun& run, const float* input,
                    float* output);
+// A plan's weight-streaming 1x1 convolution (PointwiseConv::run_stream) over `pixels`
+// channels-last pixels and the tasks its column groups are shared out in (1: the calling thread).
+struct PointwiseRun {
+  std::shared_ptr<const PointwiseConv> conv;
+  int64_t pixels = 0;
+  size_t tasks = 1;
+  // A strided 2D convolution (ResNet's projection shortcuts): the input pixels of `batch`
+  // images of `window` it reads, gathered into `gathered` ([pixels][K]) before the product.
+  // Stride 1: no gather.
+  int64_t batch = 1;
+  ConvWindow window;
+  std::shared_ptr<std::vector<float>> gathered;
+};
+// Runs it on x / y / residual, its column groups in contiguous ranges.
+void run_pointwise(ProviderState& state, const PointwiseRun& run, const float* x, float* y,
+                   const float* residual);
 // A plan's StemConv (stem_conv.h), the same way.
 struct StemRun {
   std::shared_ptr<const StemConv> conv;
@@ -565,6 +583,9 @@ struct ConvCore {
   // So does a convolution from 1 to 4 input channels (the stem) to a channels-last output when
   // our stem kernel covers it and wins (stem_conv.h).
   std::optional<StemRun> stem;
+  // So does a weight-heavy 1x1 convolution (stride 1, channels-last in and out) on the weight
+  // stream of pointwise_conv.h (conv_plan.cc's stream_pointwise_wanted).
+  std::optional<PointwiseRun> pointwise;
   Layout input_layout{nullptr};
   Layout output_layout{nullptr};
   // What the primitive reads and writes (its own choice of layouts, or channels-last); where

@@ -1,9 +1,13 @@
 """Our float32 1x1 kernel (kernels/pointwise_conv.h, BlockPlan's expand stage) against a float64
 reference, through the C ABI: few input channels, output channels with and without a 16-channel
 tail and one column group or several, pixel counts with and without whole tiles, every in-register
-post-op chain, and the ET_CPU_OWN_EXPAND=0 switch.
+post-op chain, and the ET_CPU_OWN_EXPAND=0 switch. Then its weight stream (run_stream) as
+prepare_conv runs a weight-heavy 1x1 convolution on it, on 2 threads, against eager torch's
+conv2d in float64: stride 1 and 2, a residual add before or after the activation, and both values
+of ET_CPU_STREAM_1X1.
 
-Tolerance: 1e-4 relative and absolute (float32 sums of at most 72 products).
+Tolerance: 1e-4 relative and absolute (float32 sums of at most 72 products; 2e-4 for the
+stream's sums of up to 160).
 """
 
 from __future__ import annotations
@@ -12,10 +16,12 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import (
     ADD,
     IN_REGISTER_POST_OPS,
+    RELU,
     SILU,
     PostOp,
     Provider,
@@ -76,3 +82,82 @@ def test_residual_add_is_not_taken(provider: Provider) -> None:
     # The expand never adds: a residual post-op is the kernel's to decline.
     x, weight = torch.randn(4, 8), torch.randn(16, 8)
     assert provider.pointwise_conv(x, weight, None, [PostOp(ADD)]) is None
+
+
+@pytest.fixture(scope="module")
+def two_threads() -> Provider:
+    return Provider(num_threads=2)
+
+
+# Weight-heavy shapes (weights > input + output): 3 groups and an 8-channel tail at 7x7 (49
+# pixels: 8 whole tiles and one single), 4 groups from a stride-2 gather, 2 groups of 1 and 4
+# vectors at 3x3.
+STREAM_SHAPES = [(96, 200, 7, 1), (160, 256, 6, 2), (128, 80, 3, 1)]
+# The post-ops with the add first (inlined add + ReLU), alone, after the activation (generic).
+STREAM_POST_OPS = {
+    "add_relu": ([PostOp(ADD), PostOp(RELU)], lambda y, r: (y + r).relu()),
+    "add": ([PostOp(ADD)], lambda y, r: y + r),
+    "hardswish_add": (
+        [IN_REGISTER_POST_OPS["hardswish"][0][0], PostOp(ADD)],
+        lambda y, r: torch.nn.functional.hardswish(y) + r,
+    ),
+    "relu": ([PostOp(RELU)], lambda y, r: y.relu()),
+}
+
+
+@pytest.mark.parametrize(("cin", "cout", "size", "stride"), STREAM_SHAPES, ids=str)
+@pytest.mark.parametrize("post", sorted(STREAM_POST_OPS))
+@pytest.mark.parametrize("switch", ["1", "0"])
+def test_weight_stream_conv_matches_eager(
+    two_threads: Provider,
+    monkeypatch: pytest.MonkeyPatch,
+    cin: int,
+    cout: int,
+    size: int,
+    stride: int,
+    post: str,
+    switch: str,
+) -> None:
+    monkeypatch.setenv("ET_CPU_STREAM_1X1", switch)
+    post_ops, reference = STREAM_POST_OPS[post]
+    generator = torch.Generator().manual_seed(cin + cout + size)
+    x = torch.randn(1, cin, size, size, generator=generator)
+    x = x.contiguous(memory_format=torch.channels_last)
+    weight = torch.randn(cout, cin, 1, 1, generator=generator) * (2.0 / math.sqrt(cin))
+    bias = torch.randn(cout, generator=generator)
+    plan = two_threads.conv(
+        list(x.shape),
+        weight,
+        bias,
+        [stride, stride],
+        [0, 0],
+        [1, 1],
+        post_ops=post_ops,
+        input_channels_last=True,
+        output="channels_last",
+    )
+    assert ("pointwise_stream" in plan.describe()) == (switch == "1"), plan.describe()
+    out = plan.new_output()
+    residual = torch.randn(out.shape, generator=generator)
+    residual = residual.contiguous(memory_format=torch.channels_last)
+    has_add = any(op.kind == ADD for op in post_ops)
+    plan.run_into(out, x, residual=residual if has_add else None)
+    want = F.conv2d(x.double(), weight.double(), bias.double(), stride=stride)
+    torch.testing.assert_close(
+        out, reference(want, residual.double()).float(), rtol=2e-4, atol=2e-4
+    )
+
+
+def test_weight_stream_leaves_activation_heavy_convs(two_threads: Provider) -> None:
+    # 64 -> 64 at 14x14: activations outweigh the weights, so oneDNN keeps it by default.
+    plan = two_threads.conv(
+        [1, 64, 14, 14],
+        torch.randn(64, 64, 1, 1),
+        None,
+        [1, 1],
+        [0, 0],
+        [1, 1],
+        input_channels_last=True,
+        output="channels_last",
+    )
+    assert "pointwise_stream" not in plan.describe()
