@@ -47,6 +47,8 @@ def define_common_targets():
             "kernels/tile_bmm.cc",
             "kernels/stem_conv.cc",
             "kernels/stem_conv.h",
+            "kernels/stream_conv.cc",
+            "kernels/stream_conv.h",
             "kernels/squeeze_excite.cc",
             "kernels/squeeze_excite.h",
             "kernels/vector_epilogue.h",

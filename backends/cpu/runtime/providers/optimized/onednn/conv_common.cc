@@ -12,6 +12,7 @@
 #include "backends/cpu/runtime/providers/optimized/kernels/pointwise_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/stem_conv.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/stream_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
 
 namespace et_cpu_plugin {
@@ -30,6 +31,7 @@ size_t ConvLikePlan::pieces() const {
   if (impl_->depthwise) return impl_->depthwise->tasks;
   if (impl_->stem) return impl_->stem->tasks;
   if (impl_->pointwise) return impl_->pointwise->tasks;
+  if (impl_->stream) return impl_->stream->tasks;
   return std::max<size_t>(1, impl_->pieces.size());
 }
 
@@ -109,6 +111,7 @@ size_t ConvCore::weights_bytes() const {
   if (depthwise) return depthwise->conv->weights_bytes();
   if (stem) return stem->conv->weights_bytes();
   if (pointwise) return pointwise->conv->weights_bytes();
+  if (stream) return stream->conv->weights_bytes();
   size_t total = weights.md.get_size() + (has_bias ? bias.md.get_size() : 0);
   // Channel pieces own their weight blocks; other pieces' weights are empty (the plan's).
   for (const Piece& piece : pieces) {
@@ -226,6 +229,19 @@ void run_stem(ProviderState& state, const StemRun& run, const float* input, floa
                  });
 }
 
+void run_stream_conv(ProviderState& state, const StreamConvRun& run, const float* input,
+                     float* output) {
+  const StreamConv& conv = *run.conv;
+  if (run.tasks < 2) {
+    conv.run_blocks(input, output, run.batch, 0, conv.blocks());
+    return;
+  }
+  state.pool->run(run.tasks, [&](size_t index, int) {
+    const auto [begin, end] = slice_of(conv.blocks(), run.tasks, index);
+    conv.run_blocks(input, output, run.batch, begin, end);
+  });
+}
+
 InputChannelScaling::InputChannelScaling(std::shared_ptr<const void> owner, const float* weights,
                                          size_t floats, std::vector<int32_t> channel)
     : owner_(std::move(owner)), weights_(weights), floats_(floats), channel_(std::move(channel)) {
@@ -299,7 +315,8 @@ namespace {
 
 // Whether every piece of `p` (or its whole primitive) reads the plan's one weights buffer.
 bool one_weights_buffer(const ConvCore& p) {
-  if (p.row_gemm || p.depthwise || p.stem || p.pointwise || !p.weights.bytes || p.weights.md.is_zero()) {
+  if (p.row_gemm || p.depthwise || p.stem || p.pointwise || p.stream || !p.weights.bytes ||
+      p.weights.md.is_zero()) {
     return false;
   }
   return std::none_of(p.pieces.begin(), p.pieces.end(),
@@ -371,6 +388,10 @@ void ConvCore::run(const char* what, const float* input, float* output, const fl
   }
   if (p.pointwise) {
     run_pointwise(state, *p.pointwise, input, output, residual);
+    return;
+  }
+  if (p.stream) {
+    run_stream_conv(state, *p.stream, input, output);
     return;
   }
   ThreadCountGuard threads(state.omp_threads);

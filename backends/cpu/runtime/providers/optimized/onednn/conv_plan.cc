@@ -8,6 +8,7 @@
 #include "backends/cpu/runtime/providers/optimized/kernels/depthwise_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/pointwise_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/stem_conv.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/stream_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
 
@@ -440,6 +441,50 @@ ConvPlan prepare_stream_pointwise(const std::shared_ptr<ProviderState>& state,
   return ConvPlan(std::move(impl));
 }
 
+// The shape our weight-streaming kernel (stream_conv.h) computes for a dense 2D convolution
+// (groups 1, dilation 1) reading a channels-last input, asked for a channels-last output (or
+// oneDNN's choice), when it is wanted there; nothing otherwise.
+std::optional<StreamConvShape> own_stream_conv_shape(const ConvParams& p, const PostOps& post_ops,
+                                                     const memory::desc& src_md,
+                                                     OutputLayout output) {
+  if (p.input_size.size() != 2 || p.groups != 1 || p.dilation[0] != 1 || p.dilation[1] != 1 ||
+      output == OutputLayout::kPlain) {
+    return std::nullopt;
+  }
+  const Dims src_dims{p.batch, p.in_channels, p.input_size[0], p.input_size[1]};
+  if (src_md != channels_last_md(src_dims)) return std::nullopt;
+  StreamConvShape shape;
+  static_cast<ConvWindow&>(shape) = window_of(p);
+  shape.in_channels = p.in_channels;
+  shape.out_channels = p.out_channels;
+  if (!own_stream_conv_wanted(shape, post_ops)) return std::nullopt;
+  return shape;
+}
+
+// The plan of a convolution on StreamConv: one range of output-channel blocks per thread.
+ConvPlan prepare_stream_conv(const std::shared_ptr<ProviderState>& state, const ConvParams& p,
+                             const StreamConvShape& shape, const float* weight, const float* bias,
+                             const PostOps& post_ops, const memory::desc& src_md) {
+  auto impl = std::make_shared<ConvLikePlan::Impl>();
+  impl->state = state;
+  StreamConvRun run;
+  run.conv = std::make_shared<StreamConv>(shape, weight, bias, post_ops);
+  run.batch = p.batch;
+  const double flops = 2.0 * static_cast<double>(p.batch * shape.out_h * shape.out_w) *
+                       static_cast<double>(shape.out_channels * shape.in_channels * 9);
+  const int64_t threads = state->pool ? state->pool->size() : 1;
+  run.tasks = state->pieces_for(flops, std::min<int64_t>(run.conv->blocks(), threads));
+  state->weights_bytes += run.conv->weights_bytes();
+  impl->implementation = "stream_conv:avx512" + pieces_note(run.tasks);
+  impl->stream = std::move(run);
+  impl->has_bias = bias != nullptr;
+  impl->has_add = false;
+  impl->input_layout = layout_of(src_md);
+  impl->output_layout =
+      layout_of(channels_last_md({p.batch, p.out_channels, shape.out_h, shape.out_w}));
+  return ConvPlan(std::move(impl));
+}
+
 }  // namespace
 
 ConvPlan Provider::prepare_conv(
@@ -489,6 +534,10 @@ ConvPlan Provider::prepare_conv(
   }
   if (stream_pointwise_wanted(params, post_ops, given_src_md, layouts.output)) {
     return prepare_stream_pointwise(state_, params, weight, bias, post_ops, given_src_md);
+  }
+  if (const std::optional<StreamConvShape> stream =
+          own_stream_conv_shape(params, post_ops, given_src_md, layouts.output)) {
+    return prepare_stream_conv(state_, params, *stream, weight, bias, post_ops, given_src_md);
   }
   const memory::desc bias_md = bias ? any_md({params.out_channels}) : memory::desc();
 

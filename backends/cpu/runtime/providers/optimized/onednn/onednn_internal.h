@@ -162,6 +162,7 @@ class RowGemm;
 class DepthwiseConv;
 class StemConv;
 class PointwiseConv;
+class StreamConv;
 
 struct ProviderState {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
@@ -458,6 +459,16 @@ Run with_images(const ProviderState& state, Run run, int64_t images) {
 // Runs it on whole images (input {N, C, H, W} plain or channels-last as its shape says, output
 // channels-last {N, C, H_out, W_out}): the batch's output rows in near-equal contiguous slices.
 void run_stem(ProviderState& state, const StemRun& run, const float* input, float* output);
+// A plan's StreamConv (stream_conv.h) over `batch` images and the tasks its output-channel
+// blocks are shared out in (one contiguous range of blocks per task: each thread streams its
+// share of the weights once).
+struct StreamConvRun {
+  std::shared_ptr<const StreamConv> conv;
+  int64_t batch = 1;
+  size_t tasks = 1;
+};
+void run_stream_conv(ProviderState& state, const StreamConvRun& run, const float* input,
+                     float* output);
 // Runs every piece on the pool; `data(piece)` gives what it reads and writes.
 void run_pieces(ProviderState& state, const std::vector<Piece>& pieces,
                 const std::function<PieceData(const Piece&)>& data);
@@ -586,6 +597,9 @@ struct ConvCore {
   // So does a weight-heavy 1x1 convolution (stride 1, channels-last in and out) on the weight
   // stream of pointwise_conv.h (conv_plan.cc's stream_pointwise_wanted).
   std::optional<PointwiseRun> pointwise;
+  // So does a weight-heavy 3x3 convolution, channels-last in and out, when our weight-streaming
+  // kernel covers it (stream_conv.h).
+  std::optional<StreamConvRun> stream;
   Layout input_layout{nullptr};
   Layout output_layout{nullptr};
   // What the primitive reads and writes (its own choice of layouts, or channels-last); where

@@ -20,11 +20,17 @@ from hypothesis import strategies as st
 from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import (
     ADD,
     CLAMP,
+    IN_REGISTER_POST_OPS,
     RELU,
     Plan,
     PostOp,
     Provider,
     ProviderError,
+)
+from backends.cpu.runtime.providers.optimized.test.own_conv_checks import (
+    conv_reference,
+    run_conv,
+    vector_provider,
 )
 
 ATOL = 1e-4
@@ -522,3 +528,90 @@ def test_plain_graph_input_is_reordered_in_bands_by_the_pool(
     assert "bands" in line.describe(), line.describe()
     x = torch.randn(2, 3, 50)
     _assert_close(line.run(x), F.conv1d(x, w1, None, padding=2))
+
+
+# Our weight-streaming 3x3 convolution (kernels/stream_conv.h) on the convolution plan: both
+# values of ET_CPU_OWN_STREAM_CONV ("all": every shape it covers on ours; "0": oneDNN's) against
+# F.conv2d in float64, the module's tolerance (sums of up to 9 x 96 products of weights scaled by
+# 1/sqrt(fan-in)). Shapes: rows of 7 and of 14 / 28 pixels (two register blocks a row), stride 1
+# and 2, input channels over one weight chunk (64) and not a multiple of 16, batch 1 and 2, the
+# in-register post-ops, with and without a bias, whole and split over the pool.
+_STREAM_CASES = [  # c_in, c_out, stride, input size, batch
+    (96, 64, 1, 7, 1),
+    (40, 32, 2, 14, 2),
+    (64, 96, 1, 14, 1),
+    (24, 32, 2, 28, 1),
+    (32, 32, 1, 28, 2),
+]
+
+
+@pytest.mark.parametrize("switch", ["all", "0"])
+@pytest.mark.parametrize("case", _STREAM_CASES)
+@pytest.mark.parametrize("post", ["relu", "none", "relu6", "silu"])
+def test_stream_conv_against_torch(
+    monkeypatch: pytest.MonkeyPatch,
+    switch: str,
+    case: tuple[int, int, int, int, int],
+    post: str,
+) -> None:
+    monkeypatch.setenv("ET_CPU_OWN_STREAM_CONV", switch)
+    c_in, c_out, stride, size, batch = case
+    post_ops, activation = IN_REGISTER_POST_OPS[post]
+    gen = torch.Generator().manual_seed(c_in * 100 + c_out + stride)
+    x = torch.randn(batch, c_in, size, size, generator=gen)
+    weight = torch.randn(c_out, c_in, 3, 3, generator=gen) / math.sqrt(9 * c_in)
+    bias = None if post == "none" else torch.randn(c_out, generator=gen)
+    for provider in (vector_provider("stream_conv"), Provider(num_threads=2, min_task_flops=0)):
+        own = switch == "all"
+        actual = run_conv(
+            provider, x, weight, bias, stride, 1, post_ops, family="stream_conv", own=own
+        )
+        expected = conv_reference(x, weight, bias, stride, 1, activation)
+        torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL)
+
+
+def test_stream_conv_default_and_declines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unset switch: rows of 7 pixels with weights outweighing the activations (ResNet-50-style
+    stage 4's 3x3 256@7 and its stride-2 256@14) on ours; 14-pixel rows (stage 3's 128@14, even
+    with heavier weights: 256@14) on oneDNN's; and what the kernel does not cover stays on
+    oneDNN's with the switch at "all"."""
+    provider = vector_provider("stream_conv")
+    monkeypatch.delenv("ET_CPU_OWN_STREAM_CONV", raising=False)
+    relu = [PostOp(RELU)]
+    for c, stride, size, own in [
+        (256, 1, 7, True),
+        (256, 2, 14, True),
+        (128, 1, 14, False),
+        (256, 1, 14, False),
+    ]:
+        x = torch.randn(1, c, size, size)
+        weight = torch.randn(c, c, 3, 3) / math.sqrt(9 * c)
+        run_conv(provider, x, weight, None, stride, 1, relu, family="stream_conv", own=own)
+    monkeypatch.setenv("ET_CPU_OWN_STREAM_CONV", "all")
+    x = torch.randn(1, 32, 14, 14)
+    weight = torch.randn(32, 32, 3, 3) / math.sqrt(9 * 32)
+    # (padding, input channels-last, output): padding 0, a plain input, a plain output.
+    declined: list[tuple[int, bool, str]] = [
+        (0, True, "channels_last"),
+        (1, False, "channels_last"),
+        (1, True, "plain"),
+    ]
+    for padding, channels_last, output in declined:
+        run_conv(
+            provider,
+            x,
+            weight,
+            None,
+            1,
+            padding,
+            relu,
+            channels_last,
+            family="stream_conv",
+            own=False,
+            output=output,
+        )
+    # 48 output channels (not a multiple of the 32-channel block), a 5x5 kernel, 13-wide rows.
+    for c_out, kernel, size in [(48, 3, 14), (32, 5, 14), (32, 3, 13)]:
+        w = torch.randn(c_out, 32, kernel, kernel) / math.sqrt(kernel * kernel * 32)
+        xs = torch.randn(1, 32, size, size)
+        run_conv(provider, xs, w, None, 1, kernel // 2, relu, family="stream_conv", own=False)

@@ -32,7 +32,10 @@ def define_common_targets():
         srcs = ["onednn_provider_test.py"],
         data = [":libonednn_provider_c.so"],
         env = {"ONEDNN_PROVIDER_SO": "$(rootpath :libonednn_provider_c.so)"},
-        deps = [":onednn_ctypes"],
+        deps = [
+            ":onednn_ctypes",
+            ":own_conv_checks",
+        ],
     )
 
     runtime.python_test(
