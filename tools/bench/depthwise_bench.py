@@ -100,11 +100,13 @@ LAYERS: list[Layer] = [
     Layer(7, 960, 5, 1, "hardswish", "v3"),
     Layer(7, 1152, 5, 1, "silu", "b0"),
     Layer(7, 1152, 3, 1, "silu", "b0"),
-    # The stems: MobileNetV2, MobileNetV3, EfficientNet-B0 (and ResNet's 7x7 for comparison).
+    # The stems: MobileNetV2, MobileNetV3, EfficientNet-B0, ResNet's 7x7 (ResNet-18/50's 64
+    # outputs; the zoo's ResNet-50-style, tools/bench/zoo.py, has 32).
     Layer(224, 32, 3, 2, "relu6", "v2", stem_inputs=3),
     Layer(224, 16, 3, 2, "hardswish", "v3", stem_inputs=3),
     Layer(224, 32, 3, 2, "silu", "b0", stem_inputs=3),
     Layer(224, 64, 7, 2, "relu", "resnet", stem_inputs=3),
+    Layer(224, 32, 7, 2, "relu", "r50z", stem_inputs=3),
 ]
 
 

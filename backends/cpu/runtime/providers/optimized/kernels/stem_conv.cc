@@ -10,6 +10,13 @@
 // and the columns left over after the blocks, take a one-pixel loop that skips the taps outside.
 // The common column steps (stride 2 on a plain input, stride 2 on 3 channels-last channels) are
 // compile-time constants, so each broadcast's address is an immediate offset.
+//
+// Kernels of 5x5 and more (staged()) read staged rows instead: per band of 16 output rows the
+// input rows it needs are copied channels-last with the padding columns as zeros (stage_rows;
+// the next band's rows are prefetched into L2 meanwhile), so every column's window lies inside
+// and each row is whole blocks of 14 pixels x up to 2 vectors (28 accumulators; the columns
+// after the last whole block take one more block ending at the row's end). In place, ResNet's 7x7
+// left 4 of its 112 columns a row to the one-pixel loop (one accumulator chain, latency-bound).
 #include "backends/cpu/runtime/providers/optimized/kernels/stem_conv.h"
 
 #include <algorithm>
@@ -121,13 +128,14 @@ ET_AVX512 __attribute__((noinline)) void block_once(const RowArgs& a, int64_t ox
 }
 
 // `count` single pixels from column `ox` on, anywhere in the row (taps outside the input's
-// columns skipped), every output channel, one vector at a time.
-ET_AVX512 void edge_pixels(const RowArgs& a, int64_t ox, int64_t count) {
+// columns skipped), output channels [c_begin, c_end), one vector at a time.
+ET_AVX512 void edge_pixels(const RowArgs& a, int64_t ox, int64_t count, int64_t c_begin,
+                           int64_t c_end) {
   for (int64_t end = ox + count; ox < end; ++ox) {
     const int64_t ix0 = ox * a.stride_w - a.pad_left;
     const int64_t kx_lo = std::max<int64_t>(0, -ix0);
     const int64_t kx_hi = std::min<int64_t>(a.kernel_w, a.in_w - ix0);
-    for (int64_t c = 0; c < a.out_channels; c += kLanes) {
+    for (int64_t c = c_begin; c < c_end; c += kLanes) {
       __m512 acc = _mm512_loadu_ps(a.bias + c);
       for (int64_t ky = a.ky_lo; ky < a.ky_hi; ++ky) {
         const float* row = a.input + (a.iy0 + ky) * a.row_step + ix0 * a.pixel_step;
@@ -140,10 +148,59 @@ ET_AVX512 void edge_pixels(const RowArgs& a, int64_t ox, int64_t count) {
           }
         }
       }
-      const __mmask16 mask = lanes_from(c, a.out_channels);
+      const __mmask16 mask = lanes_from(c, c_end);
       acc = epilogue16(*a.post_ops, acc, nullptr, mask);
       _mm512_mask_storeu_ps(a.output + ox * a.out_channels + c, mask, acc);
     }
+  }
+}
+
+// Output rows per staged band of input rows (StemConv::run_rows).
+constexpr int64_t kBandRows = 16;
+
+// Copies input rows [first, first + rows) of image `input` (the shape's layout) to `staged`,
+// channels-last ([rows][staged_w][C]) with pad_left zero columns before each row's and zeros after
+// them up to staged_w: every window of the rows then lies inside the staged columns, and a
+// window row's taps (kx, ci) are consecutive floats.
+void stage_rows(const StemShape& s, const float* input, int64_t first, int64_t rows,
+                int64_t staged_w, std::vector<float>* staged) {
+  const int64_t c = s.in_channels;
+  staged->resize(static_cast<size_t>(std::max<int64_t>(1, rows * staged_w * c)));
+  const int64_t before = s.pad_left * c;
+  const int64_t inside = s.in_w * c;
+  const int64_t after = (staged_w - s.pad_left - s.in_w) * c;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* to = staged->data() + r * staged_w * c;
+    std::fill(to, to + before, 0.0f);
+    std::fill(to + before + inside, to + before + inside + after, 0.0f);
+    to += before;
+    if (s.input_channels_last) {
+      std::memcpy(to, input + (first + r) * inside, static_cast<size_t>(inside) * sizeof(float));
+      continue;
+    }
+    for (int64_t ci = 0; ci < c; ++ci) {
+      const float* from = input + (ci * s.in_h + first + r) * s.in_w;
+      for (int64_t x = 0; x < s.in_w; ++x) to[x * c + ci] = from[x];
+    }
+  }
+}
+
+// Asks input rows [first, last) of image `input` (the shape's layout) into L2.
+void prefetch_rows(const StemShape& s, const float* input, int64_t first, int64_t last) {
+  if (last <= first) return;
+  const auto lines = [](const float* from, int64_t floats) {
+    const char* p = reinterpret_cast<const char*>(from);
+    for (int64_t b = 0; b < floats * static_cast<int64_t>(sizeof(float)); b += 64) {
+      _mm_prefetch(p + b, _MM_HINT_T1);
+    }
+  };
+  if (s.input_channels_last) {
+    const int64_t row = s.in_w * s.in_channels;
+    lines(input + first * row, (last - first) * row);
+    return;
+  }
+  for (int64_t ci = 0; ci < s.in_channels; ++ci) {
+    lines(input + (ci * s.in_h + first) * s.in_w, (last - first) * s.in_w);
   }
 }
 
@@ -155,13 +212,19 @@ ET_AVX512 void block_pixels(const RowArgs& a, int64_t ox, int64_t count, int64_t
 
 using BlockKernel = void (*)(const RowArgs&, int64_t ox, int64_t count, int64_t c);
 
-// Pixels per block for V vectors: 12, 12, 8, 6 (at most 24 accumulators, the V weight vectors
-// and the broadcasts in the 32 registers).
+// Pixels per block for V vectors when the input is read in place: 12, 12, 8, 6 (at most 24
+// accumulators, the V weight vectors and the broadcasts in the 32 registers).
 constexpr int pixels_for(int v) { return v <= 2 ? 12 : 24 / v; }
 
-template <int V, int kStep>
+// From staged rows (run_rows): chunks of at most 2 vectors in blocks of 14 pixels (28
+// accumulators, 2 weight vectors, the broadcast; 112 = 8 x 14, the 7x7 stems' row at 224).
+// Measured against 4 vectors x 6 pixels on ResNet's 7x7 3 -> 64 (depthwise_bench, 1 thread):
+// 1281 against 1305-1437 us.
+constexpr int kStagedVectors = 2;
+constexpr int kStagedPixels = 14;
+
+template <int V, int kStep, int P>
 BlockKernel with_epilogue(FusedEpilogue epi) {
-  constexpr int P = pixels_for(V);
   switch (epi) {
     case FusedEpilogue::kClamp:
       return block_pixels<V, P, kStep, FusedEpilogue::kClamp>;
@@ -178,22 +241,40 @@ template <int kStep>
 BlockKernel with_vectors(int v, FusedEpilogue epi) {
   switch (v) {
     case 1:
-      return with_epilogue<1, kStep>(epi);
+      return with_epilogue<1, kStep, pixels_for(1)>(epi);
     case 2:
-      return with_epilogue<2, kStep>(epi);
+      return with_epilogue<2, kStep, pixels_for(2)>(epi);
     case 3:
-      return with_epilogue<3, kStep>(epi);
+      return with_epilogue<3, kStep, pixels_for(3)>(epi);
     default:
-      return with_epilogue<4, kStep>(epi);
+      return with_epilogue<4, kStep, pixels_for(4)>(epi);
   }
 }
 
-// The block kernel of `v` vectors for a column step of `step` floats.
+// The in-place block kernel of `v` vectors for a column step of `step` floats.
 BlockKernel block_kernel(int v, int64_t step, FusedEpilogue epi) {
   if (step == 2) return with_vectors<2>(v, epi);  // stride 2, plain input
   if (step == 6) return with_vectors<6>(v, epi);  // stride 2, 3 channels-last channels
   return with_vectors<0>(v, epi);
 }
+
+template <int kStep>
+BlockKernel staged_with_vectors(int v, FusedEpilogue epi) {
+  if (v == 1) return with_epilogue<1, kStep, kStagedPixels>(epi);
+  return with_epilogue<2, kStep, kStagedPixels>(epi);
+}
+
+// The staged block kernel of `v` (1 or 2) vectors for a column step of `step` floats.
+BlockKernel staged_block_kernel(int v, int64_t step, FusedEpilogue epi) {
+  if (step == 6) return staged_with_vectors<6>(v, epi);  // stride 2, 3 channels
+  return staged_with_vectors<0>(v, epi);
+}
+
+// Whether run_rows stages the input rows: kernels of 5x5 and more, whose padding leaves 2-3
+// border columns a side on the one-pixel loop and whose windows are worth the copy (on the
+// 3x3 stems the copy cost more than it saved: MobileNetV3's 3 -> 16 went from 0.9x oneDNN's
+// time to 1.2x).
+bool staged(const StemShape& s) { return s.kernel_h * s.kernel_w >= 25; }
 
 }  // namespace
 
@@ -213,9 +294,11 @@ bool own_stem_wanted(const StemShape& shape, const PostOps& post_ops) {
   if (switch_reach("ET_CPU_OWN_STEM") == SwitchReach::kEverywhere) return true;
   // Unset: 3x3 at stride 2 to at most 32 output channels, the stems of MobileNetV2 / V3 and
   // EfficientNet-B0: 0.86-0.89x of oneDNN 3.2's time on MobileNetV3's 3 -> 16 (hardswish),
-  // 0.98-1.02x on the 3 -> 32 ones (ReLU6, SiLU); ResNet's 7x7 3 -> 64 measured 1.06x, stays
-  // on oneDNN (tools/bench/depthwise_bench.py --only stem, provider README). Both run at about
-  // one 16-lane FMA per cycle here; ours also reads the plain graph input without a reorder.
+  // 0.98-1.02x on the 3 -> 32 ones (ReLU6, SiLU). ResNet's 7x7 (staged rows) measured 0.88-0.99x
+  // at batch 1 but 0.97-1.08x at batch 8 and no gain in the ResNet-50-style model (zoo_bench
+  // A/B 0.97-1.01x): it stays on oneDNN (tools/bench/depthwise_bench.py --only stem, provider
+  // README). Both run at about 0.8 of this CPU's FMA rate; ours also reads the plain graph
+  // input without a reorder.
   return shape.kernel_h == 3 && shape.kernel_w == 3 && shape.stride_h == 2 &&
          shape.stride_w == 2 && shape.out_channels <= 32;
 }
@@ -247,21 +330,89 @@ StemConv::StemConv(const StemShape& shape, const float* weight, const float* bia
   if (bias) std::copy(bias, bias + oc, bias_.begin());
 }
 
+namespace {
+
+// StemConv::run_rows on staged rows (staged(s)): `a` holds the weights, post-ops and channels.
+void run_staged(const StemShape& s, int64_t padded_out, RowArgs& a, FusedEpilogue epi,
+                const float* input, float* output, int64_t row_begin, int64_t row_end) {
+  // Staged columns: the input's, with pad_left zero columns before them and as many after as
+  // the last window reaches past the input; staged rows are channels-last.
+  const int64_t pad_right =
+      std::max<int64_t>(0, (s.out_w - 1) * s.stride_w + s.kernel_w - s.pad_left - s.in_w);
+  const int64_t staged_w = s.pad_left + s.in_w + pad_right;
+  a.in_w = staged_w;
+  a.pad_left = 0;
+  a.pixel_step = s.in_channels;
+  a.channel_step = 1;
+  a.row_step = staged_w * a.pixel_step;
+  const int64_t vectors = padded_out / kLanes;
+  const int64_t step = s.stride_w * a.pixel_step;
+  // Every column's window lies inside the staged columns: each chunk's row is blocks of
+  // kStagedPixels and, for the columns after the last whole one, one more block ending at the
+  // row's end (recomputing a few columns, the same values); a row narrower than a block takes
+  // the one-pixel loop.
+  thread_local std::vector<float> rows_buffer;
+  for (int64_t band = row_begin; band < row_end; band += kBandRows) {
+    const int64_t band_end = std::min(row_end, band + kBandRows);
+    const int64_t first = std::max<int64_t>(0, band * s.stride_h - s.pad_top);
+    const int64_t last =
+        std::min(s.in_h, (band_end - 1) * s.stride_h - s.pad_top + s.kernel_h);
+    stage_rows(s, input, first, std::max<int64_t>(0, last - first), staged_w, &rows_buffer);
+    a.input = rows_buffer.data();
+    // The next band's input rows, asked into L2 a share per output row while this band
+    // computes: staging them would otherwise wait on memory where the images do not stay in
+    // L2 (batch 8: 736 us an image against 615 at batch 1, 1 thread, before the prefetch).
+    const int64_t next_end = std::min(row_end, band_end + kBandRows);
+    const int64_t next_first = std::min(s.in_h, last);
+    const int64_t next_last =
+        std::min(s.in_h, (next_end - 1) * s.stride_h - s.pad_top + s.kernel_h);
+    const int64_t next_rows = std::max<int64_t>(0, next_last - next_first);
+    const int64_t share = (next_rows + (band_end - band) - 1) / (band_end - band);
+    for (int64_t oy = band; oy < band_end; ++oy) {
+      const int64_t from = next_first + (oy - band) * share;
+      prefetch_rows(s, input, from, std::min(next_last, from + share));
+      const int64_t iy = oy * s.stride_h - s.pad_top;  // the window's first input row
+      a.iy0 = iy - first;
+      a.ky_lo = std::max<int64_t>(0, -iy);
+      a.ky_hi = std::max(a.ky_lo, std::min<int64_t>(s.kernel_h, s.in_h - iy));
+      a.output = output + (oy - row_begin) * s.out_w * s.out_channels;
+      for (int64_t v = 0; v < vectors; v += kStagedVectors) {
+        const int count = static_cast<int>(std::min<int64_t>(kStagedVectors, vectors - v));
+        const int64_t c = v * kLanes;
+        if (s.out_w < kStagedPixels) {
+          edge_pixels(a, 0, s.out_w, c, std::min(s.out_channels, c + count * kLanes));
+          continue;
+        }
+        const BlockKernel kernel = staged_block_kernel(count, step, epi);
+        const int64_t blocks = s.out_w / kStagedPixels;
+        kernel(a, 0, blocks, c);
+        if (blocks * kStagedPixels < s.out_w) kernel(a, s.out_w - kStagedPixels, 1, c);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void StemConv::run_rows(const float* input, float* output, int64_t row_begin,
                         int64_t row_end) const {
   const StemShape& s = shape_;
   RowArgs a;
   const FusedEpilogue epi = fused_epilogue_of(post_ops_, &a.lo, &a.hi);
-  a.input = input;
   a.weights = weights_.data();
   a.bias = bias_.data();
   a.post_ops = &post_ops_;
   a.in_channels = s.in_channels;
   a.out_channels = s.out_channels;
   a.padded = padded_out_;
-  a.in_w = s.in_w;
   a.kernel_w = s.kernel_w;
   a.stride_w = s.stride_w;
+  if (staged(s)) {
+    run_staged(s, padded_out_, a, epi, input, output, row_begin, row_end);
+    return;
+  }
+  a.input = input;
+  a.in_w = s.in_w;
   a.pad_left = s.pad_left;
   a.pixel_step = s.input_channels_last ? s.in_channels : 1;
   a.channel_step = s.input_channels_last ? 1 : s.in_h * s.in_w;
@@ -291,7 +442,7 @@ void StemConv::run_rows(const float* input, float* output, int64_t row_begin,
     a.ky_lo = std::max<int64_t>(0, -a.iy0);
     a.ky_hi = std::min<int64_t>(s.kernel_h, s.in_h - a.iy0);
     a.output = output + (oy - row_begin) * s.out_w * s.out_channels;
-    edge_pixels(a, 0, inner_lo);
+    edge_pixels(a, 0, inner_lo, 0, s.out_channels);
     int64_t done = inner_hi;
     for (const Chunk& chunk : chunks) {
       const int64_t blocks = (inner_hi - inner_lo) / chunk.pixels;
@@ -300,8 +451,8 @@ void StemConv::run_rows(const float* input, float* output, int64_t row_begin,
     }
     // Columns the blocks left (chunks of fewer vectors take wider blocks: each chunk's own
     // leftover is redone here for every chunk, the same values).
-    edge_pixels(a, done, inner_hi - done);
-    edge_pixels(a, inner_hi, s.out_w - inner_hi);
+    edge_pixels(a, done, inner_hi - done, 0, s.out_channels);
+    edge_pixels(a, inner_hi, s.out_w - inner_hi, 0, s.out_channels);
   }
 }
 

@@ -8,7 +8,9 @@
 //
 // The input is plain ([C][H][W]) or channels-last ([H][W][C]) per image; the kernel computes a
 // range of output rows of one image (ConvLikePlan shares rows and images out on the pool,
-// conv_common.cc).
+// conv_common.cc). Kernels of 5x5 and more (ResNet's 7x7) first copy each band of input rows
+// channels-last with the padding columns in place, so that every column runs the register
+// block (stem_conv.cc).
 #pragma once
 
 #include <cstddef>

@@ -3,8 +3,9 @@ convolution plan: 1 to 4 input channels, plain or channels-last input, channels-
 kernels 3x3 / 5x5 / 7x7 (and 3x5, 1x1), strides 1 to 3, padding 0-3, output channel counts with
 and without a tail and with several chunks of vectors, odd and even sizes (narrower than a block
 of pixels and wider than two), every in-register post-op, with and without bias, batch 1 and 3,
-split over the pool or not; the default's class; what stays on oneDNN (the switch off, a plain
-output, dilation, a residual add, more than 4 input channels, groups).
+split over the pool or not; ResNet's 7x7 stride 2 stem on ours and oneDNN's; the default's
+class; what stays on oneDNN (the switch off, a plain output, dilation, a residual add, more than
+4 input channels, groups).
 
 Reference: F.conv2d in float64, the activation in float64. Tolerance 1e-5 relative and absolute
 (the kernel sums at most 7 x 7 x 4 = 196 float32 products of weights scaled by 1/sqrt(fan-in);
@@ -177,17 +178,42 @@ def test_split_over_the_pool(
     assert plan.pieces > 1
 
 
+@pytest.mark.parametrize("own", ["all", "0"])
+@pytest.mark.parametrize("splits", [False, True], ids=["one_task", "split"])
+@pytest.mark.parametrize("c_out", [32, 64])
+def test_resnet_stem_7x7(
+    provider: Provider,
+    splitting: Provider,
+    monkeypatch: pytest.MonkeyPatch,
+    c_out: int,
+    splits: bool,
+    own: str,
+) -> None:
+    """ResNet's 7x7 stride 2 padding 3 stem with ReLU on a plain 2 x 3 x 70 x 62 input, ours
+    (staged rows: 35 output rows in bands of 16, 31 columns in blocks of 14 and one ending at the
+    row's end) and oneDNN's, whole or in row slices over the pool."""
+    if splits and not splitting.has_vector_activation(SILU):
+        pytest.skip("no AVX-512F")
+    monkeypatch.setenv("ET_CPU_OWN_STEM", own)
+    x, weight, bias = _inputs(2, 3, c_out, (70, 62), (7, 7), c_out + len(own))
+    chosen = splitting if splits else provider
+    actual = _run(chosen, x, weight, bias, 2, 3, [PostOp(RELU)], False, own=own == "all")
+    assert_close(actual, _expected(x, weight, bias, 2, 3, torch.relu))
+
+
 @pytest.mark.parametrize("batch", [1, 8])
 def test_default_takes_the_stems(
     provider: Provider, monkeypatch: pytest.MonkeyPatch, batch: int
 ) -> None:
     """Unset switch: 3x3 at stride 2 up to 32 output channels on ours (the stems of MobileNetV2 /
-    V3 and EfficientNet-B0), other kernels, stride 1 and wider outputs on oneDNN's."""
+    V3 and EfficientNet-B0), other kernels (ResNet's 7x7 3 -> 32 and 3 -> 64 too), stride 1 and
+    wider outputs on oneDNN's."""
     monkeypatch.delenv("ET_CPU_OWN_STEM")
     for c_out, kernel, stride, own in [
         (16, 3, 2, True),
         (32, 3, 2, True),
         (24, 5, 2, False),
+        (32, 7, 2, False),
         (64, 7, 2, False),
         (16, 3, 1, False),
         (48, 3, 2, False),
