@@ -91,13 +91,7 @@ ET_AVX512 inline __attribute__((always_inline)) void tile_products(const TileArg
       }
     }
     __m512 wv[V];
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) {
-      wv[v] = _mm512_load_ps(w + v * kLanes);
-      // Keep each weight vector in a register: GCC would otherwise fold the load into every
-      // FMA that uses it (P loads instead of one).
-      asm("" : "+v"(wv[v]));
-    }
+    load_pinned<V, /*kAligned=*/true>(w, wv);
 #pragma GCC unroll 12
     for (int p = 0; p < P; ++p) {
       __m512 xb = _mm512_set1_ps(x[p * k + i]);

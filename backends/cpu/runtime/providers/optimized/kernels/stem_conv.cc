@@ -89,13 +89,7 @@ ET_AVX512 __attribute__((noinline)) void block_once(const RowArgs& a, int64_t ox
         for (int64_t ci = 0; ci < a.in_channels; ++ci, w += a.padded) {
           const float* src = row + kx * a.pixel_step + ci * a.channel_step;
           __m512 wv[V];
-#pragma GCC unroll 4
-          for (int v = 0; v < V; ++v) {
-            wv[v] = _mm512_loadu_ps(w + v * kLanes);
-            // Keep the weights in registers: GCC otherwise copies them to the stack and takes
-            // them as the FMAs' memory operands (a load per FMA instead of a broadcast per P).
-            asm("" : "+v"(wv[v]));
-          }
+          load_pinned<V>(w, wv);
 #pragma GCC unroll 16
           for (int p = 0; p < P; ++p) {
             const __m512 x = _mm512_set1_ps(src[p * step]);

@@ -59,13 +59,7 @@ ET_AVX512 __attribute__((noinline)) void tap_block(const TapArgs& a) {
   const int64_t step = a.step;
   for (int64_t ci = 0; ci < a.kc; ++ci, ++x, w += V * kLanes) {
     __m512 wv[V];
-#pragma GCC unroll 4
-    for (int v = 0; v < V; ++v) {
-      wv[v] = _mm512_loadu_ps(w + v * kLanes);
-      // Keep the weights in registers (GCC otherwise takes them as memory operands of every
-      // FMA: a load per FMA instead of one broadcast per pixel).
-      asm("" : "+v"(wv[v]));
-    }
+    load_pinned<V>(w, wv);
 #pragma GCC unroll 16
     for (int p = kLo; p < kHi; ++p) {
       const float* xp = x + (p - kLo) * step;

@@ -19,6 +19,19 @@ namespace onednn {
 
 #define ET_AVX512 __attribute__((target("avx512f")))
 
+// V weight vectors from `w` (16 floats apart; `w` on a cache line when `kAligned`) into
+// registers, and kept there: GCC would otherwise fold the load into every FMA that uses the
+// vector (one load per pixel of a register block instead of one per block). The direct
+// convolution kernels' inner step (stem, pointwise, StreamConv).
+template <int V, bool kAligned = false>
+ET_AVX512 __attribute__((always_inline)) inline void load_pinned(const float* w, __m512 (&wv)[V]) {
+#pragma GCC unroll 4
+  for (int v = 0; v < V; ++v) {
+    wv[v] = kAligned ? _mm512_load_ps(w + v * 16) : _mm512_loadu_ps(w + v * 16);
+    asm("" : "+v"(wv[v]));
+  }
+}
+
 // exp(z) for 16 floats z in [-87, 0] (NaN gives NaN): 2^n * exp(r) with n = round(z / ln 2),
 // r = z - n ln 2 in [-ln 2 / 2, ln 2 / 2] (ln 2 split in two so the reduction stays exact),
 // exp(r) by its Taylor polynomial to r^5; n >= -126, so 2^n is a normal float.

@@ -303,6 +303,18 @@ ConvWindow window_of(const ConvParams& p) {
   return w;
 }
 
+// What our own 2D kernels on channels-last rows (depthwise, StreamConv) need of a convolution:
+// 2D, dense (dilation 1), a channels-last input, and a channels-last output asked for (or
+// oneDNN's choice, which is channels-last for fp32 here).
+bool channels_last_2d(const ConvParams& p, const memory::desc& src_md, OutputLayout output) {
+  if (p.input_size.size() != 2 || p.dilation[0] != 1 || p.dilation[1] != 1 ||
+      output == OutputLayout::kPlain) {
+    return false;
+  }
+  const Dims src_dims{p.batch, p.in_channels, p.input_size[0], p.input_size[1]};
+  return src_md == channels_last_md(src_dims);
+}
+
 // The shape our depthwise kernel (depthwise_conv.h) computes for a 2D convolution with one
 // filter per channel (groups == in == out channels), dense (dilation 1), reading a channels-last
 // input and asked for a channels-last output (or oneDNN's choice, which is channels-last for
@@ -310,17 +322,26 @@ ConvWindow window_of(const ConvParams& p) {
 std::optional<DepthwiseShape> own_depthwise_shape(const ConvParams& p, const PostOps& post_ops,
                                                   const memory::desc& src_md,
                                                   OutputLayout output) {
-  if (p.input_size.size() != 2 || p.groups != p.in_channels || p.out_channels != p.in_channels ||
-      p.dilation[0] != 1 || p.dilation[1] != 1 || output == OutputLayout::kPlain) {
+  if (p.groups != p.in_channels || p.out_channels != p.in_channels ||
+      !channels_last_2d(p, src_md, output)) {
     return std::nullopt;
   }
-  const Dims src_dims{p.batch, p.in_channels, p.input_size[0], p.input_size[1]};
-  if (src_md != channels_last_md(src_dims)) return std::nullopt;
   DepthwiseShape shape;
   static_cast<ConvWindow&>(shape) = window_of(p);
   shape.channels = p.in_channels;
   if (!own_depthwise_wanted(shape, post_ops)) return std::nullopt;
   return shape;
+}
+
+// What every plan on our own 2D kernels records: the given input layout, a channels-last output
+// of `window`'s size, and no residual add (none of them takes one).
+void set_own_plan_layouts(ConvLikePlan::Impl& impl, const ConvParams& p, const ConvWindow& window,
+                          bool has_bias, const memory::desc& src_md) {
+  impl.has_bias = has_bias;
+  impl.has_add = false;
+  impl.input_layout = layout_of(src_md);
+  impl.output_layout =
+      layout_of(channels_last_md({p.batch, p.out_channels, window.out_h, window.out_w}));
 }
 
 // The plan of a convolution on one of our own kernels (`Run`: DepthwiseRun or StemRun, `Kernel`
@@ -343,11 +364,7 @@ ConvPlan prepare_own(const std::shared_ptr<ProviderState>& state, const ConvPara
   state->weights_bytes += run.conv->weights_bytes();
   impl->implementation = name + pieces_note(run.tasks);
   (*impl).*member = std::move(run);
-  impl->has_bias = bias != nullptr;
-  impl->has_add = false;
-  impl->input_layout = layout_of(src_md);
-  impl->output_layout =
-      layout_of(channels_last_md({p.batch, p.out_channels, shape.out_h, shape.out_w}));
+  set_own_plan_layouts(*impl, p, shape, bias != nullptr, src_md);
   return ConvPlan(std::move(impl));
 }
 
@@ -447,12 +464,7 @@ ConvPlan prepare_stream_pointwise(const std::shared_ptr<ProviderState>& state,
 std::optional<StreamConvShape> own_stream_conv_shape(const ConvParams& p, const PostOps& post_ops,
                                                      const memory::desc& src_md,
                                                      OutputLayout output) {
-  if (p.input_size.size() != 2 || p.groups != 1 || p.dilation[0] != 1 || p.dilation[1] != 1 ||
-      output == OutputLayout::kPlain) {
-    return std::nullopt;
-  }
-  const Dims src_dims{p.batch, p.in_channels, p.input_size[0], p.input_size[1]};
-  if (src_md != channels_last_md(src_dims)) return std::nullopt;
+  if (p.groups != 1 || !channels_last_2d(p, src_md, output)) return std::nullopt;
   StreamConvShape shape;
   static_cast<ConvWindow&>(shape) = window_of(p);
   shape.in_channels = p.in_channels;
@@ -477,11 +489,7 @@ ConvPlan prepare_stream_conv(const std::shared_ptr<ProviderState>& state, const 
   state->weights_bytes += run.conv->weights_bytes();
   impl->implementation = "stream_conv:avx512" + pieces_note(run.tasks);
   impl->stream = std::move(run);
-  impl->has_bias = bias != nullptr;
-  impl->has_add = false;
-  impl->input_layout = layout_of(src_md);
-  impl->output_layout =
-      layout_of(channels_last_md({p.batch, p.out_channels, shape.out_h, shape.out_w}));
+  set_own_plan_layouts(*impl, p, shape, bias != nullptr, src_md);
   return ConvPlan(std::move(impl));
 }
 
