@@ -218,12 +218,7 @@ void run_pointwise(ProviderState& state, const PointwiseRun& run, const float* x
     }
     x = run.gathered->data();
   }
-  if (run.tasks < 2) {
-    conv.run_stream(x, run.pixels, y, residual, 0, groups);
-    return;
-  }
-  state.pool->run(run.tasks, [&](size_t index, int) {
-    const auto [first, last] = slice_of(groups, run.tasks, index);
+  run_in_slices(state.pool.get(), run.tasks, groups, [&](int64_t first, int64_t last, int) {
     conv.run_stream(x, run.pixels, y, residual, first, last);
   });
 }

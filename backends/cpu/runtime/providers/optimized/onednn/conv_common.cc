@@ -232,12 +232,7 @@ void run_stem(ProviderState& state, const StemRun& run, const float* input, floa
 void run_stream_conv(ProviderState& state, const StreamConvRun& run, const float* input,
                      float* output) {
   const StreamConv& conv = *run.conv;
-  if (run.tasks < 2) {
-    conv.run_blocks(input, output, run.batch, 0, conv.blocks());
-    return;
-  }
-  state.pool->run(run.tasks, [&](size_t index, int) {
-    const auto [begin, end] = slice_of(conv.blocks(), run.tasks, index);
+  run_in_slices(state.pool.get(), run.tasks, conv.blocks(), [&](int64_t begin, int64_t end, int) {
     conv.run_blocks(input, output, run.batch, begin, end);
   });
 }
