@@ -304,11 +304,8 @@ Error CompiledGraph::compile_spec(GraphSpec spec, const NamedDataMap* constants,
     graph->current_symbols_ = upper_bounds(graph->spec_);
   }
   graph->name_profiling_events();
-  const char* profile = std::getenv("ET_CPU_PROFILE");
   // A specialization's kernel times add up in its base's ops (the base prints the table).
-  graph->profile_ = base != nullptr ? base->profile_
-                                    : profile != nullptr && std::string(profile) != "0" &&
-                                          *profile != '\0';
+  graph->profile_ = base != nullptr ? base->profile_ : kernel_opted_in("ET_CPU_PROFILE");
   *out = std::move(graph);
   return Error::Ok;
 }

@@ -10,8 +10,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -22,16 +20,15 @@
 #include <executorch/runtime/core/span.h>
 #include <executorch/runtime/kernel/kernel_runtime_context.h>
 
+#include "backends/cpu/runtime/switches.h"
+
 namespace et_cpu_plugin {
 namespace cpu {
 
 // Whether a graph with symbolic dimensions resizes in place at a new size (issue 47; runtime
 // README): on unless ET_CPU_RESIZE_IN_PLACE is "0" (shape plans then). The one reading of the
 // switch, by the compiled graph (at init) and by the providers whose choices depend on it.
-inline bool resize_in_place_enabled() {
-  const char* value = std::getenv("ET_CPU_RESIZE_IN_PLACE");
-  return value == nullptr || std::strcmp(value, "0") != 0;
-}
+inline bool resize_in_place_enabled() { return kernel_switched_on("ET_CPU_RESIZE_IN_PLACE"); }
 
 // A provider's state shared by the ops of one compiled graph (one delegate instance), e.g. a
 // oneDNN engine and the scratchpad its plans share. Created by KernelProvider::open_session at

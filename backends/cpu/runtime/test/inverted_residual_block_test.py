@@ -4,9 +4,12 @@ offers the convolutions after the expand as fusable steps, the provider takes th
 and the expanded activations get no arena bytes.
 
 Every case compares with the Reference provider (ExecuTorch's kernels) and with the same
-delegate running the block as three convolutions (ET_CPU_ONEDNN_BLOCKS=0).
+delegate running the block as three convolutions (ET_CPU_ONEDNN_BLOCKS=0). The switches are read
+when a delegate is initialized, so each case lowers its model once and runs that .pte under each
+setting.
 """
 
+import functools
 from typing import Any
 
 import pytest
@@ -15,8 +18,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backends.cpu.runtime import loader
-from backends.cpu.runtime.test.lowered_program import lower
-from backends.cpu.runtime.test.provider_compare import assert_close_scaled, placed, run_both
+from backends.cpu.runtime.test.lowered_program import load, lower_to_pte
+from backends.cpu.runtime.test.provider_compare import (
+    assert_close_scaled,
+    placed,
+    run_both,
+    run_pte_both,
+)
 
 CONV = "aten::convolution.out"
 
@@ -81,11 +89,19 @@ def _blocks_fused(placement: list[str]) -> int:
     return int(_summary(placement).split(" inverted residual blocks fused")[0].split(", ")[-1])
 
 
-def _unfused(model: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+def _pte(model: torch.nn.Module, x: torch.Tensor) -> bytes:
+    return lower_to_pte(model, (x,))[0]
+
+
+def _forward(pte: bytes, x: torch.Tensor) -> torch.Tensor:
+    """`pte` loaded and run once under the environment's switches as they are now."""
+    return load(pte).forward([x])[0]
+
+
+def _unfused(pte: bytes, x: torch.Tensor) -> torch.Tensor:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ET_CPU_ONEDNN_BLOCKS", "0")
-        module, _ = lower(model, (x,))
-        out = module.forward([x])[0]
+        out = _forward(pte, x)
     assert _blocks_fused(loader.last_placement()) == 0
     return out
 
@@ -121,8 +137,9 @@ def test_generated_blocks_are_fused_and_match_reference(
         patch.setenv("ET_CPU_ONEDNN_THREADS", threads)
         if task_flops != "-1":
             patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", task_flops)
-        out_opt, out_ref, placement = run_both(model, (x,))
-        unfused = _unfused(model, x)
+        pte = _pte(model, x)
+        out_opt, out_ref, placement = run_pte_both(pte, (x,))
+        unfused = _unfused(pte, x)
     with torch.no_grad():
         assert_close_scaled(out_opt[0], out_ref[0])
         assert_close_scaled(out_opt[0], model(x))
@@ -143,15 +160,15 @@ def test_chained_blocks_keep_channels_last_and_give_the_expansion_no_arena_bytes
     ]
     model = Chain(blocks, 3, 16, 32).eval()
     x = torch.randn(1, 3, 40, 36)
-    module, _ = lower(model, (x,))
-    module.forward([x])
+    pte = _pte(model, x)
+    _forward(pte, x)
     arena = loader.last_arena_bytes()
-    out_opt, out_ref, placement = run_both(model, (x,))
+    out_opt, out_ref, placement = run_pte_both(pte, (x,))
     assert_close_scaled(out_opt[0], out_ref[0])
     assert _blocks_fused(placement) == 4, placement
     chained = int(_summary(placement).split(", ")[1].split()[0])
     assert chained == 5, placement  # stem -> four blocks -> head
-    unfused = _unfused(model, x)
+    unfused = _unfused(pte, x)
     arena_unfused = loader.last_arena_bytes()
     torch.testing.assert_close(out_opt[0], unfused, atol=1e-5, rtol=1e-5)
     # Fused: the stem's and the blocks' outputs only (the largest expanded activation alone,
@@ -191,10 +208,10 @@ def test_relu_fused_into_a_convolution_gets_no_arena_bytes_of_its_own() -> None:
         torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3)
     ).eval()
     x = torch.randn(1, 3, 16, 16)
-    out_opt, out_ref, placement = run_both(model, (x,))
+    pte = _pte(model, x)
+    out_opt, out_ref, placement = run_pte_both(pte, (x,))
     assert_close_scaled(out_opt[0], out_ref[0])
-    module, _ = lower(model, (x,))
-    module.forward([x])
+    _forward(pte, x)
     assert loader.last_arena_bytes() == 8 * 16 * 16 * 4, placement
 
 
@@ -256,10 +273,10 @@ def test_squeeze_excite_blocks_fuse_expand_and_depthwise(
         patch.setenv("ET_CPU_ONEDNN_THREADS", threads)
         if task_flops != "-1":
             patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", task_flops)
-        out_opt, out_ref, placement = run_both(model, (x,))
+        pte = _pte(model, x)
+        out_opt, out_ref, placement = run_pte_both(pte, (x,))
         patch.setenv("ET_CPU_ONEDNN_SE_BLOCKS", "0")
-        module, _ = lower(model, (x,))
-        separate = module.forward([x])[0]
+        separate = _forward(pte, x)
         separate_placement = loader.last_placement()
     with torch.no_grad():
         assert_close_scaled(out_opt[0], out_ref[0])
@@ -273,11 +290,9 @@ def test_squeeze_excite_blocks_fuse_expand_and_depthwise(
     assert len(placed(separate_placement, CONV, "Optimized")) == 6, separate_placement
 
 
-@pytest.mark.parametrize("own", ["1", "0", "unset"])
-def test_blocks_on_our_depthwise_kernel(own: str) -> None:
-    # ET_CPU_OWN_DEPTHWISE=1: every block's depthwise stage runs on our AVX-512 kernel (the
-    # summary counts them), on bands of expanded rows; "0": all on oneDNN; unset: the default,
-    # ours for these 3x3 / 5x5 stride 1 / 2 stages. All match eager.
+@functools.cache
+def _depthwise_chain() -> tuple[torch.nn.Module, torch.Tensor, bytes]:
+    """test_blocks_on_our_depthwise_kernel's chain, its input and its .pte (lowered once)."""
     torch.manual_seed(1)
     blocks = [
         Block(16, 16, 16, 3, 1, "relu6", True, False, expand=False),
@@ -287,13 +302,22 @@ def test_blocks_on_our_depthwise_kernel(own: str) -> None:
     ]
     model = Chain(blocks, 3, 16, 40).eval()
     x = torch.randn(2, 3, 38, 42)
+    return model, x, _pte(model, x)
+
+
+@pytest.mark.parametrize("own", ["1", "0", "unset"])
+def test_blocks_on_our_depthwise_kernel(own: str) -> None:
+    # ET_CPU_OWN_DEPTHWISE=1: every block's depthwise stage runs on our AVX-512 kernel (the
+    # summary counts them), on bands of expanded rows; "0": all on oneDNN; unset: the default,
+    # ours for these 3x3 / 5x5 stride 1 / 2 stages. All match eager.
+    model, x, pte = _depthwise_chain()
     with pytest.MonkeyPatch.context() as patch:
         if own == "unset":
             patch.delenv("ET_CPU_OWN_DEPTHWISE", raising=False)
         else:
             patch.setenv("ET_CPU_OWN_DEPTHWISE", own)
         patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")
-        out_opt, out_ref, placement = run_both(model, (x,))
+        out_opt, out_ref, placement = run_pte_both(pte, (x,))
     assert _blocks_fused(placement) == 4, placement
     expected = 0 if own == "0" else 4
     assert f", {expected} depthwise (alone or in a block)" in _summary(placement), placement
@@ -339,18 +363,17 @@ def test_small_squeeze_excite_blocks_run_whole_in_channel_slices(
         else:
             patch.setenv("ET_CPU_OWN_DEPTHWISE", own)
         patch.delenv("ET_CPU_BLOCK_SLICES", raising=False)
-        out_opt, out_ref, placement = run_both(model, (x,))
+        pte = _pte(model, x)
+        out_opt, out_ref, placement = run_pte_both(pte, (x,))
         if own == "unset" and size == 7:
             # Our depthwise writes each slice's channels straight into the output's pixels;
             # ET_CPU_BLOCK_SLICE_DIRECT=0 writes a buffer and copies: the same bits.
             patch.setenv("ET_CPU_BLOCK_SLICE_DIRECT", "0")
-            module, _ = lower(model, (x,))
-            copied = module.forward([x])[0]
+            copied = _forward(pte, x)
             patch.delenv("ET_CPU_BLOCK_SLICE_DIRECT")
             assert torch.equal(out_opt[0], copied)
         patch.setenv("ET_CPU_BLOCK_SLICES", "0")
-        module, _ = lower(model, (x,))
-        banded = module.forward([x])[0]
+        banded = _forward(pte, x)
         banded_placement = loader.last_placement()
     with torch.no_grad():
         assert_close_scaled(out_opt[0], out_ref[0])
@@ -403,19 +426,17 @@ def test_small_blocks_with_project_run_in_two_phases(
             patch.delenv("ET_CPU_BLOCK_TWO_PHASE", raising=False)
         else:
             patch.setenv("ET_CPU_BLOCK_TWO_PHASE", reach)
-        module, _ = lower(model, (x,))
-        out = module.forward([x])[0]
+        pte = _pte(model, x)
+        out = _forward(pte, x)
         placement = loader.last_placement()
         if own == "unset" and batch == 2:
             # The slices' depthwise straight into the whole depthwise output (136 channels: a
             # tail) or through a buffer and a copy (ET_CPU_BLOCK_SLICE_DIRECT=0): the same bits.
             patch.setenv("ET_CPU_BLOCK_SLICE_DIRECT", "0")
-            module, _ = lower(model, (x,))
-            assert torch.equal(out, module.forward([x])[0])
+            assert torch.equal(out, _forward(pte, x))
             patch.delenv("ET_CPU_BLOCK_SLICE_DIRECT")
         patch.setenv("ET_CPU_BLOCK_TWO_PHASE", "0")
-        module, _ = lower(model, (x,))
-        banded = module.forward([x])[0]
+        banded = _forward(pte, x)
         banded_placement = loader.last_placement()
     with torch.no_grad():
         assert_close_scaled(out, model(x))

@@ -8,6 +8,7 @@ every route forced to Reference (the serializer's route lookup patched), and bot
 ExecuTorch runtime.
 """
 
+import functools
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -18,7 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backends.cpu.runtime import loader
-from backends.cpu.runtime.test.provider_compare import assert_close_scaled, placed, run_both
+from backends.cpu.runtime.test.lowered_program import lower_to_pte
+from backends.cpu.runtime.test.provider_compare import (
+    assert_close_scaled,
+    placed,
+    run_both,
+    run_pte_both,
+)
 from tools.lower.examples import get_example
 
 
@@ -135,17 +142,25 @@ def _examples() -> Iterator[str]:
     yield from ("resnet", "mobilenet", "mlp_bn")
 
 
+@functools.cache
+def _example_program(name: str) -> tuple[torch.nn.Module, tuple[Any, ...], bytes]:
+    """The small example `name`, its sample inputs and its .pte, lowered once for the tests that
+    run it under several runtime switches (read when a delegate is initialized)."""
+    example = get_example(name)
+    model = example.model("small")
+    inputs = example.sample_inputs("small")
+    return model, inputs, lower_to_pte(model, inputs)[0]
+
+
 @pytest.mark.parametrize("chain", ["1", "0"])
 @pytest.mark.parametrize("name", list(_examples()))
 def test_example_models_match_reference(name: str, chain: str) -> None:
     # ET_CPU_ONEDNN_CHAIN=0: every activation plain; default: the convolutions' activations that
     # only other convolutions read stay channels-last.
-    example = get_example(name)
-    model = example.model("small")
-    inputs = example.sample_inputs("small")
+    _, inputs, pte = _example_program(name)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ET_CPU_ONEDNN_CHAIN", chain)
-        out_opt, out_ref, placement = run_both(model, inputs)
+        out_opt, out_ref, placement = run_pte_both(pte, inputs)
     for got, want in zip(out_opt, out_ref, strict=True):
         assert_close_scaled(got, want)
     (summary,) = [line for line in placement if line.startswith("Optimized(oneDNN): ")]
@@ -161,11 +176,11 @@ def test_example_models_match_reference(name: str, chain: str) -> None:
 def test_example_models_split_into_pieces_match_reference(name: str) -> None:
     # ET_CPU_ONEDNN_TASK_FLOPS=0: every convolution / linear / matmul that can be split is, as
     # finely as allowed (row bands, channel blocks, column blocks), on 2 work-sharing threads.
-    example = get_example(name)
+    _, inputs, pte = _example_program(name)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")
         patch.setenv("ET_CPU_ONEDNN_THREADS", "2")
-        out_opt, out_ref, placement = run_both(example.model("small"), example.sample_inputs())
+        out_opt, out_ref, placement = run_pte_both(pte, inputs)
     for got, want in zip(out_opt, out_ref, strict=True):
         assert_close_scaled(got, want)
     (summary,) = [line for line in placement if line.startswith("Optimized(oneDNN): ")]

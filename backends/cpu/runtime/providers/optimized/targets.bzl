@@ -72,6 +72,7 @@ def define_common_targets():
         # The plans' interface, plus the slicing, vector helpers, switches and work pool that the
         # int8 kernels, reductions and gathers of :provider and the C ABI also use.
         hdrs = [
+            "common/aligned_buffer.h",
             "common/slices.h",
             "common/switches.h",
             "common/weight_cache.h",

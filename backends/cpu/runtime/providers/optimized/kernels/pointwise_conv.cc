@@ -303,7 +303,7 @@ void PointwiseConv::run(const float* x, int64_t pixels, float* y) const {
       const int vectors = static_cast<int>((columns + kLanes - 1) / kLanes);
       const int64_t tile = tile_pixels(vectors);
       const int64_t whole = chunk / tile;
-      a.w = packed.weights.data() + packed.group_offset[static_cast<size_t>(g)];
+      a.w = packed.stream() + packed.group_offset[static_cast<size_t>(g)];
       a.bias = packed.bias.data() + g * kGroupColumns;
       a.last_mask = g + 1 == groups ? tail_mask : static_cast<__mmask16>(0xFFFF);
       a.x = x + p0 * k;
@@ -356,10 +356,10 @@ void PointwiseConv::run_stream(const float* x, int64_t pixels, float* y, const f
     const int vectors = vectors_of(g);
     const int64_t tile = tile_pixels(vectors);
     const int64_t whole = pixels / tile;
-    a.w = packed.weights.data() + packed.group_offset[static_cast<size_t>(g)];
+    a.w = packed.stream() + packed.group_offset[static_cast<size_t>(g)];
     a.bias = packed.bias.data() + g * kGroupColumns;
     a.last_mask = g + 1 == groups ? tail_mask : static_cast<__mmask16>(0xFFFF);
-    a.next = g + 1 < last ? packed.weights.data() + packed.group_offset[static_cast<size_t>(g + 1)]
+    a.next = g + 1 < last ? packed.stream() + packed.group_offset[static_cast<size_t>(g + 1)]
                           : nullptr;
     a.next_lines = a.next != nullptr ? k * vectors_of(g + 1) : 0;
     a.cold = g == first;

@@ -1,10 +1,7 @@
 // RowGemm (see row_gemm.h): packing, the register-blocked kernel and its in-register epilogue.
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
-#include <new>
 #include <string>
 
 #include "backends/cpu/runtime/providers/optimized/common/switches.h"
@@ -32,7 +29,7 @@ constexpr int64_t kPrefetchFloats = 1024;
 // in cache, where the second prefetch only adds load-port work (the Llama-style decoder's step
 // took 1.3x as long with it on every RowGemm).
 constexpr int64_t kFarPrefetchFloats = 8192;
-constexpr size_t kColdStreamBytes = size_t{2} << 20;  // also the huge page size
+constexpr size_t kColdStreamBytes = kHugePageBytes;  // streams this large are also on huge pages
 
 // One column group of kPanels vectors for kRows rows: acc[r][p] over all k, then the epilogue.
 // The group's weights are one contiguous [k][kPanels * 16] stream.
@@ -119,17 +116,6 @@ bool row_gemm_cold_stream() {
   return kernel_switched_on("ET_CPU_ROW_GEMM_COLD_STREAM");
 }
 
-StreamBuffer::StreamBuffer(size_t floats, bool huge_pages) : size_(floats) {
-  const size_t bytes = std::max<size_t>(floats, 1) * sizeof(float);
-  const bool huge = huge_pages && bytes >= kColdStreamBytes;
-  void* memory = nullptr;
-  if (posix_memalign(&memory, huge ? kColdStreamBytes : 64, bytes) != 0) throw std::bad_alloc();
-  data_.reset(static_cast<float*>(memory));
-  // Before the first write: the pages are then faulted in huge where the kernel can.
-  if (huge) madvise(memory, bytes / kColdStreamBytes * kColdStreamBytes, MADV_HUGEPAGE);
-  std::fill(data_.get(), data_.get() + floats, 0.0f);
-}
-
 bool row_gemm_supports(int64_t rows, const PostOps& post_ops) {
   if (rows < 1 || rows > kRowGemmMaxRows || !kernel_switched_on("ET_CPU_ROW_GEMM") ||
       !cpu_has_avx512()) return false;
@@ -157,11 +143,13 @@ std::shared_ptr<const RowGemm::Packed> RowGemm::pack(int64_t k, int64_t n, const
     packed->group_offset.push_back(total);
     total += static_cast<size_t>(k * panels_of(group_columns(n, g)) * kLanes);
   }
-  packed->weights = StreamBuffer(total, row_gemm_cold_stream());
+  packed->weights.reserve(total * sizeof(float), row_gemm_cold_stream());
+  float* const stream = static_cast<float*>(packed->weights.data());
+  std::fill(stream, stream + total, 0.0f);  // the zero padding of each group's last vectors
   packed->bias.assign(static_cast<size_t>(groups * kGroupColumns), 0.0f);
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t width = panels_of(group_columns(n, g)) * kLanes;
-    float* out = packed->weights.data() + packed->group_offset[g];
+    float* out = stream + packed->group_offset[g];
     for (int64_t c = 0; c < group_columns(n, g); ++c) {
       const int64_t column = g * kGroupColumns + c;
       for (int64_t i = 0; i < k; ++i) {
@@ -200,7 +188,7 @@ void RowGemm::run(const float* x, float* y, const float* residual, int64_t first
   for (int64_t g = first; g < last; ++g) {
     const int64_t columns = group_columns(n_, g);
     const int64_t at = g * kGroupColumns;
-    const float* weights = packed_->weights.data() + packed_->group_offset[g];
+    const float* weights = packed_->stream() + packed_->group_offset[g];
     kernel_for(rows_, panels_of(columns))(x, k_, weights, packed_->bias.data() + at, post_ops_,
                                           columns, n_,
                                           residual ? residual + at : nullptr, y + at,

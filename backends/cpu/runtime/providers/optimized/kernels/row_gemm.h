@@ -15,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cpu/runtime/providers/optimized/common/aligned_buffer.h"
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
 
 namespace et_cpu_plugin {
@@ -35,25 +36,6 @@ bool row_gemm_supports(int64_t rows, const PostOps& post_ops);
 // (read at pack and at construction, i.e. at prepare).
 bool row_gemm_cold_stream();
 
-// Zeroed floats for a packed weight stream, on a cache line; with `huge_pages`, a stream of
-// 2 MiB or more starts on a 2 MiB boundary and its whole 2 MiB stretches are advised as
-// transparent huge pages (madvise; a kernel that declines leaves ordinary pages).
-class StreamBuffer {
- public:
-  StreamBuffer() = default;
-  StreamBuffer(size_t floats, bool huge_pages);
-  float* data() { return data_.get(); }
-  const float* data() const { return data_.get(); }
-  size_t size() const { return size_; }
-
- private:
-  struct Free {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float[], Free> data_;
-  size_t size_ = 0;
-};
-
 class RowGemm {
  public:
   // The weights and bias packed per column group: they depend on the constants, k and n only,
@@ -62,11 +44,13 @@ class RowGemm {
     int64_t k = 0;
     int64_t n = 0;
     // Group g: k rows of its (up to 64, zero-padded to whole vectors) columns, contiguous,
-    // from group_offset[g] (on a cache line); the bias of all groups, zero-padded alike.
-    StreamBuffer weights;
+    // from group_offset[g] (on a cache line); the bias of all groups, zero-padded alike. A
+    // stream of 2 MiB or more is on huge pages when row_gemm_cold_stream() (at pack).
+    AlignedBuffer weights;
     std::vector<size_t> group_offset;
     std::vector<float> bias;
-    size_t bytes() const { return (weights.size() + bias.size()) * sizeof(float); }
+    const float* stream() const { return static_cast<const float*>(weights.data()); }
+    size_t bytes() const { return weights.size() + bias.size() * sizeof(float); }
   };
   // `weight` is [n, k] (linear's and a 1x1 convolution's layout) or [k, n] when
   // `weight_is_k_by_n`; `bias` is [n] or null. Throws ProviderError on a null weight or a

@@ -42,6 +42,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
+#include "backends/cpu/runtime/providers/optimized/common/aligned_buffer.h"
 #include "backends/cpu/runtime/providers/optimized/common/slices.h"
 #include "backends/cpu/runtime/providers/optimized/common/weight_cache.h"
 #include "backends/cpu/runtime/providers/optimized/common/work_pool.h"
@@ -52,31 +53,6 @@ namespace onednn {
 
 using dnnl::memory;
 using Dims = memory::dims;
-
-// 64-byte aligned bytes that can grow (the shared scratchpad) or stay fixed (weights, staging).
-class AlignedBuffer {
- public:
-  void reserve(size_t bytes) {
-    if (bytes <= size_) {
-      return;
-    }
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    data_.reset(static_cast<uint8_t*>(std::aligned_alloc(64, rounded)));
-    if (!data_) {
-      throw ProviderError("oneDNN provider: out of memory allocating " + std::to_string(bytes));
-    }
-    size_ = bytes;
-  }
-  void* data() const { return data_.get(); }
-  size_t size() const { return size_; }
-
- private:
-  struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
-  std::unique_ptr<uint8_t, Free> data_;
-  size_t size_ = 0;
-};
 
 // Runs a region with oneDNN's thread count, restoring the caller's OpenMP setting afterwards
 // (torch shares libgomp in a Python process and must keep its own torch.set_num_threads value).
