@@ -9,6 +9,8 @@
 // (1: split every op it can into pieces on the shared work pool, as large models do). Exit 0: every call ran and matched; 1: a
 // mismatch or a failed call; 2: bad command line. Built with --config=asan or --config=tsan it
 // is the sanitizer stress test (targets.bzl), and the process exit is part of the test.
+// First, the work pool alone: a job posted after a pause (the worker spinning, napping or
+// blocked, work_pool.cc) must still reach its worker.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +23,7 @@
 #include <executorch/extension/module/module.h>
 #include <executorch/runtime/platform/runtime.h>
 
+#include "backends/cpu/runtime/providers/optimized/common/work_pool.h"
 #include "tools/runner/tensor_io.h"
 
 namespace {
@@ -108,6 +111,41 @@ bool parse(int argc, char** argv, Options& options) {
   return !options.programs.empty();
 }
 
+// A 2-thread pool's job after pauses of 0, 5 (a worker napping between jobs) and 40 ms (blocked
+// on its condition variable), alone and inside hold()/release(): each of the job's two tasks
+// waits (at most 2 s) for the other to start, so it passes only when the worker took one while
+// the caller ran the other. An empty string when every job did; else what failed.
+std::string pool_reaches_worker_after_pauses() {
+  et_cpu_plugin::onednn::WorkPool pool(2);
+  for (const int pause_ms : {0, 5, 40}) {
+    for (const bool held : {false, true}) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+      if (held) pool.hold();
+      std::atomic<int> started{0};
+      std::atomic<int> workers_seen{0};
+      std::atomic<bool> together{true};
+      pool.run(2, [&](size_t, int worker) {
+        started.fetch_add(1);
+        if (worker != 0) workers_seen.fetch_add(1);
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+        while (started.load() < 2) {
+          if (std::chrono::steady_clock::now() > until) {
+            together.store(false);
+            return;
+          }
+          std::this_thread::yield();
+        }
+      });
+      if (held) pool.release();
+      if (!together.load() || workers_seen.load() != 1) {
+        return "after a " + std::to_string(pause_ms) + " ms pause" + (held ? " (held)" : "") +
+               ", the pool's worker did not take a task of the job";
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,6 +158,11 @@ int main(int argc, char** argv) {
   }
   if (!options.min_task_flops.empty()) {
     setenv("ET_CPU_ONEDNN_TASK_FLOPS", options.min_task_flops.c_str(), 1);  // before any init
+  }
+  const std::string pool_failure = pool_reaches_worker_after_pauses();
+  if (!pool_failure.empty()) {
+    std::fprintf(stderr, "concurrent_runs: work pool: %s\n", pool_failure.c_str());
+    return 1;
   }
   executorch::runtime::runtime_init();
   const size_t num_programs = options.programs.size();
