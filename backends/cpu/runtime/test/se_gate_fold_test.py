@@ -1,8 +1,8 @@
 """Issue 46: the squeeze-excite gate multiply folded into the 1x1 project convolution after it
 (providers/optimized bind_convolution.cc, GatedPointwiseKernel): the product x * gate is never
 written; per image the convolution's weights are scaled by the gate along their input channels
-(C_out x C_in multiplies) and the same plan runs on x: oneDNN's, or, from at most 64 channels
-(ET_CPU_OWN_GATED_1X1), our own 1x1 kernel with its pixels split.
+(C_out x C_in multiplies) and the same plan runs on x: oneDNN's, or, opted in from at most 64
+channels (ET_CPU_OWN_GATED_1X1=1), our own 1x1 kernel with its pixels split.
 
 MobileNetV3-style (hardswish block, ReLU squeeze, hardsigmoid gate) and EfficientNet-style
 (SiLU block and squeeze, sigmoid gate) blocks, with and without expand and residual add, batch 1
@@ -166,12 +166,12 @@ class ChainedBlock(nn.Module):
 
 @pytest.mark.parametrize(
     "channels, hidden, own, count",
-    [(16, 64, "unset", 1), (16, 64, "0", 0), (24, 96, "all", 1), (24, 96, "unset", 0)],
+    [(16, 64, "1", 1), (16, 64, "unset", 0), (24, 96, "all", 1), (24, 96, "1", 0)],
 )
 def test_own_gated_project(channels: int, hidden: int, own: str, count: int) -> None:
     """A folded gate's project with the block's residual add, chained channels-last, batch 2:
-    on our own 1x1 kernel, its pixels split, from at most 64 channels by default (any with
-    ET_CPU_OWN_GATED_1X1=all, none with "0"); within 1e-5 of float64 eager either way."""
+    on our own 1x1 kernel, its pixels split, with ET_CPU_OWN_GATED_1X1=1 from at most 64
+    channels, "all" any; unset (the default) oneDNN's plan; within 1e-5 of float64 eager."""
     torch.manual_seed(channels + hidden)
     model = ChainedBlock(channels, hidden).eval()
     x = torch.randn(2, channels, 10, 10)
