@@ -1,7 +1,8 @@
 """Issue 46: the squeeze-excite gate multiply folded into the 1x1 project convolution after it
 (providers/optimized bind_convolution.cc, GatedPointwiseKernel): the product x * gate is never
 written; per image the convolution's weights are scaled by the gate along their input channels
-(C_out x C_in multiplies) and the same oneDNN plan runs on x.
+(C_out x C_in multiplies) and the same plan runs on x: oneDNN's, or, opted in from at most 64
+channels (ET_CPU_OWN_GATED_1X1=1), our own 1x1 kernel with its pixels split.
 
 MobileNetV3-style (hardswish block, ReLU squeeze, hardsigmoid gate) and EfficientNet-style
 (SiLU block and squeeze, sigmoid gate) blocks, with and without expand and residual add, batch 1
@@ -29,11 +30,18 @@ from backends.cpu.runtime.test.provider_compare import assert_close_scaled, run_
 from tools.bench import zoo
 
 _SWITCH = "ET_CPU_SE_GATE_FOLD"
+_OWN_SWITCH = "ET_CPU_OWN_GATED_1X1"
 
 
 def _folded(placement: list[str]) -> int:
     (line,) = [entry for entry in placement if entry.startswith("Optimized(oneDNN): ")]
     return int(line.split(" squeeze-excite gates folded")[0].split(", ")[-1])
+
+
+def _own_gated(placement: list[str]) -> int:
+    """Folded gates whose 1x1 convolution runs on our own kernel split by pixels."""
+    (line,) = [entry for entry in placement if entry.startswith("Optimized(oneDNN): ")]
+    return int(line.split(" gated 1x1 convolutions on pointwise_pixels")[0].split(", ")[-1])
 
 
 def _fused_multiplies(placement: list[str]) -> int:
@@ -84,10 +92,14 @@ def _expected(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def _run(
-    pte: bytes, x: torch.Tensor, switch: str, fused_mul: str = "unset"
+    pte: bytes, x: torch.Tensor, switch: str, fused_mul: str = "unset", own: str = "unset"
 ) -> tuple[torch.Tensor, int]:
     with pytest.MonkeyPatch.context() as patch:
-        for name, value in [(_SWITCH, switch), ("ET_CPU_SE_FUSED_MUL", fused_mul)]:
+        for name, value in [
+            (_SWITCH, switch),
+            ("ET_CPU_SE_FUSED_MUL", fused_mul),
+            (_OWN_SWITCH, own),
+        ]:
             if value == "unset":
                 patch.delenv(name, raising=False)
             else:
@@ -127,6 +139,8 @@ def test_gate_folded_into_project(
     for switch, folds in [("unset", default_folds), ("all", 1), ("1", default_folds), ("0", 0)]:
         actual, folded = _run(pte, x, switch)
         assert folded == folds, (switch, loader.last_placement())
+        # The project writes the (plain) graph output: oneDNN's plan, never our own kernel.
+        assert _own_gated(loader.last_placement()) == 0, loader.last_placement()
         # An unfolded gate's multiply is taken by the squeeze-excite kernel.
         assert _fused_multiplies(loader.last_placement()) == 1 - folds, loader.last_placement()
         torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
@@ -136,6 +150,37 @@ def test_gate_folded_into_project(
     separate, folded = _run(pte, x, "0", fused_mul="0")
     assert folded == 0 and _fused_multiplies(loader.last_placement()) == 0
     assert torch.equal(separate, outputs["0"])
+
+
+class ChainedBlock(nn.Module):
+    """Block, then a 3x3 convolution: the project's output stays channels-last."""
+
+    def __init__(self, channels: int, hidden: int) -> None:
+        super().__init__()
+        self.block = Block(channels, hidden, channels, "v3", True, shared=False)
+        self.after = nn.Conv2d(channels, channels, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.after(self.block(x))
+
+
+@pytest.mark.parametrize(
+    "channels, hidden, own, count",
+    [(16, 64, "1", 1), (16, 64, "unset", 0), (24, 96, "all", 1), (24, 96, "1", 0)],
+)
+def test_own_gated_project(channels: int, hidden: int, own: str, count: int) -> None:
+    """A folded gate's project with the block's residual add, chained channels-last, batch 2:
+    on our own 1x1 kernel, its pixels split, with ET_CPU_OWN_GATED_1X1=1 from at most 64
+    channels, "all" any; unset (the default) oneDNN's plan; within 1e-5 of float64 eager."""
+    torch.manual_seed(channels + hidden)
+    model = ChainedBlock(channels, hidden).eval()
+    x = torch.randn(2, channels, 10, 10)
+    expected = _expected(model, x)
+    pte, _ = lower_to_pte(model, (x,))
+    actual, folded = _run(pte, x, "all", own=own)
+    assert folded == 1, loader.last_placement()
+    assert _own_gated(loader.last_placement()) == count, loader.last_placement()
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_shared_gate_over_a_batch() -> None:

@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "backends/cpu/runtime/error_report.h"
+#include "backends/cpu/runtime/providers/optimized/common/aligned_buffer.h"
 #include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/common/work_pool.h"
 
@@ -618,9 +619,10 @@ Error bind_deconv(const OpBinding& op, OptimizedSession& session, std::unique_pt
 
 // The squeeze-excite gate multiply (x * gate, gate [N or 1, C, 1, 1]) and the 1x1 convolution
 // reading its product, as one kernel that never writes the product: per image, the convolution's
-// weights (oneDNN's layout) times the image's gate along their input channels
-// (onednn::InputChannelScaling: C_out x C_in multiplies instead of H x W x C_in), then the same
-// plan on x. The plan is prepared for one image and run image by image, so any batch (a
+// weights (oneDNN's layout, or RowGemm's packing when the plan runs our own 1x1 kernel split by
+// pixels: ConvLayouts::weights_per_call, ET_CPU_OWN_GATED_1X1) times the image's gate along their
+// input channels (onednn::InputChannelScaling: C_out x C_in multiplies instead of H x W x C_in),
+// then the same plan on x. The plan is prepared for one image and run image by image, so any batch (a
 // dynamic-batch program's shape plans included) runs one plan. When the plan's weights cannot
 // be replaced (channel pieces), x times the gate goes through a staging buffer (one image)
 // instead. `resizes`: a graph resized in place keeps the plan at a new batch (plans_per_image).
@@ -648,11 +650,13 @@ class GatedPointwiseKernel final : public OptimizedKernel {
     const bool output_channels_last = channels_last(impl_of(output_));
     layouts.output = output_channels_last ? onednn::OutputLayout::kChannelsLast
                                           : onednn::OutputLayout::kPlain;
+    layouts.weights_per_call = true;
     plan_ = std::make_unique<onednn::ConvPlan>(
         ConvOp::prepare(provider, recipe_, layouts));
     scaling_ = plan_->input_channel_scaling();
     pool_ = onednn::kernel_opted_in("ET_CPU_SE_SCALE_SPLIT") ? provider.work_pool() : nullptr;
-    scaled_ = std::vector<float>(scaling_ ? scaling_->floats() : 0);
+    scaled_ = onednn::AlignedBuffer();
+    if (scaling_) scaled_.reserve(scaling_->floats() * sizeof(float));
     const int64_t image_floats = input_->numel() / std::max<int64_t>(1, input_->size(0));
     staged_ = std::vector<float>(scaling_ ? 0 : static_cast<size_t>(image_floats));
     residual_fix_.reset();
@@ -676,7 +680,7 @@ class GatedPointwiseKernel final : public OptimizedKernel {
            (scaling_ ? " (gate folded into the weights)" : " (gate folded, staged)");
   }
   size_t staging_bytes() const override {
-    return (scaled_.size() + staged_.size()) * sizeof(float);
+    return scaled_.size() + staged_.size() * sizeof(float);
   }
 
   Error run(KernelRuntimeContext&) override {
@@ -701,7 +705,7 @@ class GatedPointwiseKernel final : public OptimizedKernel {
         }
         if (scaling_) {
           scale_weights(g);
-          plan_->run_with_weights(image, out + n * out_image, image_residual, scaled_.data());
+          plan_->run_with_weights(image, out + n * out_image, image_residual, scaled());
           continue;
         }
         float* staged = staged_.data();
@@ -728,7 +732,8 @@ class GatedPointwiseKernel final : public OptimizedKernel {
   bool input_channels_last_ = false;
   std::unique_ptr<onednn::ConvPlan> plan_;
   std::shared_ptr<const onednn::InputChannelScaling> scaling_;
-  std::vector<float> scaled_;
+  // The scaled weights: on a cache line (our own 1x1 kernel loads them aligned).
+  onednn::AlignedBuffer scaled_;
   std::vector<float> staged_;
   std::unique_ptr<onednn::ReorderPlan> residual_fix_;
   onednn::WorkPool* pool_ = nullptr;
@@ -737,6 +742,7 @@ class GatedPointwiseKernel final : public OptimizedKernel {
   // thread; ET_CPU_SE_SCALE_SPLIT=1 (read at prepare) shares it out on the pool in one share of
   // output channels per thread when there are at least kScaleSplitFloats floats. Off by
   // default: it measured no faster on EfficientNet's folded gates (provider README).
+  float* scaled() const { return static_cast<float*>(scaled_.data()); }
   static constexpr size_t kScaleSplitFloats = 16384;
   void scale_weights(const float* g) {
     const size_t floats = scaling_->floats();
@@ -744,7 +750,7 @@ class GatedPointwiseKernel final : public OptimizedKernel {
                              ? static_cast<size_t>(pool_->size())
                              : 1;
     onednn::run_tasks(pool_, parts, [&](size_t part, int) {
-      scaling_->scale_range(g, scaled_.data(), scaling_->part_start(parts, part),
+      scaling_->scale_range(g, scaled(), scaling_->part_start(parts, part),
                             scaling_->part_start(parts, part + 1));
     });
   }

@@ -132,6 +132,8 @@ std::string OptimizedSession::summary() const {
          " squeeze-excite gate multiplies fused, " +
          std::to_string(count_containing("(gate folded")) +
          " squeeze-excite gates folded into a convolution, " +
+         std::to_string(count_implementation("pointwise_pixels:avx512")) +
+         " gated 1x1 convolutions on pointwise_pixels, " +
          std::to_string(count_containing("(permute folded)")) +
          " products reading a permuted operand in place";
 }

@@ -201,9 +201,18 @@ void run_row_gemm(ProviderState& state, const RowGemmRun& run, const float* x, f
 }
 
 void run_pointwise(ProviderState& state, const PointwiseRun& run, const float* x, float* y,
-                   const float* residual) {
+                   const float* residual, const float* weights) {
   const PointwiseConv& conv = *run.conv;
   const int64_t groups = pointwise_groups(conv.out_channels());
+  if (run.by_pixels) {
+    const int64_t k = conv.in_channels();
+    const int64_t n = conv.out_channels();
+    run_in_slices(state.pool.get(), run.tasks, run.pixels, [&](int64_t first, int64_t last, int) {
+      conv.run_stream(x + first * k, last - first, y + first * n,
+                      residual != nullptr ? residual + first * n : nullptr, 0, groups, weights);
+    });
+    return;
+  }
   if (run.gathered != nullptr) {
     const int64_t k = conv.in_channels();
     float* to = run.gathered->data();
@@ -219,7 +228,7 @@ void run_pointwise(ProviderState& state, const PointwiseRun& run, const float* x
     x = run.gathered->data();
   }
   run_in_slices(state.pool.get(), run.tasks, groups, [&](int64_t first, int64_t last, int) {
-    conv.run_stream(x, run.pixels, y, residual, first, last);
+    conv.run_stream(x, run.pixels, y, residual, first, last, weights);
   });
 }
 

@@ -319,11 +319,12 @@ void PointwiseConv::run(const float* x, int64_t pixels, float* y) const {
 }
 
 void PointwiseConv::run_stream(const float* x, int64_t pixels, float* y, const float* residual,
-                               int64_t first, int64_t last) const {
+                               int64_t first, int64_t last, const float* weights) const {
   if (has_add_ && residual == nullptr) {
     throw ProviderError("pointwise conv: post-op add needs a residual tensor, got null");
   }
   const RowGemm::Packed& packed = *packed_;
+  const float* stream = weights != nullptr ? weights : packed.stream();
   const int64_t k = packed.k;
   const int64_t n = packed.n;
   const int64_t groups = pointwise_groups(n);
@@ -356,11 +357,10 @@ void PointwiseConv::run_stream(const float* x, int64_t pixels, float* y, const f
     const int vectors = vectors_of(g);
     const int64_t tile = tile_pixels(vectors);
     const int64_t whole = pixels / tile;
-    a.w = packed.stream() + packed.group_offset[static_cast<size_t>(g)];
+    a.w = stream + packed.group_offset[static_cast<size_t>(g)];
     a.bias = packed.bias.data() + g * kGroupColumns;
     a.last_mask = g + 1 == groups ? tail_mask : static_cast<__mmask16>(0xFFFF);
-    a.next = g + 1 < last ? packed.stream() + packed.group_offset[static_cast<size_t>(g + 1)]
-                          : nullptr;
+    a.next = g + 1 < last ? stream + packed.group_offset[static_cast<size_t>(g + 1)] : nullptr;
     a.next_lines = a.next != nullptr ? k * vectors_of(g + 1) : 0;
     a.cold = g == first;
     a.x = x;

@@ -57,6 +57,7 @@ class PointwiseConv {
   int64_t in_channels() const { return packed_->k; }
   int64_t out_channels() const { return packed_->n; }
   size_t weights_bytes() const { return packed_->bytes(); }
+  const RowGemm::Packed& packed() const { return *packed_; }
 
   // y[p, c] = post_ops(sum_k x[p, k] * w[c, k] + bias[c]) for `pixels` pixels, x [pixels][K]
   // and y [pixels][N] dense (channels-last rows); on the calling thread.
@@ -65,9 +66,11 @@ class PointwiseConv {
 
   // The same for the output channels of column groups [first, last) (pointwise_groups), group by
   // group: all pixels from one weight panel before the next. `residual` ([pixels][N], may be
-  // `y`) is required iff the post-ops hold an add.
+  // `y`) is required iff the post-ops hold an add. `weights`: floats in packed().stream()'s
+  // layout (on a cache line: a squeeze-excite gate folded in per call), or null for the packed
+  // ones.
   void run_stream(const float* x, int64_t pixels, float* y, const float* residual,
-                  int64_t first, int64_t last) const;
+                  int64_t first, int64_t last, const float* weights = nullptr) const;
 
  private:
   std::shared_ptr<const RowGemm::Packed> packed_;

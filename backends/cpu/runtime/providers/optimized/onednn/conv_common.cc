@@ -308,8 +308,10 @@ void InputChannelScaling::scale_range(const float* scale, float* out, size_t beg
 
 namespace {
 
-// Whether every piece of `p` (or its whole primitive) reads the plan's one weights buffer.
+// Whether every piece of `p` (or its whole primitive) reads the plan's one weights buffer, or
+// it runs our own 1x1 kernel split by pixels (each slice reads all of RowGemm's packing).
 bool one_weights_buffer(const ConvCore& p) {
+  if (p.pointwise && p.pointwise->by_pixels) return true;
   if (p.row_gemm || p.depthwise || p.stem || p.pointwise || p.stream || !p.weights.bytes ||
       p.weights.md.is_zero()) {
     return false;
@@ -323,6 +325,29 @@ bool one_weights_buffer(const ConvCore& p) {
 std::shared_ptr<const InputChannelScaling> ConvLikePlan::input_channel_scaling() const {
   const Impl& p = *impl_;
   if (!one_weights_buffer(p)) return nullptr;
+  if (p.pointwise) {
+    // RowGemm's packing: per column group, [K][its columns padded to whole vectors], from
+    // group_offset[g]; the padding lanes (and any gap between groups) map to no channel.
+    const RowGemm::Packed& packed = p.pointwise->conv->packed();
+    const int64_t groups = pointwise_groups(packed.n);
+    const auto width = [&](int64_t g) {
+      return (std::min<int64_t>(64, packed.n - g * 64) + 15) / 16 * 16;
+    };
+    const size_t floats = packed.group_offset.back() +
+                          static_cast<size_t>(packed.k * width(groups - 1));
+    std::vector<int32_t> channel(floats, -1);
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t columns = std::min<int64_t>(64, packed.n - g * 64);
+      const size_t at = packed.group_offset[static_cast<size_t>(g)];
+      for (int64_t i = 0; i < packed.k; ++i) {
+        for (int64_t c = 0; c < columns; ++c) {
+          channel[at + static_cast<size_t>(i * width(g) + c)] = static_cast<int32_t>(i);
+        }
+      }
+    }
+    return std::make_shared<InputChannelScaling>(p.pointwise->conv, packed.stream(), floats,
+                                                 std::move(channel));
+  }
   const memory::dims dims = p.weights.md.get_dims();
   // groups 1: [C_out, C_in, *kernel]; grouped weights have one more dim than the input.
   if (dims.size() != static_cast<size_t>(p.input_layout.dims().size())) return nullptr;
@@ -357,7 +382,7 @@ void ConvLikePlan::run_with_weights(const float* input, float* output, const flo
                                     const float* weights) const {
   if (weights == nullptr || !one_weights_buffer(*impl_)) {
     throw ProviderError(std::string(impl_->name) + ": per-call weights need a plan of one "
-                        "oneDNN weights buffer");
+                        "oneDNN weights buffer or our own 1x1 kernel split by pixels");
   }
   impl_->run(impl_->name, input, output, residual, weights);
 }
@@ -382,7 +407,7 @@ void ConvCore::run(const char* what, const float* input, float* output, const fl
     return;
   }
   if (p.pointwise) {
-    run_pointwise(state, *p.pointwise, input, output, residual);
+    run_pointwise(state, *p.pointwise, input, output, residual, weights_override);
     return;
   }
   if (p.stream) {

@@ -1,5 +1,7 @@
 // Convolutions (prepare_conv, a ConvLikePlan): the primitive's layouts, our row_gemm for a
-// product over one pixel, and the splits into row bands, images, output-channel blocks.
+// product over one pixel, our own depthwise, stem, 1x1 (weight stream, or a gated project split
+// by pixels) and 3x3 kernels where they are wanted, and the splits into row bands, images,
+// output-channel blocks.
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
 
 #include <algorithm>
@@ -393,6 +395,21 @@ std::optional<StemShape> own_stem_shape(const ConvParams& p, const PostOps& post
   return shape;
 }
 
+bool all_ones(const std::vector<int64_t>& v) {
+  return std::all_of(v.begin(), v.end(), [](int64_t x) { return x == 1; });
+}
+
+// A dense 1x1 kernel (groups 1, no padding) from a channels-last input: what both plans on
+// PointwiseConv need of a convolution (besides its stride) and of the input's layout.
+bool channels_last_1x1(const ConvParams& p, const memory::desc& src_md) {
+  const bool no_padding = std::all_of(p.padding.begin(), p.padding.end(),
+                                      [](int64_t x) { return x == 0; });
+  if (p.groups != 1 || !all_ones(p.kernel_size) || !no_padding) return false;
+  Dims src_dims{p.batch, p.in_channels};
+  src_dims.insert(src_dims.end(), p.input_size.begin(), p.input_size.end());
+  return src_md == channels_last_md(src_dims);
+}
+
 // Whether a convolution runs on the weight stream of pointwise_conv.h (run_stream): a dense 1x1
 // kernel (groups 1, no padding; stride 1, or any in 2D: ResNet's projection shortcuts) from a
 // channels-last input to a channels-last output (or oneDNN's choice), weights larger than its
@@ -400,20 +417,11 @@ std::optional<StemShape> own_stem_shape(const ConvParams& p, const PostOps& post
 // weights) and pointwise_stream_supports (ET_CPU_STREAM_1X1 not "0"; read at prepare).
 bool stream_pointwise_wanted(const ConvParams& p, const PostOps& post_ops,
                              const memory::desc& src_md, OutputLayout output) {
-  const auto ones = [](const std::vector<int64_t>& v) {
-    return std::all_of(v.begin(), v.end(), [](int64_t x) { return x == 1; });
-  };
-  const bool no_padding = std::all_of(p.padding.begin(), p.padding.end(),
-                                      [](int64_t x) { return x == 0; });
   // Strides other than 1 (gathered at run) in 2D only.
-  const bool strides_ok = ones(p.stride) || p.input_size.size() == 2;
-  if (p.groups != 1 || !ones(p.kernel_size) || !strides_ok || !no_padding ||
-      output == OutputLayout::kPlain) {
+  const bool strides_ok = all_ones(p.stride) || p.input_size.size() == 2;
+  if (!strides_ok || output == OutputLayout::kPlain || !channels_last_1x1(p, src_md)) {
     return false;
   }
-  Dims src_dims{p.batch, p.in_channels};
-  src_dims.insert(src_dims.end(), p.input_size.begin(), p.input_size.end());
-  if (src_md != channels_last_md(src_dims)) return false;
   const double pixels = static_cast<double>(p.batch) * product(conv_output_size(p));
   const double weights = static_cast<double>(p.in_channels) * p.out_channels;
   const bool weight_heavy = weights > pixels * static_cast<double>(p.in_channels + p.out_channels);
@@ -421,12 +429,39 @@ bool stream_pointwise_wanted(const ConvParams& p, const PostOps& post_ops,
   return pointwise_stream_supports(p.in_channels, p.out_channels, post_ops);
 }
 
-// The plan of a stream_pointwise_wanted convolution: RowGemm's packed weights (through the
-// weight cache), one contiguous range of column groups per thread (each streams its share), a
-// strided one's input pixels gathered into a buffer of the plan (PointwiseRun).
-ConvPlan prepare_stream_pointwise(const std::shared_ptr<ProviderState>& state,
-                                  const ConvParams& p, const float* weight, const float* bias,
-                                  const PostOps& post_ops, const memory::desc& src_md) {
+// Whether a convolution whose weights the caller replaces per call (ConvLayouts::weights_per_call:
+// a squeeze-excite gate folded in) runs on PointwiseConv split by pixels: a dense 1x1, stride 1,
+// no padding, groups 1, channels-last in and out, post-ops in registers (a residual add too),
+// and ET_CPU_OWN_GATED_1X1 (read at prepare; opt-in: kernel_opted_in, switch_reach for "all"):
+// unset or "0" never, "all" any K, "1" K <= kOwnExpandMaxK (MobileNetV3's 16 -> 16 at 56x56,
+// EfficientNet's 32 -> 16 at 112x112: oneDNN's brgconv_1x1 at K = 16 reached ~54 GFLOP/s there;
+// off by default until a quiet whole-model A/B shows a gain, provider README).
+bool own_gated_pointwise_wanted(const ConvParams& p, const PostOps& post_ops,
+                                const memory::desc& src_md, const ConvLayouts& layouts) {
+  const char* kSwitch = "ET_CPU_OWN_GATED_1X1";
+  if (!layouts.weights_per_call || !kernel_opted_in(kSwitch)) return false;
+  if (switch_reach(kSwitch) != SwitchReach::kEverywhere && p.in_channels > kOwnExpandMaxK) {
+    return false;
+  }
+  if (!all_ones(p.stride) || layouts.output == OutputLayout::kPlain ||
+      !channels_last_1x1(p, src_md)) {
+    return false;
+  }
+  return pointwise_stream_supports(p.in_channels, p.out_channels, post_ops);
+}
+
+// What a pixel of a 1x1 convolution costs against pieces_for besides its multiply-adds: its K
+// inputs read and N outputs written (memory-bound at K = 16), as a reorder's element.
+constexpr double kPointwiseFlopsPerFloat = 20;
+
+// The plan of a 1x1 convolution on PointwiseConv::run_stream: RowGemm's packed weights (through
+// the weight cache) and, at most one per thread, either (stream_pointwise_wanted) contiguous
+// ranges of column groups, each streaming its share, a strided one's input pixels gathered into
+// a buffer of the plan, or (`by_pixels`, own_gated_pointwise_wanted) near-equal slices of the
+// pixels, weighed with their memory traffic (PointwiseRun).
+ConvPlan prepare_pointwise(const std::shared_ptr<ProviderState>& state, const ConvParams& p,
+                           const float* weight, const float* bias, const PostOps& post_ops,
+                           const memory::desc& src_md, bool by_pixels) {
   auto impl = std::make_shared<ConvLikePlan::Impl>();
   impl->state = state;
   PointwiseRun run;
@@ -434,20 +469,27 @@ ConvPlan prepare_stream_pointwise(const std::shared_ptr<ProviderState>& state,
       cached_row_gemm_weights(state->weight_cache.get(), p.in_channels, p.out_channels, weight,
                               /*weight_is_k_by_n=*/false, bias),
       post_ops);
+  run.by_pixels = by_pixels;
   const std::vector<int64_t> out_size = conv_output_size(p);
   run.pixels = p.batch * static_cast<int64_t>(product(out_size));
-  if (std::any_of(p.stride.begin(), p.stride.end(), [](int64_t s) { return s != 1; })) {
+  if (!all_ones(p.stride)) {
     run.batch = p.batch;
     run.window = window_of(p);
     run.gathered =
         std::make_shared<std::vector<float>>(static_cast<size_t>(run.pixels * p.in_channels));
   }
-  const int64_t groups = pointwise_groups(p.out_channels);
-  const double flops = 2.0 * static_cast<double>(run.pixels) * p.in_channels * p.out_channels;
-  run.tasks = std::min<size_t>(state->pieces_for(flops, groups),
+  double flops = 2.0 * static_cast<double>(run.pixels) * p.in_channels * p.out_channels;
+  if (by_pixels) {
+    flops += kPointwiseFlopsPerFloat * static_cast<double>(run.pixels) *
+             static_cast<double>(p.in_channels + p.out_channels);
+  }
+  const int64_t units = by_pixels ? run.pixels : pointwise_groups(p.out_channels);
+  run.tasks = std::min<size_t>(state->pieces_for(flops, units),
                                state->pool ? static_cast<size_t>(state->pool->size()) : 1);
   state->weights_bytes += run.conv->weights_bytes();
-  impl->implementation = "pointwise_stream:avx512" + pieces_note(run.tasks);
+  impl->implementation =
+      std::string(by_pixels ? "pointwise_pixels:avx512" : "pointwise_stream:avx512") +
+      pieces_note(run.tasks);
   impl->pointwise = std::move(run);
   impl->has_bias = bias != nullptr;
   impl->has_add = has_add(post_ops);
@@ -540,8 +582,13 @@ ConvPlan Provider::prepare_conv(
     return prepare_own<StemConv>(state_, params, *stem, macs, weight, bias, post_ops,
                                  given_src_md, "stem:avx512", &ConvLikePlan::Impl::stem);
   }
+  if (own_gated_pointwise_wanted(params, post_ops, given_src_md, layouts)) {
+    return prepare_pointwise(state_, params, weight, bias, post_ops, given_src_md,
+                             /*by_pixels=*/true);
+  }
   if (stream_pointwise_wanted(params, post_ops, given_src_md, layouts.output)) {
-    return prepare_stream_pointwise(state_, params, weight, bias, post_ops, given_src_md);
+    return prepare_pointwise(state_, params, weight, bias, post_ops, given_src_md,
+                             /*by_pixels=*/false);
   }
   if (const std::optional<StreamConvShape> stream =
           own_stream_conv_shape(params, post_ops, given_src_md, layouts.output)) {

@@ -401,11 +401,14 @@ struct DepthwiseRun {
 void run_depthwise(ProviderState& state, const DepthwiseRun& run, const float* input,
                    float* output);
 // A plan's weight-streaming 1x1 convolution (PointwiseConv::run_stream) over `pixels`
-// channels-last pixels and the tasks its column groups are shared out in (1: the calling thread).
+// channels-last pixels and the tasks its column groups are shared out in (1: the calling thread);
+// `by_pixels`: the tasks are near-equal slices of the pixels instead, each over every column
+// group (a few-channel 1x1 at a large spatial size whose weights take a gate per call).
 struct PointwiseRun {
   std::shared_ptr<const PointwiseConv> conv;
   int64_t pixels = 0;
   size_t tasks = 1;
+  bool by_pixels = false;
   // A strided 2D convolution (ResNet's projection shortcuts): the input pixels of `batch`
   // images of `window` it reads, gathered into `gathered` ([pixels][K]) before the product.
   // Stride 1: no gather.
@@ -413,9 +416,10 @@ struct PointwiseRun {
   ConvWindow window;
   std::shared_ptr<std::vector<float>> gathered;
 };
-// Runs it on x / y / residual, its column groups in contiguous ranges.
+// Runs it on x / y / residual, its column groups (or pixels) in contiguous ranges; `weights`
+// (or null: the packed ones) as PointwiseConv::run_stream takes them.
 void run_pointwise(ProviderState& state, const PointwiseRun& run, const float* x, float* y,
-                   const float* residual);
+                   const float* residual, const float* weights = nullptr);
 // A plan's StemConv (stem_conv.h), the same way.
 struct StemRun {
   std::shared_ptr<const StemConv> conv;

@@ -169,6 +169,10 @@ struct ConvLayouts {
   // Layout the input arrives in; empty = plain. Pass a previous plan's output_layout() to chain.
   std::shared_ptr<const Layout> input;
   OutputLayout output = OutputLayout::kPlain;
+  // The caller runs the plan with per-call weights (ConvLikePlan::run_with_weights: a folded
+  // squeeze-excite gate): a few-channel 1x1 convolution may then run on our own kernel, its
+  // pixels split (own_gated_pointwise_wanted, conv_plan.cc; ET_CPU_OWN_GATED_1X1).
+  bool weights_per_call = false;
 };
 
 // Transposed convolution (torch's conv_transpose1d/2d/3d, aten.convolution with transposed=True)
@@ -547,8 +551,8 @@ class ConvLikePlan {
 
   // Per-call weights (a squeeze-excite gate folded into the 1x1 convolution after it: the
   // weights' input channel c times gate[c]). Null unless the plan runs one oneDNN primitive (or
-  // pieces of it) on one buffer of weights that run_with_weights can replace: groups 1, no
-  // channel pieces, not one of our own kernels.
+  // pieces of it) on one buffer of weights that run_with_weights can replace (groups 1, no
+  // channel pieces) or our own 1x1 kernel split by pixels (ConvLayouts::weights_per_call).
   std::shared_ptr<const InputChannelScaling> input_channel_scaling() const;
   // run() with `weights` (InputChannelScaling::floats() floats, in the plan's layout) instead of
   // the plan's own.
