@@ -257,10 +257,9 @@ Error CompiledGraph::compile(const void* data, size_t size, const NamedDataMap* 
   GraphSpec spec;
   Error error = read_payload(data, size, &spec);
   if (error != Error::Ok) return error;
-  // ET_CPU_REFERENCE_ONLY=1: every op on ExecuTorch's kernels, as if lowered with every route on
+  // ET_CPU_REFERENCE_ONLY=1 (set, not 0): every op on ExecuTorch's kernels, as if lowered with every route on
   // Reference (the AOT side's only difference), so a test compares providers on one .pte.
-  const char* reference_only = std::getenv("ET_CPU_REFERENCE_ONLY");
-  if (reference_only != nullptr && std::string(reference_only) == "1") {
+  if (kernel_opted_in("ET_CPU_REFERENCE_ONLY")) {
     for (OpSpec& op : spec.ops) op.provider = kReferenceProviderId;
   }
   return compile_spec(std::move(spec), constants, nullptr, out);
@@ -271,10 +270,8 @@ Error CompiledGraph::compile_spec(GraphSpec spec, const NamedDataMap* constants,
   std::unique_ptr<CompiledGraph> graph(new CompiledGraph());
   graph->spec_ = std::move(spec);
   graph->base_ = base;
-  if (const char* plans = std::getenv("ET_CPU_SHAPE_PLANS")) {
-    const long parsed = std::strtol(plans, nullptr, 10);
-    if (parsed >= 1 && parsed <= 1024) graph->max_variants_ = static_cast<size_t>(parsed);
-  }
+  graph->max_variants_ = static_cast<size_t>(switch_number(
+      "ET_CPU_SHAPE_PLANS", static_cast<int64_t>(graph->max_variants_), 1, 1024));
   Error error = Error::Ok;
   // Five clock reads per compile: cheap enough to take always, printed with ET_CPU_PROFILE.
   CompileTicks& ticks = graph->compile_ticks_;

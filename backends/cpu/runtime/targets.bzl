@@ -337,6 +337,15 @@ def define_common_targets():
         tools = [":stress_programs"],
     )
 
+    # switches.h's readers (switch_number's bad values, opted_in_reach): milliseconds.
+    runtime.cxx_test(
+        name = "switches_test",
+        size = "small",
+        srcs = ["test/switches_test.cc"],
+        copts = _COPTS,
+        deps = [":switches"],
+    )
+
     runtime.cxx_test(
         name = "concurrent_runs_test",
         size = "medium",

@@ -196,19 +196,32 @@ def test_shared_gate_over_a_batch() -> None:
         torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.fixture(scope="module")
+def dynamic_batch_program() -> tuple[Block, bytes]:
+    """A block with a symbolic batch (1 to 4), lowered once for every switch value."""
+    torch.manual_seed(12)
+    model = Block(24, 96, 24, "v3", True, shared=False).eval()
+    pte, _ = lower_to_pte(
+        model, (torch.randn(2, 24, 10, 10),), dynamic_shapes=({0: Dim("batch", min=1, max=4)},)
+    )
+    return model, pte
+
+
 @pytest.mark.parametrize("switch, folds", [("unset", 1), ("0", 0)])
-def test_dynamic_batch(switch: str, folds: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dynamic_batch(
+    switch: str,
+    folds: int,
+    dynamic_batch_program: tuple[Block, bytes],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """One program with a symbolic batch: each size's graph folds the gate, per image (or, "0",
     the squeeze-excite kernel multiplies each image by its own gate)."""
     if switch == "unset":
         monkeypatch.delenv(_SWITCH, raising=False)
     else:
         monkeypatch.setenv(_SWITCH, switch)
+    model, pte = dynamic_batch_program
     torch.manual_seed(12)
-    model = Block(24, 96, 24, "v3", True, shared=False).eval()
-    pte, _ = lower_to_pte(
-        model, (torch.randn(2, 24, 10, 10),), dynamic_shapes=({0: Dim("batch", min=1, max=4)},)
-    )
     module = load(pte)
     for batch in [1, 3, 4, 2]:
         x = torch.randn(batch, 24, 10, 10)

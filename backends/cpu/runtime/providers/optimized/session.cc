@@ -34,10 +34,7 @@ bool chaining_enabled() { return onednn::kernel_switched_on("ET_CPU_ONEDNN_CHAIN
 // preparing half its kernels again, as a kernel oneDNN declines at the new sizes would (read once,
 // when the session opens; resize_in_place_test checks the graph's fallback with it). 0: never.
 size_t test_fail_resize_at() {
-  const char* value = std::getenv("ET_CPU_TEST_FAIL_RESIZE_AT");
-  if (value == nullptr) return 0;
-  const long parsed = std::strtol(value, nullptr, 10);
-  return parsed > 0 ? static_cast<size_t>(parsed) : 0;
+  return static_cast<size_t>(onednn::switch_number("ET_CPU_TEST_FAIL_RESIZE_AT", 0, 0, 1 << 30));
 }
 
 // The test hook's failure: what a kernel oneDNN declines at the new sizes throws.

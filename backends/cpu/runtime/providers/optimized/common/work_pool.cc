@@ -36,12 +36,7 @@ inline void cpu_relax() {
 // products come between runs of small unsplit ops (rotary, norms) that take longer than the brief
 // wait, so a sleeping worker's wake-up can cost a product its second thread (issue 45). Read once.
 int64_t worker_spin_us() {
-  static const int64_t spin = [] {
-    const char* text = std::getenv("ET_CPU_POOL_SPIN_US");
-    if (text == nullptr || *text == '\0') return int64_t{0};
-    const long long value = std::strtoll(text, nullptr, 10);
-    return static_cast<int64_t>(std::min<long long>(std::max<long long>(value, 0), 100000));
-  }();
+  static const int64_t spin = onednn::switch_number("ET_CPU_POOL_SPIN_US", 0, 0, 100000);
   return spin;
 }
 

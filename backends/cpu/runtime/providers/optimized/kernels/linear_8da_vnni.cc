@@ -870,13 +870,7 @@ std::shared_ptr<const Linear8daPacked> pack_linear_8da(const Linear8daParams& pa
 Linear8daDecodeOptions linear_8da_decode_options() {
   Linear8daDecodeOptions options;
   options.gemv = kernel_switched_on("ET_CPU_LINEAR_8DA_GEMV");
-  options.prefetch = kDefaultPrefetch;
-  if (const char* text = std::getenv("ET_CPU_LINEAR_8DA_PREFETCH")) {
-    if (*text != '\0') {
-      const long long value = std::strtoll(text, nullptr, 10);
-      options.prefetch = static_cast<int64_t>(std::min<long long>(std::max<long long>(value, 0), 65536));
-    }
-  }
+  options.prefetch = switch_number("ET_CPU_LINEAR_8DA_PREFETCH", kDefaultPrefetch, 0, 65536);
   return options;
 }
 

@@ -208,11 +208,9 @@ SqueezeExcite::SqueezeExcite(int64_t channels, int64_t squeezed, const float* re
 }
 
 int64_t SqueezeExcite::split_bytes_from_environment() {
-  const char* value = std::getenv("ET_CPU_SE_SPLIT");
-  if (value == nullptr || *value == '\0') return kSplitKiB * 1024;
-  if (std::strcmp(value, "all") == 0) return 0;
-  const long long kib = std::strtoll(value, nullptr, 10);
-  return kib > 0 ? static_cast<int64_t>(kib) * 1024 : -1;  // "0" (or not a number): never
+  if (switch_reach("ET_CPU_SE_SPLIT") == SwitchReach::kEverywhere) return 0;  // "all"
+  const int64_t kib = switch_number("ET_CPU_SE_SPLIT", kSplitKiB, 0, int64_t{1} << 20);
+  return kib > 0 ? kib * 1024 : -1;  // "0": never
 }
 
 void SqueezeExcite::run(const float* x, int64_t batch, int64_t pixels, bool channels_last,

@@ -432,15 +432,15 @@ bool stream_pointwise_wanted(const ConvParams& p, const PostOps& post_ops,
 // Whether a convolution whose weights the caller replaces per call (ConvLayouts::weights_per_call:
 // a squeeze-excite gate folded in) runs on PointwiseConv split by pixels: a dense 1x1, stride 1,
 // no padding, groups 1, channels-last in and out, post-ops in registers (a residual add too),
-// and ET_CPU_OWN_GATED_1X1 (read at prepare; opt-in: kernel_opted_in, switch_reach for "all"):
+// and ET_CPU_OWN_GATED_1X1 (read once at prepare, opted_in_reach):
 // unset or "0" never, "all" any K, "1" K <= kOwnExpandMaxK (MobileNetV3's 16 -> 16 at 56x56,
 // EfficientNet's 32 -> 16 at 112x112: oneDNN's brgconv_1x1 at K = 16 reached ~54 GFLOP/s there;
 // off by default until a quiet whole-model A/B shows a gain, provider README).
 bool own_gated_pointwise_wanted(const ConvParams& p, const PostOps& post_ops,
                                 const memory::desc& src_md, const ConvLayouts& layouts) {
-  const char* kSwitch = "ET_CPU_OWN_GATED_1X1";
-  if (!layouts.weights_per_call || !kernel_opted_in(kSwitch)) return false;
-  if (switch_reach(kSwitch) != SwitchReach::kEverywhere && p.in_channels > kOwnExpandMaxK) {
+  const SwitchReach reach = opted_in_reach("ET_CPU_OWN_GATED_1X1");
+  if (!layouts.weights_per_call || reach == SwitchReach::kNever) return false;
+  if (reach != SwitchReach::kEverywhere && p.in_channels > kOwnExpandMaxK) {
     return false;
   }
   if (!all_ones(p.stride) || layouts.output == OutputLayout::kPlain ||

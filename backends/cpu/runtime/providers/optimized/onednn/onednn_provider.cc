@@ -3,13 +3,17 @@
 
 #include <sched.h>
 
+#include <limits>
+
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
+
 namespace et_cpu_plugin {
 namespace onednn {
 
 namespace {
 
-// $ET_CPU_ONEDNN_THREADS if it is a positive integer, else the CPUs this process may run on;
-// never more than those (more threads than cores only queue behind each other).
+// $ET_CPU_ONEDNN_THREADS (1 to 1024; unset or 0: the CPUs this process may run on); never more
+// than those CPUs (more threads than cores only queue behind each other).
 int default_thread_count() {
   int cpus = 1;
   cpu_set_t set;
@@ -17,24 +21,14 @@ int default_thread_count() {
   if (sched_getaffinity(0, sizeof(set), &set) == 0) {
     cpus = std::max(1, CPU_COUNT(&set));
   }
-  if (const char* env = std::getenv("ET_CPU_ONEDNN_THREADS")) {
-    const int value = std::atoi(env);
-    if (value > 0) {
-      return std::min(value, cpus);
-    }
-  }
-  return cpus;
+  const int64_t wanted = switch_number("ET_CPU_ONEDNN_THREADS", 0, 0, 1024);
+  return wanted > 0 ? static_cast<int>(std::min<int64_t>(wanted, cpus)) : cpus;
 }
 
+// $ET_CPU_ONEDNN_TASK_FLOPS (0 or more), default 1,000,000.
 int64_t default_min_task_flops() {
-  if (const char* env = std::getenv("ET_CPU_ONEDNN_TASK_FLOPS")) {
-    char* end = nullptr;
-    const long long value = std::strtoll(env, &end, 10);
-    if (end != env && value >= 0) {
-      return value;
-    }
-  }
-  return 1000000;
+  return switch_number("ET_CPU_ONEDNN_TASK_FLOPS", 1000000, 0,
+                       std::numeric_limits<int64_t>::max());
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "backends/cpu/runtime/providers/optimized/kernels/quantize_convert.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/quantized_add.h"
 #include "backends/cpu/runtime/providers/optimized/common/slices.h"
+#include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
 #include "backends/cpu/runtime/providers/optimized/common/work_pool.h"
 
@@ -48,9 +49,7 @@ constexpr char kAdd[] = "et_cpu_quant::add.out";
 // 2 OpenMP threads at load 12 on 2 cores, 123 ms with 1). Splitting the int8 kernels over the
 // pool is a follow-up.
 int int8_threads() {
-  const char* env = std::getenv("ET_CPU_ONEDNN_INT8_THREADS");
-  const int value = env == nullptr ? 1 : std::atoi(env);
-  return value > 0 ? value : 1;
+  return static_cast<int>(onednn::switch_number("ET_CPU_ONEDNN_INT8_THREADS", 1, 1, 1024));
 }
 
 // ET_CPU_ONEDNN_INT8_SPLIT=0 runs every int8 convolution and linear whole on the calling thread
