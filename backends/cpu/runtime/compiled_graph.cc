@@ -258,7 +258,8 @@ Error CompiledGraph::compile(const void* data, size_t size, const NamedDataMap* 
   Error error = read_payload(data, size, &spec);
   if (error != Error::Ok) return error;
   // ET_CPU_REFERENCE_ONLY=1 (set, not 0): every op on ExecuTorch's kernels, as if lowered with
-  // every route on Reference (the AOT side's only difference), so a test compares providers on one .pte.
+  // every route on Reference (the AOT side's only difference), so a test compares providers on
+  // one .pte.
   if (kernel_opted_in("ET_CPU_REFERENCE_ONLY")) {
     for (OpSpec& op : spec.ops) op.provider = kReferenceProviderId;
   }
