@@ -25,6 +25,22 @@ size_t round_up(size_t bytes, size_t to) {
   return (bytes + to - 1) / to * to;
 }
 
+// `bytes` (whole huge pages) of fresh anonymous memory on a huge page boundary, advised as huge
+// pages before anything touches it, or null. Not from the heap: memory malloc hands out again is
+// often already faulted in on 4 KiB pages, which the advice does not change.
+void* map_slab(size_t bytes) {
+  const size_t span = bytes + kSlabBytes;
+  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = round_up(start, kSlabBytes);
+  if (aligned > start) munmap(raw, aligned - start);
+  const uintptr_t end = aligned + bytes;
+  if (start + span > end) munmap(reinterpret_cast<void*>(end), start + span - end);
+  madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE);  // a refusal is harmless
+  return reinterpret_cast<void*>(aligned);
+}
+
 struct Slab {
   size_t bytes = 0;  // whole huge pages
   size_t used = 0;   // blocks are carved from the front
@@ -42,12 +58,11 @@ class Arena {
       // A new slab; one for a large block is its own size, and its tail serves the small blocks
       // that follow when it is longer than what the current slab has left.
       const size_t slab_bytes = round_up(rounded, kSlabBytes);
-      void* memory = nullptr;
-      if (posix_memalign(&memory, kSlabBytes, slab_bytes) != 0) {
+      void* memory = map_slab(slab_bytes);
+      if (memory == nullptr) {
         throw ProviderError("weight arena: out of memory allocating " + std::to_string(bytes) +
                             " bytes of weights");
       }
-      madvise(memory, slab_bytes, MADV_HUGEPAGE);  // before the first write; a refusal is harmless
       base = reinterpret_cast<uintptr_t>(memory);
       slab = &slabs_[base];
       slab->bytes = slab_bytes;
@@ -78,7 +93,7 @@ class Arena {
       return true;
     }
     slab_total_ -= slab->second.bytes;
-    std::free(reinterpret_cast<void*>(slab->first));
+    munmap(reinterpret_cast<void*>(slab->first), slab->second.bytes);
     slabs_.erase(slab);
     return true;
   }

@@ -1,9 +1,10 @@
 // The process's memory for prepared weights on transparent huge pages: small blocks carved out of
-// 2 MiB-aligned slabs advised MADV_HUGEPAGE, so a call that reads a program's weights from a cold
-// cache walks a few huge pages instead of thousands of 4 KiB ones (this machine's THP mode is
-// `madvise`: nothing else gets huge pages). A slab is freed when its last block is; a block of a
-// slab or more gets slabs of its own. ET_CPU_HUGE_WEIGHTS=0 (read at each allocation, i.e. at
-// prepare) takes ordinary 64-byte-aligned heap memory instead, as before.
+// 2 MiB-aligned slabs (fresh mappings, advised MADV_HUGEPAGE before their first write), so a call
+// that reads a program's weights from a cold cache walks a few huge pages instead of thousands of
+// 4 KiB ones (this machine's THP mode is `madvise`: nothing else gets huge pages). A slab is freed
+// when its last block is; a block of a slab or more gets slabs of its own.
+// ET_CPU_HUGE_WEIGHTS=0 (read at each allocation, i.e. at prepare) takes ordinary 64-byte-aligned
+// heap memory instead, as before.
 #pragma once
 
 #include <cstddef>
