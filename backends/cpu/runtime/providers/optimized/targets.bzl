@@ -30,6 +30,7 @@ def define_common_targets():
         srcs = [
             "common/layout.cc",
             "common/pieces.cc",
+            "common/weight_arena.cc",
             "common/weight_cache.cc",
             "common/work_pool.cc",
             "kernels/channel_binary.cc",
@@ -75,6 +76,7 @@ def define_common_targets():
             "common/aligned_buffer.h",
             "common/slices.h",
             "common/switches.h",
+            "common/weight_arena.h",
             "common/weight_cache.h",
             "common/work_pool.h",
             "kernels/depthwise_conv.h",

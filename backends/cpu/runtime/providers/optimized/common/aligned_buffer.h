@@ -1,5 +1,6 @@
 // The provider's one kind of owned, aligned memory: the plans' scratchpad, staging buffers and
-// prepared weights, and RowGemm's packed weight streams (which may ask for huge pages).
+// prepared weights (from the weight arena's huge-page slabs, weight_arena.h), and RowGemm's packed
+// weight streams (which may ask for huge pages of their own when the arena is off).
 #pragma once
 
 #include <sys/mman.h>
@@ -10,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "backends/cpu/runtime/providers/optimized/common/weight_arena.h"
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
 
 namespace et_cpu_plugin {
@@ -35,18 +37,32 @@ class AlignedBuffer {
     if (posix_memalign(&memory, huge ? kHugePageBytes : 64, rounded) != 0) {
       throw ProviderError("oneDNN provider: out of memory allocating " + std::to_string(bytes));
     }
-    data_.reset(static_cast<uint8_t*>(memory));
+    data_ = std::unique_ptr<uint8_t, Free>(static_cast<uint8_t*>(memory), Free{false});
     size_ = bytes;
     if (huge) madvise(memory, rounded / kHugePageBytes * kHugePageBytes, MADV_HUGEPAGE);
+  }
+  // Fixed weights of `bytes` from allocate_weight_bytes (huge-page slabs unless
+  // ET_CPU_HUGE_WEIGHTS=0). Replaces any contents.
+  void reserve_weights(size_t bytes) {
+    data_ = std::unique_ptr<uint8_t, Free>(static_cast<uint8_t*>(allocate_weight_bytes(bytes)),
+                                           Free{true});
+    size_ = bytes;
   }
   void* data() const { return data_.get(); }
   size_t size() const { return size_; }
 
  private:
   struct Free {
-    void operator()(uint8_t* p) const { std::free(p); }
+    bool weights = false;  // from allocate_weight_bytes
+    void operator()(uint8_t* p) const {
+      if (weights) {
+        free_weight_bytes(p);
+      } else {
+        std::free(p);
+      }
+    }
   };
-  std::unique_ptr<uint8_t, Free> data_;
+  std::unique_ptr<uint8_t, Free> data_{nullptr, Free{}};
   size_t size_ = 0;
 };
 

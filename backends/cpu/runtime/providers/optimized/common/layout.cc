@@ -139,7 +139,7 @@ OwnedTensor reorder_constant(
   state.weights_bytes += to.get_size();  // what this Provider's plans hold, shared or not
   return cached_constant(state.weight_cache.get(), from, data, to, [&] {
     OwnedTensor owned{to, std::make_shared<AlignedBuffer>()};
-    owned.bytes->reserve(to.get_size());
+    owned.bytes->reserve_weights(to.get_size());
     memory src(from, state.engine, const_cast<float*>(data));
     memory dst(to, state.engine, owned.bytes->data());
     dnnl::reorder(src, dst).execute(state.stream, src, dst);

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cpu/runtime/providers/optimized/common/weight_arena.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/conv_window.h"
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
 
@@ -76,9 +77,9 @@ class DepthwiseConv {
   DepthwiseShape shape_;
   int64_t padded_channels_ = 0;
   std::vector<Block> blocks_;
-  std::vector<float> weights_;  // [kernel_h][kernel_w][padded_channels_]
-  std::vector<float> bias_;     // [padded_channels_] (zeros without a bias)
-  std::vector<float> zero_row_;  // [in_w][C] zeros: what rows outside the held input read
+  WeightVector<float> weights_;  // [kernel_h][kernel_w][padded_channels_]
+  WeightVector<float> bias_;     // [padded_channels_] (zeros without a bias)
+  WeightVector<float> zero_row_;  // [in_w][C] zeros: what rows outside the held input read
   PostOps post_ops_;
   // A SiLU epilogue by silu16_fast (~17 instructions per vector) instead of silu16 (~27, a
   // 512-bit division): ET_CPU_DEPTHWISE_FAST_SILU=0 (read at construction) keeps silu16.

@@ -143,7 +143,11 @@ std::shared_ptr<const RowGemm::Packed> RowGemm::pack(int64_t k, int64_t n, const
     packed->group_offset.push_back(total);
     total += static_cast<size_t>(k * panels_of(group_columns(n, g)) * kLanes);
   }
-  packed->weights.reserve(total * sizeof(float), row_gemm_cold_stream());
+  if (huge_weights_enabled()) {
+    packed->weights.reserve_weights(total * sizeof(float));
+  } else {
+    packed->weights.reserve(total * sizeof(float), row_gemm_cold_stream());
+  }
   float* const stream = static_cast<float*>(packed->weights.data());
   std::fill(stream, stream + total, 0.0f);  // the zero padding of each group's last vectors
   packed->bias.assign(static_cast<size_t>(groups * kGroupColumns), 0.0f);

@@ -31,7 +31,8 @@ constexpr int64_t kRowGemmMaxRows = 4;
 bool row_gemm_supports(int64_t rows, const PostOps& post_ops);
 
 // Whether RowGemms prepared now stream packed weights of 2 MiB or more for cold caches: a second
-// prefetch 32 KB ahead into L2 (the hardware streamer stops at every 4 KB page) and transparent
+// prefetch 32 KB ahead into L2 (the hardware streamer stops at every 4 KB page) and, when the
+// weight arena is off (ET_CPU_HUGE_WEIGHTS=0; on, every packing is on its huge pages), transparent
 // huge pages (fewer page walks). ET_CPU_ROW_GEMM_COLD_STREAM, on unless "0"
 // (read at pack and at construction, i.e. at prepare).
 bool row_gemm_cold_stream();
@@ -44,11 +45,12 @@ class RowGemm {
     int64_t k = 0;
     int64_t n = 0;
     // Group g: k rows of its (up to 64, zero-padded to whole vectors) columns, contiguous,
-    // from group_offset[g] (on a cache line); the bias of all groups, zero-padded alike. A
-    // stream of 2 MiB or more is on huge pages when row_gemm_cold_stream() (at pack).
+    // from group_offset[g] (on a cache line); the bias of all groups, zero-padded alike. Both
+    // on the weight arena's huge-page slabs (weight_arena.h); with ET_CPU_HUGE_WEIGHTS=0 a
+    // stream of 2 MiB or more is on huge pages of its own when row_gemm_cold_stream() (at pack).
     AlignedBuffer weights;
     std::vector<size_t> group_offset;
-    std::vector<float> bias;
+    WeightVector<float> bias;
     const float* stream() const { return static_cast<const float*>(weights.data()); }
     size_t bytes() const { return weights.size() + bias.size() * sizeof(float); }
   };

@@ -148,8 +148,8 @@ ET_AVX512 void scale_rows(const float* x, const float* g, bool channels_last, in
 }
 
 // torch's [rows, cols, 1, 1] transposed to [cols][rows rounded up to 16], zero-padded.
-std::vector<float> transposed(const float* w, int64_t rows, int64_t cols, int64_t padded) {
-  std::vector<float> out(static_cast<size_t>(cols * padded), 0.0f);
+WeightVector<float> transposed(const float* w, int64_t rows, int64_t cols, int64_t padded) {
+  WeightVector<float> out(static_cast<size_t>(cols * padded), 0.0f);
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       out[static_cast<size_t>(c * padded + r)] = w[r * cols + c];
@@ -158,8 +158,8 @@ std::vector<float> transposed(const float* w, int64_t rows, int64_t cols, int64_
   return out;
 }
 
-std::vector<float> padded_bias(const float* bias, int64_t count, int64_t padded) {
-  std::vector<float> out(static_cast<size_t>(padded), 0.0f);
+WeightVector<float> padded_bias(const float* bias, int64_t count, int64_t padded) {
+  WeightVector<float> out(static_cast<size_t>(padded), 0.0f);
   if (bias) std::copy(bias, bias + count, out.begin());
   return out;
 }
@@ -288,13 +288,13 @@ void SqueezeExcite::run(const float* x, int64_t batch, int64_t pixels, bool chan
       row_means16(x + n * image, pixels, begin, end, pooled + n * padded_channels_);
     });
   }
-  const auto weight_bytes = [](const std::vector<float>& w) {
+  const auto weight_bytes = [](const WeightVector<float>& w) {
     return static_cast<int64_t>(w.size() * sizeof(float));
   };
-  const std::vector<float>& reduce_ = weights_->reduce;
-  const std::vector<float>& reduce_bias_ = weights_->reduce_bias;
-  const std::vector<float>& expand_ = weights_->expand;
-  const std::vector<float>& expand_bias_ = weights_->expand_bias;
+  const WeightVector<float>& reduce_ = weights_->reduce;
+  const WeightVector<float>& reduce_bias_ = weights_->reduce_bias;
+  const WeightVector<float>& expand_ = weights_->expand;
+  const WeightVector<float>& expand_bias_ = weights_->expand_bias;
   phase(padded_squeezed_ / kLanes, weight_bytes(reduce_),
         [&](int64_t n, int64_t begin, int64_t end) {
           product(pooled + n * padded_channels_, channels_, reduce_.data(), padded_squeezed_,

@@ -17,6 +17,7 @@
 #include <memory>
 #include <vector>
 
+#include "backends/cpu/runtime/providers/optimized/common/weight_arena.h"
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
 
 namespace et_cpu_plugin {
@@ -30,10 +31,10 @@ class WeightCache;
 struct SqueezeExciteWeights {
   int64_t padded_channels = 0;
   int64_t padded_squeezed = 0;
-  std::vector<float> reduce;       // [channels][padded_squeezed]
-  std::vector<float> reduce_bias;  // [padded_squeezed]
-  std::vector<float> expand;       // [squeezed][padded_channels]
-  std::vector<float> expand_bias;  // [padded_channels]
+  WeightVector<float> reduce;       // [channels][padded_squeezed]
+  WeightVector<float> reduce_bias;  // [padded_squeezed]
+  WeightVector<float> expand;       // [squeezed][padded_channels]
+  WeightVector<float> expand_bias;  // [padded_channels]
   size_t bytes() const {
     return (reduce.size() + reduce_bias.size() + expand.size() + expand_bias.size()) *
            sizeof(float);

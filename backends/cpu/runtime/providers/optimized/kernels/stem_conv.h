@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cpu/runtime/providers/optimized/common/weight_arena.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/conv_window.h"
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
 
@@ -60,8 +61,8 @@ class StemConv {
  private:
   StemShape shape_;
   int64_t padded_out_ = 0;
-  std::vector<float> weights_;  // [kernel_h][kernel_w][in_channels][padded_out_]
-  std::vector<float> bias_;     // [padded_out_] (zeros without a bias)
+  WeightVector<float> weights_;  // [kernel_h][kernel_w][in_channels][padded_out_]
+  WeightVector<float> bias_;     // [padded_out_] (zeros without a bias)
   PostOps post_ops_;
 };
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "backends/cpu/runtime/providers/optimized/common/weight_arena.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/conv_window.h"
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
 
@@ -63,8 +64,8 @@ class StreamConv {
  private:
   StreamConvShape shape_;
   int64_t block_channels_ = 0;  // 32
-  std::vector<float> weights_;  // [block][tap][in_channels][block_channels_]
-  std::vector<float> bias_;     // [out_channels] (zeros without a bias)
+  WeightVector<float> weights_;  // [block][tap][in_channels][block_channels_]
+  WeightVector<float> bias_;     // [out_channels] (zeros without a bias)
   PostOps post_ops_;
 };
 

@@ -16,6 +16,7 @@
 #include "backends/cpu/runtime/providers/optimized/kernels/pointwise_int8.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/quantized_add.h"
 #include "backends/cpu/runtime/providers/optimized/common/slices.h"
+#include "backends/cpu/runtime/providers/optimized/common/weight_arena.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_activations.h"
 
 namespace onednn = et_cpu_plugin::onednn;
@@ -150,6 +151,12 @@ int etdnn_provider_work_sharing(const etdnn_provider* provider) {
 
 size_t etdnn_provider_weights_bytes(const etdnn_provider* provider) {
   return provider->provider.weights_bytes();
+}
+
+void etdnn_weight_arena_stats(size_t* slab_bytes, size_t* block_bytes) {
+  const et_cpu_plugin::onednn::WeightArenaStats stats = et_cpu_plugin::onednn::weight_arena_stats();
+  if (slab_bytes) *slab_bytes = stats.slab_bytes;
+  if (block_bytes) *block_bytes = stats.block_bytes;
 }
 
 size_t etdnn_provider_scratchpad_bytes(const etdnn_provider* provider) {

@@ -33,6 +33,9 @@ int etdnn_provider_work_sharing(const etdnn_provider* provider);
 size_t etdnn_provider_weights_bytes(const etdnn_provider* provider);
 size_t etdnn_provider_scratchpad_bytes(const etdnn_provider* provider);
 size_t etdnn_provider_staging_bytes(const etdnn_provider* provider);
+// The process's weight arena (common/weight_arena.h): bytes of huge-page slabs held and of live
+// weight blocks in them.
+void etdnn_weight_arena_stats(size_t* slab_bytes, size_t* block_bytes);
 // Writes the dispatched ISA name into `out` (NUL-terminated, truncated to `size`).
 void etdnn_provider_isa(const etdnn_provider* provider, char* out, size_t size);
 

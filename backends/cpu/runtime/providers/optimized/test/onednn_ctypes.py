@@ -85,6 +85,7 @@ def _load(path: str) -> ctypes.CDLL:
         "etdnn_provider_weights_bytes": (sz, [vp]),
         "etdnn_provider_scratchpad_bytes": (sz, [vp]),
         "etdnn_provider_staging_bytes": (sz, [vp]),
+        "etdnn_weight_arena_stats": (None, [ctypes.POINTER(sz), ctypes.POINTER(sz)]),
         "etdnn_provider_isa": (None, [vp, ctypes.c_char_p, sz]),
         "etdnn_conv_prepare": (
             vp,
@@ -290,6 +291,12 @@ class Provider:
     @property
     def staging_bytes(self) -> int:
         return int(self.lib.etdnn_provider_staging_bytes(self._handle))
+
+    def weight_arena_stats(self) -> tuple[int, int]:
+        """The process's weight arena: (bytes of huge-page slabs, bytes of live weights in them)."""
+        slabs, blocks = ctypes.c_size_t(), ctypes.c_size_t()
+        self.lib.etdnn_weight_arena_stats(ctypes.byref(slabs), ctypes.byref(blocks))
+        return int(slabs.value), int(blocks.value)
 
     def isa(self) -> str:
         buffer = ctypes.create_string_buffer(64)

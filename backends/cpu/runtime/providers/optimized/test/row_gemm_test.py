@@ -160,8 +160,9 @@ def test_head_split_by_its_weight_stream(
 
 @pytest.mark.parametrize("rows", [1, 3])
 def test_cold_stream_same_numbers(provider: Provider, rows: int) -> None:
-    """A 576 -> 1000 head (2.3 MB packed: a cold stream, prefetched further ahead and on huge
-    pages unless ET_CPU_ROW_GEMM_COLD_STREAM=0, read at prepare) computes bitwise what the plain
+    """A 576 -> 1000 head (2.3 MB packed: a cold stream, prefetched further ahead unless
+    ET_CPU_ROW_GEMM_COLD_STREAM=0, read at prepare; on huge pages either way, from the weight
+    arena) computes bitwise what the plain
     stream does (the prefetches and the memory change, not the arithmetic), and matches torch."""
     x, weight, bias = _linear_inputs(rows, 576, 1000, 23)
     plans = {}
@@ -175,6 +176,46 @@ def test_cold_stream_same_numbers(provider: Provider, rows: int) -> None:
     cold, plain = plans["1"].run(x), plans["0"].run(x)
     assert torch.equal(cold, plain)
     _assert_close(cold, F.hardswish(F.linear(x, weight, bias)))
+
+
+def _huge_page_advised_bytes() -> int:
+    """Bytes of this process's mappings advised MADV_HUGEPAGE ("hg" in /proc/self/smaps)."""
+    total = size = 0
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            if line.startswith("Size:"):
+                size = int(line.split()[1]) * 1024
+            elif line.startswith("VmFlags:") and "hg" in line.split()[1:]:
+                total += size
+    return total
+
+
+def test_weights_on_huge_page_slabs(provider: Provider) -> None:
+    """A small packing (256 -> 128, 128 KiB: far under the cold stream's 2 MiB bar) comes from the
+    weight arena's slabs (weight_arena.h), which are advised as huge pages, unless
+    ET_CPU_HUGE_WEIGHTS=0 (read at prepare: heap memory, as before); freed with its plan; the
+    numbers are bitwise the same either way."""
+    x, weight, bias = _linear_inputs(1, 256, 128, 29)
+    packed_bytes = 256 * 128 * 4
+    _, before = provider.weight_arena_stats()
+    on = provider.linear(1, weight, bias, [PostOp(HARDSWISH)])
+    slabs, after = provider.weight_arena_stats()
+    assert after - before >= packed_bytes
+    assert slabs >= after and slabs % (2 << 20) == 0
+    assert _huge_page_advised_bytes() >= slabs
+    os.environ["ET_CPU_HUGE_WEIGHTS"] = "0"
+    try:
+        off = provider.linear(1, weight, bias, [PostOp(HARDSWISH)])
+    finally:
+        del os.environ["ET_CPU_HUGE_WEIGHTS"]
+    assert provider.weight_arena_stats()[1] == after
+    for plan in (on, off):
+        assert plan.describe().startswith("row_gemm:avx512")
+    y = on.run(x)
+    assert torch.equal(y, off.run(x))
+    _assert_close(y, F.hardswish(F.linear(x, weight, bias)))
+    del on
+    assert provider.weight_arena_stats()[1] <= after - packed_bytes
 
 
 def test_more_rows_or_switched_off_stay_on_onednn(provider: Provider, row_gemm_off: None) -> None:
