@@ -4,7 +4,8 @@
 // 4 KiB ones (this machine's THP mode is `madvise`: nothing else gets huge pages). A slab is freed
 // when its last block is; a block of a slab or more gets slabs of its own.
 // ET_CPU_HUGE_WEIGHTS=0 (read at each allocation, i.e. at prepare) takes ordinary 64-byte-aligned
-// heap memory instead, as before.
+// heap memory instead, as before; so does an AddressSanitizer build unless the switch is 1 (heap
+// blocks have redzones, slab blocks none).
 #pragma once
 
 #include <cstddef>
