@@ -171,9 +171,7 @@ def test_weight_stream_tile_fit_changes_no_bits(
     # MobileNetV3's last 1x1 kind: 9 column groups on 2 threads in half groups, hardswish
     # inlined; ET_CPU_STREAM_TILE_FIT=0 runs whole groups through the generic epilogue.
     generator = torch.Generator().manual_seed(7)
-    x = torch.randn(1, 96, 7, 7, generator=generator).contiguous(
-        memory_format=torch.channels_last
-    )
+    x = torch.randn(1, 96, 7, 7, generator=generator).contiguous(memory_format=torch.channels_last)
     weight = torch.randn(520, 96, 1, 1, generator=generator) * (2.0 / math.sqrt(96))
     bias = torch.randn(520, generator=generator)
     outs = []
