@@ -207,7 +207,12 @@ void run_pointwise(ProviderState& state, const PointwiseRun& run, const float* x
   if (run.by_pixels) {
     const int64_t k = conv.in_channels();
     const int64_t n = conv.out_channels();
-    run_in_slices(state.pool.get(), run.tasks, run.pixels, [&](int64_t first, int64_t last, int) {
+    const int64_t step = std::max<int64_t>(1, run.pixel_step);
+    const int64_t units = (run.pixels + step - 1) / step;
+    run_in_slices(state.pool.get(), run.tasks, units, [&](int64_t first_unit, int64_t last_unit,
+                                                          int) {
+      const int64_t first = first_unit * step;
+      const int64_t last = std::min(run.pixels, last_unit * step);
       conv.run_stream(x + first * k, last - first, y + first * n,
                       residual != nullptr ? residual + first * n : nullptr, 0, groups, weights);
     });
@@ -227,8 +232,34 @@ void run_pointwise(ProviderState& state, const PointwiseRun& run, const float* x
     }
     x = run.gathered->data();
   }
-  run_in_slices(state.pool.get(), run.tasks, groups, [&](int64_t first, int64_t last, int) {
-    conv.run_stream(x, run.pixels, y, residual, first, last, weights);
+  if (!run.group_halves) {
+    run_in_slices(state.pool.get(), run.tasks, groups, [&](int64_t first, int64_t last, int) {
+      conv.run_stream(x, run.pixels, y, residual, first, last, weights);
+    });
+    return;
+  }
+  // Units are half groups: unit 2g is group g's pixels [0, middle), unit 2g + 1 the rest.
+  const int64_t k = conv.in_channels();
+  const int64_t n = conv.out_channels();
+  const int64_t half = run.pixels / 2;
+  const int64_t middle =
+      half >= kPointwiseTileMultiple ? half / kPointwiseTileMultiple * kPointwiseTileMultiple
+                                     : half;
+  auto half_group = [&](int64_t unit) {
+    const int64_t g = unit / 2;
+    const int64_t p0 = unit % 2 == 0 ? 0 : middle;
+    const int64_t p1 = unit % 2 == 0 ? middle : run.pixels;
+    conv.run_stream(x + p0 * k, p1 - p0, y + p0 * n,
+                    residual != nullptr ? residual + p0 * n : nullptr, g, g + 1, weights);
+  };
+  run_in_slices(state.pool.get(), run.tasks, 2 * groups, [&](int64_t first, int64_t last, int) {
+    if (first % 2 == 1 && first < last) half_group(first++);
+    const int64_t whole_end = last / 2;
+    if (first / 2 < whole_end) {
+      conv.run_stream(x, run.pixels, y, residual, first / 2, whole_end, weights);
+      first = 2 * whole_end;
+    }
+    if (first < last) half_group(first);
   });
 }
 

@@ -210,36 +210,39 @@ ET_AVX512 void stream_tiles(const TileArgs& a, int64_t tiles, int64_t first_tile
 
 using StreamKernel = void (*)(const TileArgs&, int64_t tiles, int64_t first_tile);
 
-// run_stream's epilogues: ReLU / clamp inlined with or without a leading add, else generic.
-enum class StreamEpilogue { kClamp, kAddClamp, kGeneric };
-
+// run_stream's epilogue: E inlined (ReLU / clamp, hardswish, SiLU), with or without a leading
+// add; kGeneric: epilogue16 on all post-ops (a dispatch per vector).
 template <int V, int P>
-StreamKernel stream_kernel_of(StreamEpilogue epi) {
+StreamKernel stream_kernel_of(Epi epi, bool add) {
   switch (epi) {
-    case StreamEpilogue::kClamp:
-      return stream_tiles<V, P, Epi::kClamp, false>;
-    case StreamEpilogue::kAddClamp:
-      return stream_tiles<V, P, Epi::kClamp, true>;
+    case Epi::kClamp:
+      return add ? stream_tiles<V, P, Epi::kClamp, true> : stream_tiles<V, P, Epi::kClamp, false>;
+    case Epi::kHardswish:
+      return add ? stream_tiles<V, P, Epi::kHardswish, true>
+                 : stream_tiles<V, P, Epi::kHardswish, false>;
+    case Epi::kSilu:
+      return add ? stream_tiles<V, P, Epi::kSilu, true> : stream_tiles<V, P, Epi::kSilu, false>;
     default:
       return stream_tiles<V, P, Epi::kGeneric, false>;
   }
 }
 
 template <int V>
-StreamKernel stream_kernel_for(bool single, StreamEpilogue epi) {
-  return single ? stream_kernel_of<V, 1>(epi) : stream_kernel_of<V, tile_pixels(V)>(epi);
+StreamKernel stream_kernel_for(bool single, Epi epi, bool add) {
+  return single ? stream_kernel_of<V, 1>(epi, add)
+                : stream_kernel_of<V, tile_pixels(V)>(epi, add);
 }
 
-StreamKernel stream_kernel(int vectors, bool single, StreamEpilogue epi) {
+StreamKernel stream_kernel(int vectors, bool single, Epi epi, bool add) {
   switch (vectors) {
     case 1:
-      return stream_kernel_for<1>(single, epi);
+      return stream_kernel_for<1>(single, epi, add);
     case 2:
-      return stream_kernel_for<2>(single, epi);
+      return stream_kernel_for<2>(single, epi, add);
     case 3:
-      return stream_kernel_for<3>(single, epi);
+      return stream_kernel_for<3>(single, epi, add);
     default:
-      return stream_kernel_for<4>(single, epi);
+      return stream_kernel_for<4>(single, epi, add);
   }
 }
 
@@ -256,6 +259,8 @@ bool pointwise_stream_supports(int64_t in_channels, int64_t out_channels,
   if (in_channels < 1 || out_channels < 1) return false;
   return post_ops_in_registers(post_ops);
 }
+
+bool stream_tile_fit() { return kernel_switched_on("ET_CPU_STREAM_TILE_FIT"); }
 
 int64_t pointwise_groups(int64_t out_channels) {
   return (out_channels + kGroupColumns - 1) / kGroupColumns;
@@ -274,7 +279,10 @@ bool own_expand_wanted(int64_t in_channels, int64_t out_channels, const PostOps&
 }
 
 PointwiseConv::PointwiseConv(std::shared_ptr<const RowGemm::Packed> packed, PostOps post_ops)
-    : packed_(std::move(packed)), post_ops_(std::move(post_ops)), has_add_(holds_add(post_ops_)) {
+    : packed_(std::move(packed)),
+      post_ops_(std::move(post_ops)),
+      has_add_(holds_add(post_ops_)),
+      inline_activations_(stream_tile_fit()) {
   if (packed_ == nullptr) throw ProviderError("pointwise conv: no packed weights");
   if (!pointwise_conv_supports(packed_->k, packed_->n, post_ops_) &&
       !pointwise_stream_supports(packed_->k, packed_->n, post_ops_)) {
@@ -338,13 +346,27 @@ void PointwiseConv::run_stream(const float* x, int64_t pixels, float* y, const f
   a.n = n;
   a.post_ops = &post_ops_;
   a.rest = &rest;
-  StreamEpilogue epi = StreamEpilogue::kGeneric;
+  // The inlined epilogue (E after a leading add, or E alone), else the generic one. Without
+  // stream_tile_fit only ReLU / clamp are inlined (the earlier way).
+  Epi epi = Epi::kGeneric;
+  bool add = false;
+  const auto inlined = [&](Epi e) {
+    return e == Epi::kClamp || (inline_activations_ && (e == Epi::kHardswish || e == Epi::kSilu));
+  };
   if (!has_add_) {
-    if (fused_epilogue_of(post_ops_, &a.lo, &a.hi) == Epi::kClamp) epi = StreamEpilogue::kClamp;
+    const Epi e = fused_epilogue_of(post_ops_, &a.lo, &a.hi);
+    if (inlined(e)) {
+      epi = e;
+      rest = post_ops_;
+    }
   } else if (post_ops_.front().kind == PostOp::Kind::kAdd) {
     rest.assign(post_ops_.begin() + 1, post_ops_.end());
-    if (!holds_add(rest) && fused_epilogue_of(rest, &a.lo, &a.hi) == Epi::kClamp) {
-      epi = StreamEpilogue::kAddClamp;
+    if (!holds_add(rest)) {
+      const Epi e = fused_epilogue_of(rest, &a.lo, &a.hi);
+      if (inlined(e)) {
+        epi = e;
+        add = true;
+      }
     }
   }
   const int64_t left = n % kLanes;
@@ -366,12 +388,12 @@ void PointwiseConv::run_stream(const float* x, int64_t pixels, float* y, const f
     a.x = x;
     a.y = y + g * kGroupColumns;
     a.residual = has_add_ ? residual + g * kGroupColumns : nullptr;
-    if (whole > 0) stream_kernel(vectors, false, epi)(a, whole, 0);
+    if (whole > 0) stream_kernel(vectors, false, epi, add)(a, whole, 0);
     if (pixels > whole * tile) {
       a.x += whole * tile * k;
       a.y += whole * tile * n;
       if (a.residual != nullptr) a.residual += whole * tile * n;
-      stream_kernel(vectors, true, epi)(a, pixels - whole * tile, whole);
+      stream_kernel(vectors, true, epi, add)(a, pixels - whole * tile, whole);
     }
   }
 }

@@ -76,7 +76,19 @@ class PointwiseConv {
   std::shared_ptr<const RowGemm::Packed> packed_;
   PostOps post_ops_;
   bool has_add_;
+  // run_stream inlines hardswish and SiLU too (not only ReLU / clamp): stream_tile_fit().
+  bool inline_activations_;
 };
+
+// Pixels a by-pixels slice of run_stream starts on a multiple of (the least common multiple of
+// the tiles' 6, 8 and 12 pixels), so only the last slice runs leftover pixels one at a time.
+constexpr int64_t kPointwiseTileMultiple = 24;
+
+// ET_CPU_STREAM_TILE_FIT not "0" (read where a plan or kernel is made): run_stream inlines
+// hardswish and SiLU in its epilogue, and by-pixels slices start on kPointwiseTileMultiple.
+// "0": only ReLU / clamp inlined (other activations through epilogue16's per-vector dispatch)
+// and slices cut at any pixel, as before (for A/B).
+bool stream_tile_fit();
 
 }  // namespace onednn
 }  // namespace et_cpu_plugin

@@ -470,6 +470,7 @@ ConvPlan prepare_pointwise(const std::shared_ptr<ProviderState>& state, const Co
                               /*weight_is_k_by_n=*/false, bias),
       post_ops);
   run.by_pixels = by_pixels;
+  run.pixel_step = by_pixels && stream_tile_fit() ? kPointwiseTileMultiple : 1;
   const std::vector<int64_t> out_size = conv_output_size(p);
   run.pixels = p.batch * static_cast<int64_t>(product(out_size));
   if (!all_ones(p.stride)) {
@@ -486,10 +487,12 @@ ConvPlan prepare_pointwise(const std::shared_ptr<ProviderState>& state, const Co
   const int64_t units = by_pixels ? run.pixels : pointwise_groups(p.out_channels);
   run.tasks = std::min<size_t>(state->pieces_for(flops, units),
                                state->pool ? static_cast<size_t>(state->pool->size()) : 1);
+  run.group_halves = !by_pixels && run.tasks > 1 && stream_tile_fit() && run.pixels >= 2 &&
+                     units % static_cast<int64_t>(run.tasks) != 0;
   state->weights_bytes += run.conv->weights_bytes();
   impl->implementation =
       std::string(by_pixels ? "pointwise_pixels:avx512" : "pointwise_stream:avx512") +
-      pieces_note(run.tasks);
+      pieces_note(run.tasks) + (run.group_halves ? " in half groups" : "");
   impl->pointwise = std::move(run);
   impl->has_bias = bias != nullptr;
   impl->has_add = has_add(post_ops);

@@ -409,6 +409,14 @@ struct PointwiseRun {
   int64_t pixels = 0;
   size_t tasks = 1;
   bool by_pixels = false;
+  // by_pixels: slices start on multiples of this many pixels (kPointwiseTileMultiple, or 1 with
+  // ET_CPU_STREAM_TILE_FIT=0), so no slice but the last ends in a partial tile.
+  int64_t pixel_step = 1;
+  // Column groups: the tasks take halves of groups (each group's pixels cut in two, on
+  // kPointwiseTileMultiple), so an odd count of groups still gives each thread an equal share
+  // (MobileNetV3's 96 -> 576 at 7x7: 9 groups, 4.5 each, not 5 and 4). Set when the groups do
+  // not divide among the tasks and ET_CPU_STREAM_TILE_FIT is not "0".
+  bool group_halves = false;
   // A strided 2D convolution (ResNet's projection shortcuts): the input pixels of `batch`
   // images of `window` it reads, gathered into `gathered` ([pixels][K]) before the product.
   // Stride 1: no gather.

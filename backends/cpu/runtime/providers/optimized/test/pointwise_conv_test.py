@@ -3,8 +3,9 @@ reference, through the C ABI: few input channels, output channels with and witho
 tail and one column group or several, pixel counts with and without whole tiles, every in-register
 post-op chain, and the ET_CPU_OWN_EXPAND=0 switch. Then its weight stream (run_stream) as
 prepare_conv runs a weight-heavy 1x1 convolution on it, on 2 threads, against eager torch's
-conv2d in float64: stride 1 and 2, a residual add before or after the activation, and both values
-of ET_CPU_STREAM_1X1.
+conv2d in float64: stride 1 and 2, a residual add before or after the activation, inlined
+hardswish and SiLU, an odd count of column groups shared in half groups, and both values of
+ET_CPU_STREAM_1X1 and of ET_CPU_STREAM_TILE_FIT (which must change no bits).
 
 Tolerance: 1e-4 relative and absolute (float32 sums of at most 72 products; 2e-4 for the
 stream's sums of up to 160).
@@ -23,6 +24,7 @@ from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import (
     IN_REGISTER_POST_OPS,
     RELU,
     SILU,
+    Plan,
     PostOp,
     Provider,
 )
@@ -89,13 +91,16 @@ def two_threads() -> Provider:
     return Provider(num_threads=2)
 
 
-# Weight-heavy shapes (weights > input + output): 3 groups and an 8-channel tail at 7x7 (49
-# pixels: 8 whole tiles and one single), 4 groups from a stride-2 gather, 2 groups of 1 and 4
-# vectors at 3x3.
-STREAM_SHAPES = [(96, 200, 7, 1), (160, 256, 6, 2), (128, 80, 3, 1)]
-# The post-ops with the add first (inlined add + ReLU), alone, after the activation (generic).
+# Weight-heavy shapes (weights > input + output): 8 groups and an 8-channel tail at 7x7 (49
+# pixels: 8 whole tiles and one single; 9 groups on 2 threads: shared in half groups), 4 groups
+# from a stride-2 gather, 2 groups of 1 and 4 vectors at 3x3.
+STREAM_SHAPES = [(96, 520, 7, 1), (160, 256, 6, 2), (128, 80, 3, 1)]
+# The post-ops with the add first (inlined add + ReLU / SiLU), alone, after the activation
+# (generic), an inlined hardswish.
 STREAM_POST_OPS = {
     "add_relu": ([PostOp(ADD), PostOp(RELU)], lambda y, r: (y + r).relu()),
+    "add_silu": ([PostOp(ADD), PostOp(SILU)], lambda y, r: F.silu(y + r)),
+    "hardswish": (IN_REGISTER_POST_OPS["hardswish"][0], lambda y, r: F.hardswish(y)),
     "add": ([PostOp(ADD)], lambda y, r: y + r),
     "hardswish_add": (
         [IN_REGISTER_POST_OPS["hardswish"][0][0], PostOp(ADD)],
@@ -103,6 +108,28 @@ STREAM_POST_OPS = {
     ),
     "relu": ([PostOp(RELU)], lambda y, r: y.relu()),
 }
+
+
+def _channels_last_1x1(
+    provider: Provider,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    stride: int,
+    post_ops: list[PostOp],
+) -> Plan:
+    """A 1x1 convolution plan, channels-last in and out, no padding."""
+    return provider.conv(
+        list(x.shape),
+        weight,
+        bias,
+        [stride, stride],
+        [0, 0],
+        [1, 1],
+        post_ops=post_ops,
+        input_channels_last=True,
+        output="channels_last",
+    )
 
 
 @pytest.mark.parametrize(("cin", "cout", "size", "stride"), STREAM_SHAPES, ids=str)
@@ -125,17 +152,7 @@ def test_weight_stream_conv_matches_eager(
     x = x.contiguous(memory_format=torch.channels_last)
     weight = torch.randn(cout, cin, 1, 1, generator=generator) * (2.0 / math.sqrt(cin))
     bias = torch.randn(cout, generator=generator)
-    plan = two_threads.conv(
-        list(x.shape),
-        weight,
-        bias,
-        [stride, stride],
-        [0, 0],
-        [1, 1],
-        post_ops=post_ops,
-        input_channels_last=True,
-        output="channels_last",
-    )
+    plan = _channels_last_1x1(two_threads, x, weight, bias, stride, post_ops)
     assert ("pointwise_stream" in plan.describe()) == (switch == "1"), plan.describe()
     out = plan.new_output()
     residual = torch.randn(out.shape, generator=generator)
@@ -146,6 +163,30 @@ def test_weight_stream_conv_matches_eager(
     torch.testing.assert_close(
         out, reference(want, residual.double()).float(), rtol=2e-4, atol=2e-4
     )
+
+
+def test_weight_stream_tile_fit_changes_no_bits(
+    two_threads: Provider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # MobileNetV3's last 1x1 kind: 9 column groups on 2 threads in half groups, hardswish
+    # inlined; ET_CPU_STREAM_TILE_FIT=0 runs whole groups through the generic epilogue.
+    generator = torch.Generator().manual_seed(7)
+    x = torch.randn(1, 96, 7, 7, generator=generator).contiguous(memory_format=torch.channels_last)
+    weight = torch.randn(520, 96, 1, 1, generator=generator) * (2.0 / math.sqrt(96))
+    bias = torch.randn(520, generator=generator)
+    outs = []
+    for switch in ["1", "0"]:
+        monkeypatch.setenv("ET_CPU_STREAM_TILE_FIT", switch)
+        plan = _channels_last_1x1(
+            two_threads, x, weight, bias, 1, IN_REGISTER_POST_OPS["hardswish"][0]
+        )
+        assert ("in half groups" in plan.describe()) == (switch == "1"), plan.describe()
+        out = plan.new_output()
+        plan.run_into(out, x)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    want = F.hardswish(F.conv2d(x.double(), weight.double(), bias.double()))
+    torch.testing.assert_close(outs[0], want.float(), rtol=2e-4, atol=2e-4)
 
 
 def test_weight_stream_leaves_activation_heavy_convs(two_threads: Provider) -> None:
