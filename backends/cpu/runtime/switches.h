@@ -1,9 +1,9 @@
 // The one reading of an environment switch of the delegate (ET_CPU_FOLD_PERMUTE,
 // ET_CPU_ROW_GEMM, ET_CPU_ONEDNN_CHAIN and the like; numeric ones such as ET_CPU_SHAPE_PLANS
-// through switch_number): the runtime's and every provider's go through it. Header-only and with
-// no dependencies (Bazel `:switches`), so the runtime library and the Optimized provider's plans,
-// which do not depend on each other, both read it (providers/optimized/common/switches.h names it
-// for the provider).
+// through switch_number, a number or "all" such as ET_CPU_SE_SPLIT through switch_number_or_all):
+// the runtime's and every provider's go through it. Header-only and with no dependencies (Bazel
+// `:switches`), so the runtime library and the Optimized provider's plans, which do not depend on
+// each other, both read it (providers/optimized/common/switches.h names it for the provider).
 #pragma once
 
 #include <algorithm>
@@ -56,17 +56,11 @@ inline SwitchReach opted_in_reach(const char* variable) {
   return std::strcmp(value, "all") == 0 ? SwitchReach::kEverywhere : SwitchReach::kDefault;
 }
 
-// A numeric switch (ET_CPU_SHAPE_PLANS, ET_CPU_ONEDNN_THREADS and the like): `variable` unset or
-// empty gives `fallback`; a decimal integer in [lowest, highest] gives itself. Anything else (not
-// a whole integer, or out of the range) is the user's mistake, reported where it is read: one
-// line on stderr naming the variable, its value and the accepted range, then `fallback`, as if it
-// were unset. Like the other readers it never fails the caller (some read in a pool worker or a
-// kernel's constructor, where an exception would end the process or only decline a kernel), and it
-// writes stderr directly because the provider's plans have no logger (one write per line). Read
-// at each call, like kernel_switched_on.
-inline int64_t switch_number(const char* variable, int64_t fallback, int64_t lowest,
-                             int64_t highest) {
-  const char* value = std::getenv(variable);
+namespace switch_detail {
+
+// switch_number's reading of `value`, `variable`'s value (null: unset).
+inline int64_t number_from(const char* variable, const char* value, int64_t fallback,
+                           int64_t lowest, int64_t highest) {
   if (value == nullptr || value[0] == '\0') return fallback;
   char* end = nullptr;
   errno = 0;
@@ -96,6 +90,31 @@ inline int64_t switch_number(const char* variable, int64_t fallback, int64_t low
     std::fwrite(line, 1, std::min(static_cast<size_t>(length), sizeof(line) - 1), stderr);
   }
   return fallback;
+}
+
+}  // namespace switch_detail
+
+// A numeric switch (ET_CPU_SHAPE_PLANS, ET_CPU_ONEDNN_THREADS and the like): `variable` unset or
+// empty gives `fallback`; a decimal integer in [lowest, highest] gives itself. Anything else (not
+// a whole integer, or out of the range) is the user's mistake, reported where it is read: one
+// line on stderr naming the variable, its value and the accepted range, then `fallback`, as if it
+// were unset. Like the other readers it never fails the caller (some read in a pool worker or a
+// kernel's constructor, where an exception would end the process or only decline a kernel), and it
+// writes stderr directly because the provider's plans have no logger (one write per line). Read
+// at each call, like kernel_switched_on.
+inline int64_t switch_number(const char* variable, int64_t fallback, int64_t lowest,
+                             int64_t highest) {
+  return switch_detail::number_from(variable, std::getenv(variable), fallback, lowest, highest);
+}
+
+// A numeric switch that also takes the word "all" (ET_CPU_SE_SPLIT), in one reading: "all" gives
+// `all` (a value the caller keeps outside [lowest, highest]), anything else what switch_number
+// gives for it.
+inline int64_t switch_number_or_all(const char* variable, int64_t fallback, int64_t lowest,
+                                    int64_t highest, int64_t all) {
+  const char* value = std::getenv(variable);
+  if (value != nullptr && std::strcmp(value, "all") == 0) return all;
+  return switch_detail::number_from(variable, value, fallback, lowest, highest);
 }
 
 }  // namespace et_cpu_plugin

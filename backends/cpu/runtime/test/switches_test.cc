@@ -1,7 +1,7 @@
 // switches.h's readers on real environment variables: switch_number (unset, empty, in range, the
 // range's ends, out of range, not a whole integer: the default and one stderr line naming the
-// variable, its value and the range) and opted_in_reach. A plain program: exits 1 on the first
-// failed check, naming it.
+// variable, its value and the range), switch_number_or_all ("all" and the numbers) and
+// opted_in_reach. A plain program: exits 1 on the first failed check, naming it.
 #include "backends/cpu/runtime/switches.h"
 
 #include <unistd.h>
@@ -15,6 +15,7 @@ namespace {
 
 using et_cpu_plugin::opted_in_reach;
 using et_cpu_plugin::switch_number;
+using et_cpu_plugin::switch_number_or_all;
 using et_cpu_plugin::SwitchReach;
 
 constexpr char kVariable[] = "ET_CPU_SWITCHES_TEST_NUMBER";
@@ -27,9 +28,9 @@ void check(bool ok, const std::string& what) {
   }
 }
 
-// switch_number(kVariable, 7, 1, 100) with `value` set (nullptr: unset), and what it wrote to
-// stderr meanwhile.
-int64_t read_number(const char* value, std::string* printed) {
+// switch_number(kVariable, 7, 1, 100) (with `or_all`: switch_number_or_all(..., -1)) with
+// `value` set (nullptr: unset), and what it wrote to stderr meanwhile.
+int64_t read_number(const char* value, std::string* printed, bool or_all = false) {
   if (value == nullptr) {
     unsetenv(kVariable);
   } else {
@@ -39,7 +40,8 @@ int64_t read_number(const char* value, std::string* printed) {
   std::FILE* capture = std::tmpfile();
   const int saved = dup(2);
   dup2(fileno(capture), 2);
-  const int64_t result = switch_number(kVariable, 7, 1, 100);
+  const int64_t result = or_all ? switch_number_or_all(kVariable, 7, 1, 100, -1)
+                                : switch_number(kVariable, 7, 1, 100);
   std::fflush(stderr);
   dup2(saved, 2);
   close(saved);
@@ -52,10 +54,11 @@ int64_t read_number(const char* value, std::string* printed) {
   return result;
 }
 
-void check_number(const char* value, int64_t expected, bool reported) {
+void check_number(const char* value, int64_t expected, bool reported, bool or_all = false) {
   std::string printed;
-  const int64_t got = read_number(value, &printed);
-  const std::string what = std::string("switch_number with ") + (value ? value : "(unset)");
+  const int64_t got = read_number(value, &printed, or_all);
+  const std::string what = std::string(or_all ? "switch_number_or_all" : "switch_number") +
+                           " with " + (value ? value : "(unset)");
   check(got == expected, what + ": " + std::to_string(got) + ", expected " +
                              std::to_string(expected));
   if (!reported) {
@@ -94,6 +97,12 @@ int main() {
   check_number("abc", 7, true);  // not a whole integer
   check_number("12abc", 7, true);
   check_number("3.5", 7, true);
+  check_number("all", -1, false, true);  // the word, then the numbers as switch_number reads them
+  check_number(nullptr, 7, false, true);
+  check_number("42", 42, false, true);
+  check_number("0", 7, true, true);
+  check_number("All", 7, true, true);
+  check_number("all", 7, true);  // switch_number: not a number
 
   check(reach_of(nullptr) == SwitchReach::kNever, "opted_in_reach unset");
   check(reach_of("") == SwitchReach::kNever, "opted_in_reach empty");

@@ -203,28 +203,30 @@ void run_row_gemm(ProviderState& state, const RowGemmRun& run, const float* x, f
 void run_pointwise(ProviderState& state, const PointwiseRun& run, const float* x, float* y,
                    const float* residual, const float* weights) {
   const PointwiseConv& conv = *run.conv;
-  const int64_t groups = pointwise_groups(conv.out_channels());
+  const int64_t k = conv.in_channels();
+  const int64_t n = conv.out_channels();
+  const int64_t groups = pointwise_groups(n);
+  // Column groups [first, last) over pixels [p0, p1): every path's one call of the stream (x is
+  // read when called: the gathered pixels, when there are).
+  auto stream = [&](int64_t p0, int64_t p1, int64_t first, int64_t last) {
+    conv.run_stream(x + p0 * k, p1 - p0, y + p0 * n,
+                    residual != nullptr ? residual + p0 * n : nullptr, first, last, weights);
+  };
   if (run.by_pixels) {
-    const int64_t k = conv.in_channels();
-    const int64_t n = conv.out_channels();
     const int64_t step = std::max<int64_t>(1, run.pixel_step);
     const int64_t units = (run.pixels + step - 1) / step;
     run_in_slices(state.pool.get(), run.tasks, units, [&](int64_t first_unit, int64_t last_unit,
                                                           int) {
-      const int64_t first = first_unit * step;
-      const int64_t last = std::min(run.pixels, last_unit * step);
-      conv.run_stream(x + first * k, last - first, y + first * n,
-                      residual != nullptr ? residual + first * n : nullptr, 0, groups, weights);
+      stream(first_unit * step, std::min(run.pixels, last_unit * step), 0, groups);
     });
     return;
   }
   if (run.gathered != nullptr) {
-    const int64_t k = conv.in_channels();
     float* to = run.gathered->data();
     const ConvWindow& w = run.window;
-    for (int64_t n = 0; n < run.batch; ++n) {
+    for (int64_t image = 0; image < run.batch; ++image) {
       for (int64_t oh = 0; oh < w.out_h; ++oh) {
-        const float* row = x + ((n * w.in_h + oh * w.stride_h) * w.in_w) * k;
+        const float* row = x + ((image * w.in_h + oh * w.stride_h) * w.in_w) * k;
         for (int64_t ow = 0; ow < w.out_w; ++ow, to += k) {
           std::memcpy(to, row + ow * w.stride_w * k, static_cast<size_t>(k) * sizeof(float));
         }
@@ -234,29 +236,24 @@ void run_pointwise(ProviderState& state, const PointwiseRun& run, const float* x
   }
   if (!run.group_halves) {
     run_in_slices(state.pool.get(), run.tasks, groups, [&](int64_t first, int64_t last, int) {
-      conv.run_stream(x, run.pixels, y, residual, first, last, weights);
+      stream(0, run.pixels, first, last);
     });
     return;
   }
   // Units are half groups: unit 2g is group g's pixels [0, middle), unit 2g + 1 the rest.
-  const int64_t k = conv.in_channels();
-  const int64_t n = conv.out_channels();
   const int64_t half = run.pixels / 2;
   const int64_t middle =
       half >= kPointwiseTileMultiple ? half / kPointwiseTileMultiple * kPointwiseTileMultiple
                                      : half;
   auto half_group = [&](int64_t unit) {
     const int64_t g = unit / 2;
-    const int64_t p0 = unit % 2 == 0 ? 0 : middle;
-    const int64_t p1 = unit % 2 == 0 ? middle : run.pixels;
-    conv.run_stream(x + p0 * k, p1 - p0, y + p0 * n,
-                    residual != nullptr ? residual + p0 * n : nullptr, g, g + 1, weights);
+    stream(unit % 2 == 0 ? 0 : middle, unit % 2 == 0 ? middle : run.pixels, g, g + 1);
   };
   run_in_slices(state.pool.get(), run.tasks, 2 * groups, [&](int64_t first, int64_t last, int) {
     if (first % 2 == 1 && first < last) half_group(first++);
     const int64_t whole_end = last / 2;
     if (first / 2 < whole_end) {
-      conv.run_stream(x, run.pixels, y, residual, first / 2, whole_end, weights);
+      stream(0, run.pixels, first / 2, whole_end);
       first = 2 * whole_end;
     }
     if (first < last) half_group(first);

@@ -13,6 +13,7 @@ using ::et_cpu_plugin::kernel_opted_in;
 using ::et_cpu_plugin::kernel_switched_on;
 using ::et_cpu_plugin::opted_in_reach;
 using ::et_cpu_plugin::switch_number;
+using ::et_cpu_plugin::switch_number_or_all;
 using ::et_cpu_plugin::switch_reach;
 using ::et_cpu_plugin::SwitchReach;
 

@@ -29,7 +29,7 @@ constexpr int64_t kPrefetchFloats = 1024;
 // in cache, where the second prefetch only adds load-port work (the Llama-style decoder's step
 // took 1.3x as long with it on every RowGemm).
 constexpr int64_t kFarPrefetchFloats = 8192;
-constexpr size_t kColdStreamBytes = kHugePageBytes;  // streams this large are also on huge pages
+constexpr size_t kColdStreamBytes = size_t{2} << 20;  // the bar: Packed::bytes() from 2 MiB
 
 // One column group of kPanels vectors for kRows rows: acc[r][p] over all k, then the epilogue.
 // The group's weights are one contiguous [k][kPanels * 16] stream.
@@ -143,11 +143,7 @@ std::shared_ptr<const RowGemm::Packed> RowGemm::pack(int64_t k, int64_t n, const
     packed->group_offset.push_back(total);
     total += static_cast<size_t>(k * panels_of(group_columns(n, g)) * kLanes);
   }
-  if (huge_weights_enabled()) {
-    packed->weights.reserve_weights(total * sizeof(float));
-  } else {
-    packed->weights.reserve(total * sizeof(float), row_gemm_cold_stream());
-  }
+  packed->weights.reserve_weights(total * sizeof(float));
   float* const stream = static_cast<float*>(packed->weights.data());
   std::fill(stream, stream + total, 0.0f);  // the zero padding of each group's last vectors
   packed->bias.assign(static_cast<size_t>(groups * kGroupColumns), 0.0f);

@@ -6,7 +6,8 @@
 // provider README); here they are packed once into one contiguous stream per column group, and
 // bias, post-ops and the residual add are applied in registers before the only store. A stream
 // of 2 MiB or more, which comes from L3 or memory at every call (issue 46), is also prefetched
-// further ahead into L2 and sits on transparent huge pages (ET_CPU_ROW_GEMM_COLD_STREAM).
+// further ahead into L2 (ET_CPU_ROW_GEMM_COLD_STREAM). The packings are prepared weights: on the
+// weight arena's huge pages (weight_arena.h) like every other.
 #pragma once
 
 #include <cstddef>
@@ -31,10 +32,8 @@ constexpr int64_t kRowGemmMaxRows = 4;
 bool row_gemm_supports(int64_t rows, const PostOps& post_ops);
 
 // Whether RowGemms prepared now stream packed weights of 2 MiB or more for cold caches: a second
-// prefetch 32 KB ahead into L2 (the hardware streamer stops at every 4 KB page) and, when the
-// weight arena is off (ET_CPU_HUGE_WEIGHTS=0; on, every packing is on its huge pages), transparent
-// huge pages (fewer page walks). ET_CPU_ROW_GEMM_COLD_STREAM, on unless "0"
-// (read at pack and at construction, i.e. at prepare).
+// prefetch 32 KB ahead into L2 (the hardware streamer stops at every 4 KB page).
+// ET_CPU_ROW_GEMM_COLD_STREAM, on unless "0" (read at construction, i.e. at prepare).
 bool row_gemm_cold_stream();
 
 class RowGemm {
@@ -46,8 +45,7 @@ class RowGemm {
     int64_t n = 0;
     // Group g: k rows of its (up to 64, zero-padded to whole vectors) columns, contiguous,
     // from group_offset[g] (on a cache line); the bias of all groups, zero-padded alike. Both
-    // on the weight arena's huge-page slabs (weight_arena.h); with ET_CPU_HUGE_WEIGHTS=0 a
-    // stream of 2 MiB or more is on huge pages of its own when row_gemm_cold_stream() (at pack).
+    // from the weight arena (weight_arena.h: huge-page slabs unless ET_CPU_HUGE_WEIGHTS=0).
     AlignedBuffer weights;
     std::vector<size_t> group_offset;
     WeightVector<float> bias;

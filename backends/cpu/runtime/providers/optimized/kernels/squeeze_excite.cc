@@ -208,8 +208,10 @@ SqueezeExcite::SqueezeExcite(int64_t channels, int64_t squeezed, const float* re
 }
 
 int64_t SqueezeExcite::split_bytes_from_environment() {
-  if (switch_reach("ET_CPU_SE_SPLIT") == SwitchReach::kEverywhere) return 0;  // "all"
-  const int64_t kib = switch_number("ET_CPU_SE_SPLIT", kSplitKiB, 0, int64_t{1} << 20);
+  constexpr int64_t kAll = -1;  // "all": always
+  const int64_t kib =
+      switch_number_or_all("ET_CPU_SE_SPLIT", kSplitKiB, 0, int64_t{1} << 20, kAll);
+  if (kib == kAll) return 0;
   return kib > 0 ? kib * 1024 : -1;  // "0": never
 }
 

@@ -218,6 +218,21 @@ def test_weights_on_huge_page_slabs(provider: Provider) -> None:
     assert provider.weight_arena_stats()[1] <= after - packed_bytes
 
 
+def test_no_huge_pages_of_its_own(provider: Provider) -> None:
+    """With ET_CPU_HUGE_WEIGHTS=0 a cold stream (576 -> 1000, 2.3 MB packed) is heap memory like
+    every other prepared weight: the arena is the one way weights get huge pages, so no mapping
+    is advised as huge pages for it."""
+    _, weight, bias = _linear_inputs(1, 576, 1000, 31)
+    advised = _huge_page_advised_bytes()
+    os.environ["ET_CPU_HUGE_WEIGHTS"] = "0"
+    try:
+        head = provider.linear(1, weight, bias, [PostOp(HARDSWISH)])
+    finally:
+        del os.environ["ET_CPU_HUGE_WEIGHTS"]
+    assert head.describe().startswith("row_gemm:avx512")
+    assert _huge_page_advised_bytes() == advised
+
+
 def test_more_rows_or_switched_off_stay_on_onednn(provider: Provider, row_gemm_off: None) -> None:
     x, weight, bias = _linear_inputs(1, 64, 64, 5)
     plan = provider.linear(1, weight, bias)
