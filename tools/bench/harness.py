@@ -10,6 +10,16 @@ its comparison measured in the same run. The harness therefore:
   (libgomp's, behind eager PyTorch, kept 1.5 cores busy for ~10 ms here), so without it a variant
   would be timed against its predecessor's spinning threads; the untimed call then lets every
   variant start warm (caches, its own threads awake) after that pause alike;
+- collects garbage (``gc.collect()``) before every timed call, in both regimes. With torch and
+  three runtimes loaded that takes ~190 ms, so every timed call comes after time away, and what
+  slows a call is that time, not what ran in between (2026-12-06, quiet, MobileNetV3-style on the
+  CPU delegate, ms: right after its previous call 1.01-1.09, after a 48 MB memory scrub 1.15,
+  after a 40 ms busy loop or sleep 1.63-1.66, after ``gc.collect()`` 1.91; XNNPACK 1.34 / 1.85
+  and ONNX Runtime 1.33 / 2.08 right after / 40 ms after): other tenants of the shared L3 evict
+  the working set meanwhile. The settled regime's one untimed call recovers part of it (1.43
+  after the collection; after two calls 1.10). Freezing the collector after setup instead
+  (``gc.freeze()``, tried) shortens the gaps, but then eager PyTorch's spinning OpenMP team runs
+  into the next variant's call (alternating: each runtime 1.2-1.8x slower, maxima up to 3x); kept as is;
 - measures peak memory of each variant in its own fresh subprocess, so one variant's allocations
   never inflate another's: the peak RSS of the process (``VmHWM``; ``ru_maxrss`` where the peak
   cannot be reset) and the peak over the RSS after imports ("+import": the kernel's high-water mark
