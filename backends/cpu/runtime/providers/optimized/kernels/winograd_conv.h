@@ -20,11 +20,8 @@
 namespace et_cpu_plugin {
 namespace onednn {
 
-// One image's convolution: its window (conv_window.h) from `in_channels` to `out_channels`.
-struct WinogradShape : ConvWindow {
-  int64_t in_channels = 0;
-  int64_t out_channels = 0;
-};
+// One image's convolution (conv_window.h).
+using WinogradShape = DenseConvShape;
 
 // Whether the kernel runs this shape with these post-ops here: AVX-512F, a 3x3 kernel at stride
 // 1 with padding 1 (output extents equal to the input's), any count of input channels, output

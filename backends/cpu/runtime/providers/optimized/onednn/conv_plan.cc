@@ -306,9 +306,9 @@ ConvWindow window_of(const ConvParams& p) {
   return w;
 }
 
-// What our own 2D kernels on channels-last rows (depthwise, StreamConv) need of a convolution:
-// 2D, dense (dilation 1), a channels-last input, and a channels-last output asked for (or
-// oneDNN's choice, which is channels-last for fp32 here).
+// What our own 2D kernels on channels-last rows (depthwise, StreamConv, WinogradConv) need of a
+// convolution: 2D, dense (dilation 1), a channels-last input, and a channels-last output asked
+// for (or oneDNN's choice, which is channels-last for fp32 here).
 bool channels_last_2d(const ConvParams& p, const memory::desc& src_md, OutputLayout output) {
   if (p.input_size.size() != 2 || p.dilation[0] != 1 || p.dilation[1] != 1 ||
       output == OutputLayout::kPlain) {
@@ -505,18 +505,16 @@ ConvPlan prepare_pointwise(const std::shared_ptr<ProviderState>& state, const Co
   return ConvPlan(std::move(impl));
 }
 
-// The shape our weight-streaming kernel (stream_conv.h) computes for a dense 2D convolution
-// (groups 1, dilation 1) reading a channels-last input, asked for a channels-last output (or
-// oneDNN's choice), when it is wanted there; nothing otherwise.
-std::optional<StreamConvShape> own_stream_conv_shape(const ConvParams& p, const PostOps& post_ops,
-                                                     const memory::desc& src_md,
-                                                     OutputLayout output) {
+// The shape of a dense 2D convolution (groups 1, dilation 1) reading a channels-last input, asked
+// for a channels-last output (or oneDNN's choice): what StreamConv (stream_conv.h) and
+// WinogradConv (winograd_conv.h) compute; nothing for any other convolution.
+std::optional<DenseConvShape> dense_conv_shape(const ConvParams& p, const memory::desc& src_md,
+                                               OutputLayout output) {
   if (p.groups != 1 || !channels_last_2d(p, src_md, output)) return std::nullopt;
-  StreamConvShape shape;
+  DenseConvShape shape;
   static_cast<ConvWindow&>(shape) = window_of(p);
   shape.in_channels = p.in_channels;
   shape.out_channels = p.out_channels;
-  if (!own_stream_conv_wanted(shape, post_ops)) return std::nullopt;
   return shape;
 }
 
@@ -538,20 +536,6 @@ ConvPlan prepare_stream_conv(const std::shared_ptr<ProviderState>& state, const 
   impl->stream = std::move(run);
   set_own_plan_layouts(*impl, p, shape, bias != nullptr, src_md);
   return ConvPlan(std::move(impl));
-}
-
-// The shape our Winograd kernel (winograd_conv.h) computes for a dense 2D convolution (groups 1,
-// dilation 1) reading a channels-last input, asked for a channels-last output (or oneDNN's
-// choice), when it is wanted there; nothing otherwise.
-std::optional<WinogradShape> own_winograd_shape(const ConvParams& p, const PostOps& post_ops,
-                                                const memory::desc& src_md, OutputLayout output) {
-  if (p.groups != 1 || !channels_last_2d(p, src_md, output)) return std::nullopt;
-  WinogradShape shape;
-  static_cast<ConvWindow&>(shape) = window_of(p);
-  shape.in_channels = p.in_channels;
-  shape.out_channels = p.out_channels;
-  if (!own_winograd_wanted(shape, post_ops)) return std::nullopt;
-  return shape;
 }
 
 // The plan of a convolution on WinogradConv: contiguous ranges of tile groups per task (each over
@@ -641,13 +625,14 @@ ConvPlan Provider::prepare_conv(
     return prepare_pointwise(state_, params, weight, bias, post_ops, given_src_md,
                              /*by_pixels=*/false);
   }
-  if (const std::optional<WinogradShape> winograd =
-          own_winograd_shape(params, post_ops, given_src_md, layouts.output)) {
-    return prepare_winograd_conv(state_, params, *winograd, weight, bias, post_ops, given_src_md);
-  }
-  if (const std::optional<StreamConvShape> stream =
-          own_stream_conv_shape(params, post_ops, given_src_md, layouts.output)) {
-    return prepare_stream_conv(state_, params, *stream, weight, bias, post_ops, given_src_md);
+  if (const std::optional<DenseConvShape> dense =
+          dense_conv_shape(params, given_src_md, layouts.output)) {
+    if (own_winograd_wanted(*dense, post_ops)) {
+      return prepare_winograd_conv(state_, params, *dense, weight, bias, post_ops, given_src_md);
+    }
+    if (own_stream_conv_wanted(*dense, post_ops)) {
+      return prepare_stream_conv(state_, params, *dense, weight, bias, post_ops, given_src_md);
+    }
   }
   const memory::desc bias_md = bias ? any_md({params.out_channels}) : memory::desc();
 

@@ -657,16 +657,17 @@ def test_winograd_conv_against_torch(
         post_ops, activation = IN_REGISTER_POST_OPS[post]
         expected = conv_reference(x, weight, bias, 1, 1, activation)
     for provider in (vector_provider("winograd"), Provider(num_threads=2, min_task_flops=0)):
-        plan = provider.conv(
-            list(x.shape), weight, bias, [1, 1], [1, 1], [1, 1], groups=1, post_ops=post_ops,
-            input_channels_last=True, output="channels_last",
-        )
-        assert plan.describe().startswith("winograd:avx512") == (switch == "all"), plan.describe()
-        actual = plan.run(
-            x.contiguous(memory_format=torch.channels_last),
-            residual=residual.contiguous(memory_format=torch.channels_last)
-            if post == "add_relu"
-            else None,
+        actual = run_conv(
+            provider,
+            x,
+            weight,
+            bias,
+            1,
+            1,
+            post_ops,
+            family="winograd",
+            own=switch == "all",
+            residual=residual if post == "add_relu" else None,
         )
         torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL)
 
@@ -714,14 +715,21 @@ def test_winograd_conv_default_and_declines(monkeypatch: pytest.MonkeyPatch) -> 
             output=output,
             dilation=dilation,
         )
-    # 24 output channels (not a multiple of 16), a 5x5 kernel, groups 2.
-    for c_out, kernel, groups in [(24, 3, 1), (32, 5, 1), (32, 3, 2)]:
-        w = torch.randn(c_out, 32 // groups, kernel, kernel) / math.sqrt(kernel * kernel * 32)
-        plan = provider.conv(
-            list(x.shape), w, None, [1, 1], [kernel // 2] * 2, [1, 1], groups=groups,
-            post_ops=relu, input_channels_last=True, output="channels_last",
+    # 24 output channels (not a multiple of 16), a 5x5 kernel, one filter per channel (groups
+    # 32: the depthwise kernel's).
+    for c_out, kernel, depthwise in [(24, 3, False), (32, 5, False), (32, 3, True)]:
+        w = torch.randn(c_out, 1 if depthwise else 32, kernel, kernel) / kernel
+        actual = run_conv(
+            provider,
+            x,
+            w,
+            None,
+            1,
+            kernel // 2,
+            relu,
+            family="winograd",
+            own=False,
+            depthwise=depthwise,
         )
-        assert not plan.describe().startswith("winograd"), plan.describe()
-        expected = F.conv2d(x.double(), w.double(), padding=kernel // 2, groups=groups).relu()
-        actual = plan.run(x.contiguous(memory_format=torch.channels_last))
-        torch.testing.assert_close(actual, expected.float(), rtol=RTOL, atol=ATOL)
+        expected = conv_reference(x, w, None, 1, kernel // 2, torch.relu, depthwise=depthwise)
+        torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL)
