@@ -1,6 +1,6 @@
 // Our own AVX-512 float32 Winograd F(2x2, 3x3) convolution: dense 3x3, stride 1, padding 1,
-// channels-last in and out (the 3x3s of ResNets and UNets at 56 down to 14 pixels, where
-// neither oneDNN 3.2 on x64 nor ONNX Runtime's MLAS has a float32 Winograd). Each 2x2 block of
+// channels-last in and out (the stride-1 3x3s of ResNets and UNets, for which neither oneDNN 3.2
+// on x64 nor ONNX Runtime's MLAS has a float32 Winograd). Each 2x2 block of
 // output pixels (a tile) reads a 4x4 input patch; with the weights transformed once at prepare
 // (U = G g G^T, 4x4 per channel pair) the tile costs 16 multiply-adds per channel pair instead of
 // the direct 36: per call the input patches are transformed (V = B^T d B), the 16 positions are
