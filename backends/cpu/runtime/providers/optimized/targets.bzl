@@ -50,6 +50,8 @@ def define_common_targets():
             "kernels/stem_conv.h",
             "kernels/stream_conv.cc",
             "kernels/stream_conv.h",
+            "kernels/winograd_conv.cc",
+            "kernels/winograd_conv.h",
             "kernels/squeeze_excite.cc",
             "kernels/squeeze_excite.h",
             "kernels/vector_epilogue.h",

@@ -1,5 +1,6 @@
-// The geometry our own 2D convolution kernels (depthwise_conv.h, stem_conv.h) share: one
-// image's input and output extents, the kernel, strides and top / left padding.
+// The geometry our own 2D convolution kernels (depthwise_conv.h, stem_conv.h, stream_conv.h,
+// winograd_conv.h) share: one image's input and output extents, the kernel, strides and top /
+// left padding; and a dense convolution's shape (the window and its channels).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,13 @@ struct ConvWindow {
   int64_t stride_w = 1;
   int64_t pad_top = 0;
   int64_t pad_left = 0;
+};
+
+// One image's dense convolution (groups 1): its window from `in_channels` to `out_channels`
+// (StreamConv's and WinogradConv's shape).
+struct DenseConvShape : ConvWindow {
+  int64_t in_channels = 0;
+  int64_t out_channels = 0;
 };
 
 }  // namespace onednn

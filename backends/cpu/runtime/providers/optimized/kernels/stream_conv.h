@@ -23,11 +23,8 @@
 namespace et_cpu_plugin {
 namespace onednn {
 
-// One image's convolution: its window (conv_window.h) from `in_channels` to `out_channels`.
-struct StreamConvShape : ConvWindow {
-  int64_t in_channels = 0;
-  int64_t out_channels = 0;
-};
+// One image's convolution (conv_window.h).
+using StreamConvShape = DenseConvShape;
 
 // Whether the kernel runs this shape with these post-ops here: AVX-512F, a 3x3 kernel with
 // padding 1 at stride 1 or 2 (both dims alike), output rows of 7 or a multiple of 14 pixels,

@@ -13,6 +13,7 @@
 #include "backends/cpu/runtime/providers/optimized/kernels/row_gemm.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/stem_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/stream_conv.h"
+#include "backends/cpu/runtime/providers/optimized/kernels/winograd_conv.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
 
 namespace et_cpu_plugin {
@@ -32,6 +33,7 @@ size_t ConvLikePlan::pieces() const {
   if (impl_->stem) return impl_->stem->tasks;
   if (impl_->pointwise) return impl_->pointwise->tasks;
   if (impl_->stream) return impl_->stream->tasks;
+  if (impl_->winograd) return impl_->winograd->tasks;
   return std::max<size_t>(1, impl_->pieces.size());
 }
 
@@ -112,6 +114,7 @@ size_t ConvCore::weights_bytes() const {
   if (stem) return stem->conv->weights_bytes();
   if (pointwise) return pointwise->conv->weights_bytes();
   if (stream) return stream->conv->weights_bytes();
+  if (winograd) return winograd->conv->weights_bytes();
   size_t total = weights.md.get_size() + (has_bias ? bias.md.get_size() : 0);
   // Channel pieces own their weight blocks; other pieces' weights are empty (the plan's).
   for (const Piece& piece : pieces) {
@@ -237,6 +240,21 @@ void run_stream_conv(ProviderState& state, const StreamConvRun& run, const float
   });
 }
 
+void run_winograd_conv(ProviderState& state, const WinogradRun& run, const float* input,
+                       float* output, const float* residual) {
+  const WinogradConv& conv = *run.conv;
+  const int64_t groups = conv.groups(run.batch);
+  const int64_t blocks = conv.blocks();
+  run_in_slices(state.pool.get(), run.tasks, run.by_blocks ? blocks : groups,
+                [&](int64_t begin, int64_t end, int) {
+                  if (run.by_blocks) {
+                    conv.run(input, output, residual, run.batch, 0, groups, begin, end);
+                  } else {
+                    conv.run(input, output, residual, run.batch, begin, end, 0, blocks);
+                  }
+                });
+}
+
 InputChannelScaling::InputChannelScaling(std::shared_ptr<const void> owner, const float* weights,
                                          size_t floats, std::vector<int32_t> channel)
     : owner_(std::move(owner)), weights_(weights), floats_(floats), channel_(std::move(channel)) {
@@ -312,7 +330,8 @@ namespace {
 // it runs our own 1x1 kernel split by pixels (each slice reads all of RowGemm's packing).
 bool one_weights_buffer(const ConvCore& p) {
   if (p.pointwise && p.pointwise->by_pixels) return true;
-  if (p.row_gemm || p.depthwise || p.stem || p.pointwise || p.stream || !p.weights.bytes ||
+  if (p.row_gemm || p.depthwise || p.stem || p.pointwise || p.stream || p.winograd ||
+      !p.weights.bytes ||
       p.weights.md.is_zero()) {
     return false;
   }
@@ -412,6 +431,10 @@ void ConvCore::run(const char* what, const float* input, float* output, const fl
   }
   if (p.stream) {
     run_stream_conv(state, *p.stream, input, output);
+    return;
+  }
+  if (p.winograd) {
+    run_winograd_conv(state, *p.winograd, input, output, residual);
     return;
   }
   ThreadCountGuard threads(state.omp_threads);

@@ -139,6 +139,7 @@ class DepthwiseConv;
 class StemConv;
 class PointwiseConv;
 class StreamConv;
+class WinogradConv;
 
 struct ProviderState {
   dnnl::engine engine{dnnl::engine::kind::cpu, 0};
@@ -457,6 +458,17 @@ struct StreamConvRun {
 };
 void run_stream_conv(ProviderState& state, const StreamConvRun& run, const float* input,
                      float* output);
+// A plan's WinogradConv (winograd_conv.h) over `batch` images and the tasks it is shared out in:
+// contiguous ranges of tile groups, each over every output-channel block, or (`by_blocks`: few
+// tiles, weights outweighing the input) contiguous ranges of blocks, each over every tile.
+struct WinogradRun {
+  std::shared_ptr<const WinogradConv> conv;
+  int64_t batch = 1;
+  size_t tasks = 1;
+  bool by_blocks = false;
+};
+void run_winograd_conv(ProviderState& state, const WinogradRun& run, const float* input,
+                       float* output, const float* residual);
 // Runs every piece on the pool; `data(piece)` gives what it reads and writes.
 void run_pieces(ProviderState& state, const std::vector<Piece>& pieces,
                 const std::function<PieceData(const Piece&)>& data);
@@ -588,6 +600,9 @@ struct ConvCore {
   // So does a weight-heavy 3x3 convolution, channels-last in and out, when our weight-streaming
   // kernel covers it (stream_conv.h).
   std::optional<StreamConvRun> stream;
+  // So does a dense 3x3 stride-1 convolution, channels-last in and out, on our Winograd
+  // F(2x2, 3x3) kernel where it is wanted (winograd_conv.h); a residual add runs there too.
+  std::optional<WinogradRun> winograd;
   Layout input_layout{nullptr};
   Layout output_layout{nullptr};
   // What the primitive reads and writes (its own choice of layouts, or channels-last); where

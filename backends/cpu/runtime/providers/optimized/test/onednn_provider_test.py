@@ -555,6 +555,7 @@ def test_stream_conv_against_torch(
     post: str,
 ) -> None:
     monkeypatch.setenv("ET_CPU_OWN_STREAM_CONV", switch)
+    monkeypatch.setenv("ET_CPU_WINOGRAD", "0")  # its stride-1 shapes would go to Winograd first
     c_in, c_out, stride, size, batch = case
     post_ops, activation = IN_REGISTER_POST_OPS[post]
     gen = torch.Generator().manual_seed(c_in * 100 + c_out + stride)
@@ -577,6 +578,7 @@ def test_stream_conv_default_and_declines(monkeypatch: pytest.MonkeyPatch) -> No
     oneDNN's with the switch at "all"."""
     provider = vector_provider("stream_conv")
     monkeypatch.delenv("ET_CPU_OWN_STREAM_CONV", raising=False)
+    monkeypatch.setenv("ET_CPU_WINOGRAD", "0")
     relu = [PostOp(RELU)]
     for c, stride, size, own in [
         (256, 1, 7, True),
@@ -615,3 +617,119 @@ def test_stream_conv_default_and_declines(monkeypatch: pytest.MonkeyPatch) -> No
         w = torch.randn(c_out, 32, kernel, kernel) / math.sqrt(kernel * kernel * 32)
         xs = torch.randn(1, 32, size, size)
         run_conv(provider, xs, w, None, 1, kernel // 2, relu, family="stream_conv", own=False)
+
+
+# Our Winograd F(2x2, 3x3) convolution (kernels/winograd_conv.h) on the convolution plan: both
+# values of ET_CPU_WINOGRAD ("all": every shape it covers on ours; "0": oneDNN's) against
+# F.conv2d in float64 with the module's tolerance (F(2x2, 3x3) in float32 stays within ~1e-6
+# relative here: the transforms only add and halve). Shapes: odd extents (tiles cut at the
+# right and bottom edges), a width of 1, input channels not a multiple of 16 and over one
+# 16-channel chunk, 48 output channels (a 32- and a 16-channel block), batch 2 (tile groups
+# across images), whole and split over the pool (by tile groups and by channel blocks).
+_WINOGRAD_CASES = [  # c_in, c_out, height, width, batch
+    (16, 16, 5, 7, 1),
+    (20, 48, 9, 6, 2),
+    (64, 32, 14, 13, 1),
+    (40, 64, 3, 1, 1),
+]
+
+
+@pytest.mark.parametrize("switch", ["all", "0"])
+@pytest.mark.parametrize("case", _WINOGRAD_CASES)
+@pytest.mark.parametrize("post", ["relu", "none", "relu6", "silu", "add_relu"])
+def test_winograd_conv_against_torch(
+    monkeypatch: pytest.MonkeyPatch,
+    switch: str,
+    case: tuple[int, int, int, int, int],
+    post: str,
+) -> None:
+    monkeypatch.setenv("ET_CPU_WINOGRAD", switch)
+    c_in, c_out, height, width, batch = case
+    gen = torch.Generator().manual_seed(c_in * 100 + c_out + height)
+    x = torch.randn(batch, c_in, height, width, generator=gen)
+    weight = torch.randn(c_out, c_in, 3, 3, generator=gen) / math.sqrt(9 * c_in)
+    bias = None if post == "none" else torch.randn(c_out, generator=gen)
+    residual = torch.randn(batch, c_out, height, width, generator=gen)
+    if post == "add_relu":
+        post_ops = [PostOp(ADD), PostOp(RELU)]
+        expected = torch.relu(conv_reference(x, weight, bias, 1, 1, lambda y: y) + residual)
+    else:
+        post_ops, activation = IN_REGISTER_POST_OPS[post]
+        expected = conv_reference(x, weight, bias, 1, 1, activation)
+    for provider in (vector_provider("winograd"), Provider(num_threads=2, min_task_flops=0)):
+        actual = run_conv(
+            provider,
+            x,
+            weight,
+            bias,
+            1,
+            1,
+            post_ops,
+            family="winograd",
+            own=switch == "all",
+            residual=residual if post == "add_relu" else None,
+        )
+        torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL)
+
+
+def test_winograd_conv_default_and_declines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unset switch: 16 or more input channels with transformed weights of at most 2 MiB on
+    ours (ResNet-50-style 32@56, UNet's 16@128-style 16 -> 16, a 256 -> 128 concatenation); 8
+    input channels, and 256 -> 256 (4 MiB: stage 4's 3x3 stays on StreamConv) on the others;
+    and what the kernel does not cover stays off it with the switch at "all"."""
+    provider = vector_provider("winograd")
+    monkeypatch.delenv("ET_CPU_WINOGRAD", raising=False)
+    relu = [PostOp(RELU)]
+    for c_in, c_out, size, own in [
+        (32, 32, 28, True),
+        (16, 16, 16, True),
+        (256, 128, 4, True),
+        (8, 16, 16, False),
+        (256, 256, 7, False),
+    ]:
+        x = torch.randn(1, c_in, size, size)
+        weight = torch.randn(c_out, c_in, 3, 3) / math.sqrt(9 * c_in)
+        run_conv(provider, x, weight, None, 1, 1, relu, family="winograd", own=own)
+    monkeypatch.setenv("ET_CPU_WINOGRAD", "all")
+    x = torch.randn(1, 32, 10, 10)
+    weight = torch.randn(32, 32, 3, 3) / math.sqrt(9 * 32)
+    # stride 2, padding 0, dilation 2, a plain input, a plain output.
+    for stride, padding, dilation, channels_last, output in [
+        (2, 1, 1, True, "channels_last"),
+        (1, 0, 1, True, "channels_last"),
+        (1, 2, 2, True, "channels_last"),
+        (1, 1, 1, False, "channels_last"),
+        (1, 1, 1, True, "plain"),
+    ]:
+        run_conv(
+            provider,
+            x,
+            weight,
+            None,
+            stride,
+            padding,
+            relu,
+            channels_last,
+            family="winograd",
+            own=False,
+            output=output,
+            dilation=dilation,
+        )
+    # 24 output channels (not a multiple of 16), a 5x5 kernel, one filter per channel (groups
+    # 32: the depthwise kernel's).
+    for c_out, kernel, depthwise in [(24, 3, False), (32, 5, False), (32, 3, True)]:
+        w = torch.randn(c_out, 1 if depthwise else 32, kernel, kernel) / kernel
+        actual = run_conv(
+            provider,
+            x,
+            w,
+            None,
+            1,
+            kernel // 2,
+            relu,
+            family="winograd",
+            own=False,
+            depthwise=depthwise,
+        )
+        expected = conv_reference(x, w, None, 1, kernel // 2, torch.relu, depthwise=depthwise)
+        torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL)

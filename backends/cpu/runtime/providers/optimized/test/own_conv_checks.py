@@ -67,10 +67,12 @@ def run_conv(
     own: bool = True,
     output: str = "channels_last",
     dilation: int = 1,
+    residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Prepares and runs the convolution (groups = channels when `depthwise`) with the input in
-    the layout asked for; asserts that our `family` kernel took it exactly when `own`, the output
-    shape, and a channels-last output from our kernel when one was asked for."""
+    the layout asked for (and `residual`, in the output's layout, for an add post-op); asserts
+    that our `family` kernel took it exactly when `own`, the output shape, and a channels-last
+    output from our kernel when one was asked for."""
     plan = provider.conv(
         list(x.shape),
         weight,
@@ -85,7 +87,9 @@ def run_conv(
     )
     assert plan.describe().startswith(f"{family}:avx512") == own, plan.describe()
     layout = torch.channels_last if input_channels_last else torch.contiguous_format
-    out = plan.run(x.contiguous(memory_format=layout))
+    if residual is not None and output == "channels_last":
+        residual = residual.contiguous(memory_format=torch.channels_last)
+    out = plan.run(x.contiguous(memory_format=layout), residual=residual)
     assert out.shape == plan.output_shape
     if own and output == "channels_last":
         assert plan.output_is_channels_last
