@@ -2,8 +2,9 @@
 // channels-last in and out (the stride-1 3x3s of ResNets and UNets, for which neither oneDNN 3.2
 // on x64 nor ONNX Runtime's MLAS has a float32 Winograd). Each 2x2 block of output pixels (a
 // tile) reads a 4x4 input patch; with the weights transformed once at prepare (U = G g G^T, 4x4
-// per channel pair) the tile costs 16 multiply-adds per channel pair instead of the direct 36: per call the input patches are transformed (V = B^T d B), the 16 positions are
-// 16 independent products over the input channels (M = V U, tiles x output channels), and each
+// per channel pair) the tile costs 16 multiply-adds per channel pair instead of the direct 36:
+// per call the input patches are transformed (V = B^T d B), the 16 positions are 16 independent
+// products over the input channels (M = V U, tiles x output channels), and each
 // tile's M is transformed back to its 2x2 outputs (A^T M A), where the bias and the post-ops are
 // added in registers before the one store. The result stays within ~1e-5 relative of the direct
 // convolution in float32 (the transforms only add and halve).
