@@ -19,7 +19,8 @@ its comparison measured in the same run. The harness therefore:
   the working set meanwhile. The settled regime's one untimed call recovers part of it (1.43
   after the collection; after two calls 1.10). Freezing the collector after setup instead
   (``gc.freeze()``, tried) shortens the gaps, but then eager PyTorch's spinning OpenMP team runs
-  into the next variant's call (alternating: each runtime 1.2-1.8x slower, maxima up to 3x); kept as is;
+  into the next variant's call (alternating: each runtime 1.2-1.8x slower, maxima up to 3x), so
+  it stays;
 - measures peak memory of each variant in its own fresh subprocess, so one variant's allocations
   never inflate another's: the peak RSS of the process (``VmHWM``; ``ru_maxrss`` where the peak
   cannot be reset) and the peak over the RSS after imports ("+import": the kernel's high-water mark
