@@ -21,10 +21,6 @@ namespace {
 constexpr size_t kSlabBytes = size_t{2} << 20;  // a transparent huge page on x86-64
 constexpr size_t kBlockAlignment = 64;           // a cache line
 
-size_t round_up(size_t bytes, size_t to) {
-  return (bytes + to - 1) / to * to;
-}
-
 // `bytes` (whole huge pages) of fresh anonymous memory on a huge page boundary, advised as huge
 // pages before anything touches it, or null. Not from the heap: memory malloc hands out again is
 // often already faulted in on 4 KiB pages, which the advice does not change.

@@ -16,6 +16,13 @@
 namespace et_cpu_plugin {
 namespace onednn {
 
+// `x` rounded up to a multiple of `to` (> 0): the arena's block and slab sizes, and the kernels'
+// padded weight extents.
+template <typename T>
+constexpr T round_up(T x, T to) {
+  return (x + to - 1) / to * to;
+}
+
 // Whether weights prepared now go on huge-page slabs (ET_CPU_HUGE_WEIGHTS, on unless "0").
 bool huge_weights_enabled();
 

@@ -188,18 +188,8 @@ BlockKernel block_kernel_of(int b) {
 
 template <int K, int S, Reads kReads>
 BlockKernel with_epilogue(int b, Epi epi) {
-  switch (epi) {
-    case Epi::kClamp:
-      return block_kernel_of<K, S, kReads, Epi::kClamp>(b);
-    case Epi::kHardswish:
-      return block_kernel_of<K, S, kReads, Epi::kHardswish>(b);
-    case Epi::kSilu:
-      return block_kernel_of<K, S, kReads, Epi::kSilu>(b);
-    case Epi::kSiluFast:
-      return block_kernel_of<K, S, kReads, Epi::kSiluFast>(b);
-    default:
-      return block_kernel_of<K, S, kReads, Epi::kGeneric>(b);
-  }
+  return with_fused_epilogue</*kWithSiluFast=*/true>(
+      epi, [b](auto e) { return block_kernel_of<K, S, kReads, decltype(e)::value>(b); });
 }
 
 template <int K, int S>

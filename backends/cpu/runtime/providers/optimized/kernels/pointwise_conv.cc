@@ -155,16 +155,8 @@ TileKernel tile_kernel_for(int vectors, bool single) {
 }
 
 TileKernel tile_kernel(int vectors, bool single, Epi epi) {
-  switch (epi) {
-    case Epi::kClamp:
-      return tile_kernel_for<Epi::kClamp>(vectors, single);
-    case Epi::kHardswish:
-      return tile_kernel_for<Epi::kHardswish>(vectors, single);
-    case Epi::kSilu:
-      return tile_kernel_for<Epi::kSilu>(vectors, single);
-    default:
-      return tile_kernel_for<Epi::kGeneric>(vectors, single);
-  }
+  return with_fused_epilogue(
+      epi, [&](auto e) { return tile_kernel_for<decltype(e)::value>(vectors, single); });
 }
 
 // run_stream's `tiles` tiles of P pixels x V vectors, the first being the group's tile number
@@ -214,17 +206,14 @@ using StreamKernel = void (*)(const TileArgs&, int64_t tiles, int64_t first_tile
 // add; kGeneric: epilogue16 on all post-ops (a dispatch per vector).
 template <int V, int P>
 StreamKernel stream_kernel_of(Epi epi, bool add) {
-  switch (epi) {
-    case Epi::kClamp:
-      return add ? stream_tiles<V, P, Epi::kClamp, true> : stream_tiles<V, P, Epi::kClamp, false>;
-    case Epi::kHardswish:
-      return add ? stream_tiles<V, P, Epi::kHardswish, true>
-                 : stream_tiles<V, P, Epi::kHardswish, false>;
-    case Epi::kSilu:
-      return add ? stream_tiles<V, P, Epi::kSilu, true> : stream_tiles<V, P, Epi::kSilu, false>;
-    default:
-      return stream_tiles<V, P, Epi::kGeneric, false>;
-  }
+  return with_fused_epilogue(epi, [add](auto e) -> StreamKernel {
+    constexpr Epi E = decltype(e)::value;
+    if constexpr (E == Epi::kGeneric) {
+      return stream_tiles<V, P, E, false>;
+    } else {
+      return add ? stream_tiles<V, P, E, true> : stream_tiles<V, P, E, false>;
+    }
+  });
 }
 
 template <int V>

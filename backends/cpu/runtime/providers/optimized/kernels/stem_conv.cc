@@ -219,16 +219,8 @@ constexpr int kStagedPixels = 14;
 
 template <int V, int kStep, int P>
 BlockKernel with_epilogue(FusedEpilogue epi) {
-  switch (epi) {
-    case FusedEpilogue::kClamp:
-      return block_pixels<V, P, kStep, FusedEpilogue::kClamp>;
-    case FusedEpilogue::kHardswish:
-      return block_pixels<V, P, kStep, FusedEpilogue::kHardswish>;
-    case FusedEpilogue::kSilu:
-      return block_pixels<V, P, kStep, FusedEpilogue::kSilu>;
-    default:
-      return block_pixels<V, P, kStep, FusedEpilogue::kGeneric>;
-  }
+  return with_fused_epilogue(
+      epi, [](auto e) -> BlockKernel { return block_pixels<V, P, kStep, decltype(e)::value>; });
 }
 
 template <int kStep>

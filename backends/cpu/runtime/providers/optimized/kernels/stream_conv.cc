@@ -225,25 +225,11 @@ void StreamConv::run_blocks(const float* input, float* output, int64_t images,
         }
       }
     }
-    float* out = output + c;
-    switch (epi) {
-      case FusedEpilogue::kClamp:
-        finish_pixels<FusedEpilogue::kClamp>(post_ops_, lo, hi, out, all_pixels, oc, vectors);
-        break;
-      case FusedEpilogue::kHardswish:
-        finish_pixels<FusedEpilogue::kHardswish>(post_ops_, lo, hi, out, all_pixels, oc,
-                                                 vectors);
-        break;
-      case FusedEpilogue::kSilu:
-        finish_pixels<FusedEpilogue::kSilu>(post_ops_, lo, hi, out, all_pixels, oc, vectors);
-        break;
-      default:
-        if (!post_ops_.empty()) {
-          finish_pixels<FusedEpilogue::kGeneric>(post_ops_, lo, hi, out, all_pixels, oc,
-                                                 vectors);
-        }
-        break;
-    }
+    with_fused_epilogue(epi, [&](auto e) {
+      constexpr FusedEpilogue E = decltype(e)::value;
+      if (E == FusedEpilogue::kGeneric && post_ops_.empty()) return;
+      finish_pixels<E>(post_ops_, lo, hi, output + c, all_pixels, oc, vectors);
+    });
   }
 }
 

@@ -1,10 +1,13 @@
-// The in-register epilogue our AVX-512 kernels share (row_gemm.cc, depthwise_conv.cc): bias and
-// accumulation are the kernel's own; these apply the fused post-ops (residual add, ReLU, clamp and
-// the activations with a vector form) to one vector of 16 outputs before its only store.
+// The in-register epilogue our AVX-512 kernels share (row_gemm.cc, the depthwise, stem, 1x1, 3x3,
+// Winograd and squeeze-excite kernels): bias and accumulation are the kernel's own; these apply the
+// fused post-ops (residual add, ReLU, clamp and the activations with a vector form) to one vector
+// of 16 outputs before its only store, and turn their class (FusedEpilogue) into the template
+// argument a kernel specializes on (with_fused_epilogue).
 #pragma once
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include "backends/cpu/runtime/providers/optimized/kernels/vector_math.h"
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_provider.h"
@@ -104,6 +107,32 @@ inline bool post_ops_in_registers_without_add(const PostOps& post_ops) {
 // own inlined code, every other in-register chain through epilogue16 (a dispatch per vector).
 // kSiluFast: SiLU by silu16_fast (a kernel's choice for kSilu; fused_epilogue_of never gives it).
 enum class FusedEpilogue { kClamp, kHardswish, kSilu, kSiluFast, kGeneric };
+
+// The class E as a type: what with_fused_epilogue passes its callable.
+template <FusedEpilogue E>
+using FusedEpilogueClass = std::integral_constant<FusedEpilogue, E>;
+
+// f(FusedEpilogueClass<epi>{}): the runtime class `epi` as a compile-time one (in f:
+// `decltype(e)::value`), f's result returned (the same type for every class). Instantiates f for
+// the classes fused_epilogue_of gives, kClamp, kHardswish, kSilu and kGeneric, and with
+// kWithSiluFast for kSiluFast too; otherwise kSiluFast takes kGeneric.
+template <bool kWithSiluFast = false, typename F>
+auto with_fused_epilogue(FusedEpilogue epi, F&& f) {
+  switch (epi) {
+    case FusedEpilogue::kClamp:
+      return f(FusedEpilogueClass<FusedEpilogue::kClamp>{});
+    case FusedEpilogue::kHardswish:
+      return f(FusedEpilogueClass<FusedEpilogue::kHardswish>{});
+    case FusedEpilogue::kSilu:
+      return f(FusedEpilogueClass<FusedEpilogue::kSilu>{});
+    case FusedEpilogue::kSiluFast:
+      if constexpr (kWithSiluFast) return f(FusedEpilogueClass<FusedEpilogue::kSiluFast>{});
+      break;
+    case FusedEpilogue::kGeneric:
+      break;
+  }
+  return f(FusedEpilogueClass<FusedEpilogue::kGeneric>{});
+}
 
 // The class of `post_ops` (no add) and, for kClamp, its bounds.
 inline FusedEpilogue fused_epilogue_of(const PostOps& post_ops, float* lo, float* hi) {

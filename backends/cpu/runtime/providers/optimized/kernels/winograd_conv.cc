@@ -38,8 +38,6 @@ constexpr int64_t kBandBytes = int64_t{1} << 20;
 // The default rule's largest in_channels x out_channels (transformed weights of 2 MiB).
 constexpr int64_t kDefaultMaxChannelProduct = 128 * 256;
 
-int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-
 // M[tile p][0, 16 V) = sum over the input channels of V[chunk][p][c] * U[chunk * 16 + c][...]
 // for tiles [0, P) of one group at one position; `v` the group's [chunk][14][16] values, `u` the
 // position's [chunks * 16][16 V] weights, `m` the group's first tile in M (16 V floats a tile).
@@ -303,9 +301,12 @@ WinogradConv::WinogradConv(const WinogradShape& shape, const float* weight, cons
   if (bias) std::copy(bias, bias + oc, bias_.begin());
 }
 
+int64_t WinogradConv::tiles(int64_t images) const {
+  return images * ((shape_.out_h + 1) / 2) * ((shape_.out_w + 1) / 2);
+}
+
 int64_t WinogradConv::groups(int64_t images) const {
-  const int64_t tiles = images * ((shape_.out_h + 1) / 2) * ((shape_.out_w + 1) / 2);
-  return (tiles + kGroupTiles - 1) / kGroupTiles;
+  return (tiles(images) + kGroupTiles - 1) / kGroupTiles;
 }
 
 void WinogradConv::run(const float* input, float* output, const float* residual, int64_t images,
@@ -314,7 +315,7 @@ void WinogradConv::run(const float* input, float* output, const float* residual,
   const WinogradShape& s = shape_;
   const int64_t oc = s.out_channels;
   const int64_t chunks = padded_in_ / kLanes;
-  const int64_t tiles = images * ((s.out_h + 1) / 2) * ((s.out_w + 1) / 2);
+  const int64_t all_tiles = tiles(images);
   thread_local std::vector<float> scratch;
   const int64_t band_tiles = band_groups_ * kGroupTiles;
   const size_t needed =
@@ -326,7 +327,7 @@ void WinogradConv::run(const float* input, float* output, const float* residual,
   for (int64_t band = group_begin; band < group_end; band += band_groups_) {
     const int64_t groups = std::min(band_groups_, group_end - band);
     const int64_t tile_begin = band * kGroupTiles;
-    const int64_t count = std::min(groups * kGroupTiles, tiles - tile_begin);
+    const int64_t count = std::min(groups * kGroupTiles, all_tiles - tile_begin);
     if (count <= 0) break;
     float* v = scratch.data();
     float* m = v + kPositions * groups * kGroupTiles * padded_in_;
@@ -347,27 +348,11 @@ void WinogradConv::run(const float* input, float* output, const float* residual,
               m_pos + g * kGroupTiles * width);
         }
       }
-      const float* b = bias_.data() + channel;
-      switch (epi) {
-        case FusedEpilogue::kClamp:
-          transform_output<FusedEpilogue::kClamp>(s, post_ops_, lo, hi, tile_begin, count, groups,
-                                                  m, vectors, b, channel, output, residual);
-          break;
-        case FusedEpilogue::kHardswish:
-          transform_output<FusedEpilogue::kHardswish>(s, post_ops_, lo, hi, tile_begin, count,
-                                                      groups, m, vectors, b, channel, output,
-                                                      residual);
-          break;
-        case FusedEpilogue::kSilu:
-          transform_output<FusedEpilogue::kSilu>(s, post_ops_, lo, hi, tile_begin, count, groups,
-                                                 m, vectors, b, channel, output, residual);
-          break;
-        default:
-          transform_output<FusedEpilogue::kGeneric>(s, post_ops_, lo, hi, tile_begin, count,
-                                                    groups, m, vectors, b, channel, output,
-                                                    residual);
-          break;
-      }
+      with_fused_epilogue(epi, [&](auto e) {
+        transform_output<decltype(e)::value>(s, post_ops_, lo, hi, tile_begin, count, groups, m,
+                                             vectors, bias_.data() + channel, channel, output,
+                                             residual);
+      });
     }
   }
 }

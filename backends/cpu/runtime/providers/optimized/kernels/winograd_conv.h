@@ -52,6 +52,9 @@ class WinogradConv {
   size_t weights_bytes() const { return (weights_.size() + bias_.size()) * sizeof(float); }
   // Output-channel blocks of 32 (the last one 16 wide when out_channels is an odd multiple of 16).
   int64_t blocks() const { return (shape_.out_channels + 31) / 32; }
+  // Tiles (2x2 output pixels; at an odd output extent the last of a row or column is partial)
+  // over `images` images.
+  int64_t tiles(int64_t images) const;
   // Tile groups of kGroupTiles tiles over `images` images (the last one maybe partial).
   int64_t groups(int64_t images) const;
 

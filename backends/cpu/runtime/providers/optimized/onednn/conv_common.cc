@@ -1,7 +1,8 @@
 // The convolution-like plan (ConvLikePlan on ConvCore), one for convolutions and transposed
 // convolutions: staging between the caller's layouts and the primitive's, running the primitive
-// whole or in pieces, and the split into images or row bands. conv_plan.cc and deconv_plan.cc
-// only choose the primitive, split it and reorder the weights.
+// whole or in pieces, and the split into images or row bands; the runs of our own kernels a plan
+// holds instead of a primitive (OwnConvRun). conv_plan.cc and deconv_plan.cc only choose the
+// primitive (or our kernel), split it and reorder the weights.
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
 
 #include <algorithm>
@@ -28,12 +29,7 @@ size_t ConvLikePlan::weights_bytes() const { return impl_->weights_bytes(); }
 size_t ConvLikePlan::scratchpad_bytes() const { return impl_->scratchpad_md.get_size(); }
 std::string ConvLikePlan::implementation() const { return impl_->implementation; }
 size_t ConvLikePlan::pieces() const {
-  if (impl_->row_gemm) return impl_->row_gemm->tasks;
-  if (impl_->depthwise) return impl_->depthwise->tasks;
-  if (impl_->stem) return impl_->stem->tasks;
-  if (impl_->pointwise) return impl_->pointwise->tasks;
-  if (impl_->stream) return impl_->stream->tasks;
-  if (impl_->winograd) return impl_->winograd->tasks;
+  if (impl_->own) return impl_->own->tasks;
   return std::max<size_t>(1, impl_->pieces.size());
 }
 
@@ -42,8 +38,7 @@ void ConvLikePlan::run(const float* input, float* output, const float* residual)
 }
 
 bool ConvLikePlan::runs_images_together() const {
-  return (impl_->depthwise && impl_->depthwise->batch == 1) ||
-         (impl_->stem && impl_->stem->batch == 1);
+  return impl_->own && impl_->own->runs_images_together();
 }
 
 void ConvLikePlan::run_images(const float* input, float* output, int64_t images) const {
@@ -51,12 +46,7 @@ void ConvLikePlan::run_images(const float* input, float* output, int64_t images)
     throw ProviderError(std::string(impl_->name) + ": " + std::to_string(images) +
                         " images need a plan of one image on our depthwise or stem kernel");
   }
-  ProviderState& state = *impl_->state;
-  if (impl_->depthwise) {
-    run_depthwise(state, with_images(state, *impl_->depthwise, images), input, output);
-  } else {
-    run_stem(state, with_images(state, *impl_->stem, images), input, output);
-  }
+  impl_->own->run_images(*impl_->state, input, output, images);
 }
 
 void ConvCore::prepare(const std::shared_ptr<ProviderState>& provider,
@@ -109,12 +99,7 @@ void ConvCore::describe_split() {
 }
 
 size_t ConvCore::weights_bytes() const {
-  if (row_gemm) return row_gemm->gemm->weights_bytes();
-  if (depthwise) return depthwise->conv->weights_bytes();
-  if (stem) return stem->conv->weights_bytes();
-  if (pointwise) return pointwise->conv->weights_bytes();
-  if (stream) return stream->conv->weights_bytes();
-  if (winograd) return winograd->conv->weights_bytes();
+  if (own) return own->weights_bytes();
   size_t total = weights.md.get_size() + (has_bias ? bias.md.get_size() : 0);
   // Channel pieces own their weight blocks; other pieces' weights are empty (the plan's).
   for (const Piece& piece : pieces) {
@@ -208,49 +193,87 @@ void run_image_rows(ProviderState& state, size_t tasks, int64_t batch, int64_t o
 
 }  // namespace
 
-void run_depthwise(ProviderState& state, const DepthwiseRun& run, const float* input,
-                   float* output) {
-  const DepthwiseConv& conv = *run.conv;
+// The runs of our own kernels (OwnConvRun).
+
+size_t RowGemmRun::weights_bytes() const { return gemm->weights_bytes(); }
+
+void RowGemmRun::run(ProviderState& state, const float* input, float* output,
+                     const float* residual, const float*) const {
+  run_row_gemm(state, *this, input, output, residual);
+}
+
+namespace {
+
+// Output rows [row, last) of image `image` into `output` from the batch's row `first` on.
+void image_rows(const DepthwiseConv& conv, const float* input, float* output, int64_t image,
+                int64_t row, int64_t last, int64_t first) {
   const DepthwiseShape& s = conv.shape();
-  const int64_t in_image = s.in_h * s.in_w * s.channels;
-  const int64_t out_row = s.out_w * s.channels;
-  run_image_rows(state, run.tasks, run.batch, s.out_h,
-                 [&](int64_t image, int64_t row, int64_t last, int64_t first) {
-                   conv.run_rows(input + image * in_image, 0, s.in_h, output + first * out_row,
-                                 row, last);
-                 });
+  conv.run_rows(input + image * s.in_h * s.in_w * s.channels, 0, s.in_h,
+                output + first * s.out_w * s.channels, row, last);
 }
 
-void run_stem(ProviderState& state, const StemRun& run, const float* input, float* output) {
-  const StemConv& conv = *run.conv;
+void image_rows(const StemConv& conv, const float* input, float* output, int64_t image,
+                int64_t row, int64_t last, int64_t first) {
   const StemShape& s = conv.shape();
-  const int64_t in_image = s.in_h * s.in_w * s.in_channels;
-  const int64_t out_row = s.out_w * s.out_channels;
-  run_image_rows(state, run.tasks, run.batch, s.out_h,
+  conv.run_rows(input + image * s.in_h * s.in_w * s.in_channels,
+                output + first * s.out_w * s.out_channels, row, last);
+}
+
+}  // namespace
+
+template <typename Kernel>
+size_t ImageRowsRun<Kernel>::weights_bytes() const { return conv->weights_bytes(); }
+
+template <typename Kernel>
+void ImageRowsRun<Kernel>::run(ProviderState& state, const float* input, float* output,
+                               const float*, const float*) const {
+  run_image_rows(state, tasks, batch, conv->shape().out_h,
                  [&](int64_t image, int64_t row, int64_t last, int64_t first) {
-                   conv.run_rows(input + image * in_image, output + first * out_row, row, last);
+                   image_rows(*conv, input, output, image, row, last, first);
                  });
 }
 
-void run_stream_conv(ProviderState& state, const StreamConvRun& run, const float* input,
-                     float* output) {
-  const StreamConv& conv = *run.conv;
-  run_in_slices(state.pool.get(), run.tasks, conv.blocks(), [&](int64_t begin, int64_t end, int) {
-    conv.run_blocks(input, output, run.batch, begin, end);
+template <typename Kernel>
+void ImageRowsRun<Kernel>::run_images(ProviderState& state, const float* input, float* output,
+                                      int64_t images) const {
+  ImageRowsRun split = *this;
+  split.tasks = state.pieces_for(image_flops * static_cast<double>(images),
+                                 images * conv->shape().out_h);
+  split.batch = images;
+  split.run(state, input, output, nullptr, nullptr);
+}
+
+template struct ImageRowsRun<DepthwiseConv>;
+template struct ImageRowsRun<StemConv>;
+
+size_t PointwiseRun::weights_bytes() const { return conv->weights_bytes(); }
+
+void PointwiseRun::run(ProviderState& state, const float* input, float* output,
+                       const float* residual, const float* weights) const {
+  run_pointwise(state, *this, input, output, residual, weights);
+}
+
+size_t StreamConvRun::weights_bytes() const { return conv->weights_bytes(); }
+
+void StreamConvRun::run(ProviderState& state, const float* input, float* output, const float*,
+                        const float*) const {
+  run_in_slices(state.pool.get(), tasks, conv->blocks(), [&](int64_t begin, int64_t end, int) {
+    conv->run_blocks(input, output, batch, begin, end);
   });
 }
 
-void run_winograd_conv(ProviderState& state, const WinogradRun& run, const float* input,
-                       float* output, const float* residual) {
-  const WinogradConv& conv = *run.conv;
-  const int64_t groups = conv.groups(run.batch);
-  const int64_t blocks = conv.blocks();
-  run_in_slices(state.pool.get(), run.tasks, run.by_blocks ? blocks : groups,
+size_t WinogradRun::weights_bytes() const { return conv->weights_bytes(); }
+
+void WinogradRun::run(ProviderState& state, const float* input, float* output,
+                      const float* residual, const float*) const {
+  const int64_t groups = conv->groups(batch);
+  const int64_t blocks = conv->blocks();
+  run_in_slices(state.pool.get(), tasks, by_blocks ? blocks : groups,
                 [&](int64_t begin, int64_t end, int) {
-                  if (run.by_blocks) {
-                    conv.run(input, output, residual, run.batch, 0, groups, begin, end);
+                  if (by_blocks) {
+                    conv->run(input, output, residual, batch, 0, groups, begin, end);
                   } else {
-                    conv.run(input, output, residual, run.batch, begin, end, 0, blocks);
+                    conv->run(input, output, residual, batch, begin, end, 0, blocks);
                   }
                 });
 }
@@ -329,44 +352,41 @@ namespace {
 // Whether every piece of `p` (or its whole primitive) reads the plan's one weights buffer, or
 // it runs our own 1x1 kernel split by pixels (each slice reads all of RowGemm's packing).
 bool one_weights_buffer(const ConvCore& p) {
-  if (p.pointwise && p.pointwise->by_pixels) return true;
-  if (p.row_gemm || p.depthwise || p.stem || p.pointwise || p.stream || p.winograd ||
-      !p.weights.bytes ||
-      p.weights.md.is_zero()) {
-    return false;
-  }
+  if (p.own) return p.own->one_weights_buffer();
+  if (!p.weights.bytes || p.weights.md.is_zero()) return false;
   return std::none_of(p.pieces.begin(), p.pieces.end(),
                       [](const Piece& piece) { return piece.channels > 0; });
 }
 
 }  // namespace
 
+std::shared_ptr<const InputChannelScaling> PointwiseRun::input_channel_scaling() const {
+  // RowGemm's packing: per column group, [K][its columns padded to whole vectors], from
+  // group_offset[g]; the padding lanes (and any gap between groups) map to no channel.
+  const RowGemm::Packed& packed = conv->packed();
+  const int64_t groups = pointwise_groups(packed.n);
+  const auto width = [&](int64_t g) {
+    return (std::min<int64_t>(64, packed.n - g * 64) + 15) / 16 * 16;
+  };
+  const size_t floats = packed.group_offset.back() +
+                        static_cast<size_t>(packed.k * width(groups - 1));
+  std::vector<int32_t> channel(floats, -1);
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t columns = std::min<int64_t>(64, packed.n - g * 64);
+    const size_t at = packed.group_offset[static_cast<size_t>(g)];
+    for (int64_t i = 0; i < packed.k; ++i) {
+      for (int64_t c = 0; c < columns; ++c) {
+        channel[at + static_cast<size_t>(i * width(g) + c)] = static_cast<int32_t>(i);
+      }
+    }
+  }
+  return std::make_shared<InputChannelScaling>(conv, packed.stream(), floats, std::move(channel));
+}
+
 std::shared_ptr<const InputChannelScaling> ConvLikePlan::input_channel_scaling() const {
   const Impl& p = *impl_;
   if (!one_weights_buffer(p)) return nullptr;
-  if (p.pointwise) {
-    // RowGemm's packing: per column group, [K][its columns padded to whole vectors], from
-    // group_offset[g]; the padding lanes (and any gap between groups) map to no channel.
-    const RowGemm::Packed& packed = p.pointwise->conv->packed();
-    const int64_t groups = pointwise_groups(packed.n);
-    const auto width = [&](int64_t g) {
-      return (std::min<int64_t>(64, packed.n - g * 64) + 15) / 16 * 16;
-    };
-    const size_t floats = packed.group_offset.back() +
-                          static_cast<size_t>(packed.k * width(groups - 1));
-    std::vector<int32_t> channel(floats, -1);
-    for (int64_t g = 0; g < groups; ++g) {
-      const int64_t columns = std::min<int64_t>(64, packed.n - g * 64);
-      const size_t at = packed.group_offset[static_cast<size_t>(g)];
-      for (int64_t i = 0; i < packed.k; ++i) {
-        for (int64_t c = 0; c < columns; ++c) {
-          channel[at + static_cast<size_t>(i * width(g) + c)] = static_cast<int32_t>(i);
-        }
-      }
-    }
-    return std::make_shared<InputChannelScaling>(p.pointwise->conv, packed.stream(), floats,
-                                                 std::move(channel));
-  }
+  if (p.own) return p.own->input_channel_scaling();
   const memory::dims dims = p.weights.md.get_dims();
   // groups 1: [C_out, C_in, *kernel]; grouped weights have one more dim than the input.
   if (dims.size() != static_cast<size_t>(p.input_layout.dims().size())) return nullptr;
@@ -413,28 +433,8 @@ void ConvCore::run(const char* what, const float* input, float* output, const fl
   if (p.has_add && residual == nullptr) {
     throw ProviderError(std::string(what) + ": post-op add needs a residual tensor, got null");
   }
-  if (p.row_gemm) {
-    run_row_gemm(state, *p.row_gemm, input, output, residual);
-    return;
-  }
-  if (p.depthwise) {
-    run_depthwise(state, *p.depthwise, input, output);
-    return;
-  }
-  if (p.stem) {
-    run_stem(state, *p.stem, input, output);
-    return;
-  }
-  if (p.pointwise) {
-    run_pointwise(state, *p.pointwise, input, output, residual, weights_override);
-    return;
-  }
-  if (p.stream) {
-    run_stream_conv(state, *p.stream, input, output);
-    return;
-  }
-  if (p.winograd) {
-    run_winograd_conv(state, *p.winograd, input, output, residual);
+  if (p.own) {
+    p.own->run(state, input, output, residual, weights_override);
     return;
   }
   ThreadCountGuard threads(state.omp_threads);

@@ -275,9 +275,9 @@ ConvPlan prepare_row_product(const std::shared_ptr<ProviderState>& state, const 
                              const memory::desc& src_md, OutputLayout output) {
   auto impl = std::make_shared<ConvLikePlan::Impl>();
   impl->state = state;
-  impl->row_gemm = prepare_row_gemm(*state, p.batch, p.in_channels, p.out_channels, weight,
-                                    /*weight_is_k_by_n=*/false, bias, post_ops,
-                                    &impl->implementation);
+  impl->own = std::make_shared<RowGemmRun>(
+      prepare_row_gemm(*state, p.batch, p.in_channels, p.out_channels, weight,
+                       /*weight_is_k_by_n=*/false, bias, post_ops, &impl->implementation));
   impl->has_bias = bias != nullptr;
   impl->has_add = has_add(post_ops);
   Dims dst_dims{p.batch, p.out_channels};
@@ -348,18 +348,17 @@ void set_own_plan_layouts(ConvLikePlan::Impl& impl, const ConvParams& p, const C
       layout_of(channels_last_md({p.batch, p.out_channels, window.out_h, window.out_w}));
 }
 
-// The plan of a convolution on one of our own kernels (`Run`: DepthwiseRun or StemRun, `Kernel`
-// its DepthwiseConv or StemConv, built from `shape`), `macs` multiply-adds per output pixel:
-// the given input layout, channels-last output, the batch's output rows shared out on the pool;
-// `name` plus the pieces note is its implementation, `member` the Impl's slot for the run.
-template <typename Kernel, typename Run, typename Shape>
+// The plan of a convolution on one of our own row kernels (`Kernel`: DepthwiseConv or StemConv,
+// built from `shape`; ImageRowsRun), `macs` multiply-adds per output pixel: the given input
+// layout, channels-last output, the batch's output rows shared out on the pool; `name` plus the
+// pieces note is its implementation.
+template <typename Kernel, typename Shape>
 ConvPlan prepare_own(const std::shared_ptr<ProviderState>& state, const ConvParams& p,
                      const Shape& shape, double macs, const float* weight, const float* bias,
-                     const PostOps& post_ops, const memory::desc& src_md, const char* name,
-                     std::optional<Run> ConvCore::*member) {
+                     const PostOps& post_ops, const memory::desc& src_md, const char* name) {
   auto impl = std::make_shared<ConvLikePlan::Impl>();
   impl->state = state;
-  Run run;
+  ImageRowsRun<Kernel> run;
   run.conv = std::make_shared<Kernel>(shape, weight, bias, post_ops);
   run.batch = p.batch;
   const double flops = 2.0 * static_cast<double>(p.batch * shape.out_h * shape.out_w) * macs;
@@ -367,7 +366,7 @@ ConvPlan prepare_own(const std::shared_ptr<ProviderState>& state, const ConvPara
   run.image_flops = flops / static_cast<double>(p.batch);
   state->weights_bytes += run.conv->weights_bytes();
   impl->implementation = name + pieces_note(run.tasks);
-  (*impl).*member = std::move(run);
+  impl->own = std::make_shared<ImageRowsRun<Kernel>>(std::move(run));
   set_own_plan_layouts(*impl, p, shape, bias != nullptr, src_md);
   return ConvPlan(std::move(impl));
 }
@@ -495,7 +494,7 @@ ConvPlan prepare_pointwise(const std::shared_ptr<ProviderState>& state, const Co
   impl->implementation =
       std::string(by_pixels ? "pointwise_pixels:avx512" : "pointwise_stream:avx512") +
       pieces_note(run.tasks) + (run.group_halves ? " in half groups" : "");
-  impl->pointwise = std::move(run);
+  impl->own = std::make_shared<PointwiseRun>(std::move(run));
   impl->has_bias = bias != nullptr;
   impl->has_add = has_add(post_ops);
   Dims dst_dims{p.batch, p.out_channels};
@@ -533,7 +532,7 @@ ConvPlan prepare_stream_conv(const std::shared_ptr<ProviderState>& state, const 
   run.tasks = state->pieces_for(flops, std::min<int64_t>(run.conv->blocks(), threads));
   state->weights_bytes += run.conv->weights_bytes();
   impl->implementation = "stream_conv:avx512" + pieces_note(run.tasks);
-  impl->stream = std::move(run);
+  impl->own = std::make_shared<StreamConvRun>(std::move(run));
   set_own_plan_layouts(*impl, p, shape, bias != nullptr, src_md);
   return ConvPlan(std::move(impl));
 }
@@ -559,12 +558,11 @@ ConvPlan prepare_winograd_conv(const std::shared_ptr<ProviderState>& state, cons
   // Multiply-adds of the products (16 per tile and channel pair).
   const double flops = 2.0 * 16.0 * static_cast<double>(groups * WinogradConv::kGroupTiles) *
                        static_cast<double>(shape.in_channels * shape.out_channels);
-  run.tasks = state->pieces_for(flops, std::min<int64_t>(run.by_blocks ? blocks : groups,
-                                                         run.by_blocks ? threads : groups));
+  run.tasks = state->pieces_for(flops, run.by_blocks ? std::min(blocks, threads) : groups);
   state->weights_bytes += run.conv->weights_bytes();
   impl->implementation = std::string("winograd:avx512") + (run.by_blocks ? " by blocks" : "") +
                          pieces_note(run.tasks);
-  impl->winograd = std::move(run);
+  impl->own = std::make_shared<WinogradRun>(std::move(run));
   set_own_plan_layouts(*impl, p, shape, bias != nullptr, src_md);
   impl->has_add = has_add(post_ops);
   return ConvPlan(std::move(impl));
@@ -607,15 +605,14 @@ ConvPlan Provider::prepare_conv(
     const double macs = static_cast<double>(depthwise->channels * depthwise->kernel_h *
                                             depthwise->kernel_w);
     return prepare_own<DepthwiseConv>(state_, params, *depthwise, macs, weight, bias, post_ops,
-                                      given_src_md, "depthwise:avx512",
-                                      &ConvLikePlan::Impl::depthwise);
+                                      given_src_md, "depthwise:avx512");
   }
   if (const std::optional<StemShape> stem =
           own_stem_shape(params, post_ops, given_src_md, layouts.output)) {
     const double macs = static_cast<double>(stem->out_channels * stem->in_channels *
                                             stem->kernel_h * stem->kernel_w);
     return prepare_own<StemConv>(state_, params, *stem, macs, weight, bias, post_ops,
-                                 given_src_md, "stem:avx512", &ConvLikePlan::Impl::stem);
+                                 given_src_md, "stem:avx512");
   }
   if (own_gated_pointwise_wanted(params, post_ops, given_src_md, layouts)) {
     return prepare_pointwise(state_, params, weight, bias, post_ops, given_src_md,

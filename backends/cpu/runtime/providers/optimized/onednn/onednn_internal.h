@@ -374,11 +374,45 @@ bool row_gemm_stream_split();
 // The work a RowGemm of `rows` x `k` -> `n` weighs against pieces_for: with `stream_split` its
 // weight stream's time (a few rows read every weight once), else its flops.
 double row_gemm_split_work(int64_t rows, int64_t k, int64_t n, bool stream_split);
-// A plan's RowGemm (row_gemm.h) and the tasks it is shared out in on the pool (1: the calling
-// thread runs it).
-struct RowGemmRun {
-  std::shared_ptr<const RowGemm> gemm;
+// One of our own kernels that a convolution plan runs instead of a oneDNN primitive
+// (ConvCore::own): the prepared kernel and the `tasks` a call is shared out in on the pool (1: the
+// calling thread runs it). Each kernel's run below implements it, so the plan asks it for its
+// weights and runs it without knowing which kernel it is: one virtual call per plan call, none
+// inside a kernel.
+struct OwnConvRun {
   size_t tasks = 1;
+
+  virtual ~OwnConvRun() = default;
+  // Bytes of the kernel's prepared weights and bias (ConvLikePlan::weights_bytes).
+  virtual size_t weights_bytes() const = 0;
+  // Runs it on the caller's buffers in the plan's layouts (ConvLikePlan::run): `residual` read
+  // by a residual add post-op (null without one), `weights` (null: the kernel's own) in place of
+  // the kernel's where one_weights_buffer().
+  virtual void run(ProviderState& state, const float* input, float* output,
+                   const float* residual, const float* weights) const = 0;
+  // Whether a call reads one buffer of weights the caller may replace (ConvLikePlan::
+  // run_with_weights), and which input channel each of its floats belongs to.
+  virtual bool one_weights_buffer() const { return false; }
+  virtual std::shared_ptr<const InputChannelScaling> input_channel_scaling() const {
+    return nullptr;
+  }
+  // Whether run_images runs several whole images in one round of the pool
+  // (ConvLikePlan::runs_images_together), and that run of `images` images.
+  virtual bool runs_images_together() const { return false; }
+  virtual void run_images(ProviderState& state, const float* input, float* output,
+                          int64_t images) const {
+    throw ProviderError("own conv run: " + std::to_string(images) + " images in one round " +
+                        "need a kernel that runs them together");
+  }
+};
+// A plan's RowGemm (row_gemm.h); LinearPlan's too.
+struct RowGemmRun final : OwnConvRun {
+  std::shared_ptr<const RowGemm> gemm;
+
+  size_t weights_bytes() const override;
+  // run_row_gemm.
+  void run(ProviderState& state, const float* input, float* output, const float* residual,
+           const float* weights) const override;
 };
 // Packs the weights (counted in state.weights_bytes) and picks the split (pieces_for on the
 // weights' stream time: ET_CPU_ROW_GEMM_STREAM_SPLIT, pieces.cc); `implementation`
@@ -389,26 +423,36 @@ RowGemmRun prepare_row_gemm(ProviderState& state, int64_t rows, int64_t k, int64
 // Runs it on x / y / residual (see RowGemm::run), its column groups in contiguous ranges.
 void run_row_gemm(ProviderState& state, const RowGemmRun& run, const float* x, float* y,
                   const float* residual);
-// A plan's DepthwiseConv (depthwise_conv.h) over `batch` images and the tasks its rows and
-// images are shared out in on the pool (1: the calling thread runs it).
-struct DepthwiseRun {
-  std::shared_ptr<const DepthwiseConv> conv;
+// A plan's kernel computing a band of an image's output rows at a time (DepthwiseConv, StemConv)
+// over `batch` images: the batch's output rows shared out in near-equal contiguous slices. A plan
+// of one image runs any count of images in one round (run_images: the rows split as a plan
+// prepared for that batch would split them). Instantiated in conv_common.cc.
+template <typename Kernel>
+struct ImageRowsRun final : OwnConvRun {
+  std::shared_ptr<const Kernel> conv;
   int64_t batch = 1;
-  size_t tasks = 1;
-  double image_flops = 0;  // per image: the split of another count of images (with_images)
+  double image_flops = 0;  // per image: the split of another count of images (run_images)
+
+  size_t weights_bytes() const override;
+  void run(ProviderState& state, const float* input, float* output, const float* residual,
+           const float* weights) const override;
+  bool runs_images_together() const override { return batch == 1; }
+  void run_images(ProviderState& state, const float* input, float* output,
+                  int64_t images) const override;
 };
-// Runs it on whole channels-last images (input {N, C, H, W}, output {N, C, H_out, W_out}): the
-// batch's output rows in near-equal contiguous slices.
-void run_depthwise(ProviderState& state, const DepthwiseRun& run, const float* input,
-                   float* output);
+// DepthwiseConv (depthwise_conv.h) on channels-last images (input {N, C, H, W}, output
+// {N, C, H_out, W_out}).
+using DepthwiseRun = ImageRowsRun<DepthwiseConv>;
+// StemConv (stem_conv.h) on images (input {N, C, H, W} plain or channels-last as its shape says,
+// output channels-last {N, C, H_out, W_out}).
+using StemRun = ImageRowsRun<StemConv>;
 // A plan's weight-streaming 1x1 convolution (PointwiseConv::run_stream) over `pixels`
 // channels-last pixels and the tasks its column groups are shared out in (1: the calling thread);
 // `by_pixels`: the tasks are near-equal slices of the pixels instead, each over every column
 // group (a few-channel 1x1 at a large spatial size whose weights take a gate per call).
-struct PointwiseRun {
+struct PointwiseRun final : OwnConvRun {
   std::shared_ptr<const PointwiseConv> conv;
   int64_t pixels = 0;
-  size_t tasks = 1;
   bool by_pixels = false;
   // by_pixels: slices start on multiples of this many pixels (kPointwiseTileMultiple, or 1 with
   // ET_CPU_STREAM_TILE_FIT=0), so no slice but the last ends in a partial tile.
@@ -424,51 +468,42 @@ struct PointwiseRun {
   int64_t batch = 1;
   ConvWindow window;
   std::shared_ptr<std::vector<float>> gathered;
+
+  size_t weights_bytes() const override;
+  // run_pointwise.
+  void run(ProviderState& state, const float* input, float* output, const float* residual,
+           const float* weights) const override;
+  // Split by pixels, every slice reads all of RowGemm's packing.
+  bool one_weights_buffer() const override { return by_pixels; }
+  std::shared_ptr<const InputChannelScaling> input_channel_scaling() const override;
 };
 // Runs it on x / y / residual, its column groups (or pixels) in contiguous ranges; `weights`
 // (or null: the packed ones) as PointwiseConv::run_stream takes them.
 void run_pointwise(ProviderState& state, const PointwiseRun& run, const float* x, float* y,
                    const float* residual, const float* weights = nullptr);
-// A plan's StemConv (stem_conv.h), the same way.
-struct StemRun {
-  std::shared_ptr<const StemConv> conv;
-  int64_t batch = 1;
-  size_t tasks = 1;
-  double image_flops = 0;
-};
-// `run` (DepthwiseRun or StemRun) over `images` images, its rows split as a plan prepared for
-// that batch would split them.
-template <typename Run>
-Run with_images(const ProviderState& state, Run run, int64_t images) {
-  run.tasks = state.pieces_for(run.image_flops * static_cast<double>(images),
-                               images * run.conv->shape().out_h);
-  run.batch = images;
-  return run;
-}
-// Runs it on whole images (input {N, C, H, W} plain or channels-last as its shape says, output
-// channels-last {N, C, H_out, W_out}): the batch's output rows in near-equal contiguous slices.
-void run_stem(ProviderState& state, const StemRun& run, const float* input, float* output);
 // A plan's StreamConv (stream_conv.h) over `batch` images and the tasks its output-channel
 // blocks are shared out in (one contiguous range of blocks per task: each thread streams its
 // share of the weights once).
-struct StreamConvRun {
+struct StreamConvRun final : OwnConvRun {
   std::shared_ptr<const StreamConv> conv;
   int64_t batch = 1;
-  size_t tasks = 1;
+
+  size_t weights_bytes() const override;
+  void run(ProviderState& state, const float* input, float* output, const float* residual,
+           const float* weights) const override;
 };
-void run_stream_conv(ProviderState& state, const StreamConvRun& run, const float* input,
-                     float* output);
 // A plan's WinogradConv (winograd_conv.h) over `batch` images and the tasks it is shared out in:
 // contiguous ranges of tile groups, each over every output-channel block, or (`by_blocks`: few
 // tiles, weights outweighing the input) contiguous ranges of blocks, each over every tile.
-struct WinogradRun {
+struct WinogradRun final : OwnConvRun {
   std::shared_ptr<const WinogradConv> conv;
   int64_t batch = 1;
-  size_t tasks = 1;
   bool by_blocks = false;
+
+  size_t weights_bytes() const override;
+  void run(ProviderState& state, const float* input, float* output, const float* residual,
+           const float* weights) const override;
 };
-void run_winograd_conv(ProviderState& state, const WinogradRun& run, const float* input,
-                       float* output, const float* residual);
 // Runs every piece on the pool; `data(piece)` gives what it reads and writes.
 void run_pieces(ProviderState& state, const std::vector<Piece>& pieces,
                 const std::function<PieceData(const Piece&)>& data);
@@ -585,24 +620,12 @@ struct ConvCore {
   bool has_add = false;
   // A trailing sigmoid / SiLU run by the plan on each piece's destination (split_tail).
   std::optional<Activation> tail;
-  // A product over one pixel (1x1 kernel, 1x1 input: squeeze-excite) runs on our own kernel
-  // instead of the primitive (row_gemm.h); then only the layouts below are set.
-  std::optional<RowGemmRun> row_gemm;
-  // A depthwise convolution on channels-last input and output runs on our own kernel
-  // (depthwise_conv.h) when it covers it; then, too, only the layouts below are set.
-  std::optional<DepthwiseRun> depthwise;
-  // So does a convolution from 1 to 4 input channels (the stem) to a channels-last output when
-  // our stem kernel covers it and wins (stem_conv.h).
-  std::optional<StemRun> stem;
-  // So does a weight-heavy 1x1 convolution (stride 1, channels-last in and out) on the weight
-  // stream of pointwise_conv.h (conv_plan.cc's stream_pointwise_wanted).
-  std::optional<PointwiseRun> pointwise;
-  // So does a weight-heavy 3x3 convolution, channels-last in and out, when our weight-streaming
-  // kernel covers it (stream_conv.h).
-  std::optional<StreamConvRun> stream;
-  // So does a dense 3x3 stride-1 convolution, channels-last in and out, on our Winograd
-  // F(2x2, 3x3) kernel where it is wanted (winograd_conv.h); a residual add runs there too.
-  std::optional<WinogradRun> winograd;
+  // Our own kernel, run instead of the primitive where prepare_conv wants it (conv_plan.cc): a
+  // product over one pixel (1x1 kernel, 1x1 input: squeeze-excite) on RowGemm, a depthwise
+  // convolution, a stem of 1 to 4 input channels, a weight-heavy (or per-call weights) 1x1, a
+  // weight-heavy 3x3 on StreamConv, a dense 3x3 stride-1 on WinogradConv (OwnConvRun). Then only
+  // the layouts below, has_bias and has_add are set.
+  std::shared_ptr<const OwnConvRun> own;
   Layout input_layout{nullptr};
   Layout output_layout{nullptr};
   // What the primitive reads and writes (its own choice of layouts, or channels-last); where
