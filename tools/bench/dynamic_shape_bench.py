@@ -1,32 +1,42 @@
-"""Issues 20 and 47's benchmark: programs exported with bounded dynamic dimensions, one `.pte` per
-path serving every size, on the CPU delegate vs XNNPACK (which lowers the same dynamic program) vs
-eager. Both `.pte`s come from the documented flow, `to_edge_transform_and_lower(...)
+"""Issues 20, 46 and 47's benchmark: programs exported with bounded dynamic dimensions, one `.pte`
+per path serving every size, on the CPU delegate vs XNNPACK (which lowers the same dynamic program)
+vs eager. Every `.pte` comes from the documented flow, `to_edge_transform_and_lower(...)
 .to_executorch()`, nothing else. A Llama-style decoder (tools/bench/zoo_sequence.py) with a
 dynamic sequence length (max 512) at 1, 16, 128 and 512 tokens, a small CNN and the zoo's
 MobileNetV3-style network (224x224, issue 46) with a dynamic batch (max 16) at 1, 8 and 16: one
-table per size, ratios against XNNPACK, measured interleaved in
-one run (the shared harness). At a bound XNNPACK's program cannot run (ExecuTorch 1.5 plans its
-batch for 15), its column says FAILED with the runtime's error and the run exits 1.
+table per size, measured interleaved in one run (the shared harness), ratios ("x baseline")
+against XNNPACK's dynamic program. At a bound that program cannot run (ExecuTorch 1.5 plans its
+batch for 15: batch 16 fails), its column says FAILED with the runtime's error.
 
-Under each table, the first call at a new size, reported separately (our delegate compiles a
-graph for it, its re-planning cost; XNNPACK reshapes its runtime): a fresh module called at
-another size first (so its own initialization is not counted), then timed on its first and second
-call at the table's size. Several fresh modules per path (--first-call-runs), the paths
-interleaved; medians, min-max and ours / XNNPACK of the first-call medians. Beside the wall time,
-the first call's CPU time on the calling thread (where compiling happens): a shared machine's
-load stretches the wall time, much less that.
+The anchor every size has: "xnnpack static", XNNPACK lowered (same flow) from the model exported
+with static shapes at exactly the table's size, what an XNNPACK user who needs that size would
+ship (one `.pte` per size, running at no other). Under each table, ours / XNNPACK of the timed
+medians against both programs: the dynamic one where it ran, the static one at every size
+(JSON: `details["ours_over_xnnpack"]`, keyed by variant, None where that program failed).
+
+Then the first call at a new size, reported separately (our delegate compiles a graph for it, its
+re-planning cost; XNNPACK reshapes its runtime; the static anchor has no other size, so it is left
+out): a fresh module called at another size first (so its own initialization is not counted),
+then timed on its first and second call at the table's size. Several fresh modules per path
+(--first-call-runs), the paths interleaved; medians, min-max and ours / XNNPACK of the first-call
+medians. Beside the wall time, the first call's CPU time on the calling thread (where compiling
+happens): a shared machine's load stretches the wall time, much less that.
 
 After each model's last table, memory over many calls (--alternating-calls, default 1000): per
-path, a fresh module called round-robin at every size of the model it can run, its resident set
-size (RSS) read after the first round and after the last call; the growth between them is
-what the calls leaked or kept.
+dynamic path, a fresh module called round-robin at every size of the model it can run, its
+resident set size (RSS) read after the first round and after the last call; the growth between
+them is what the calls leaked or kept.
+
+Exit code: 1 when one of our runs fails (a timed variant, the first call at a new size, the memory
+check), or the static XNNPACK anchor or eager does; XNNPACK's dynamic program failing (at batch 16)
+is shown as FAILED and kept in the JSON, but is the peer's limit, not the run's failure; 2 for bad
+arguments; 0 otherwise.
 
     ./bazelw run //tools/bench:dynamic_shape_bench -- [--only llama/seq128] [--repeats 10]
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import statistics
 import sys
@@ -41,6 +51,7 @@ from tools.bench.zoo_sequence import LlamaLike
 
 OURS = "cpu delegate"
 XNNPACK = "xnnpack"
+XNNPACK_STATIC = "xnnpack static"  # exported with static shapes at the table's size: the anchor
 EAGER = "eager"
 SEQUENCE_LENGTHS = (1, 16, 128, 512)
 BATCHES = (1, 8, 16)
@@ -50,7 +61,8 @@ MAX_BATCH = 16
 VOCAB = 256
 
 _KEEP: list[bytes] = []  # the runtime does not own a program's buffer
-_PTE: dict[tuple[str, str], bytes] = {}  # (model, path) -> the one .pte of every size
+# (model, path, size) -> the .pte; size None for the dynamic paths' one .pte of every size
+_PTE: dict[tuple[str, str, int | None], bytes] = {}
 FIRST_CALL_RUNS = 3  # fresh modules per path for the first-call figures (--first-call-runs)
 ALTERNATING_CALLS = 1000  # calls per path of the memory check (--alternating-calls)
 
@@ -94,15 +106,24 @@ def inputs_at(model: str, size: int) -> tuple[torch.Tensor, ...]:
     return (torch.randn(size, 3, side, side, generator=generator),)
 
 
-def lower(model: str, path: str) -> bytes:
-    """The model's one `.pte` for `path`, lowered once per process; fully delegated for ours."""
-    key = (model, path)
+def lower(model: str, path: str, size: int | None = None) -> bytes:
+    """The model's `.pte` for `path`, lowered once per process: for ours and XNNPACK the one
+    exported with the dynamic dimension, for XNNPACK_STATIC the one exported with static shapes at
+    `size`; fully delegated for ours."""
+    static = path == XNNPACK_STATIC
+    if static and size is None:
+        raise ValueError(f"{model}: {XNNPACK_STATIC} is exported at one size; pass it")
+    key = (model, path, size if static else None)
     if key in _PTE:
         return _PTE[key]
     from executorch.exir import to_edge_transform_and_lower
 
     net, example, shapes = _model(model)
-    exported = torch.export.export(net, example, dynamic_shapes=(shapes,))
+    if static:
+        assert size is not None  # checked above; for mypy
+        exported = torch.export.export(net, inputs_at(model, size))
+    else:
+        exported = torch.export.export(net, example, dynamic_shapes=(shapes,))
     if path == OURS:
         from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 
@@ -110,7 +131,7 @@ def lower(model: str, path: str) -> bytes:
         edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
         if partitioner.report.left_out:
             raise RuntimeError(f"{model}: left out of the CPU delegate: {partitioner.report}")
-    elif path == XNNPACK:
+    elif path in (XNNPACK, XNNPACK_STATIC):
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
         edge = to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()])
@@ -121,12 +142,12 @@ def lower(model: str, path: str) -> bytes:
     return _PTE[key]
 
 
-def _load(model: str, path: str) -> Any:
+def _load(model: str, path: str, size: int | None = None) -> Any:
     from executorch.extension.pybindings import portable_lib
 
     from backends.cpu.runtime import loader
 
-    pte = lower(model, path)
+    pte = lower(model, path, size)
     loader.load_cpu_backend()
     return portable_lib._load_for_executorch_from_buffer(pte)
 
@@ -149,7 +170,7 @@ def first_call_ms(model: str, path: str, size: int, other: int) -> dict[str, flo
 
 
 def make_program(model: str, path: str, size: int) -> harness.Runner:
-    module = _load(model, path)
+    module = _load(model, path, size)
     args = list(inputs_at(model, size))
     module.forward(args)
     return lambda: module.forward(args)
@@ -175,6 +196,11 @@ def _name(model: str, unit: str, size: int) -> str:
     return f"{model}/{unit}{size}"
 
 
+def _entry(name: str) -> tuple[str, str, int]:
+    """(model, unit, size) of the benchmark named `name`."""
+    return next(entry for entry in _sizes() if _name(*entry) == name)
+
+
 def benchmarks() -> list[harness.Benchmark]:
     out = []
     for model, unit, size in _sizes():
@@ -187,10 +213,14 @@ def benchmarks() -> list[harness.Benchmark]:
                 variants=[
                     harness.Variant(OURS, make_program, {**kwargs, "path": OURS}),
                     harness.Variant(XNNPACK, make_program, {**kwargs, "path": XNNPACK}),
+                    harness.Variant(
+                        XNNPACK_STATIC, make_program, {**kwargs, "path": XNNPACK_STATIC}
+                    ),
                     harness.Variant(EAGER, make_eager, kwargs),
                 ],
-                notes=f"one .pte for {unit} 1..{bound}, run at {size}; "
-                f"torch threads {torch.get_num_threads()}",
+                notes=f"ours and xnnpack: one .pte for {unit} 1..{bound}, run at {size}; "
+                f"{XNNPACK_STATIC}: exported with static shapes at {unit} {size} (one .pte per "
+                f"size); torch threads {torch.get_num_threads()}",
             )
         )
     return out
@@ -277,6 +307,46 @@ def memory_summary(model: str, calls: int, details: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def ratio_summary(result: harness.BenchmarkResult, unit: str, size: int) -> str:
+    """Ours / XNNPACK of the timed medians, against its dynamic program and against the static
+    anchor; into `result.details["ours_over_xnnpack"]` (None where a program has no median)."""
+    medians = {v.name: v.median_ms for v in result.variants}
+    ours = medians[OURS]
+    ratios: dict[str, float | None] = {}
+    for path in (XNNPACK, XNNPACK_STATIC):
+        theirs = medians[path]
+        ratios[path] = ours / theirs if ours and theirs else None
+    result.details["ours_over_xnnpack"] = ratios
+
+    def text(path: str) -> str:
+        ratio = ratios[path]
+        return f"{ratio:.3f}x" if ratio is not None else "n/a (no median)"
+
+    return (
+        f"  ours / xnnpack at {unit} {size} (timed medians): {text(XNNPACK)} its dynamic program, "
+        f"{text(XNNPACK_STATIC)} its static program exported at {size}"
+    )
+
+
+def failures(result: harness.BenchmarkResult) -> list[str]:
+    """What fails the run (exit 1) in `result`: a timed variant's error, except XNNPACK's dynamic
+    program's (the peer's limit), and ours' first call at a new size or memory check failing
+    (read from `details`, which `summary` filled)."""
+    out = [
+        f"{result.name}: {v.name}: {v.error}"
+        for v in result.variants
+        if v.error is not None and v.name != XNNPACK
+    ]
+    first = result.details.get("first_call_at_new_size", {}).get(OURS, {})
+    if "error" in first:
+        out.append(f"{result.name}: {OURS} first call at a new size: {first['error']}")
+    memory = result.details.get("memory_alternating_sizes", {}).get(OURS, {})
+    if "error" in memory or memory.get("skipped"):
+        why = memory.get("error") or f"cannot run at {sorted(memory['skipped'])}"
+        out.append(f"{result.name}: {OURS} memory check: {why}")
+    return out
+
+
 def summary(
     result: harness.BenchmarkResult,
     runs: int = FIRST_CALL_RUNS,
@@ -284,7 +354,8 @@ def summary(
 ) -> str:
     """The first call at the table's size, per path (not one of the timed calls); after the
     model's last size, the memory over `alternating_calls` calls alternating sizes."""
-    model, unit, size = next(entry for entry in _sizes() if _name(*entry) == result.name)
+    model, unit, size = _entry(result.name)
+    lines = [ratio_summary(result, unit, size)]
     other = 2 if size != 2 else 3
     figures = first_call_figures(model, size, other, runs)
     result.details["first_call_at_new_size"] = figures
@@ -294,10 +365,10 @@ def summary(
         if len(ok) == len(figures)
         else "n/a"
     )
-    lines = [
+    lines.append(
         f"  first call at {unit} {size} after a call at {other} (fresh module, medians of "
         f"{runs} [min-max]); ours / xnnpack first call {ratio}:"
-    ]
+    )
     for path, f in figures.items():
         if "error" in f:
             lines.append(f"    {path:<14} FAILED: {f['error']}")
@@ -315,6 +386,12 @@ def summary(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = harness.build_parser(__doc__ or "")
+    parser.epilog = (
+        "Timings are interleaved across variants; ratios are median(variant) / median(baseline) "
+        "from the same run. Exit codes: 0 our runs, the static XNNPACK anchor and eager ran (a "
+        "failure of XNNPACK's dynamic program, e.g. at batch 16, is reported, not counted), 1 "
+        "one of them failed, 2 bad arguments."
+    )
     parser.add_argument(
         "--first-call-runs",
         type=int,
@@ -332,10 +409,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--first-call-runs must be at least 1")
     if args.alternating_calls < 0:
         parser.error("--alternating-calls must be at least 0")
-    after_each = functools.partial(
-        summary, runs=args.first_call_runs, alternating_calls=args.alternating_calls
-    )
-    return harness.run_main(args, benchmarks, after_each=after_each)
+    results: list[harness.BenchmarkResult] = []
+
+    def after_each(result: harness.BenchmarkResult) -> str:
+        results.append(result)
+        return summary(result, runs=args.first_call_runs, alternating_calls=args.alternating_calls)
+
+    code = harness.run_main(args, benchmarks, after_each=after_each)
+    if code == 2:  # nothing selected
+        return code
+    failed = [line for result in results for line in failures(result)]
+    for line in failed:
+        print(f"failed: {line}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
