@@ -45,9 +45,7 @@ def _run(tmp_path: Path, name: str, *extra: str) -> tuple[int, dict]:
 
 
 def test_the_bench_runs_the_cnn_and_reports_the_first_call(tmp_path: Path) -> None:
-    code, bench = _run(
-        tmp_path, "cnn/batch8", "--first-call-runs", "2", "--alternating-calls", "0"
-    )
+    code, bench = _run(tmp_path, "cnn/batch8", "--first-call-runs", "2", "--alternating-calls", "0")
     assert code == 0
     assert [v["name"] for v in bench["variants"]] == PATHS
     assert all(v["error"] is None and v["median_ms"] > 0 for v in bench["variants"])
