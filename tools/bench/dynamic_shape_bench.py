@@ -170,10 +170,12 @@ def first_call_ms(model: str, path: str, size: int, other: int) -> dict[str, flo
 
 
 def make_program(model: str, path: str, size: int) -> harness.Runner:
+    """The timed call of `path`'s program at `size`, as the harness times ExecuTorch programs:
+    the runtime's own output buffers unless --clone-outputs."""
     module = _load(model, path, size)
     args = list(inputs_at(model, size))
     module.forward(args)
-    return lambda: module.forward(args)
+    return harness.executorch_runner(module, args)
 
 
 def make_eager(model: str, size: int) -> harness.Runner:
