@@ -236,8 +236,9 @@ def define_common_targets():
         ],
     )
 
-    # Issue 20: bounded dynamic dimensions (Llama sequence length, CNN batch), one .pte per path,
-    # CPU delegate vs XNNPACK vs eager per size, plus the first call at a new size.
+    # Issues 20 and 46: bounded dynamic dimensions (Llama sequence length, CNN and MobileNetV3
+    # batch), one .pte per path, CPU delegate vs XNNPACK vs eager per size, with XNNPACK lowered
+    # from a static export at each size as the anchor; plus the first call at a new size.
     runtime.python_library(
         name = "dynamic_shape_bench_lib",
         srcs = ["dynamic_shape_bench.py"],
