@@ -59,6 +59,8 @@ EXPANDS: list[Expand] = [
     Expand(32, 192, 28, 1, "relu6", "v2"),
     Expand(64, 384, 14, 1, "relu6", "v2"),
     Expand(16, 64, 112, 2, "relu", "v3"),
+    Expand(16, 72, 56, 2, "relu", "v3"),
+    Expand(16, 16, 56, 1, "none", "v3"),
     Expand(24, 72, 56, 1, "relu", "v3"),
     Expand(40, 120, 28, 1, "relu", "v3"),
     Expand(40, 240, 28, 2, "hardswish", "v3"),

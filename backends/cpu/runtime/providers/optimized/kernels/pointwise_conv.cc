@@ -7,8 +7,10 @@
 // (6 x 4, 8 x 3, 12 x 2, 12 x 1: at most 24 accumulators, plus the V weights and one broadcast,
 // so nothing spills out of the 32 registers). The bias starts the accumulators and the post-ops
 // run on each before its only store; the channel tail (N not a multiple of 16) is the last
-// vector's store mask (the packed weights are zero there). The chunk's last pixels that make no
-// whole tile run one at a time.
+// vector's store mask (the packed weights are zero there). A last group of one vector after a
+// full one (N = 72, 144: 64 g + 1 to 16) joins it in tiles of 4 pixels x 5 vectors (20
+// accumulators; ET_CPU_POINTWISE_WIDE_TAIL=0: its own 12 x 1 tiles). The chunk's last pixels
+// that make no whole tile run one at a time.
 //
 // run_stream swaps the loops: per column group, every pixel in the same tiles (the group's panel
 // of K x 64 weights read from L2 by each tile after the first), while the first tiles each ask
@@ -46,6 +48,7 @@ struct TileArgs {
   const float* x;     // the first pixel's K inputs; pixel p at x + p * k
   int64_t k;
   const float* w;     // the group's packed weights, [k][V * 16], on a cache line
+  const float* w2 = nullptr;  // run_wide_tiles: the next (one-vector) group's, [k][16]
   const float* bias;  // the group's bias, [V * 16]
   float* y;           // the first pixel's first output channel of the group; pixel p at + p * n
   int64_t n;
@@ -132,6 +135,78 @@ ET_AVX512 void run_tiles(const TileArgs& a, int64_t tiles) {
         }
       }
     }
+  }
+}
+
+// `tiles` tiles of P pixels x 5 vectors: a 4-vector group (a.w, [k][64]) and the one-vector
+// group after it (a.w2, [k][16]; N = 64 g + 1 to 16, e.g. 72, 144) as one tile, so the tail's
+// 16 columns reuse the pixels' broadcasts instead of a 12 x 1 tile of its own (one weight load
+// and 12 broadcasts per 12 FMAs). The groups' biases are contiguous (a.bias, 80 floats).
+template <int P, Epi E>
+ET_AVX512 void run_wide_tiles(const TileArgs& a, int64_t tiles) {
+  constexpr int V = 5;
+  const int64_t k = a.k;
+  const float* x = a.x;
+  float* y = a.y;
+  for (int64_t t = 0; t < tiles; ++t, x += P * k, y += P * a.n) {
+    __m512 acc[P][V];
+#pragma GCC unroll 5
+    for (int v = 0; v < V; ++v) {
+      const __m512 b = _mm512_loadu_ps(a.bias + v * kLanes);
+#pragma GCC unroll 4
+      for (int p = 0; p < P; ++p) acc[p][v] = b;
+    }
+    const float* w = a.w;
+    const float* w2 = a.w2;
+    for (int64_t i = 0; i < k; ++i, w += 4 * kLanes, w2 += kLanes) {
+      __m512 wv[V];
+      load_pinned<4, /*kAligned=*/true>(w, reinterpret_cast<__m512(&)[4]>(wv));
+      wv[4] = _mm512_load_ps(w2);
+      asm("" : "+v"(wv[4]));
+#pragma GCC unroll 4
+      for (int p = 0; p < P; ++p) {
+        __m512 xb = _mm512_set1_ps(x[p * k + i]);
+        asm("" : "+v"(xb));
+#pragma GCC unroll 5
+        for (int v = 0; v < V; ++v) acc[p][v] = _mm512_fmadd_ps(xb, wv[v], acc[p][v]);
+      }
+    }
+    const __m512 lo = _mm512_set1_ps(a.lo);
+    const __m512 hi = _mm512_set1_ps(a.hi);
+#pragma GCC unroll 4
+    for (int p = 0; p < P; ++p) {
+      float* out = y + p * a.n;
+#pragma GCC unroll 5
+      for (int v = 0; v < V; ++v) {
+        __m512 r;
+        if constexpr (E == Epi::kSilu) {
+          r = silu16_fast(acc[p][v]);
+        } else {
+          r = fused_epilogue<E>(*a.post_ops, acc[p][v], lo, hi);
+        }
+        if (v + 1 < V) {
+          _mm512_storeu_ps(out + v * kLanes, r);
+        } else {
+          _mm512_mask_storeu_ps(out + v * kLanes, a.last_mask, r);
+        }
+      }
+    }
+  }
+}
+
+// Pixels per wide tile: 4 x 5 = 20 accumulators.
+constexpr int64_t kWideTilePixels = 4;
+
+TileKernel wide_tile_kernel(bool single, Epi epi) {
+  switch (epi) {
+    case Epi::kClamp:
+      return single ? run_wide_tiles<1, Epi::kClamp> : run_wide_tiles<4, Epi::kClamp>;
+    case Epi::kHardswish:
+      return single ? run_wide_tiles<1, Epi::kHardswish> : run_wide_tiles<4, Epi::kHardswish>;
+    case Epi::kSilu:
+      return single ? run_wide_tiles<1, Epi::kSilu> : run_wide_tiles<4, Epi::kSilu>;
+    default:
+      return single ? run_wide_tiles<1, Epi::kGeneric> : run_wide_tiles<4, Epi::kGeneric>;
   }
 }
 
@@ -271,7 +346,8 @@ PointwiseConv::PointwiseConv(std::shared_ptr<const RowGemm::Packed> packed, Post
     : packed_(std::move(packed)),
       post_ops_(std::move(post_ops)),
       has_add_(holds_add(post_ops_)),
-      inline_activations_(stream_tile_fit()) {
+      inline_activations_(stream_tile_fit()),
+      wide_tail_(kernel_switched_on("ET_CPU_POINTWISE_WIDE_TAIL")) {
   if (packed_ == nullptr) throw ProviderError("pointwise conv: no packed weights");
   if (!pointwise_conv_supports(packed_->k, packed_->n, post_ops_) &&
       !pointwise_stream_supports(packed_->k, packed_->n, post_ops_)) {
@@ -298,19 +374,27 @@ void PointwiseConv::run(const float* x, int64_t pixels, float* y) const {
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t columns = std::min(kGroupColumns, n - g * kGroupColumns);
       const int vectors = static_cast<int>((columns + kLanes - 1) / kLanes);
-      const int64_t tile = tile_pixels(vectors);
+      // The last two groups as one of 5 vectors (a full group, then 1 to 16 columns).
+      const bool wide = wide_tail_ && vectors == 4 && g + 2 == groups &&
+                        n - (g + 1) * kGroupColumns <= kLanes;
+      const int64_t tile = wide ? kWideTilePixels : tile_pixels(vectors);
       const int64_t whole = chunk / tile;
       a.w = packed.stream() + packed.group_offset[static_cast<size_t>(g)];
+      a.w2 = wide ? packed.stream() + packed.group_offset[static_cast<size_t>(g + 1)] : nullptr;
       a.bias = packed.bias.data() + g * kGroupColumns;
-      a.last_mask = g + 1 == groups ? tail_mask : static_cast<__mmask16>(0xFFFF);
+      a.last_mask = g + 1 == groups || wide ? tail_mask : static_cast<__mmask16>(0xFFFF);
       a.x = x + p0 * k;
       a.y = y + p0 * n + g * kGroupColumns;
-      if (whole > 0) tile_kernel(vectors, false, epi)(a, whole);
+      const auto kernel = [&](bool single) {
+        return wide ? wide_tile_kernel(single, epi) : tile_kernel(vectors, single, epi);
+      };
+      if (whole > 0) kernel(false)(a, whole);
       if (chunk > whole * tile) {
         a.x += whole * tile * k;
         a.y += whole * tile * n;
-        tile_kernel(vectors, true, epi)(a, chunk - whole * tile);
+        kernel(true)(a, chunk - whole * tile);
       }
+      if (wide) break;
     }
   }
 }

@@ -78,6 +78,9 @@ class PointwiseConv {
   bool has_add_;
   // run_stream inlines hardswish and SiLU too (not only ReLU / clamp): stream_tile_fit().
   bool inline_activations_;
+  // run joins a one-vector last group to the full group before it (5-vector tiles):
+  // ET_CPU_POINTWISE_WIDE_TAIL unset or not "0" (read at construction).
+  bool wide_tail_;
 };
 
 // Pixels a by-pixels slice of run_stream starts on a multiple of (the least common multiple of

@@ -1,9 +1,9 @@
 """Our float32 1x1 kernel (kernels/pointwise_conv.h, BlockPlan's expand stage) against a float64
 reference, through the C ABI: few input channels, output channels with and without a 16-channel
 tail and one column group or several, pixel counts with and without whole tiles, every in-register
-post-op chain, and the ET_CPU_OWN_EXPAND=0 switch. Then its weight stream (run_stream) as
-prepare_conv runs a weight-heavy 1x1 convolution on it, on 2 threads, against eager torch's
-conv2d in float64: stride 1 and 2, a residual add before or after the activation, inlined
+post-op chain, the ET_CPU_OWN_EXPAND=0 switch and ET_CPU_POINTWISE_WIDE_TAIL both ways (the same
+bits). Then its weight stream (run_stream) as prepare_conv runs a weight-heavy 1x1 convolution on
+it, on 2 threads, against eager torch's conv2d in float64: stride 1 and 2, a residual add before or after the activation, inlined
 hardswish and SiLU, an odd count of column groups shared in half groups, and both values of
 ET_CPU_STREAM_1X1 and of ET_CPU_STREAM_TILE_FIT (which must change no bits).
 
@@ -73,6 +73,32 @@ def test_pointwise_kernel_every_tile_split_and_post_op(
 ) -> None:
     # 130 = 64 + 64 + 2: two whole groups and a one-vector group with a 2-channel tail.
     _run(provider, pixels, 16, 130, act, bias=pixels % 2 == 0, seed=pixels)
+
+
+# A one-vector last group after a full one (N = 64 g + 1 to 16) joins it in 4-pixel x 5-vector
+# tiles; 40 -> 200 (64 x 3 + 8) and 16 -> 96 (a 2-vector last group) keep their own tiles.
+@pytest.mark.parametrize(
+    ("k", "n"), [(16, 72), (24, 80), (24, 144), (16, 130), (40, 200), (16, 96)]
+)
+@pytest.mark.parametrize("pixels", [1, 3, 4, 7, 53, 100])
+def test_wide_tail_tiles_change_no_bits(
+    provider: Provider, monkeypatch: pytest.MonkeyPatch, k: int, n: int, pixels: int
+) -> None:
+    generator = torch.Generator().manual_seed(k * 100 + n + pixels)
+    x = torch.randn(pixels, k, generator=generator)
+    weight = torch.randn(n, k, generator=generator) * (2.0 / math.sqrt(k))
+    bias = torch.randn(n, generator=generator)
+    post_ops, reference = IN_REGISTER_POST_OPS["hardswish"]
+    results = {}
+    for switch in ("1", "0"):
+        monkeypatch.setenv("ET_CPU_POINTWISE_WIDE_TAIL", switch)
+        result = provider.pointwise_conv(x, weight, bias, post_ops)
+        assert result is not None
+        results[switch] = result[0]
+    want = reference(x.double() @ weight.double().t() + bias.double()).float()
+    torch.testing.assert_close(results["1"], want, rtol=1e-4, atol=1e-4)
+    # The same products in the same order per lane: the tiling changes no bits.
+    assert torch.equal(results["1"], results["0"])
 
 
 def test_switch_off_declines(provider: Provider, monkeypatch: pytest.MonkeyPatch) -> None:
