@@ -67,6 +67,33 @@ struct TileArgs {
 
 using TileKernel = void (*)(const TileArgs&, int64_t tiles);
 
+// Every pixel's accumulators start at the bias: acc[p][v] = a.bias[v * 16, v * 16 + 16).
+template <int V, int P>
+ET_AVX512 inline __attribute__((always_inline)) void init_accumulators(const TileArgs& a,
+                                                                       __m512 (&acc)[P][V]) {
+#pragma GCC unroll 5
+  for (int v = 0; v < V; ++v) {
+    const __m512 b = _mm512_loadu_ps(a.bias + v * kLanes);
+#pragma GCC unroll 12
+    for (int p = 0; p < P; ++p) acc[p][v] = b;
+  }
+}
+
+// One input channel's step: acc[p][v] += x[p * k] * wv[v] for the tile's P pixels.
+template <int V, int P>
+ET_AVX512 inline __attribute__((always_inline)) void input_channel_fmas(const float* x, int64_t k,
+                                                                        const __m512 (&wv)[V],
+                                                                        __m512 (&acc)[P][V]) {
+#pragma GCC unroll 12
+  for (int p = 0; p < P; ++p) {
+    __m512 xb = _mm512_set1_ps(x[p * k]);
+    // One broadcast into a register, not an embedded {1to16} load per FMA.
+    asm("" : "+v"(xb));
+#pragma GCC unroll 5
+    for (int v = 0; v < V; ++v) acc[p][v] = _mm512_fmadd_ps(xb, wv[v], acc[p][v]);
+  }
+}
+
 // One tile's products: acc[p][v] = bias + sum_i x[p * k + i] * w[i][v] over the group's panel
 // a.w. kPrefetch (run_stream): each step i also asks for line i of `ahead` (prefetcht1, when not
 // null) and, when `cold`, for the panel's own V lines kAheadFloats ahead (prefetcht0).
@@ -76,12 +103,7 @@ ET_AVX512 inline __attribute__((always_inline)) void tile_products(const TileArg
                                                                    __m512 (&acc)[P][V],
                                                                    const char* ahead, bool cold) {
   const int64_t k = a.k;
-#pragma GCC unroll 4
-  for (int v = 0; v < V; ++v) {
-    const __m512 b = _mm512_loadu_ps(a.bias + v * kLanes);
-#pragma GCC unroll 12
-    for (int p = 0; p < P; ++p) acc[p][v] = b;
-  }
+  init_accumulators<V, P>(a, acc);
   const float* w = a.w;
   for (int64_t i = 0; i < k; ++i, w += V * kLanes) {
     if constexpr (kPrefetch) {
@@ -95,13 +117,33 @@ ET_AVX512 inline __attribute__((always_inline)) void tile_products(const TileArg
     }
     __m512 wv[V];
     load_pinned<V, /*kAligned=*/true>(w, wv);
+    input_channel_fmas<V, P>(x + i, k, wv, acc);
+  }
+}
+
+// A tile's epilogue and stores: E on each accumulator (SiLU by silu16_fast), pixel p at
+// y + p * a.n, the last vector by a.last_mask.
+template <int V, int P, Epi E>
+ET_AVX512 inline __attribute__((always_inline)) void store_tile(const TileArgs& a,
+                                                                __m512 (&acc)[P][V], float* y) {
+  const __m512 lo = _mm512_set1_ps(a.lo);
+  const __m512 hi = _mm512_set1_ps(a.hi);
 #pragma GCC unroll 12
-    for (int p = 0; p < P; ++p) {
-      __m512 xb = _mm512_set1_ps(x[p * k + i]);
-      // One broadcast into a register, not an embedded {1to16} load per FMA.
-      asm("" : "+v"(xb));
-#pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) acc[p][v] = _mm512_fmadd_ps(xb, wv[v], acc[p][v]);
+  for (int p = 0; p < P; ++p) {
+    float* out = y + p * a.n;
+#pragma GCC unroll 5
+    for (int v = 0; v < V; ++v) {
+      __m512 r;
+      if constexpr (E == Epi::kSilu) {
+        r = silu16_fast(acc[p][v]);
+      } else {
+        r = fused_epilogue<E>(*a.post_ops, acc[p][v], lo, hi);
+      }
+      if (v + 1 < V) {
+        _mm512_storeu_ps(out + v * kLanes, r);
+      } else {
+        _mm512_mask_storeu_ps(out + v * kLanes, a.last_mask, r);
+      }
     }
   }
 }
@@ -115,26 +157,7 @@ ET_AVX512 void run_tiles(const TileArgs& a, int64_t tiles) {
   for (int64_t t = 0; t < tiles; ++t, x += P * k, y += P * a.n) {
     __m512 acc[P][V];
     tile_products<V, P, false>(a, x, acc, nullptr, false);
-    const __m512 lo = _mm512_set1_ps(a.lo);
-    const __m512 hi = _mm512_set1_ps(a.hi);
-#pragma GCC unroll 12
-    for (int p = 0; p < P; ++p) {
-      float* out = y + p * a.n;
-#pragma GCC unroll 4
-      for (int v = 0; v < V; ++v) {
-        __m512 r;
-        if constexpr (E == Epi::kSilu) {
-          r = silu16_fast(acc[p][v]);
-        } else {
-          r = fused_epilogue<E>(*a.post_ops, acc[p][v], lo, hi);
-        }
-        if (v + 1 < V) {
-          _mm512_storeu_ps(out + v * kLanes, r);
-        } else {
-          _mm512_mask_storeu_ps(out + v * kLanes, a.last_mask, r);
-        }
-      }
-    }
+    store_tile<V, P, E>(a, acc, y);
   }
 }
 
@@ -150,47 +173,19 @@ ET_AVX512 void run_wide_tiles(const TileArgs& a, int64_t tiles) {
   float* y = a.y;
   for (int64_t t = 0; t < tiles; ++t, x += P * k, y += P * a.n) {
     __m512 acc[P][V];
-#pragma GCC unroll 5
-    for (int v = 0; v < V; ++v) {
-      const __m512 b = _mm512_loadu_ps(a.bias + v * kLanes);
-#pragma GCC unroll 4
-      for (int p = 0; p < P; ++p) acc[p][v] = b;
-    }
+    init_accumulators<V, P>(a, acc);
     const float* w = a.w;
     const float* w2 = a.w2;
     for (int64_t i = 0; i < k; ++i, w += 4 * kLanes, w2 += kLanes) {
       __m512 wv[V];
-      load_pinned<4, /*kAligned=*/true>(w, reinterpret_cast<__m512(&)[4]>(wv));
-      wv[4] = _mm512_load_ps(w2);
-      asm("" : "+v"(wv[4]));
-#pragma GCC unroll 4
-      for (int p = 0; p < P; ++p) {
-        __m512 xb = _mm512_set1_ps(x[p * k + i]);
-        asm("" : "+v"(xb));
-#pragma GCC unroll 5
-        for (int v = 0; v < V; ++v) acc[p][v] = _mm512_fmadd_ps(xb, wv[v], acc[p][v]);
-      }
-    }
-    const __m512 lo = _mm512_set1_ps(a.lo);
-    const __m512 hi = _mm512_set1_ps(a.hi);
-#pragma GCC unroll 4
-    for (int p = 0; p < P; ++p) {
-      float* out = y + p * a.n;
 #pragma GCC unroll 5
       for (int v = 0; v < V; ++v) {
-        __m512 r;
-        if constexpr (E == Epi::kSilu) {
-          r = silu16_fast(acc[p][v]);
-        } else {
-          r = fused_epilogue<E>(*a.post_ops, acc[p][v], lo, hi);
-        }
-        if (v + 1 < V) {
-          _mm512_storeu_ps(out + v * kLanes, r);
-        } else {
-          _mm512_mask_storeu_ps(out + v * kLanes, a.last_mask, r);
-        }
+        wv[v] = _mm512_load_ps(v < 4 ? w + v * kLanes : w2);
+        asm("" : "+v"(wv[v]));
       }
+      input_channel_fmas<V, P>(x + i, k, wv, acc);
     }
+    store_tile<V, P, E>(a, acc, y);
   }
 }
 

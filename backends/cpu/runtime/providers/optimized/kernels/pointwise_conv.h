@@ -4,8 +4,9 @@
 // slices. With K <= 64 oneDNN 3.2's brgconv_1x1 on a band of rows reaches ~44 GFLOP/s of thread
 // time at K = 16, and a SiLU then needs a second pass over the expanded rows (a vector tail);
 // here a [pixels, K] x [K, N] product keeps a few pixels x up to 4 vectors of 16 output channels
-// (5 when a last group of one vector joins the full group before it) in registers over all of K, and adds the bias and applies the block's activation (clamp / ReLU,
-// hardswish, SiLU or any in-register post-op, vector_epilogue.h) before the only store.
+// (5 when a last group of one vector joins the full group before it) in registers over all of
+// K, and adds the bias and applies the block's activation (clamp / ReLU, hardswish, SiLU or any
+// in-register post-op, vector_epilogue.h) before the only store.
 //
 // Weights are RowGemm's packing (row_gemm.h: groups of 64 columns, [K][64] each, zero-padded to
 // whole vectors), shared through the WeightCache.

@@ -3,9 +3,10 @@ reference, through the C ABI: few input channels, output channels with and witho
 tail and one column group or several, pixel counts with and without whole tiles, every in-register
 post-op chain, the ET_CPU_OWN_EXPAND=0 switch and ET_CPU_POINTWISE_WIDE_TAIL both ways (the same
 bits). Then its weight stream (run_stream) as prepare_conv runs a weight-heavy 1x1 convolution on
-it, on 2 threads, against eager torch's conv2d in float64: stride 1 and 2, a residual add before or after the activation, inlined
-hardswish and SiLU, an odd count of column groups shared in half groups, and both values of
-ET_CPU_STREAM_1X1 and of ET_CPU_STREAM_TILE_FIT (which must change no bits).
+it, on 2 threads, against eager torch's conv2d in float64: stride 1 and 2, a residual add before
+or after the activation, inlined hardswish and SiLU, an odd count of column groups shared in half
+groups, and both values of ET_CPU_STREAM_1X1 and of ET_CPU_STREAM_TILE_FIT (which must change no
+bits).
 
 Tolerance: 1e-4 relative and absolute (float32 sums of at most 72 products; 2e-4 for the
 stream's sums of up to 160).
