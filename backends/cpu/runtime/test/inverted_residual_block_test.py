@@ -326,6 +326,25 @@ def test_blocks_on_our_depthwise_kernel(own: str) -> None:
         assert_close_scaled(out_opt[0], model(x))
 
 
+@pytest.mark.parametrize(("step_kib", "threads"), [("16", "2"), ("16", "1"), ("4096", "2")])
+def test_block_step_budget_switch_keeps_the_results(step_kib: str, threads: str) -> None:
+    # ET_CPU_BLOCK_STEP_KIB (read at prepare, for measuring): 16 KiB makes every step one or two
+    # rows (more steps, each carrying its halo of expanded rows), 4096 one step per piece. Both
+    # match eager and the default budget; odd widths and batch 2 (_depthwise_chain).
+    model, x, pte = _depthwise_chain()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ET_CPU_ONEDNN_THREADS", threads)
+        patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")
+        default = _forward(pte, x)
+        patch.setenv("ET_CPU_BLOCK_STEP_KIB", step_kib)
+        out_opt, out_ref, placement = run_pte_both(pte, (x,))
+    assert _blocks_fused(placement) >= 1, placement
+    with torch.no_grad():
+        assert_close_scaled(out_opt[0], out_ref[0])
+        assert_close_scaled(out_opt[0], model(x))
+    torch.testing.assert_close(out_opt[0], default, atol=1e-5, rtol=1e-5)
+
+
 def _ops_split(placement: list[str]) -> int:
     return int(_summary(placement).split(" ops split")[0].split("work sharing, ")[-1])
 

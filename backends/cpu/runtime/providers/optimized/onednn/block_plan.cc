@@ -542,9 +542,14 @@ BlockPlan Provider::prepare_block(
           weights.project, weights.project_bias, {1, 1}, {0, 0}, project_attr);
     }
 
-    // Rows per step: what fits kBlockStepBytes of expanded (or input) plus depthwise rows.
+    // Rows per step: what fits kBlockStepBytes of expanded (or input) plus depthwise rows
+    // (ET_CPU_BLOCK_STEP_KIB, read at prepare: another budget, for measuring).
+    const double step_bytes =
+        1024.0 * static_cast<double>(switch_number("ET_CPU_BLOCK_STEP_KIB",
+                                                   static_cast<int64_t>(kBlockStepBytes) / 1024, 16,
+                                                   65536));
     const double row_bytes = 4.0 * static_cast<double>(hid) * static_cast<double>(s * w + p.out_w);
-    p.step_rows = std::max<int64_t>(1, static_cast<int64_t>(kBlockStepBytes / row_bytes));
+    p.step_rows = std::max<int64_t>(1, static_cast<int64_t>(step_bytes / row_bytes));
     p.step_rows = std::min(p.step_rows, p.out_h);
 
     std::vector<std::pair<int64_t, int>> expand_keys;
