@@ -193,16 +193,10 @@ ET_AVX512 void run_wide_tiles(const TileArgs& a, int64_t tiles) {
 constexpr int64_t kWideTilePixels = 4;
 
 TileKernel wide_tile_kernel(bool single, Epi epi) {
-  switch (epi) {
-    case Epi::kClamp:
-      return single ? run_wide_tiles<1, Epi::kClamp> : run_wide_tiles<4, Epi::kClamp>;
-    case Epi::kHardswish:
-      return single ? run_wide_tiles<1, Epi::kHardswish> : run_wide_tiles<4, Epi::kHardswish>;
-    case Epi::kSilu:
-      return single ? run_wide_tiles<1, Epi::kSilu> : run_wide_tiles<4, Epi::kSilu>;
-    default:
-      return single ? run_wide_tiles<1, Epi::kGeneric> : run_wide_tiles<4, Epi::kGeneric>;
-  }
+  return with_fused_epilogue(epi, [single](auto e) -> TileKernel {
+    constexpr Epi E = decltype(e)::value;
+    return single ? run_wide_tiles<1, E> : run_wide_tiles<4, E>;
+  });
 }
 
 template <int V, Epi E>
