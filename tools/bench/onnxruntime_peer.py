@@ -5,15 +5,19 @@ intra-op threads as torch uses (`torch.get_num_threads()`), one inter-op thread.
 
 Benchmark-only: `onnx`, `onnxscript` and `onnxruntime` are pinned in the lock for tools/bench and
 nothing in the plugin imports them. `make_runner` returns a `harness.Runner`; `describe` says
-which ONNX Runtime ran and how, for a table's notes.
+which ONNX Runtime ran and how, for a table's notes; `profile_nodes` times each node of the
+session with ONNX Runtime's own profiler, back to back or after time away (`zoo_bench --profile`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
+import json
 import logging
 import os
+import statistics
 import tempfile
 from collections.abc import Sequence
 from typing import Any
@@ -96,6 +100,69 @@ def make_runner(
             f"{tuple(first.shape)}, max |diff| {difference} (scale {scale:.3g})"
         )
     return lambda: session.run(None, feed)
+
+
+def profile_nodes(
+    model: torch.nn.Module,
+    inputs: Sequence[torch.Tensor],
+    runs: int,
+    away: bool = False,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """Each node's time in ONNX Runtime's own profiler (`enable_profiling`): the session as
+    `make_runner` configures it, 3 untimed calls, then `runs` profiled calls, each right after the
+    previous one or (`away`) after `gc.collect()`, the gap before every call in the harness's
+    alternating regime. Returns `nodes` in execution order (name, ONNX op type, median us over
+    the profiled calls), their sum `total_us` and the median of the profiler's whole `run_us`."""
+    import onnxruntime as ort
+
+    if runs < 1:
+        raise ValueError(f"profile_nodes needs at least one run, got {runs}")
+    threads = threads or torch.get_num_threads()
+    with tempfile.TemporaryDirectory(prefix="onnx_profile_") as folder:
+        path = os.path.join(folder, "model.onnx")
+        export_onnx(model, inputs, path)
+        options = _session_options(threads)
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(folder, "profile")
+        session = ort.InferenceSession(
+            path, sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        names = [entry.name for entry in session.get_inputs()]
+        feed = {name: t.detach().numpy() for name, t in zip(names, inputs, strict=True)}
+        for _ in range(3):
+            session.run(None, feed)
+        for _ in range(runs):
+            if away:
+                gc.collect()
+            session.run(None, feed)
+        with open(session.end_profiling()) as f:
+            events = json.load(f)
+    # Node events are "<node>_kernel_time" (also "_fence_before" / "_fence_after": not kernels).
+    suffix = "_kernel_time"
+    durations: dict[str, tuple[str, list[float]]] = {}
+    for event in events:
+        name = event.get("name", "")
+        if event.get("cat") == "Node" and name.endswith(suffix):
+            op = str(event.get("args", {}).get("op_name", ""))
+            durations.setdefault(name[: -len(suffix)], (op, []))[1].append(float(event["dur"]))
+    calls = [
+        float(e["dur"]) for e in events if e.get("cat") == "Session" and e["name"] == "model_run"
+    ]
+    if not durations or len(calls) < runs:
+        raise RuntimeError("ONNX Runtime's profile has no node or run events")
+    # The last `runs` of each: the untimed calls come first.
+    nodes = [
+        {"node": node, "op": op, "us": statistics.median(times[-runs:])}
+        for node, (op, times) in durations.items()
+    ]
+    return {
+        "runs": runs,
+        "away": away,
+        "nodes": nodes,
+        "total_us": sum(n["us"] for n in nodes),
+        "run_us": statistics.median(calls[-runs:]),
+    }
 
 
 def describe(threads: int | None = None) -> str:

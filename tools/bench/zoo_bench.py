@@ -35,6 +35,11 @@ one of the timed ones (profiling adds two clock reads per op). The profile also 
 each op, each kernel class (dense, 1x1, depthwise, transposed convolution, GEMM, memory-bound) and
 the whole call are from the GEMM peak: FLOPs from the payload's shapes (`op_cost.py`) over the
 measured time, against float32 `torch.mm` at 1024^3 measured in the same run.
+``--profile-away`` (with or without ``--profile``): where a call after time away loses its time,
+op by op. The CPU delegate is profiled again with every call made after ``gc.collect()`` (the gap
+before each timed call in the harness, what the alternating regime times), and ONNX Runtime
+(unless ``--no-onnxruntime``) both ways with its own profiler (`enable_profiling`); under the
+table each side's kernel time back to back and after time away, and the ops that added the most.
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ EAGER = "eager"
 _PEERS = [ONNXRUNTIME]  # --no-onnxruntime empties it
 _SIZE = ["full"]  # --size rewrites it before the benchmarks are built
 _PROFILE_RUNS = [0]  # --profile sets the number of profiled runs per model
+_AWAY_RUNS = [0]  # --profile-away sets them: back to back vs after time away, ours and ORT's
 _VARIANT_ENV: list[tuple[str, str]] = []  # --variant-env NAME=VALUE, in order
 # What the CPU delegate's factory learned while lowering, per benchmark name ("model/size").
 _DELEGATION: dict[str, dict[str, Any]] = {}
@@ -272,11 +278,11 @@ def _provider_group(provider: str) -> str:
     return "Reference (declined)" if provider.startswith("Reference (declined") else provider
 
 
-def _profile_child(model: str, size: str, runs: int) -> int:
-    """In a fresh process with ET_CPU_PROFILE=1: lower, run `runs` times back to back as the
-    harness times them (outputs not cloned), destroy the delegate (the runtime prints its profile
-    table on stderr then); print the op placement and the mean wall time of a call after the
-    first (the runtime's convention) as JSON."""
+def _profile_child(model: str, size: str, runs: int, away: bool = False) -> int:
+    """In a fresh process with ET_CPU_PROFILE=1: lower, run `runs` times as the harness times
+    them (outputs not cloned), back to back or (`away`) each after `gc.collect()`, destroy the
+    delegate (the runtime prints its profile table on stderr then); print the op placement and
+    the mean wall time of a call after the first (the runtime's convention) as JSON."""
     from executorch.extension.pybindings import portable_lib
 
     from backends.cpu.runtime import loader
@@ -290,6 +296,8 @@ def _profile_child(model: str, size: str, runs: int) -> int:
     gc.disable()  # a collection inside a timed call would count as time outside the delegate
     try:
         for _ in range(runs):
+            if away:
+                gc.collect()  # the time away, as before each timed call in the harness
             start = time.perf_counter()
             module.run_method("forward", args, clone_outputs=False)
             seconds.append(time.perf_counter() - start)
@@ -304,17 +312,19 @@ def _profile_child(model: str, size: str, runs: int) -> int:
     return 0
 
 
-def profile(model: str, size: str, runs: int, timeout_s: float = 600.0) -> dict[str, Any]:
-    """Runs the CPU delegate on the zoo model `runs` times in a fresh process with
-    ET_CPU_PROFILE=1; returns its ops (provider, mean us, share), the shares summed per kernel
-    and provider, and how many ops were fused into the op before them."""
+def profile(
+    model: str, size: str, runs: int, timeout_s: float = 600.0, away: bool = False
+) -> dict[str, Any]:
+    """Runs the CPU delegate on the zoo model `runs` times (`away`: each after `gc.collect()`) in
+    a fresh process with ET_CPU_PROFILE=1; returns its ops (provider, mean us, share), the shares
+    summed per kernel and provider, and how many ops were fused into the op before them."""
     env = dict(os.environ)
     env["ET_CPU_PROFILE"] = "1"
     # The child must import what this process imports (Bazel sets sys.path in a launcher stub).
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     command = [sys.executable, "-m", "tools.bench.zoo_bench", _PROFILE_CHILD_FLAG]
     proc = subprocess.run(
-        [*command, model, size, str(runs)],
+        [*command, model, size, str(runs), "away" if away else "back-to-back"],
         capture_output=True,
         text=True,
         env=env,
@@ -343,6 +353,7 @@ def profile(model: str, size: str, runs: int, timeout_s: float = 600.0) -> dict[
     op_rows = [asdict(op) for op in ops]
     return {
         "runs": runs,
+        "away": away,
         "roofline": roofline(op_rows, placement, costs, _GEMM_PEAK[0]),
         "total_us": sum(op.mean_us for op in ops),
         "per_provider_share": dict(per_provider),
@@ -515,6 +526,71 @@ def summary(result: harness.BenchmarkResult) -> str:
             result.details["profile"] = figures
             lines.append(render_profile(figures))
             lines.append(_achieved(result, figures["roofline"]))
+    if _AWAY_RUNS[0] > 0:
+        lines.append(profile_away(result, _AWAY_RUNS[0]))
+    return "\n".join(lines)
+
+
+# --- after time away, op by op ----------------------------------------------------------------
+
+
+def _away_side(
+    back: Sequence[tuple[str, float]], away: Sequence[tuple[str, float]]
+) -> dict[str, Any]:
+    """One side's ops (name, us) back to back and after time away, matched by name."""
+    after = dict(away)
+    ops = [{"node": n, "back_to_back_us": us, "away_us": after.get(n, 0.0)} for n, us in back]
+    return {
+        "back_to_back_us": sum(us for _, us in back),
+        "away_us": sum(us for _, us in away),
+        "ops": ops,
+    }
+
+
+def profile_away(result: harness.BenchmarkResult, runs: int, top: int = 5) -> str:
+    """--profile-away: the CPU delegate's kernels (ET_CPU_PROFILE, fresh processes) and, unless
+    left out, ONNX Runtime's nodes (its profiler) back to back and after time away; the totals
+    and the ops that added the most, into `result.details["profile_away"]` too."""
+    model, size = result.name.split("/")
+    sides: dict[str, dict[str, Any]] = {}
+    errors: dict[str, str] = {}
+    try:
+        back, away = (profile(model, size, runs, away=a) for a in (False, True))
+        sides[BASELINE] = _away_side(
+            [(op["node"], op["mean_us"]) for op in back["ops"]],
+            [(op["node"], op["mean_us"]) for op in away["ops"]],
+        )
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        errors[BASELINE] = str(exc)
+    if ONNXRUNTIME in _PEERS:
+        net, inputs = zoo.create(model, size)
+        try:
+            peer = [
+                onnxruntime_peer.profile_nodes(net, inputs, runs, away=a) for a in (False, True)
+            ]
+            sides[ONNXRUNTIME] = _away_side(
+                *[[(n["node"], n["us"]) for n in p["nodes"]] for p in peer]
+            )
+        except RuntimeError as exc:
+            errors[ONNXRUNTIME] = str(exc)
+    result.details["profile_away"] = {"runs": runs, **sides, "errors": errors}
+    lines = [
+        f"  after time away ({runs} profiled calls each way, fresh processes for ours; every call "
+        "after gc.collect() against back to back), kernel time per call:"
+    ]
+    for name, side in sides.items():
+        added = side["away_us"] - side["back_to_back_us"]
+        lines.append(
+            f"    {name}: {side['back_to_back_us']:.0f} -> {side['away_us']:.0f} us "
+            f"({added:+.0f}); most added:"
+        )
+        worst = sorted(side["ops"], key=lambda o: o["back_to_back_us"] - o["away_us"])[:top]
+        lines.extend(
+            f"      {op['away_us'] - op['back_to_back_us']:+8.1f} us  "
+            f"{op['back_to_back_us']:8.1f} -> {op['away_us']:8.1f}  {op['node']}"
+            for op in worst
+        )
+    lines.extend(f"    {name}: profile failed: {text}" for name, text in errors.items())
     return "\n".join(lines)
 
 
@@ -536,14 +612,20 @@ def _achieved(result: harness.BenchmarkResult, roof: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = list(sys.argv[1:] if argv is None else argv)
     if arguments and arguments[0] == _PROFILE_CHILD_FLAG:
-        model, size, runs = arguments[1:4]
-        return _profile_child(model, size, int(runs))
+        model, size, runs, mode = arguments[1:5]
+        return _profile_child(model, size, int(runs), away=mode == "away")
     parser = harness.build_parser(__doc__ or "")
     parser.add_argument("--size", default="full", choices=zoo.SIZES, help="zoo size (full)")
     parser.add_argument(
         "--profile",
         action="store_true",
         help="after each table, profile the CPU delegate per op (ET_CPU_PROFILE), fresh process",
+    )
+    parser.add_argument(
+        "--profile-away",
+        action="store_true",
+        help="after each table, each op's time back to back and after time away (gc.collect() "
+        "before every call), the CPU delegate's and ONNX Runtime's",
     )
     parser.add_argument(
         "--profile-runs", type=int, default=10, help="profiled runs per model (default 10)"
@@ -568,7 +650,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     _SIZE[0] = args.size
+    if (args.profile or args.profile_away) and args.profile_runs < 1:
+        parser.error(f"--profile-runs must be at least 1, got {args.profile_runs}")
     _PROFILE_RUNS[0] = args.profile_runs if args.profile else 0
+    _AWAY_RUNS[0] = args.profile_runs if args.profile_away else 0
     return harness.run_main(args, benchmarks, after_each=summary)
 
 

@@ -30,7 +30,7 @@ def test_the_bench_runs_and_reports_delegation_and_the_per_op_profile(tmp_path: 
     # tests/e2e/zoo_families_test.py.
     out = tmp_path / "zoo.json"
     quick = ["--repeats", "2", "--warmup", "1", "--no-memory", "--quiet"]
-    profile = ["--profile", "--profile-runs", "2", "--json", str(out)]
+    profile = ["--profile", "--profile-away", "--profile-runs", "2", "--json", str(out)]
     switch = ["--variant-env", "ET_CPU_VECTOR_ACTIVATIONS=0"]
     args = ["--size", "small", "--only", "speech_conv1d/small", *quick, *profile, *switch]
     code = zoo_bench.main(args)
@@ -73,6 +73,15 @@ def test_the_bench_runs_and_reports_delegation_and_the_per_op_profile(tmp_path: 
     assert classes["memory-bound"]["flops"] == 0
     assert sum(row["flops"] for row in roof["per_class"]) == roof["flops"]
     assert bench["details"]["achieved_gflops"]["cpu delegate"] > 0
+    # --profile-away: both sides' ops back to back and after gc.collect(), matched by name.
+    away = bench["details"]["profile_away"]
+    assert away["runs"] == 2 and away["errors"] == {}, away
+    for side in ("cpu delegate", "onnxruntime"):
+        figures = away[side]
+        assert figures["back_to_back_us"] > 0 and figures["away_us"] > 0, (side, figures)
+        assert figures["ops"] and all(op["away_us"] > 0 for op in figures["ops"]), (side, figures)
+    ours = {op["node"] for op in away["cpu delegate"]["ops"]}
+    assert ours == {op["node"] for op in bench["details"]["profile"]["ops"]}
 
 
 def test_profile_lines_parse() -> None:
