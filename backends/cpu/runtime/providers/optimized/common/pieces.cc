@@ -234,6 +234,44 @@ void run_pointwise(ProviderState& state, const PointwiseRun& run, const float* x
     }
     x = run.gathered->data();
   }
+  if (run.weighted) {
+    // Each task's share of the groups' vectors x pixels, in group order; a share's start is
+    // cut inside a group on a multiple of that group's tile (the nearest).
+    const auto vectors_of = [&](int64_t g) {
+      return (std::min(kPointwiseGroupColumns, n - g * kPointwiseGroupColumns) + 15) / 16;
+    };
+    int64_t total = 0;
+    for (int64_t g = 0; g < groups; ++g) total += vectors_of(g) * run.pixels;
+    const int64_t tasks = static_cast<int64_t>(run.tasks);
+    // Where task t's share starts: (group, first pixel); (groups, 0) past the last.
+    auto start_of = [&](int64_t t) -> std::pair<int64_t, int64_t> {
+      int64_t left = total * t / tasks;
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t v = vectors_of(g);
+        if (left < v * run.pixels) {
+          const int64_t tile = pointwise_tile_pixels(v);
+          const int64_t pixel = (left / v + tile / 2) / tile * tile;
+          if (pixel >= run.pixels) return {g + 1, 0};
+          return {g, pixel};
+        }
+        left -= v * run.pixels;
+      }
+      return {groups, 0};
+    };
+    run_tasks(state.pool.get(), run.tasks, [&](size_t task, int) {
+      auto [g, p0] = start_of(static_cast<int64_t>(task));
+      const auto [end_group, end_pixel] = start_of(static_cast<int64_t>(task) + 1);
+      if (p0 > 0) {  // the rest of a group an earlier share began
+        const int64_t p1 = g == end_group ? end_pixel : run.pixels;
+        if (p1 > p0) stream(p0, p1, g, g + 1);
+        if (g == end_group) return;
+        ++g;
+      }
+      if (g < end_group) stream(0, run.pixels, g, end_group);
+      if (end_pixel > 0 && end_group < groups) stream(0, end_pixel, end_group, end_group + 1);
+    });
+    return;
+  }
   if (!run.group_halves) {
     run_in_slices(state.pool.get(), run.tasks, groups, [&](int64_t first, int64_t last, int) {
       stream(0, run.pixels, first, last);

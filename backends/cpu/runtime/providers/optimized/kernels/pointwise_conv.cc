@@ -39,10 +39,8 @@ constexpr int64_t kAheadFloats = 1024;
 
 using Epi = FusedEpilogue;
 
-// Pixels per tile for V vectors: V x P <= 24 accumulators.
-constexpr int tile_pixels(int vectors) {
-  return vectors == 4 ? 6 : vectors == 3 ? 8 : 12;
-}
+// Pixels per tile for V vectors (pointwise_tile_pixels).
+constexpr int tile_pixels(int vectors) { return static_cast<int>(pointwise_tile_pixels(vectors)); }
 
 struct TileArgs {
   const float* x;     // the first pixel's K inputs; pixel p at x + p * k

@@ -46,6 +46,7 @@ bool pointwise_stream_supports(int64_t in_channels, int64_t out_channels,
                                const PostOps& post_ops);
 
 // Column groups of RowGemm's packing (64 output channels each): run_stream's unit of work.
+constexpr int64_t kPointwiseGroupColumns = 64;
 int64_t pointwise_groups(int64_t out_channels);
 
 class PointwiseConv {
@@ -87,6 +88,11 @@ class PointwiseConv {
 // Pixels a by-pixels slice of run_stream starts on a multiple of (the least common multiple of
 // the tiles' 6, 8 and 12 pixels), so only the last slice runs leftover pixels one at a time.
 constexpr int64_t kPointwiseTileMultiple = 24;
+// Pixels of run_stream's register tile for a column group of `vectors` 16-column vectors:
+// vectors x pixels <= 24 accumulators.
+constexpr int64_t pointwise_tile_pixels(int64_t vectors) {
+  return vectors == 4 ? 6 : vectors == 3 ? 8 : 12;
+}
 
 // ET_CPU_STREAM_TILE_FIT not "0" (read where a plan or kernel is made): run_stream inlines
 // hardswish and SiLU in its epilogue, and by-pixels slices start on kPointwiseTileMultiple.

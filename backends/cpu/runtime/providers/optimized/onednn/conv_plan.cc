@@ -490,10 +490,13 @@ ConvPlan prepare_pointwise(const std::shared_ptr<ProviderState>& state, const Co
                                state->pool ? static_cast<size_t>(state->pool->size()) : 1);
   run.group_halves = !by_pixels && run.tasks > 1 && stream_tile_fit() && run.pixels >= 2 &&
                      units % static_cast<int64_t>(run.tasks) != 0;
+  run.weighted = !by_pixels && run.tasks > 1 && !run.group_halves && state->even_shares &&
+                 p.out_channels % kPointwiseGroupColumns != 0;
   state->weights_bytes += run.conv->weights_bytes();
   impl->implementation =
       std::string(by_pixels ? "pointwise_pixels:avx512" : "pointwise_stream:avx512") +
-      pieces_note(run.tasks) + (run.group_halves ? " in half groups" : "");
+      pieces_note(run.tasks) + (run.group_halves ? " in half groups" : "") +
+      (run.weighted ? " in equal shares of unequal groups" : "");
   impl->own = std::make_shared<PointwiseRun>(std::move(run));
   impl->has_bias = bias != nullptr;
   impl->has_add = has_add(post_ops);

@@ -147,6 +147,10 @@ struct ProviderState {
   int num_threads = 1;
   int omp_threads = 1;  // oneDNN's OpenMP team size on the calling thread
   int64_t min_task_flops = 0;
+  // pieces_for rounds a count above the pool's threads down to a multiple of them (3 pieces on
+  // 2 threads leave one thread 2 of them: the join waits a third of the op): ET_CPU_EVEN_SHARES
+  // not "0", read when the Provider is made.
+  bool even_shares = true;
   bool size_independent_plans = false;  // ProviderOptions::size_independent_plans
   bool first_call_stand_ins = false;    // ProviderOptions::first_call_stand_ins
   AlignedBuffer scratchpad;
@@ -189,7 +193,9 @@ struct ProviderState {
       return 1;
     }
     int64_t pieces = min_task_flops > 0 ? static_cast<int64_t>(flops / min_task_flops) : units;
-    pieces = std::min({pieces, units, kPiecesPerThread * pool->size()});
+    const int64_t threads = pool->size();
+    pieces = std::min({pieces, units, kPiecesPerThread * threads});
+    if (even_shares && pieces > threads) pieces -= pieces % threads;
     return pieces < 2 ? 1 : static_cast<size_t>(pieces);
   }
 };
@@ -462,6 +468,12 @@ struct PointwiseRun final : OwnConvRun {
   // (MobileNetV3's 96 -> 576 at 7x7: 9 groups, 4.5 each, not 5 and 4). Set when the groups do
   // not divide among the tasks and ET_CPU_STREAM_TILE_FIT is not "0".
   bool group_halves = false;
+  // Column groups of unequal width (the last one partial: MobileNetV3's 576 -> 96 at 7x7, one
+  // group of 4 vectors and one of 2): each task takes an equal share of the groups' vectors x
+  // pixels, in group order, cut inside a group on a multiple of its tile, instead of whole
+  // groups (2:1 there). Set when the groups divide among the tasks (no group_halves), the last
+  // one is partial and ET_CPU_EVEN_SHARES is not "0" (read at prepare).
+  bool weighted = false;
   // A strided 2D convolution (ResNet's projection shortcuts): the input pixels of `batch`
   // images of `window` it reads, gathered into `gathered` ([pixels][K]) before the product.
   // Stride 1: no gather.

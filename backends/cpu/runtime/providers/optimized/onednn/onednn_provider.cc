@@ -101,6 +101,7 @@ Provider::Provider(ProviderOptions options) : state_(std::make_shared<ProviderSt
   state.min_task_flops =
       options.min_task_flops >= 0 ? options.min_task_flops : default_min_task_flops();
   state.weight_cache = options.weight_cache;
+  state.even_shares = kernel_switched_on("ET_CPU_EVEN_SHARES");
   state.size_independent_plans = options.size_independent_plans;
   state.first_call_stand_ins = options.size_independent_plans && options.first_call_stand_ins;
   if (options.same_engine != nullptr) {

@@ -6,7 +6,8 @@ bits). Then its weight stream (run_stream) as prepare_conv runs a weight-heavy 1
 it, on 2 threads, against eager torch's conv2d in float64: stride 1 and 2, a residual add before
 or after the activation, inlined hardswish and SiLU, an odd count of column groups shared in half
 groups, and both values of ET_CPU_STREAM_1X1 and of ET_CPU_STREAM_TILE_FIT (which must change no
-bits).
+bits). Last, ET_CPU_EVEN_SHARES both ways: a partial last column group shared in equal shares of
+the work (the same bits) and 3 pieces on 2 threads rounded down to 2 (the same values).
 
 Tolerance: 1e-4 relative and absolute (float32 sums of at most 72 products; 2e-4 for the
 stream's sums of up to 160).
@@ -229,3 +230,52 @@ def test_weight_stream_leaves_activation_heavy_convs(two_threads: Provider) -> N
         output="channels_last",
     )
     assert "pointwise_stream" not in plan.describe()
+
+
+def test_weight_stream_equal_shares_of_unequal_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    # MobileNetV3's 576 -> 96 projection at 7x7 with its residual add: one column group of 4
+    # vectors and one of 2. With ET_CPU_EVEN_SHARES (default) each thread takes half the
+    # vectors x pixels (the first group cut at pixel 36); "0" gives one thread a group each
+    # (2:1). The same bits either way, and float64 eager's values.
+    generator = torch.Generator().manual_seed(11)
+    x = torch.randn(1, 576, 7, 7, generator=generator).contiguous(memory_format=torch.channels_last)
+    weight = torch.randn(96, 576, 1, 1, generator=generator) * (2.0 / math.sqrt(576))
+    bias = torch.randn(96, generator=generator)
+    residual = torch.randn(1, 96, 7, 7, generator=generator)
+    residual = residual.contiguous(memory_format=torch.channels_last)
+    outs = []
+    for switch in ["1", "0"]:
+        monkeypatch.setenv("ET_CPU_EVEN_SHARES", switch)
+        provider = Provider(num_threads=2)  # the switch is read when the Provider is made
+        plan = _channels_last_1x1(provider, x, weight, bias, 1, [PostOp(ADD)])
+        described = plan.describe()
+        assert "pointwise_stream" in described and plan.pieces == 2, described
+        assert ("in equal shares of unequal groups" in described) == (switch == "1"), described
+        out = plan.new_output()
+        plan.run_into(out, x, residual=residual)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    want = F.conv2d(x.double(), weight.double(), bias.double()) + residual.double()
+    torch.testing.assert_close(outs[0], want.float(), rtol=2e-4, atol=2e-4)
+
+
+def test_even_shares_round_three_pieces_down_to_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 240 -> 40 at 14x14 (MobileNetV3's folded-gate projections): 3.8 MFLOP, 3 pieces of the
+    # default 1 MFLOP on 2 threads, one thread running 2 of them; ET_CPU_EVEN_SHARES (default)
+    # makes it 2. The same values either way (float64 eager's).
+    generator = torch.Generator().manual_seed(12)
+    x = torch.randn(1, 240, 14, 14, generator=generator)
+    x = x.contiguous(memory_format=torch.channels_last)
+    weight = torch.randn(40, 240, 1, 1, generator=generator) * (2.0 / math.sqrt(240))
+    bias = torch.randn(40, generator=generator)
+    want = F.conv2d(x.double(), weight.double(), bias.double()).float()
+    pieces = {}
+    for switch in ["1", "0"]:
+        monkeypatch.setenv("ET_CPU_EVEN_SHARES", switch)
+        provider = Provider(num_threads=2)
+        plan = _channels_last_1x1(provider, x, weight, bias, 1, [])
+        pieces[switch] = plan.pieces
+        out = plan.new_output()
+        plan.run_into(out, x)
+        torch.testing.assert_close(out, want, rtol=2e-4, atol=2e-4)
+    assert pieces == {"1": 2, "0": 3}, pieces
