@@ -6,7 +6,8 @@ intra-op threads as torch uses (`torch.get_num_threads()`), one inter-op thread.
 Benchmark-only: `onnx`, `onnxscript` and `onnxruntime` are pinned in the lock for tools/bench and
 nothing in the plugin imports them. `make_runner` returns a `harness.Runner`; `describe` says
 which ONNX Runtime ran and how, for a table's notes; `profile_nodes` times each node of the
-session with ONNX Runtime's own profiler, back to back or after time away (`zoo_bench --profile`).
+session with ONNX Runtime's own profiler, back to back or after time away
+(`zoo_bench --profile-away`).
 """
 
 from __future__ import annotations
@@ -64,20 +65,18 @@ def export_onnx(model: torch.nn.Module, inputs: Sequence[torch.Tensor], path: st
         exporter_log.setLevel(level)
 
 
-def make_runner(
-    model: torch.nn.Module, inputs: Sequence[torch.Tensor], threads: int | None = None
-) -> harness.Runner:
-    """Exports `model`, loads it on ONNX Runtime's CPU provider, checks one run against eager
-    PyTorch (a wrong peer is no peer: AssertionError naming the largest difference), and returns
-    a callable that runs it on `inputs`."""
+def _load(
+    model: torch.nn.Module, inputs: Sequence[torch.Tensor], options: Any
+) -> tuple[Any, dict[str, Any]]:
+    """`model` exported and loaded on ONNX Runtime's CPU provider with `options`, and the feed
+    of `inputs` by the session's input names (a RuntimeError when their counts differ)."""
     import onnxruntime as ort
 
-    threads = threads or torch.get_num_threads()
     with tempfile.TemporaryDirectory(prefix="onnx_peer_") as folder:
         path = os.path.join(folder, "model.onnx")
         export_onnx(model, inputs, path)
         session = ort.InferenceSession(
-            path, sess_options=_session_options(threads), providers=["CPUExecutionProvider"]
+            path, sess_options=options, providers=["CPUExecutionProvider"]
         )
     names = [entry.name for entry in session.get_inputs()]
     if len(names) != len(inputs):
@@ -85,6 +84,16 @@ def make_runner(
             f"the ONNX model takes {len(names)} inputs, the benchmark has {len(inputs)}"
         )
     feed = {name: tensor.detach().numpy() for name, tensor in zip(names, inputs, strict=True)}
+    return session, feed
+
+
+def make_runner(
+    model: torch.nn.Module, inputs: Sequence[torch.Tensor], threads: int | None = None
+) -> harness.Runner:
+    """Exports `model`, loads it on ONNX Runtime's CPU provider, checks one run against eager
+    PyTorch (a wrong peer is no peer: AssertionError naming the largest difference), and returns
+    a callable that runs it on `inputs`."""
+    session, feed = _load(model, inputs, _session_options(threads or torch.get_num_threads()))
     outputs = session.run(None, feed)
     with torch.no_grad():
         expected = model(*inputs)
@@ -114,22 +123,13 @@ def profile_nodes(
     previous one or (`away`) after `gc.collect()`, the gap before every call in the harness's
     alternating regime. Returns `nodes` in execution order (name, ONNX op type, median us over
     the profiled calls), their sum `total_us` and the median of the profiler's whole `run_us`."""
-    import onnxruntime as ort
-
     if runs < 1:
         raise ValueError(f"profile_nodes needs at least one run, got {runs}")
-    threads = threads or torch.get_num_threads()
     with tempfile.TemporaryDirectory(prefix="onnx_profile_") as folder:
-        path = os.path.join(folder, "model.onnx")
-        export_onnx(model, inputs, path)
-        options = _session_options(threads)
+        options = _session_options(threads or torch.get_num_threads())
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(folder, "profile")
-        session = ort.InferenceSession(
-            path, sess_options=options, providers=["CPUExecutionProvider"]
-        )
-        names = [entry.name for entry in session.get_inputs()]
-        feed = {name: t.detach().numpy() for name, t in zip(names, inputs, strict=True)}
+        session, feed = _load(model, inputs, options)
         for _ in range(3):
             session.run(None, feed)
         for _ in range(runs):
