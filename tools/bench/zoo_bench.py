@@ -312,12 +312,12 @@ def _profile_child(model: str, size: str, runs: int, away: bool = False) -> int:
     return 0
 
 
-def profile(
+def profiled_ops(
     model: str, size: str, runs: int, timeout_s: float = 600.0, away: bool = False
-) -> dict[str, Any]:
+) -> tuple[list[ProfiledOp], list[str], dict[str, float]]:
     """Runs the CPU delegate on the zoo model `runs` times (`away`: each after `gc.collect()`) in
-    a fresh process with ET_CPU_PROFILE=1; returns its ops (provider, mean us, share), the shares
-    summed per kernel and provider, and how many ops were fused into the op before them."""
+    a fresh process with ET_CPU_PROFILE=1 (`_profile_child`); returns its ops, the op placement
+    and one call's parts (Python's run_method as `python_us`, and `parse_calls`'s)."""
     env = dict(os.environ)
     env["ET_CPU_PROFILE"] = "1"
     # The child must import what this process imports (Bazel sets sys.path in a launcher stub).
@@ -337,7 +337,16 @@ def profile(
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"profile of {model}/{size} failed (exit {proc.returncode}): {tail}")
     child = json.loads(lines[-1])
-    placement: list[str] = child["placement"]
+    return ops, child["placement"], {"python_us": child["call_us"], **parse_calls(proc.stderr)}
+
+
+def profile(
+    model: str, size: str, runs: int, timeout_s: float = 600.0, away: bool = False
+) -> dict[str, Any]:
+    """`profiled_ops`'s ops (provider, mean us, share), the shares summed per kernel and
+    provider, how many ops were fused into the op before them, one call's parts and the roofline
+    (measuring the GEMM peak at the first profile)."""
+    ops, placement, call = profiled_ops(model, size, runs, timeout_s, away)
     by_kernel: dict[tuple[str, str], list[float]] = {}
     for op in ops:
         entry = by_kernel.setdefault((op.kernel, _provider_group(op.provider)), [0, 0.0, 0.0])
@@ -364,7 +373,7 @@ def profile(
         "fused_ops": sum(1 for line in placement if ": fused into " in line),
         "ops": op_rows,
         # Per call: Python's run_method, the delegates' share of it and its parts.
-        "call": {"python_us": child["call_us"], **parse_calls(proc.stderr)},
+        "call": call,
     }
 
 
@@ -555,11 +564,9 @@ def profile_away(result: harness.BenchmarkResult, runs: int, top: int = 5) -> st
     sides: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
     try:
-        back, away = (profile(model, size, runs, away=a) for a in (False, True))
-        sides[BASELINE] = _away_side(
-            [(op["node"], op["mean_us"]) for op in back["ops"]],
-            [(op["node"], op["mean_us"]) for op in away["ops"]],
-        )
+        # Only the ops: no roofline, so no GEMM peak to measure.
+        ours = [profiled_ops(model, size, runs, away=a)[0] for a in (False, True)]
+        sides[BASELINE] = _away_side(*[[(op.node, op.mean_us) for op in ops] for ops in ours])
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
         errors[BASELINE] = str(exc)
     if ONNXRUNTIME in _PEERS:

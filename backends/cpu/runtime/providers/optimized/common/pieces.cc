@@ -237,17 +237,14 @@ void run_pointwise(ProviderState& state, const PointwiseRun& run, const float* x
   if (run.weighted) {
     // Each task's share of the groups' vectors x pixels, in group order; a share's start is
     // cut inside a group on a multiple of that group's tile (the nearest).
-    const auto vectors_of = [&](int64_t g) {
-      return (std::min(kPointwiseGroupColumns, n - g * kPointwiseGroupColumns) + 15) / 16;
-    };
     int64_t total = 0;
-    for (int64_t g = 0; g < groups; ++g) total += vectors_of(g) * run.pixels;
+    for (int64_t g = 0; g < groups; ++g) total += pointwise_group_vectors(n, g) * run.pixels;
     const int64_t tasks = static_cast<int64_t>(run.tasks);
     // Where task t's share starts: (group, first pixel); (groups, 0) past the last.
     auto start_of = [&](int64_t t) -> std::pair<int64_t, int64_t> {
       int64_t left = total * t / tasks;
       for (int64_t g = 0; g < groups; ++g) {
-        const int64_t v = vectors_of(g);
+        const int64_t v = pointwise_group_vectors(n, g);
         if (left < v * run.pixels) {
           const int64_t tile = pointwise_tile_pixels(v);
           const int64_t pixel = (left / v + tile / 2) / tile * tile;

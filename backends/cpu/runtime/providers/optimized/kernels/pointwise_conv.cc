@@ -359,8 +359,7 @@ void PointwiseConv::run(const float* x, int64_t pixels, float* y) const {
   for (int64_t p0 = 0; p0 < pixels; p0 += kChunk) {
     const int64_t chunk = std::min(kChunk, pixels - p0);
     for (int64_t g = 0; g < groups; ++g) {
-      const int64_t columns = std::min(kGroupColumns, n - g * kGroupColumns);
-      const int vectors = static_cast<int>((columns + kLanes - 1) / kLanes);
+      const int vectors = static_cast<int>(pointwise_group_vectors(n, g));
       // The last two groups as one of 5 vectors (a full group, then 1 to 16 columns).
       const bool wide = wide_tail_ && vectors == 4 && g + 2 == groups &&
                         n - (g + 1) * kGroupColumns <= kLanes;
@@ -432,18 +431,15 @@ void PointwiseConv::run_stream(const float* x, int64_t pixels, float* y, const f
   const int64_t left = n % kLanes;
   const __mmask16 tail_mask =
       left ? static_cast<__mmask16>((1u << left) - 1u) : static_cast<__mmask16>(0xFFFF);
-  const auto vectors_of = [&](int64_t g) {
-    return static_cast<int>((std::min(kGroupColumns, n - g * kGroupColumns) + kLanes - 1) / kLanes);
-  };
   for (int64_t g = first; g < last; ++g) {
-    const int vectors = vectors_of(g);
+    const int vectors = static_cast<int>(pointwise_group_vectors(n, g));
     const int64_t tile = tile_pixels(vectors);
     const int64_t whole = pixels / tile;
     a.w = stream + packed.group_offset[static_cast<size_t>(g)];
     a.bias = packed.bias.data() + g * kGroupColumns;
     a.last_mask = g + 1 == groups ? tail_mask : static_cast<__mmask16>(0xFFFF);
     a.next = g + 1 < last ? stream + packed.group_offset[static_cast<size_t>(g + 1)] : nullptr;
-    a.next_lines = a.next != nullptr ? k * vectors_of(g + 1) : 0;
+    a.next_lines = a.next != nullptr ? k * pointwise_group_vectors(n, g + 1) : 0;
     a.cold = g == first;
     a.x = x;
     a.y = y + g * kGroupColumns;

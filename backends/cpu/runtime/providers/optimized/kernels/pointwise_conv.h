@@ -18,6 +18,7 @@
 // in registers too.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -92,6 +93,11 @@ constexpr int64_t kPointwiseTileMultiple = 24;
 // vectors x pixels <= 24 accumulators.
 constexpr int64_t pointwise_tile_pixels(int64_t vectors) {
   return vectors == 4 ? 6 : vectors == 3 ? 8 : 12;
+}
+// 16-float vectors in column group `g` (pointwise_groups) of N = `out_channels` output channels:
+// its columns rounded up to whole vectors (4, fewer in a last group of under 64 columns).
+constexpr int64_t pointwise_group_vectors(int64_t out_channels, int64_t g) {
+  return (std::min(kPointwiseGroupColumns, out_channels - g * kPointwiseGroupColumns) + 15) / 16;
 }
 
 // ET_CPU_STREAM_TILE_FIT not "0" (read where a plan or kernel is made): run_stream inlines
