@@ -2,8 +2,10 @@
 // band of tiles: input transform, the 16 products, output transform.
 //
 // A task owns a range of tile groups (14 consecutive tiles of the batch, row after row, image
-// after image) and a range of output-channel blocks. It walks its groups in bands sized so the
-// band's transformed input V and products M stay in L2 (kBandBytes): V is computed once per band,
+// after image) and a range of output-channel blocks. It walks its groups in bands whose
+// transformed input V and products M fit a small per-thread scratch (kBandBytes: one group from
+// 32 channels on, so the scratch stays in L2 from band to band and from one convolution to the
+// next, instead of coming from memory after time away): V is computed once per band,
 // then for each output-channel block and each of the 16 positions one register-blocked product
 // per tile group (14 tiles x 2 vectors of output channels, each V value a broadcast FMA operand,
 // like StreamConv's pixel block) reads the block's U rows for that position (L1 while the band's
@@ -32,9 +34,11 @@ constexpr int64_t kLanes = 16;      // floats per AVX-512 vector
 constexpr int64_t kPositions = 16;  // 4x4 transformed values per tile
 constexpr int64_t kGroupTiles = WinogradConv::kGroupTiles;
 constexpr int64_t kBlockChannels = 32;
-// V and M of a band at most (of the 2 MiB L2, leaving room for the U rows streaming through;
-// 32 KiB to 1 MiB measured alike at 16 to 256 channels).
-constexpr int64_t kBandBytes = int64_t{1} << 20;
+// V and M of a band at most (ET_CPU_WINOGRAD_BAND_KIB, read at prepare, for measuring): one
+// tile group from 32 channels on. Warm, 32 KiB to 1 MiB measured alike at 16 to 256 channels;
+// after time away the scratch's lines come from memory at their first write, so a small band
+// that the next band and the next convolution write again in L2 is faster (provider README).
+constexpr int64_t kBandBytes = int64_t{64} << 10;
 // The default rule's largest in_channels x out_channels (transformed weights of 2 MiB).
 constexpr int64_t kDefaultMaxChannelProduct = 128 * 256;
 
@@ -281,7 +285,9 @@ WinogradConv::WinogradConv(const WinogradShape& shape, const float* weight, cons
   padded_in_ = round_up(ic, kLanes);
   const int64_t band_tile_bytes =
       kPositions * static_cast<int64_t>(sizeof(float)) * (padded_in_ + kBlockChannels);
-  band_groups_ = std::max<int64_t>(1, kBandBytes / (band_tile_bytes * kGroupTiles));
+  const int64_t band_bytes =
+      1024 * switch_number("ET_CPU_WINOGRAD_BAND_KIB", kBandBytes / 1024, 16, 65536);
+  band_groups_ = std::max<int64_t>(1, band_bytes / (band_tile_bytes * kGroupTiles));
   weights_.assign(static_cast<size_t>(kPositions * padded_in_ * oc), 0.0f);
   for (int64_t o = 0; o < oc; ++o) {
     const int64_t block = o / kBlockChannels;

@@ -672,6 +672,32 @@ def test_winograd_conv_against_torch(
         torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL)
 
 
+def test_winograd_conv_bands_same_numbers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run walks its tile groups in bands (ET_CPU_WINOGRAD_BAND_KIB, read at prepare; the
+    default, 64 KiB, is one group a band from 32 channels on): each output is the same sum in the
+    same order whatever the band, so one group a band (16 KiB), several with a partial last band
+    (256 KiB: 4 of the 15 groups a band) and the whole batch in one (1 MiB) agree bitwise, whole
+    and split over the pool, and match torch."""
+    monkeypatch.setenv("ET_CPU_WINOGRAD", "all")
+    gen = torch.Generator().manual_seed(46)
+    # 20 x 20 x 2 images: 2 x 10 x 10 tiles, 15 groups of 14 (the last one partial).
+    x = torch.randn(2, 32, 20, 20, generator=gen)
+    weight = torch.randn(48, 32, 3, 3, generator=gen) / math.sqrt(9 * 32)
+    bias = torch.randn(48, generator=gen)
+    relu = [PostOp(RELU)]
+    expected = conv_reference(x, weight, bias, 1, 1, torch.relu)
+    for provider in (vector_provider("winograd"), Provider(num_threads=2, min_task_flops=0)):
+        outputs = []
+        for kib in ["16", "256", "1024"]:
+            monkeypatch.setenv("ET_CPU_WINOGRAD_BAND_KIB", kib)
+            outputs.append(
+                run_conv(provider, x, weight, bias, 1, 1, relu, family="winograd", own=True)
+            )
+        torch.testing.assert_close(outputs[0], expected, rtol=RTOL, atol=ATOL)
+        for other in outputs[1:]:
+            assert torch.equal(other, outputs[0])
+
+
 def test_winograd_conv_default_and_declines(monkeypatch: pytest.MonkeyPatch) -> None:
     """Unset switch: 16 or more input channels with transformed weights of at most 2 MiB on
     ours (ResNet-50-style 32@56, UNet's 16@128-style 16 -> 16, a 256 -> 128 concatenation); 8
