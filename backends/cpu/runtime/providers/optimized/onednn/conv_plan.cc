@@ -541,11 +541,13 @@ ConvPlan prepare_stream_conv(const std::shared_ptr<ProviderState>& state, const 
 }
 
 // The plan of a convolution on WinogradConv: contiguous ranges of tile groups per task (each over
-// every output-channel block: the threads read the same weights, which the shared L3 holds once),
-// or of blocks when the batch has fewer than 2 tile groups per thread (7x7 and 8x8 images: each
-// task then transforms the whole input, a few percent of its products). Splitting 14x14 by
-// blocks as soon as the weights outweighed the transformed input measured no better after 40 ms
-// away (128 @ 14: 303 against 252 us, within this machine's noise of ~20% there).
+// every output-channel block: both threads read all the weights), or of output-channel blocks
+// (each task then transforms the whole input, and reads only its blocks' weights) when the batch
+// has fewer than 2 tile groups per thread (7x7 and 8x8 images) or the transformed weights
+// outweigh the batch's transformed input (ResNet-50-style stage 3's 128 @ 14: 1 MiB against
+// 0.45 MiB; 30 us faster after time away and 5-14 us back to back, provider README).
+// ET_CPU_WINOGRAD_BY_BLOCKS (read at prepare): `0` by tile groups unless fewer than 2 per thread
+// (the earlier rule), `all` by blocks whenever there are as many blocks as threads.
 ConvPlan prepare_winograd_conv(const std::shared_ptr<ProviderState>& state, const ConvParams& p,
                                const WinogradShape& shape, const float* weight, const float* bias,
                                const PostOps& post_ops, const memory::desc& src_md) {
@@ -557,7 +559,15 @@ ConvPlan prepare_winograd_conv(const std::shared_ptr<ProviderState>& state, cons
   const int64_t groups = run.conv->groups(p.batch);
   const int64_t blocks = run.conv->blocks();
   const int64_t threads = state->pool ? state->pool->size() : 1;
-  run.by_blocks = groups < 2 * threads && blocks >= threads;
+  // Transformed weights (16 positions x C_in x C_out) against the batch's transformed input
+  // (16 positions x the groups' tiles x C_in rounded up to 16).
+  const double weights = 16.0 * static_cast<double>(shape.in_channels * shape.out_channels);
+  const double input = 16.0 * static_cast<double>(groups * WinogradConv::kGroupTiles) *
+                       static_cast<double>(round_up<int64_t>(shape.in_channels, 16));
+  const SwitchReach reach = switch_reach("ET_CPU_WINOGRAD_BY_BLOCKS");
+  run.by_blocks = blocks >= threads &&
+                  (groups < 2 * threads || reach == SwitchReach::kEverywhere ||
+                   (reach == SwitchReach::kDefault && weights > input));
   // Multiply-adds of the products (16 per tile and channel pair).
   const double flops = 2.0 * 16.0 * static_cast<double>(groups * WinogradConv::kGroupTiles) *
                        static_cast<double>(shape.in_channels * shape.out_channels);

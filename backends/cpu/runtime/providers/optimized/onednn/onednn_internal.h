@@ -506,7 +506,8 @@ struct StreamConvRun final : OwnConvRun {
 };
 // A plan's WinogradConv (winograd_conv.h) over `batch` images and the tasks it is shared out in:
 // contiguous ranges of tile groups, each over every output-channel block, or (`by_blocks`: few
-// tiles, weights outweighing the input) contiguous ranges of blocks, each over every tile.
+// tiles, or transformed weights outweighing the transformed input) contiguous ranges of blocks,
+// each over every tile.
 struct WinogradRun final : OwnConvRun {
   std::shared_ptr<const WinogradConv> conv;
   int64_t batch = 1;

@@ -625,12 +625,14 @@ def test_stream_conv_default_and_declines(monkeypatch: pytest.MonkeyPatch) -> No
 # relative here: the transforms only add and halve). Shapes: odd extents (tiles cut at the
 # right and bottom edges), a width of 1, input channels not a multiple of 16 and over one
 # 16-channel chunk, 48 output channels (a 32- and a 16-channel block), batch 2 (tile groups
-# across images), whole and split over the pool (by tile groups and by channel blocks).
+# across images), whole and split over the pool (by tile groups, and by channel blocks: few
+# tiles, or 128 -> 64 at 14x14, whose transformed weights outweigh its transformed input).
 _WINOGRAD_CASES = [  # c_in, c_out, height, width, batch
     (16, 16, 5, 7, 1),
     (20, 48, 9, 6, 2),
     (64, 32, 14, 13, 1),
     (40, 64, 3, 1, 1),
+    (128, 64, 14, 14, 1),
 ]
 
 
@@ -696,6 +698,49 @@ def test_winograd_conv_bands_same_numbers(monkeypatch: pytest.MonkeyPatch) -> No
         torch.testing.assert_close(outputs[0], expected, rtol=RTOL, atol=ATOL)
         for other in outputs[1:]:
             assert torch.equal(other, outputs[0])
+
+
+@pytest.mark.parametrize(
+    "switch, c_in, c_out, size, by_blocks",
+    [
+        # Unset: by blocks when the transformed weights outweigh the transformed input (16 x
+        # 128 x 128 against 16 x 56 tiles x 128 at 14x14) or there are fewer than 2 tile groups
+        # per thread (2 groups at 8x8); by tile groups otherwise (64 -> 64 at 28x28: 196 tiles).
+        (None, 128, 128, 14, True),
+        (None, 64, 64, 28, False),
+        (None, 64, 64, 8, True),
+        ("0", 128, 128, 14, False),
+        ("0", 64, 64, 8, True),
+        ("all", 64, 64, 28, True),
+        ("all", 32, 32, 28, False),  # one block of 32 channels: nothing to share by blocks
+    ],
+)
+def test_winograd_conv_split(
+    monkeypatch: pytest.MonkeyPatch,
+    switch: str | None,
+    c_in: int,
+    c_out: int,
+    size: int,
+    by_blocks: bool,
+) -> None:
+    """How a run on 2 threads shares out (ET_CPU_WINOGRAD_BY_BLOCKS, read at prepare): the plan's
+    description says `by blocks` exactly when the rule (or the switch) asks for it, and the
+    output matches torch either way."""
+    monkeypatch.setenv("ET_CPU_WINOGRAD", "all")
+    if switch is None:
+        monkeypatch.delenv("ET_CPU_WINOGRAD_BY_BLOCKS", raising=False)
+    else:
+        monkeypatch.setenv("ET_CPU_WINOGRAD_BY_BLOCKS", switch)
+    gen = torch.Generator().manual_seed(c_in + size)
+    x = torch.randn(1, c_in, size, size, generator=gen)
+    weight = torch.randn(c_out, c_in, 3, 3, generator=gen) / math.sqrt(9 * c_in)
+    provider = Provider(num_threads=2, min_task_flops=0)
+    plans: list[Plan] = []
+    relu = [PostOp(RELU)]
+    actual = run_conv(provider, x, weight, None, 1, 1, relu, family="winograd", plans=plans)
+    assert ("by blocks" in plans[0].describe()) == by_blocks, plans[0].describe()
+    expected = conv_reference(x, weight, None, 1, 1, torch.relu)
+    torch.testing.assert_close(actual, expected, rtol=RTOL, atol=ATOL)
 
 
 def test_winograd_conv_default_and_declines(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import SILU, PostOp, Provider
+from backends.cpu.runtime.providers.optimized.test.onednn_ctypes import SILU, Plan, PostOp, Provider
 
 Reference = Callable[[torch.Tensor], torch.Tensor]
 
@@ -68,11 +68,12 @@ def run_conv(
     output: str = "channels_last",
     dilation: int = 1,
     residual: torch.Tensor | None = None,
+    plans: list[Plan] | None = None,
 ) -> torch.Tensor:
     """Prepares and runs the convolution (groups = channels when `depthwise`) with the input in
     the layout asked for (and `residual`, in the output's layout, for an add post-op); asserts
     that our `family` kernel took it exactly when `own`, the output shape, and a channels-last
-    output from our kernel when one was asked for."""
+    output from our kernel when one was asked for. The plan is appended to `plans` if given."""
     plan = provider.conv(
         list(x.shape),
         weight,
@@ -86,6 +87,8 @@ def run_conv(
         output=output,
     )
     assert plan.describe().startswith(f"{family}:avx512") == own, plan.describe()
+    if plans is not None:
+        plans.append(plan)
     layout = torch.channels_last if input_channels_last else torch.contiguous_format
     if residual is not None and output == "channels_last":
         residual = residual.contiguous(memory_format=torch.channels_last)
