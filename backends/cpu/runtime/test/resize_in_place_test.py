@@ -14,8 +14,9 @@ with ET_CPU_CONV_PER_IMAGE=0 its kernels cannot resize and it keeps the shape pl
 graph compiled with ET_CPU_RESIZE_IN_PLACE=0. Linears of a few rows
 (and a tile's remainder of a few) run on row_gemm reading their rows at each run: a new such
 count prepares nothing; 5-31 run in small tiles for their first call, the same count called
-again in a row prepares its primitive (ET_CPU_SMALL_ROW_TILES=all keeps the tiles). A
-torchao-quantized
+again in a row prepares its primitive (ET_CPU_SMALL_ROW_TILES=all keeps the tiles), but a head
+whose weights stream from memory (2 MiB or more) keeps every such count on row_gemm in blocks of
+up to 8 rows. A torchao-quantized
 decoder (8da4w, weight-only linear and embedding) resizes in place too. A resize failing halfway
 (the test hook ET_CPU_TEST_FAIL_RESIZE_AT) turns the graph back to its bounds and to shape plans,
 its results still right."""
@@ -402,6 +403,39 @@ def test_a_new_row_count_below_a_row_tile_prepares_no_linear(
         assert_single_output_close(module, model, _tokens(length), atol=ATOL, rtol=RTOL)
         assert loader.matmul_primitive_stats() == made
     assert_single_output_close(module, model, _tokens(12), atol=ATOL, rtol=RTOL)
+    assert loader.matmul_primitive_stats() == made
+    assert loader.shape_plan_stats()[1] == misses
+
+
+class _Head(torch.nn.Module):
+    """MobileNetV3's classifier head (576 -> 1024, hardswish, 1024 -> 1000): weights of 2.4 and
+    4 MB, streamed from L3 or memory at every call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hidden = torch.nn.Linear(576, 1024)
+        self.out = torch.nn.Linear(1024, 1000)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.nn.functional.hardswish(self.hidden(x)))
+
+
+@pytest.mark.skipif(not _has_avx512(), reason="row_gemm, which reads the rows, needs AVX-512")
+def test_a_head_takes_every_batch_below_a_row_tile_in_wide_row_gemm_blocks() -> None:
+    # Issue 46: a head whose weights stream from L3 or memory runs every count below a row tile on
+    # row_gemm in blocks of up to 8 rows (each weight read once per block, on the pool's threads),
+    # for good: a count called again in a row prepares no primitive of it (5, 12: small tiles and
+    # a primitive of the count before), and every batch matches eager.
+    torch.manual_seed(14)
+    model = _Head().eval()
+    module = _load(model, torch.randn(2, 576), {0: Dim("batch", min=1, max=16)})
+    x16 = torch.randn(16, 576, generator=torch.Generator().manual_seed(16))
+    assert_single_output_close(module, model, x16, atol=ATOL, rtol=RTOL)
+    made = loader.matmul_primitive_stats()
+    _, misses = loader.shape_plan_stats()
+    for batch in (8, 8, 5, 5, 12, 12, 1, 16, 7, 7):
+        x = torch.randn(batch, 576, generator=torch.Generator().manual_seed(batch))
+        assert_single_output_close(module, model, x, atol=ATOL, rtol=RTOL)
     assert loader.matmul_primitive_stats() == made
     assert loader.shape_plan_stats()[1] == misses
 

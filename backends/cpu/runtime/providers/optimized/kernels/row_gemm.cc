@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "backends/cpu/runtime/providers/optimized/common/switches.h"
 #include "backends/cpu/runtime/providers/optimized/onednn/onednn_internal.h"
@@ -31,19 +32,25 @@ constexpr int64_t kPrefetchFloats = 1024;
 constexpr int64_t kFarPrefetchFloats = 8192;
 constexpr size_t kColdStreamBytes = size_t{2} << 20;  // the bar: Packed::bytes() from 2 MiB
 
-// One column group of kPanels vectors for kRows rows: acc[r][p] over all k, then the epilogue.
-// The group's weights are one contiguous [k][kPanels * 16] stream.
+// kPanels vectors of a column group for kRows rows: acc[r][p] over all k, then the epilogue.
+// The group's weights are one contiguous [k][stride] stream (stride: the group's width in floats),
+// of which this reads the kPanels vectors from `weights` on: the whole group (kPanels of its
+// width), or a part of it (rows 5-8: two vectors at a time, kernel_for). The loops over
+// rows and vectors are unrolled so the accumulators stay in registers (8 x 2 was not, by
+// default: they lived on the stack, a load and a store per FMA).
 template <int kRows, int kPanels>
-ET_AVX512 void group_kernel(const float* x, int64_t k, const float* weights, const float* bias,
-                            const PostOps& post_ops, int64_t columns, int64_t n,
-                            const float* residual, float* y, int64_t far_prefetch) {
+ET_AVX512 void group_kernel(const float* x, int64_t k, const float* weights, int64_t stride,
+                            const float* bias, const PostOps& post_ops, int64_t columns,
+                            int64_t n, const float* residual, float* y, int64_t far_prefetch) {
   __m512 acc[kRows][kPanels];
+#pragma GCC unroll 4
   for (int p = 0; p < kPanels; ++p) {
     const __m512 b = _mm512_loadu_ps(bias + p * kLanes);
+#pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) acc[r][p] = b;
   }
   const float* w = weights;
-  for (int64_t i = 0; i < k; ++i, w += kPanels * kLanes) {
+  for (int64_t i = 0; i < k; ++i, w += stride) {
     for (int p = 0; p < kPanels; ++p) {  // one cache line per vector
       _mm_prefetch(reinterpret_cast<const char*>(w + kPrefetchFloats + p * kLanes), _MM_HINT_T0);
     }
@@ -52,8 +59,10 @@ ET_AVX512 void group_kernel(const float* x, int64_t k, const float* weights, con
         _mm_prefetch(reinterpret_cast<const char*>(w + far_prefetch + p * kLanes), _MM_HINT_T1);
       }
     }
+#pragma GCC unroll 8
     for (int r = 0; r < kRows; ++r) {
       const __m512 xr = _mm512_set1_ps(x[r * k + i]);
+#pragma GCC unroll 4
       for (int p = 0; p < kPanels; ++p) {
         acc[r][p] = _mm512_fmadd_ps(xr, _mm512_load_ps(w + p * kLanes), acc[r][p]);
       }
@@ -72,34 +81,42 @@ ET_AVX512 void group_kernel(const float* x, int64_t k, const float* weights, con
   }
 }
 
-using GroupKernel = void (*)(const float*, int64_t, const float*, const float*, const PostOps&,
-                             int64_t, int64_t, const float*, float*, int64_t);
+using GroupKernel = void (*)(const float*, int64_t, const float*, int64_t, const float*,
+                             const PostOps&, int64_t, int64_t, const float*, float*, int64_t);
 
+// Rows 1-4: rows x up to 4 vectors of accumulators, a whole column group in one pass. Rows 5-8
+// (kRowGemmWideRows): rows x 2 vectors (16 at 8 rows, with the two weight vectors and a
+// broadcast), so a group of up to 4 vectors runs as passes of 2 over its stream, each reading its
+// own two vectors (cache lines) of every k row: every weight is still read once, for all the rows.
 template <int kRows>
 GroupKernel kernel_for_panels(int64_t panels) {
-  switch (panels) {
-    case 1:
-      return group_kernel<kRows, 1>;
-    case 2:
-      return group_kernel<kRows, 2>;
-    case 3:
-      return group_kernel<kRows, 3>;
-    default:
-      return group_kernel<kRows, 4>;
+  if constexpr (kRows > kRowGemmMaxRows) {
+    return panels >= 2 ? group_kernel<kRows, 2> : group_kernel<kRows, 1>;
+  } else {
+    switch (panels) {
+      case 1:
+        return group_kernel<kRows, 1>;
+      case 2:
+        return group_kernel<kRows, 2>;
+      case 3:
+        return group_kernel<kRows, 3>;
+      default:
+        return group_kernel<kRows, 4>;
+    }
   }
 }
 
+// The kernel of `rows` rows (kRows + 1 for one of kRows...) over `panels` vectors (rows 5-8: its
+// first 2 of them, at most).
+template <int... kRows>
+GroupKernel kernel_of_rows(int64_t rows, int64_t panels, std::integer_sequence<int, kRows...>) {
+  GroupKernel kernel = nullptr;
+  ((kernel = rows == kRows + 1 ? kernel_for_panels<kRows + 1>(panels) : kernel), ...);
+  return kernel;
+}
+
 GroupKernel kernel_for(int64_t rows, int64_t panels) {
-  switch (rows) {
-    case 1:
-      return kernel_for_panels<1>(panels);
-    case 2:
-      return kernel_for_panels<2>(panels);
-    case 3:
-      return kernel_for_panels<3>(panels);
-    default:
-      return kernel_for_panels<4>(panels);
-  }
+  return kernel_of_rows(rows, panels, std::make_integer_sequence<int, kRowGemmWideRows>());
 }
 
 int64_t group_columns(int64_t n, int64_t group) {
@@ -116,8 +133,17 @@ bool row_gemm_cold_stream() {
   return kernel_switched_on("ET_CPU_ROW_GEMM_COLD_STREAM");
 }
 
+bool row_gemm_wide_rows(int64_t rows, int64_t k, int64_t n) {
+  if (rows <= kRowGemmMaxRows || k < 1 || n < 1) return false;
+  // Packed::bytes() of k x n: every group's vectors (zero-padded) and the bias of whole groups.
+  const int64_t groups = (n + kGroupColumns - 1) / kGroupColumns;
+  const int64_t floats = k * panels_of(n) * kLanes + groups * kGroupColumns;
+  return static_cast<size_t>(floats) * sizeof(float) >= kColdStreamBytes &&
+         kernel_switched_on("ET_CPU_ROW_GEMM_WIDE");
+}
+
 bool row_gemm_supports(int64_t rows, const PostOps& post_ops) {
-  if (rows < 1 || rows > kRowGemmMaxRows || !kernel_switched_on("ET_CPU_ROW_GEMM") ||
+  if (rows < 1 || rows > kRowGemmWideRows || !kernel_switched_on("ET_CPU_ROW_GEMM") ||
       !cpu_has_avx512()) return false;
   for (const PostOp& op : post_ops) {
     if (op.kind == PostOp::Kind::kActivation && !activation_in_registers(op.activation.kind)) {
@@ -189,10 +215,21 @@ void RowGemm::run(const float* x, float* y, const float* residual, int64_t first
     const int64_t columns = group_columns(n_, g);
     const int64_t at = g * kGroupColumns;
     const float* weights = packed_->stream() + packed_->group_offset[g];
-    kernel_for(rows_, panels_of(columns))(x, k_, weights, packed_->bias.data() + at, post_ops_,
-                                          columns, n_,
-                                          residual ? residual + at : nullptr, y + at,
-                                          far_prefetch_);
+    const int64_t panels = panels_of(columns);
+    const int64_t stride = panels * kLanes;
+    if (rows_ <= kRowGemmMaxRows) {
+      kernel_for(rows_, panels)(x, k_, weights, stride, packed_->bias.data() + at, post_ops_,
+                                columns, n_, residual ? residual + at : nullptr, y + at,
+                                far_prefetch_);
+      continue;
+    }
+    for (int64_t p = 0; p < panels; p += 2) {  // two vectors per pass
+      const int64_t c = p * kLanes;
+      kernel_for(rows_, panels - p)(x, k_, weights + c, stride, packed_->bias.data() + at + c,
+                                    post_ops_, columns - c, n_,
+                                    residual ? residual + at + c : nullptr, y + at + c,
+                                    far_prefetch_);
+    }
   }
 }
 

@@ -1,5 +1,6 @@
 // Our own AVX-512 kernel for matrix products with a few rows: batch-1 linears (a classifier
-// head) and 1x1 convolutions over one pixel (squeeze-excite). Such a product reads every weight
+// head; at a batch of up to 8 images too when its weights are large, kRowGemmWideRows) and 1x1
+// convolutions over one pixel (squeeze-excite). Such a product reads every weight
 // once and does two flops with it, so it runs at the speed the weights stream in. oneDNN 3.2's
 // jit GEMM reads them in panels that leave half the machine's bandwidth unused when they come
 // from memory (MobileNetV3's 1024 -> 1000 head: 0.9 ms cold against XNNPACK's 0.5 ms, see the
@@ -22,11 +23,16 @@
 namespace et_cpu_plugin {
 namespace onednn {
 
-// Rows (M) a RowGemm takes at most: its accumulators (rows x 4 vectors) fill the registers.
+// Rows (M) a RowGemm takes in one pass over a column group: its accumulators (rows x 4 vectors)
+// fill the registers.
 constexpr int64_t kRowGemmMaxRows = 4;
+// Rows a RowGemm takes at most: 5 to this run each column group in passes of 2 vectors (rows x 2
+// accumulators), still reading every weight once for all the rows.
+constexpr int64_t kRowGemmWideRows = 8;
 
 // Whether RowGemm runs `rows` rows with these post-ops on this CPU: AVX-512F, rows in
-// [1, kRowGemmMaxRows], every post-op with an in-register form (add, relu, clamp and the
+// [1, kRowGemmWideRows] (callers take rows above kRowGemmMaxRows only where row_gemm_wide_rows
+// says so), every post-op with an in-register form (add, relu, clamp and the
 // activations relu, leaky relu, clamp, hardswish, hardsigmoid, sigmoid, SiLU), and
 // ET_CPU_ROW_GEMM is not "0" ("0" keeps oneDNN's kernels, for measuring; read at each call).
 bool row_gemm_supports(int64_t rows, const PostOps& post_ops);
@@ -35,6 +41,14 @@ bool row_gemm_supports(int64_t rows, const PostOps& post_ops);
 // prefetch 32 KB ahead into L2 (the hardware streamer stops at every 4 KB page).
 // ET_CPU_ROW_GEMM_COLD_STREAM, on unless "0" (read at construction, i.e. at prepare).
 bool row_gemm_cold_stream();
+
+// Whether a product of `rows` rows (5 to kRowGemmWideRows, or in blocks of that many rows) reads
+// a k x n weight's packed stream once per block on RowGemm rather than oneDNN's brgemm: a stream of
+// 2 MiB or more (a classifier head at a batch of several images: it comes from L3 or memory at
+// every call, and brgemm's one tile of 8 rows ran on one thread), rows above kRowGemmMaxRows, and
+// ET_CPU_ROW_GEMM_WIDE is not "0" (read when asked, i.e. at prepare). Checks nothing else
+// (row_gemm_supports does).
+bool row_gemm_wide_rows(int64_t rows, int64_t k, int64_t n);
 
 class RowGemm {
  public:

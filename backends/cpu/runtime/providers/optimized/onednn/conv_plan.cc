@@ -266,7 +266,7 @@ bool is_row_product(const ConvParams& p, const PostOps& post_ops, const memory::
   Dims src_dims{p.batch, p.in_channels};
   src_dims.insert(src_dims.end(), p.input_size.begin(), p.input_size.end());
   const bool dense = src_md == plain_md(src_dims) || src_md == channels_last_md(src_dims);
-  return dense && row_gemm_supports(p.batch, post_ops);
+  return dense && p.batch <= kRowGemmMaxRows && row_gemm_supports(p.batch, post_ops);
 }
 
 // The plan of a row product (is_row_product): our kernel, the caller's layouts as they are.

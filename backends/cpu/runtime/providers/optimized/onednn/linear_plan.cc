@@ -42,9 +42,10 @@ struct SmallRowTiles {
 };
 
 // Row counts up to `up_to` (below a row tile) read at each run: on our row_gemm
-// (kernels/row_gemm.h) in blocks of up to kRowGemmMaxRows rows, or, above kRowGemmMaxRows rows
-// when `small` is set, whole small tiles of kSmallTile rows on oneDNN and the rest (1-7 rows) on
-// row_gemm. One plan serves every such count, so a graph resized in place makes nothing for a new
+// (kernels/row_gemm.h) in blocks of up to kRowGemmMaxRows rows (kRowGemmWideRows when `wide`: a
+// weight of 2 MiB or more, row_gemm_wide_rows, takes every count that way, for good), or, above
+// kRowGemmMaxRows rows when `small` is set, whole small tiles of kSmallTile rows on oneDNN and
+// the rest (1-7 rows) on row_gemm. One plan serves every such count, so a graph resized in place makes nothing for a new
 // one (a oneDNN primitive per new count cost ~8 us of each resize per linear). Only where
 // ProviderState::size_independent_plans. The small tiles are made by default, but they take the
 // counts above kRowGemmMaxRows for good (`kept_up_to`) only with ET_CPU_SMALL_ROW_TILES=all: the
@@ -54,8 +55,13 @@ struct SmallRowTiles {
 // (prepare_linear's `first_at_size`; ET_CPU_SMALL_ROW_TILES=0: no small tiles, a primitive at the
 // first call). ET_CPU_VARIABLE_ROWS=all: every count below a tile on row_gemm, for good; =0: none.
 struct LinearVariableRows {
-  std::array<std::shared_ptr<const RowGemm>, kRowGemmMaxRows> gemms;  // gemms[r - 1]: r rows
+  // gemms[r - 1]: r rows; up to kRowGemmMaxRows, or kRowGemmWideRows when `wide`.
+  std::array<std::shared_ptr<const RowGemm>, kRowGemmWideRows> gemms;
   std::shared_ptr<const SmallRowTiles> small;
+  // Every count below a row tile on row_gemm in blocks of up to kRowGemmWideRows rows, for good,
+  // no small tiles: weights streamed from L3 or memory at every call (row_gemm_wide_rows), which
+  // each block reads once over the pool's threads (a small tile of 8 rows read them on one).
+  bool wide = false;
   int64_t k = 0;
   int64_t n = 0;
   int64_t up_to = 0;
@@ -70,6 +76,8 @@ struct LinearVariableRows {
   bool keeps(int64_t rows) const {
     return rows <= kept_up_to || (small && rows <= up_to && rows % kSmallTile == 0);
   }
+  // Rows per row_gemm block.
+  int64_t block_rows() const { return wide ? kRowGemmWideRows : kRowGemmMaxRows; }
 };
 
 struct LinearPlan::Impl {
@@ -148,12 +156,12 @@ void run_variable_rows(ProviderState& state, const LinearVariableRows& v, int64_
                        const float* x, float* y, const float* residual) {
   if (rows < 1) return;
   const int64_t groups = v.gemms[0]->groups();
-  const int64_t blocks = (rows + kRowGemmMaxRows - 1) / kRowGemmMaxRows;
+  const int64_t blocks = (rows + v.block_rows() - 1) / v.block_rows();
   auto run = [&](int64_t first, int64_t last, int) {
     for (int64_t unit = first; unit < last; ++unit) {
       const int64_t group = unit / blocks;
       const int64_t block = unit % blocks;
-      const int64_t begin = rows * block / blocks;  // blocks of rows / blocks <= 4 rows
+      const int64_t begin = rows * block / blocks;  // blocks of rows / blocks <= block_rows()
       const int64_t end = rows * (block + 1) / blocks;
       v.gemms[static_cast<size_t>(end - begin - 1)]->run(
           x + begin * v.k, y + begin * v.n, residual ? residual + begin * v.n : nullptr, group,
@@ -169,7 +177,7 @@ void run_variable_rows(ProviderState& state, const LinearVariableRows& v, int64_
 // row_gemm.
 void run_rows_read(ProviderState& state, const LinearVariableRows& v, int64_t rows,
                    const float* x, float* y, const float* residual) {
-  if (!v.small || rows < kSmallTile) {
+  if (!v.small || v.wide || rows < kSmallTile) {
     run_variable_rows(state, v, rows, x, y, residual);
     return;
   }
@@ -517,18 +525,25 @@ std::optional<LinearVariableRows> variable_rows(
     return std::nullopt;
   }
   LinearVariableRows v;
-  v.up_to = variable_rows_reach(false);
-  if (v.up_to < variable_rows_reach(true) && tile) {  // small tiles for the counts above
-    v.small = small_row_tiles(state, params, *tile, weight, bias, post_ops);
-    if (v.small) v.up_to = variable_rows_reach(true);
-  }
-  v.kept_up_to = std::min(v.up_to, variable_rows_kept(v.small != nullptr));
   v.k = params.in_features;
   v.n = params.out_features;
+  v.up_to = variable_rows_reach(false);
+  v.wide = variable_rows_reach(true) > kRowGemmMaxRows &&
+           row_gemm_wide_rows(kRowGemmWideRows, v.k, v.n) &&
+           row_gemm_supports(kRowGemmWideRows, post_ops);
+  if (v.wide) {
+    v.up_to = v.kept_up_to = kLinearTile - 1;
+  } else {
+    if (v.up_to < variable_rows_reach(true) && tile) {  // small tiles for the counts above
+      v.small = small_row_tiles(state, params, *tile, weight, bias, post_ops);
+      if (v.small) v.up_to = variable_rows_reach(true);
+    }
+    v.kept_up_to = std::min(v.up_to, variable_rows_kept(v.small != nullptr));
+  }
   v.stream_split = row_gemm_stream_split();
   std::shared_ptr<const RowGemm::Packed> packed = cached_row_gemm_weights(
       state.weight_cache.get(), v.k, v.n, weight, params.weight_is_k_by_n, bias);
-  for (int64_t r = 1; r <= kRowGemmMaxRows; ++r) {
+  for (int64_t r = 1; r <= v.block_rows(); ++r) {
     v.gemms[static_cast<size_t>(r - 1)] = std::make_shared<RowGemm>(r, packed, post_ops);
   }
   return v;
@@ -572,9 +587,11 @@ std::optional<LinearPlan> Provider::prepare_linear_rows_read(const LinearParams&
   impl->weights_bytes = variable->gemms[0]->weights_bytes();
   state.weights_bytes += impl->weights_bytes;
   impl->implementation =
-      variable->small ? "row_gemm:avx512 and brgemm tiles of " + std::to_string(kSmallTile) +
-                            " rows (rows read at each run)"
-                      : "row_gemm:avx512 (rows read at each run)";
+      variable->small  ? "row_gemm:avx512 and brgemm tiles of " + std::to_string(kSmallTile) +
+                             " rows (rows read at each run)"
+      : variable->wide ? "row_gemm:avx512 in blocks of up to " +
+                             std::to_string(kRowGemmWideRows) + " rows (rows read at each run)"
+                       : "row_gemm:avx512 (rows read at each run)";
   impl->variable = std::move(variable);
   // The row tile's descriptor (no primitive yet): a plan of 32 rows or more prepared after this
   // one (as its `previous`) asks for none.
@@ -605,7 +622,8 @@ LinearPlan Provider::prepare_linear(const LinearParams& params, const float* wei
 
   // (Asked only where it would serve m: making one costs its small tiles' primitives.)
   if ((m <= (first_at_size ? variable_rows_reach(true) : variable_rows_kept(true)) ||
-       (m % kSmallTile == 0 && m <= variable_rows_reach(true))) &&
+       (m % kSmallTile == 0 && m <= variable_rows_reach(true)) ||
+       (m < kLinearTile && row_gemm_wide_rows(kRowGemmWideRows, k, n))) &&
       state.size_independent_plans) {
     // A graph whose sizes vary: one plan for every count below a tile.
     std::optional<LinearPlan> few =
@@ -614,7 +632,7 @@ LinearPlan Provider::prepare_linear(const LinearParams& params, const float* wei
       return std::move(*few);
     }
   }
-  if (row_gemm_supports(m, post_ops)) {
+  if ((m <= kRowGemmMaxRows || row_gemm_wide_rows(m, k, n)) && row_gemm_supports(m, post_ops)) {
     auto impl = std::make_shared<LinearPlan::Impl>();
     impl->state = state_;
     impl->row_gemm = prepare_row_gemm(state, m, k, n, weight, params.weight_is_k_by_n, bias,

@@ -601,8 +601,9 @@ class LinearPlan {
   // ET_CPU_SMALL_ROW_TILES).
   int64_t reads_rows_up_to() const;
   // Whether it serves `rows` (one of those) for good: up to kRowGemmMaxRows by default and the
-  // multiples of the small tile; at other counts its small tiles only stand in for a first call
-  // at a new count (prepare_linear's `first_at_size`).
+  // multiples of the small tile (every count for a weight row_gemm takes in wide blocks,
+  // row_gemm_wide_rows); at other counts its small tiles only stand in for a first call at a new
+  // count (prepare_linear's `first_at_size`).
   bool keeps_rows(int64_t rows) const;
   // Its rows after its row tiles run in small tiles standing in for a primitive of their count
   // (prepared with `first_at_size`): a call again at this size prepares the plan it keeps.

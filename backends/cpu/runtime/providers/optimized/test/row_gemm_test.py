@@ -241,9 +241,87 @@ def test_more_rows_or_switched_off_stay_on_onednn(provider: Provider, row_gemm_o
 
 
 def test_five_rows_stay_on_onednn(provider: Provider) -> None:
+    """5-8 rows take RowGemm only for a weight streamed from L3 or memory (2 MiB or more packed):
+    a small one stays on oneDNN's brgemm."""
     x, weight, bias = _linear_inputs(5, 64, 64, 6)
     plan = provider.linear(5, weight, bias)
     assert "row_gemm" not in plan.describe()
+    _assert_close(plan.run(x), F.linear(x, weight, bias))
+
+
+# Heads of 2 MiB or more packed: every last-group shape (1024: whole groups; 1000: 40 columns, 3
+# vectors, the last partial; 1009: 49, 4 vectors; 1040: 16, one vector).
+WIDE_HEADS = [(576, 1024), (1024, 1000), (560, 1009), (544, 1040)]
+
+
+@pytest.mark.parametrize("rows", [5, 6, 7, 8])
+@pytest.mark.parametrize(("k", "n"), WIDE_HEADS, ids=lambda v: str(v))
+def test_wide_rows_match_torch(provider: Provider, rows: int, k: int, n: int) -> None:
+    """5-8 rows of a head (issue 46: MobileNetV3 at batch 8) on RowGemm in passes of 2 vectors,
+    each weight read once for all the rows, against float64 torch; a split pool writes nothing past
+    the output."""
+    x, weight, bias = _linear_inputs(rows, k, n, rows * 100 + n)
+    plan = provider.linear(rows, weight, bias, [PostOp(HARDSWISH)])
+    assert plan.describe().startswith("row_gemm:avx512, ") and plan.pieces > 1
+    buffer = torch.full((rows * n + 64,), 123.0)
+    out = buffer[: rows * n].view(rows, n)
+    plan.run_into(out, x)
+    expected = F.hardswish(F.linear(x.double(), weight.double(), bias.double()))
+    _assert_close(out, expected.float())
+    assert torch.equal(buffer[rows * n :], torch.full((64,), 123.0))
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_wide_rows_every_post_op_and_residual(provider: Provider, name: str) -> None:
+    post_op, reference = ACTIVATIONS[name]
+    x, weight, bias = _linear_inputs(8, 576, 1000, 31)
+    x = x * 3.0  # reach both sides of every activation's knees
+    residual = torch.randn(8, 1000)
+    plan = provider.linear(8, weight, bias, [PostOp(ADD), post_op])
+    assert plan.describe().startswith("row_gemm:avx512")
+    expected = reference(F.linear(x, weight, bias) + residual)
+    _assert_close(plan.run(x, residual=residual), expected)
+    out = residual.clone()  # in place: the residual is the output buffer
+    _assert_close(plan.run_into(out, x, residual=out), expected)
+
+
+@pytest.mark.parametrize("rows", [5, 8, 12, 16, 24, 31])
+def test_sizes_vary_head_in_wide_blocks(sizes_vary: Provider, rows: int) -> None:
+    """In a graph whose sizes vary, a head's every count below a row tile runs on RowGemm in
+    blocks of up to 8 rows, for good (no brgemm small tile of 8 rows on one thread, no primitive
+    of the count), split on the pool, against float64 torch."""
+    x, weight, bias = _linear_inputs(rows, 576, 1024, rows)
+    plan = sizes_vary.linear(rows, weight, bias, [PostOp(HARDSWISH)])
+    assert plan.describe() == "row_gemm:avx512 in blocks of up to 8 rows (rows read at each run)"
+    assert plan.pieces > 1
+    expected = F.hardswish(F.linear(x.double(), weight.double(), bias.double()))
+    _assert_close(plan.run(x), expected.float())
+
+
+@pytest.mark.parametrize("rows", [8, 16])
+def test_wide_switched_off_keeps_onednn(
+    provider: Provider, sizes_vary: Provider, monkeypatch: pytest.MonkeyPatch, rows: int
+) -> None:
+    """ET_CPU_ROW_GEMM_WIDE=0 (read at prepare): a head of 8 or 16 rows stays on oneDNN (brgemm
+    small tiles in a graph whose sizes vary, the primitive of the count in a static one), with the
+    same results within the tolerance."""
+    monkeypatch.setenv("ET_CPU_ROW_GEMM_WIDE", "0")
+    x, weight, bias = _linear_inputs(rows, 576, 1024, rows + 1)
+    expected = F.hardswish(F.linear(x, weight, bias))
+    varying = sizes_vary.linear(rows, weight, bias, [PostOp(HARDSWISH)])
+    assert "brgemm tiles of 8 rows" in varying.describe()
+    _assert_close(varying.run(x), expected)
+    static = provider.linear(rows, weight, bias, [PostOp(HARDSWISH)])
+    assert "row_gemm" not in static.describe()
+    _assert_close(static.run(x), expected)
+
+
+def test_small_weight_sizes_vary_keeps_small_tiles(sizes_vary: Provider) -> None:
+    """A weight that stays in cache (a small decoder's projection) keeps the brgemm small tiles at
+    8 rows: the wide blocks are for streamed heads only."""
+    x, weight, bias = _linear_inputs(8, 128, 256, 41)
+    plan = sizes_vary.linear(8, weight, bias)
+    assert "brgemm tiles of 8 rows" in plan.describe()
     _assert_close(plan.run(x), F.linear(x, weight, bias))
 
 
