@@ -31,9 +31,8 @@ namespace et_cpu_plugin {
 namespace onednn {
 namespace {
 
-constexpr int64_t kLanes = 16;         // floats per AVX-512 vector
-constexpr int64_t kGroupColumns = 64;  // RowGemm's column groups: 4 vectors
-constexpr int64_t kChunk = 48;         // pixels per chunk: a multiple of every tile's 6, 8, 12
+constexpr int64_t kLanes = 16;  // floats per AVX-512 vector
+constexpr int64_t kChunk = 48;  // pixels per chunk: a multiple of every tile's 6, 8, 12
 // run_stream's prefetch distance in its first panel (as RowGemm's: ~4 KB ahead of the loads).
 constexpr int64_t kAheadFloats = 1024;
 
@@ -314,7 +313,7 @@ bool pointwise_stream_supports(int64_t in_channels, int64_t out_channels,
 bool stream_tile_fit() { return kernel_switched_on("ET_CPU_STREAM_TILE_FIT"); }
 
 int64_t pointwise_groups(int64_t out_channels) {
-  return (out_channels + kGroupColumns - 1) / kGroupColumns;
+  return (out_channels + kPointwiseGroupColumns - 1) / kPointwiseGroupColumns;
 }
 
 bool pointwise_conv_supports(int64_t in_channels, int64_t out_channels, const PostOps& post_ops) {
@@ -347,7 +346,7 @@ void PointwiseConv::run(const float* x, int64_t pixels, float* y) const {
   const RowGemm::Packed& packed = *packed_;
   const int64_t k = packed.k;
   const int64_t n = packed.n;
-  const int64_t groups = (n + kGroupColumns - 1) / kGroupColumns;
+  const int64_t groups = pointwise_groups(n);
   TileArgs a;
   a.k = k;
   a.n = n;
@@ -362,15 +361,15 @@ void PointwiseConv::run(const float* x, int64_t pixels, float* y) const {
       const int vectors = static_cast<int>(pointwise_group_vectors(n, g));
       // The last two groups as one of 5 vectors (a full group, then 1 to 16 columns).
       const bool wide = wide_tail_ && vectors == 4 && g + 2 == groups &&
-                        n - (g + 1) * kGroupColumns <= kLanes;
+                        n - (g + 1) * kPointwiseGroupColumns <= kLanes;
       const int64_t tile = wide ? kWideTilePixels : tile_pixels(vectors);
       const int64_t whole = chunk / tile;
       a.w = packed.stream() + packed.group_offset[static_cast<size_t>(g)];
       a.w2 = wide ? packed.stream() + packed.group_offset[static_cast<size_t>(g + 1)] : nullptr;
-      a.bias = packed.bias.data() + g * kGroupColumns;
+      a.bias = packed.bias.data() + g * kPointwiseGroupColumns;
       a.last_mask = g + 1 == groups || wide ? tail_mask : static_cast<__mmask16>(0xFFFF);
       a.x = x + p0 * k;
-      a.y = y + p0 * n + g * kGroupColumns;
+      a.y = y + p0 * n + g * kPointwiseGroupColumns;
       const auto kernel = [&](bool single) {
         return wide ? wide_tile_kernel(single, epi) : tile_kernel(vectors, single, epi);
       };
@@ -436,14 +435,14 @@ void PointwiseConv::run_stream(const float* x, int64_t pixels, float* y, const f
     const int64_t tile = tile_pixels(vectors);
     const int64_t whole = pixels / tile;
     a.w = stream + packed.group_offset[static_cast<size_t>(g)];
-    a.bias = packed.bias.data() + g * kGroupColumns;
+    a.bias = packed.bias.data() + g * kPointwiseGroupColumns;
     a.last_mask = g + 1 == groups ? tail_mask : static_cast<__mmask16>(0xFFFF);
     a.next = g + 1 < last ? stream + packed.group_offset[static_cast<size_t>(g + 1)] : nullptr;
     a.next_lines = a.next != nullptr ? k * pointwise_group_vectors(n, g + 1) : 0;
     a.cold = g == first;
     a.x = x;
-    a.y = y + g * kGroupColumns;
-    a.residual = has_add_ ? residual + g * kGroupColumns : nullptr;
+    a.y = y + g * kPointwiseGroupColumns;
+    a.residual = has_add_ ? residual + g * kPointwiseGroupColumns : nullptr;
     if (whole > 0) stream_kernel(vectors, false, epi, add)(a, whole, 0);
     if (pixels > whole * tile) {
       a.x += whole * tile * k;

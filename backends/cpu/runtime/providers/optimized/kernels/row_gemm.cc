@@ -84,39 +84,27 @@ ET_AVX512 void group_kernel(const float* x, int64_t k, const float* weights, int
 using GroupKernel = void (*)(const float*, int64_t, const float*, int64_t, const float*,
                              const PostOps&, int64_t, int64_t, const float*, float*, int64_t);
 
-// Rows 1-4: rows x up to 4 vectors of accumulators, a whole column group in one pass. Rows 5-8
-// (kRowGemmWideRows): rows x 2 vectors (16 at 8 rows, with the two weight vectors and a
-// broadcast), so a group of up to 4 vectors runs as passes of 2 over its stream, each reading its
-// own two vectors (cache lines) of every k row: every weight is still read once, for all the rows.
-template <int kRows>
-GroupKernel kernel_for_panels(int64_t panels) {
-  if constexpr (kRows > kRowGemmMaxRows) {
-    return panels >= 2 ? group_kernel<kRows, 2> : group_kernel<kRows, 1>;
-  } else {
-    switch (panels) {
-      case 1:
-        return group_kernel<kRows, 1>;
-      case 2:
-        return group_kernel<kRows, 2>;
-      case 3:
-        return group_kernel<kRows, 3>;
-      default:
-        return group_kernel<kRows, 4>;
-    }
-  }
-}
-
-// The kernel of `rows` rows (kRows + 1 for one of kRows...) over `panels` vectors (rows 5-8: its
-// first 2 of them, at most).
-template <int... kRows>
-GroupKernel kernel_of_rows(int64_t rows, int64_t panels, std::integer_sequence<int, kRows...>) {
-  GroupKernel kernel = nullptr;
-  ((kernel = rows == kRows + 1 ? kernel_for_panels<kRows + 1>(panels) : kernel), ...);
-  return kernel;
-}
+// The kernel of `rows` rows (1 to kRowGemmWideRows) over `panels` vectors (1 to kGroupPanels),
+// [rows - 1][panels - 1]. Rows 1-4: rows x up to 4 vectors of accumulators, a whole column group
+// in one pass. Rows 5-8 (kRowGemmWideRows): rows x 2 vectors (16 at 8 rows, with the two weight
+// vectors and a broadcast), so a group of up to 4 vectors runs as passes of 2 over its stream,
+// each reading its own two vectors (cache lines) of every k row: every weight is still read once,
+// for all the rows; a pass of 3 or 4 vectors left runs its first 2.
+static_assert(kRowGemmMaxRows == 4 && kRowGemmWideRows == 8 && kGroupPanels == 4,
+              "kKernels lists rows 1-8 and 1-4 vectors");
+constexpr GroupKernel kKernels[kRowGemmWideRows][kGroupPanels] = {
+    {group_kernel<1, 1>, group_kernel<1, 2>, group_kernel<1, 3>, group_kernel<1, 4>},
+    {group_kernel<2, 1>, group_kernel<2, 2>, group_kernel<2, 3>, group_kernel<2, 4>},
+    {group_kernel<3, 1>, group_kernel<3, 2>, group_kernel<3, 3>, group_kernel<3, 4>},
+    {group_kernel<4, 1>, group_kernel<4, 2>, group_kernel<4, 3>, group_kernel<4, 4>},
+    {group_kernel<5, 1>, group_kernel<5, 2>, group_kernel<5, 2>, group_kernel<5, 2>},
+    {group_kernel<6, 1>, group_kernel<6, 2>, group_kernel<6, 2>, group_kernel<6, 2>},
+    {group_kernel<7, 1>, group_kernel<7, 2>, group_kernel<7, 2>, group_kernel<7, 2>},
+    {group_kernel<8, 1>, group_kernel<8, 2>, group_kernel<8, 2>, group_kernel<8, 2>},
+};
 
 GroupKernel kernel_for(int64_t rows, int64_t panels) {
-  return kernel_of_rows(rows, panels, std::make_integer_sequence<int, kRowGemmWideRows>());
+  return kKernels[rows - 1][panels - 1];
 }
 
 int64_t group_columns(int64_t n, int64_t group) {
@@ -127,6 +115,23 @@ int64_t panels_of(int64_t columns) {
   return (columns + kLanes - 1) / kLanes;
 }
 
+int64_t groups_of(int64_t n) {
+  return (n + kGroupColumns - 1) / kGroupColumns;
+}
+
+// Floats of a k x n packing (Packed::bytes() / sizeof(float)): the stream, every group's k rows
+// of its columns zero-padded to whole vectors (all groups but the last are kGroupColumns wide, so
+// group g starts at g * k * kGroupColumns, on a cache line), and the bias of whole groups.
+size_t stream_floats(int64_t k, int64_t n) {
+  return static_cast<size_t>(k * panels_of(n) * kLanes);
+}
+size_t bias_floats(int64_t n) {
+  return static_cast<size_t>(groups_of(n) * kGroupColumns);
+}
+size_t packed_floats(int64_t k, int64_t n) {
+  return stream_floats(k, n) + bias_floats(n);
+}
+
 }  // namespace
 
 bool row_gemm_cold_stream() {
@@ -135,10 +140,7 @@ bool row_gemm_cold_stream() {
 
 bool row_gemm_wide_rows(int64_t rows, int64_t k, int64_t n) {
   if (rows <= kRowGemmMaxRows || k < 1 || n < 1) return false;
-  // Packed::bytes() of k x n: every group's vectors (zero-padded) and the bias of whole groups.
-  const int64_t groups = (n + kGroupColumns - 1) / kGroupColumns;
-  const int64_t floats = k * panels_of(n) * kLanes + groups * kGroupColumns;
-  return static_cast<size_t>(floats) * sizeof(float) >= kColdStreamBytes &&
+  return packed_floats(k, n) * sizeof(float) >= kColdStreamBytes &&
          kernel_switched_on("ET_CPU_ROW_GEMM_WIDE");
 }
 
@@ -162,17 +164,16 @@ std::shared_ptr<const RowGemm::Packed> RowGemm::pack(int64_t k, int64_t n, const
   auto packed = std::make_shared<Packed>();
   packed->k = k;
   packed->n = n;
-  const int64_t groups = (n + kGroupColumns - 1) / kGroupColumns;
+  const int64_t groups = groups_of(n);
   // Each group starts on a cache line (64 bytes) so the kernel's loads are aligned.
-  size_t total = 0;
   for (int64_t g = 0; g < groups; ++g) {
-    packed->group_offset.push_back(total);
-    total += static_cast<size_t>(k * panels_of(group_columns(n, g)) * kLanes);
+    packed->group_offset.push_back(static_cast<size_t>(g * k * kGroupColumns));
   }
+  const size_t total = stream_floats(k, n);
   packed->weights.reserve_weights(total * sizeof(float));
   float* const stream = static_cast<float*>(packed->weights.data());
   std::fill(stream, stream + total, 0.0f);  // the zero padding of each group's last vectors
-  packed->bias.assign(static_cast<size_t>(groups * kGroupColumns), 0.0f);
+  packed->bias.assign(bias_floats(n), 0.0f);
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t width = panels_of(group_columns(n, g)) * kLanes;
     float* out = stream + packed->group_offset[g];
@@ -189,7 +190,7 @@ std::shared_ptr<const RowGemm::Packed> RowGemm::pack(int64_t k, int64_t n, const
 
 RowGemm::RowGemm(int64_t rows, std::shared_ptr<const Packed> packed, PostOps post_ops)
     : rows_(rows), k_(packed ? packed->k : 0), n_(packed ? packed->n : 0),
-      groups_((n_ + kGroupColumns - 1) / kGroupColumns), post_ops_(std::move(post_ops)),
+      groups_(groups_of(n_)), post_ops_(std::move(post_ops)),
       has_add_(onednn::has_add(post_ops_)), packed_(std::move(packed)),
       far_prefetch_(packed_ != nullptr && packed_->bytes() >= kColdStreamBytes &&
                             row_gemm_cold_stream()

@@ -315,6 +315,14 @@ int64_t WinogradConv::groups(int64_t images) const {
   return (tiles(images) + kGroupTiles - 1) / kGroupTiles;
 }
 
+int64_t WinogradConv::transformed_input_floats(int64_t images) const {
+  return kPositions * groups(images) * kGroupTiles * padded_in_;
+}
+
+int64_t WinogradConv::transformed_weight_floats() const {
+  return kPositions * shape_.in_channels * shape_.out_channels;
+}
+
 void WinogradConv::run(const float* input, float* output, const float* residual, int64_t images,
                        int64_t group_begin, int64_t group_end, int64_t block_begin,
                        int64_t block_end) const {

@@ -57,6 +57,12 @@ class WinogradConv {
   int64_t tiles(int64_t images) const;
   // Tile groups of kGroupTiles tiles over `images` images (the last one maybe partial).
   int64_t groups(int64_t images) const;
+  // Floats of the transformed input V of `images` images: 16 positions x groups(images) x
+  // kGroupTiles tiles x in_channels rounded up to 16 (the scratch holds it a band at a time).
+  int64_t transformed_input_floats(int64_t images) const;
+  // Transformed weights U that hold weights: 16 positions x in_channels x out_channels (the
+  // stored U, weights_bytes, also has zero rows up to a multiple of 16 input channels).
+  int64_t transformed_weight_floats() const;
 
   // Tile groups [group_begin, group_end) x output-channel blocks [block_begin, block_end) of
   // `images` channels-last images: `input` [images][in_h][in_w][in_channels], `output` (and

@@ -365,14 +365,13 @@ std::shared_ptr<const InputChannelScaling> PointwiseRun::input_channel_scaling()
   // group_offset[g]; the padding lanes (and any gap between groups) map to no channel.
   const RowGemm::Packed& packed = conv->packed();
   const int64_t groups = pointwise_groups(packed.n);
-  const auto width = [&](int64_t g) {
-    return (std::min<int64_t>(64, packed.n - g * 64) + 15) / 16 * 16;
-  };
+  const auto width = [&](int64_t g) { return pointwise_group_vectors(packed.n, g) * 16; };
   const size_t floats = packed.group_offset.back() +
                         static_cast<size_t>(packed.k * width(groups - 1));
   std::vector<int32_t> channel(floats, -1);
   for (int64_t g = 0; g < groups; ++g) {
-    const int64_t columns = std::min<int64_t>(64, packed.n - g * 64);
+    const int64_t columns =
+        std::min(kPointwiseGroupColumns, packed.n - g * kPointwiseGroupColumns);
     const size_t at = packed.group_offset[static_cast<size_t>(g)];
     for (int64_t i = 0; i < packed.k; ++i) {
       for (int64_t c = 0; c < columns; ++c) {

@@ -559,15 +559,13 @@ ConvPlan prepare_winograd_conv(const std::shared_ptr<ProviderState>& state, cons
   const int64_t groups = run.conv->groups(p.batch);
   const int64_t blocks = run.conv->blocks();
   const int64_t threads = state->pool ? state->pool->size() : 1;
-  // Transformed weights (16 positions x C_in x C_out) against the batch's transformed input
-  // (16 positions x the groups' tiles x C_in rounded up to 16).
-  const double weights = 16.0 * static_cast<double>(shape.in_channels * shape.out_channels);
-  const double input = 16.0 * static_cast<double>(groups * WinogradConv::kGroupTiles) *
-                       static_cast<double>(round_up<int64_t>(shape.in_channels, 16));
+  // The transformed weights against the batch's transformed input.
+  const bool weights_outweigh =
+      run.conv->transformed_weight_floats() > run.conv->transformed_input_floats(p.batch);
   const SwitchReach reach = switch_reach("ET_CPU_WINOGRAD_BY_BLOCKS");
   run.by_blocks = blocks >= threads &&
                   (groups < 2 * threads || reach == SwitchReach::kEverywhere ||
-                   (reach == SwitchReach::kDefault && weights > input));
+                   (reach == SwitchReach::kDefault && weights_outweigh));
   // Multiply-adds of the products (16 per tile and channel pair).
   const double flops = 2.0 * 16.0 * static_cast<double>(groups * WinogradConv::kGroupTiles) *
                        static_cast<double>(shape.in_channels * shape.out_channels);
