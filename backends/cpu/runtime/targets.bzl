@@ -738,27 +738,30 @@ def define_common_targets():
         ],
     )
 
-    runtime.python_test(
-        name = "squeeze_excite_test",
-        size = "medium",
-        srcs = ["test/squeeze_excite_test.py"],
+    runtime.python_library(
+        name = "small_zoo_program",
+        srcs = ["test/small_zoo_program.py"],
         deps = [
-            ":loader",
             ":lowered_program",
-            ":provider_compare",
-            "//backends/cpu/partition:cpu_partitioner",
             "//tools/bench:zoo",
         ],
     )
 
+    # The squeeze-excite tail's kernel and its gate folded into the next 1x1 convolution: one
+    # process, whose zoo programs (small_zoo_program) both files run, lowered once.
     runtime.python_test(
-        name = "se_gate_fold_test",
+        name = "squeeze_excite_test",
         size = "medium",
-        srcs = ["test/se_gate_fold_test.py"],
+        srcs = [
+            "test/se_gate_fold_test.py",
+            "test/squeeze_excite_test.py",
+        ],
         deps = [
             ":loader",
             ":lowered_program",
             ":provider_compare",
+            ":small_zoo_program",
+            "//backends/cpu/partition:cpu_partitioner",
             "//tools/bench:zoo",
         ],
     )
