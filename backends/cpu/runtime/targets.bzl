@@ -429,6 +429,7 @@ def define_common_targets():
         deps = [
             ":llama_like",
             ":lowered_program",
+            "//backends/cpu/serialization:graph_reader",
         ],
     )
 
