@@ -230,9 +230,14 @@ def define_common_targets():
         ],
     )
 
+    # Float and integer programs in one test process (each process pays ~5.5 s to import torch
+    # and ExecuTorch).
     runtime.python_test(
-        name = "lowered_float_test",
-        srcs = ["test/lowered_float_test.py"],
+        name = "lowered_models_test",
+        srcs = [
+            "test/lowered_float_test.py",
+            "test/lowered_integer_test.py",
+        ],
         deps = [":lowered_program"],
     )
 
@@ -555,12 +560,6 @@ def define_common_targets():
             ":loader",
             "//backends/cpu:quantized_ops",
         ],
-    )
-
-    runtime.python_test(
-        name = "lowered_integer_test",
-        srcs = ["test/lowered_integer_test.py"],
-        deps = [":lowered_program"],
     )
 
     # The Optimized (oneDNN) provider against the Reference provider, in the real runtime.
