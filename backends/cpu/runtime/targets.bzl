@@ -230,9 +230,14 @@ def define_common_targets():
         ],
     )
 
+    # Float and integer programs in one test process (each process pays ~5.5 s to import torch
+    # and ExecuTorch).
     runtime.python_test(
-        name = "lowered_float_test",
-        srcs = ["test/lowered_float_test.py"],
+        name = "lowered_models_test",
+        srcs = [
+            "test/lowered_float_test.py",
+            "test/lowered_integer_test.py",
+        ],
         deps = [":lowered_program"],
     )
 
@@ -429,6 +434,7 @@ def define_common_targets():
         deps = [
             ":llama_like",
             ":lowered_program",
+            "//backends/cpu/serialization:graph_reader",
         ],
     )
 
@@ -554,12 +560,6 @@ def define_common_targets():
             ":loader",
             "//backends/cpu:quantized_ops",
         ],
-    )
-
-    runtime.python_test(
-        name = "lowered_integer_test",
-        srcs = ["test/lowered_integer_test.py"],
-        deps = [":lowered_program"],
     )
 
     # The Optimized (oneDNN) provider against the Reference provider, in the real runtime.
@@ -738,27 +738,30 @@ def define_common_targets():
         ],
     )
 
-    runtime.python_test(
-        name = "squeeze_excite_test",
-        size = "medium",
-        srcs = ["test/squeeze_excite_test.py"],
+    runtime.python_library(
+        name = "small_zoo_program",
+        srcs = ["test/small_zoo_program.py"],
         deps = [
-            ":loader",
             ":lowered_program",
-            ":provider_compare",
-            "//backends/cpu/partition:cpu_partitioner",
             "//tools/bench:zoo",
         ],
     )
 
+    # The squeeze-excite tail's kernel and its gate folded into the next 1x1 convolution: one
+    # process, whose zoo programs (small_zoo_program) both files run, lowered once.
     runtime.python_test(
-        name = "se_gate_fold_test",
+        name = "squeeze_excite_test",
         size = "medium",
-        srcs = ["test/se_gate_fold_test.py"],
+        srcs = [
+            "test/se_gate_fold_test.py",
+            "test/squeeze_excite_test.py",
+        ],
         deps = [
             ":loader",
             ":lowered_program",
             ":provider_compare",
+            ":small_zoo_program",
+            "//backends/cpu/partition:cpu_partitioner",
             "//tools/bench:zoo",
         ],
     )

@@ -2,9 +2,6 @@
 
 load("//tools/build_defs:runtime.bzl", "runtime")
 
-# pytest -k expression selecting ops_run_test.py's float-heavy cases (conv, matmul, pooling, ...).
-_FLOAT_CASES = "conv or linear or addmm or mm or pool or reductions or batch_norm or clamp or sigmoid"
-
 def define_common_targets():
     """One pytest target per concern, so each stays well under a minute."""
     runtime.python_library(
@@ -93,20 +90,15 @@ def define_common_targets():
     )
 
     # One tiny program per route family, run on the runtime: guards each op's argument encoding.
-    # Two targets over the same file keep each well under a minute on a busy machine.
-    for name, selection in [
-        ("ops_run_float_test", _FLOAT_CASES),
-        ("ops_run_other_test", "not (" + _FLOAT_CASES + ")"),
-    ]:
-        runtime.python_test(
-            name = name,
-            srcs = ["ops_run_test.py"],
-            # Bazel splits test args like a shell would: quote the expression.
-            args = ["-k", "'" + selection + "'"],
-            deps = [
-                ":models",
-                "//backends/cpu/runtime:loader",
-                "//backends/cpu/runtime:lowered_program",
-                "//backends/cpu/serialization:graph_reader",
-            ],
-        )
+    # One target (~10 s alone): two, split by a -k selection, each paid the ~5.5 s import of
+    # torch and ExecuTorch.
+    runtime.python_test(
+        name = "ops_run_test",
+        srcs = ["ops_run_test.py"],
+        deps = [
+            ":models",
+            "//backends/cpu/runtime:loader",
+            "//backends/cpu/runtime:lowered_program",
+            "//backends/cpu/serialization:graph_reader",
+        ],
+    )

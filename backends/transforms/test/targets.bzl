@@ -3,7 +3,10 @@
 load("//tools/build_defs:runtime.bzl", "runtime")
 
 def define_common_targets():
-    """This package's targets: one test per transform module."""
+    """This package's targets: one test per transform module or family of modules.
+
+    The two batch-norm folds share one, and so do the four constant-hygiene passes.
+    """
 
     # Batch-norm folding and constant hygiene (issue #3).
     runtime.python_library(
@@ -19,70 +22,40 @@ def define_common_targets():
         ],
     )
 
+    # The two batch-norm folds and their pitfalls in one test process (each process pays ~5.5 s
+    # to import torch and ExecuTorch; the three files run in ~15 s together).
     runtime.python_test(
-        name = "fuse_batch_norm_with_conv_test",
-        srcs = ["fuse_batch_norm_with_conv_test.py"],
+        name = "batch_norm_folding_test",
+        srcs = [
+            "bn_folding_pitfalls_test.py",
+            "fuse_batch_norm_with_conv_test.py",
+            "fuse_batch_norm_with_linear_test.py",
+        ],
         deps = [
             "//backends/transforms:fuse_batch_norm_with_conv",
-            "//backends/transforms:program_checks",
-            ":bn_test_util",
-        ],
-    )
-
-    runtime.python_test(
-        name = "fold_constant_subgraphs_test",
-        srcs = ["fold_constant_subgraphs_test.py"],
-        deps = [
-            "//backends/transforms:fold_constant_subgraphs",
-            "//backends/transforms:program_checks",
-            ":bn_test_util",
-        ],
-    )
-
-    runtime.python_test(
-        name = "remove_identity_copies_test",
-        srcs = ["remove_identity_copies_test.py"],
-        deps = [
-            "//backends/transforms:program_checks",
-            "//backends/transforms:remove_identity_copies",
-            ":bn_test_util",
-        ],
-    )
-
-    runtime.python_test(
-        name = "fuse_batch_norm_with_linear_test",
-        srcs = ["fuse_batch_norm_with_linear_test.py"],
-        deps = [
             "//backends/transforms:fuse_batch_norm_with_linear",
             "//backends/transforms:program_checks",
             ":bn_test_util",
         ],
     )
 
+    # The constant-hygiene passes (folding constant subgraphs, dropping identity copies, lifting
+    # and pruning constants) in one test process: each process pays ~5.5 s to import torch and
+    # ExecuTorch.
     runtime.python_test(
-        name = "bn_folding_pitfalls_test",
-        srcs = ["bn_folding_pitfalls_test.py"],
-        deps = [
-            ":bn_test_util",
+        name = "constant_hygiene_test",
+        srcs = [
+            "fold_constant_subgraphs_test.py",
+            "lift_constants_test.py",
+            "prune_unused_constants_test.py",
+            "remove_identity_copies_test.py",
         ],
-    )
-
-    runtime.python_test(
-        name = "lift_constants_test",
-        srcs = ["lift_constants_test.py"],
         deps = [
+            "//backends/transforms:fold_constant_subgraphs",
             "//backends/transforms:lift_constants",
             "//backends/transforms:program_checks",
-            ":bn_test_util",
-        ],
-    )
-
-    runtime.python_test(
-        name = "prune_unused_constants_test",
-        srcs = ["prune_unused_constants_test.py"],
-        deps = [
-            "//backends/transforms:program_checks",
             "//backends/transforms:prune_unused_constants",
+            "//backends/transforms:remove_identity_copies",
             ":bn_test_util",
         ],
     )

@@ -5,13 +5,22 @@ the Reference provider's and eager's results within provider_compare's tolerance
 ReLU / hardtanh / residual adds, split into pieces or whole, between channels-last convolutions;
 non-constant weights are declined with a reason."""
 
+import functools
 import random
 from typing import Any
 
 import pytest
 import torch
 
-from backends.cpu.runtime.test.provider_compare import assert_close_scaled, placed, run_both
+from backends.cpu.runtime import loader
+from backends.cpu.runtime.test.lowered_program import lower_to_pte
+from backends.cpu.runtime.test.provider_compare import (
+    assert_close_scaled,
+    placed,
+    run_both,
+    run_pte,
+    run_pte_both,
+)
 
 CONV = "aten::convolution.out"
 
@@ -118,25 +127,38 @@ def _placed_optimized(placement: list[str]) -> list[str]:
     return [line for line in placed(placement, CONV, "Optimized") if "fused" not in line]
 
 
-@pytest.mark.parametrize("split", ["whole", "pieces"])
-@pytest.mark.parametrize("dims, count", [(2, 40), (1, 20), (3, 12)])
-def test_generated_transposed_convolutions_match_reference_and_eager(
-    dims: int, count: int, split: str
-) -> None:
+@functools.cache
+def _generated_program(dims: int, count: int) -> tuple[Many, tuple[torch.Tensor, ...], bytes]:
+    """`count` generated transposed convolutions of `dims` spatial dims as one model, its inputs
+    and its .pte, lowered once for both splits (the switches are read when the delegate binds)."""
     rng = random.Random(dims)
     torch.manual_seed(dims)
     cases = [random_case(rng, dims) for _ in range(count)]
     model = Many([case for case, _ in cases]).eval()
     inputs = tuple(t for _, pair in cases for t in pair)
+    return model, inputs, lower_to_pte(model, inputs)[0]
+
+
+@pytest.mark.parametrize("split", ["whole", "pieces"])
+@pytest.mark.parametrize("dims, count", [(2, 40), (1, 20), (3, 12)])
+def test_generated_transposed_convolutions_match_reference_and_eager(
+    dims: int, count: int, split: str
+) -> None:
+    model, inputs, pte = _generated_program(dims, count)
+    with torch.no_grad():
+        expected = model(*inputs)
     with pytest.MonkeyPatch.context() as patch:
         if split == "pieces":
             # Every deconvolution split as finely as allowed (images, bands of output rows).
             patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")
             patch.setenv("ET_CPU_ONEDNN_THREADS", "2")
-        # ExecuTorch's portable convolution has no 3D case: there eager is the reference.
-        out_opt, out_ref, placement = run_both(model, inputs, with_reference=dims < 3)
-    with torch.no_grad():
-        expected = model(*inputs)
+        if dims < 3:
+            out_opt, out_ref, placement = run_pte_both(pte, inputs)
+        else:
+            # ExecuTorch's portable convolution has no 3D case: there eager is the reference.
+            out_opt = run_pte(pte, inputs, reference_only=False)
+            placement = loader.last_placement()
+            out_ref = list(expected)
     for i in range(count):
         assert_close_scaled(out_opt[i], out_ref[i])
         assert_close_scaled(out_opt[i], expected[i])

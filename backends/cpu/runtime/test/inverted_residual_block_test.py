@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backends.cpu.runtime import loader
-from backends.cpu.runtime.test.lowered_program import load, lower_to_pte
+from backends.cpu.runtime.test.lowered_program import load, lower_cases, lower_to_pte
 from backends.cpu.runtime.test.provider_compare import (
     assert_close_scaled,
+    generated_examples,
     placed,
     run_both,
     run_pte_both,
@@ -125,29 +125,42 @@ def block_cases(draw: st.DrawFn) -> tuple[torch.nn.Module, torch.Tensor]:
     return block, torch.randn(batch, c_in, height, width)
 
 
-@settings(max_examples=20, derandomize=True, deadline=None)
-@given(block_cases(), st.sampled_from(["1", "2"]), st.sampled_from(["-1", "0"]))
-def test_generated_blocks_are_fused_and_match_reference(
-    case: tuple[torch.nn.Module, torch.Tensor], threads: str, task_flops: str
-) -> None:
-    # A lone block reads the graph's (plain) input and writes its (plain) output: the kernel
-    # converts both. ET_CPU_ONEDNN_TASK_FLOPS=0 splits it into as many pieces as allowed.
-    model, x = case
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("ET_CPU_ONEDNN_THREADS", threads)
-        if task_flops != "-1":
-            patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", task_flops)
-        pte = _pte(model, x)
-        out_opt, out_ref, placement = run_pte_both(pte, (x,))
-        unfused = _unfused(pte, x)
-    with torch.no_grad():
-        assert_close_scaled(out_opt[0], out_ref[0])
-        assert_close_scaled(out_opt[0], model(x))
-    # Same oneDNN kernels per row either way: the rounding is the same up to a few ulps.
-    torch.testing.assert_close(out_opt[0], unfused, atol=1e-5, rtol=1e-5)
-    assert _blocks_fused(placement) == 1, placement
-    fused = [line for line in placement if line.startswith("aten_convolution") and "fused" in line]
-    assert len(fused) == (2 if model.expand is not None else 1), placement
+def test_generated_blocks_are_fused_and_match_reference() -> None:
+    # The 20 examples Hypothesis draws (derandomized), one program per (threads, task flops)
+    # setting drawn, the setting's blocks side by side: each block reads its own (plain) graph
+    # input and writes its own (plain) output, so the kernel converts both, and each case's
+    # outputs and placement lines are its own. ET_CPU_ONEDNN_TASK_FLOPS=0 splits each block
+    # into as many pieces as allowed.
+    examples = generated_examples(
+        20, block_cases(), st.sampled_from(["1", "2"]), st.sampled_from(["-1", "0"])
+    )
+    groups: dict[tuple[str, str], list[tuple[torch.nn.Module, tuple[torch.Tensor, ...]]]] = {}
+    for (model, x), threads, task_flops in examples:
+        groups.setdefault((threads, task_flops), []).append((model, (x,)))
+    assert sum(len(cases) for cases in groups.values()) == 20
+    for (threads, task_flops), cases in groups.items():
+        lowered = lower_cases(cases)
+        assert lowered.output_cases == list(range(len(cases)))
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("ET_CPU_ONEDNN_THREADS", threads)
+            if task_flops != "-1":
+                patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", task_flops)
+            out_opt, out_ref, placement = run_pte_both(lowered.pte, lowered.inputs)
+            patch.setenv("ET_CPU_ONEDNN_BLOCKS", "0")
+            unfused = load(lowered.pte).forward(list(lowered.inputs))
+            assert _blocks_fused(loader.last_placement()) == 0
+        assert _blocks_fused(placement) == len(cases), placement
+        for case, (model, (x,)) in enumerate(cases):
+            with torch.no_grad():
+                assert_close_scaled(out_opt[case], out_ref[case])
+                assert_close_scaled(out_opt[case], model(x))
+            # Same oneDNN kernels per row either way: the rounding is the same up to a few ulps.
+            torch.testing.assert_close(out_opt[case], unfused[case], atol=1e-5, rtol=1e-5)
+            lines = [line for line in placement if lowered.op_cases.get(line.split(" ")[0]) == case]
+            fused = [
+                line for line in lines if line.startswith("aten_convolution") and "fused" in line
+            ]
+            assert len(fused) == (2 if model.expand is not None else 1), (case, placement)
 
 
 def test_chained_blocks_keep_channels_last_and_give_the_expansion_no_arena_bytes() -> None:

@@ -15,15 +15,17 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backends.cpu.runtime import loader
-from backends.cpu.runtime.test.lowered_program import lower_to_pte
+from backends.cpu.runtime.test.lowered_program import lower_cases, lower_to_pte
 from backends.cpu.runtime.test.provider_compare import (
     assert_close_scaled,
+    generated_examples,
     placed,
     run_both,
+    run_cases,
+    run_pte,
     run_pte_both,
 )
 from tools.lower.examples import get_example
@@ -67,41 +69,54 @@ def conv_cases(draw: st.DrawFn) -> tuple[torch.nn.Module, torch.Tensor]:
     return Conv(conv, act).eval(), x
 
 
-@settings(max_examples=12, derandomize=True, deadline=None)
-@given(conv_cases())
-def test_generated_convolutions_match_reference(case: tuple[torch.nn.Module, torch.Tensor]) -> None:
-    model, x = case
-    # ExecuTorch's portable convolution has no 3D case (InvalidArgument): there eager is the
-    # reference.
-    out_opt, out_ref, placement = run_both(model, (x,), with_reference=x.dim() < 5)
-    with torch.no_grad():
-        assert_close_scaled(out_opt[0], out_ref[0])
-        assert_close_scaled(out_opt[0], model(x))
-    assert placed(placement, "aten::convolution.out", "Optimized"), placement
+def test_generated_convolutions_match_reference() -> None:
+    # The 12 examples Hypothesis draws (derandomized), in two lowerings: ExecuTorch's portable
+    # convolution has no 3D case (InvalidArgument), so the 3D ones run apart with eager as the
+    # reference; each case's outputs and placement lines are its own.
+    examples = [case for (case,) in generated_examples(12, conv_cases())]
+    planar = [(model, (x,)) for model, x in examples if x.dim() < 5]
+    volumes = [(model, (x,)) for model, x in examples if x.dim() == 5]
+    for (model, (x,)), run in zip(planar, run_cases(planar) if planar else [], strict=True):
+        with torch.no_grad():
+            assert_close_scaled(run.optimized[0], run.reference[0])
+            assert_close_scaled(run.optimized[0], model(x))
+        assert placed(run.placement, "aten::convolution.out", "Optimized"), run.placement
+    if volumes:
+        lowered = lower_cases(volumes)
+        outputs = run_pte(lowered.pte, lowered.inputs, reference_only=False)
+        placement = loader.last_placement()
+        for case, (model, (x,)) in enumerate(volumes):
+            (out,) = [o for o, c in zip(outputs, lowered.output_cases, strict=True) if c == case]
+            with torch.no_grad():
+                assert_close_scaled(out, model(x))
+            lines = [line for line in placement if lowered.op_cases.get(line.split(" ")[0]) == case]
+            assert placed(lines, "aten::convolution.out", "Optimized"), placement
+    assert len(planar) + len(volumes) == 12
 
 
-@pytest.mark.parametrize("rows, k, n", [(1, 7, 5), (8, 64, 33), (32, 256, 128)])
-def test_linear_with_relu_and_residual_is_fused_and_matches_reference(
-    rows: int, k: int, n: int
-) -> None:
-    class Net(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc1 = torch.nn.Linear(k, n)
-            self.fc2 = torch.nn.Linear(n, n, bias=False)
+class LinearReluResidual(torch.nn.Module):
+    def __init__(self, k: int, n: int) -> None:
+        super().__init__()
+        self.fc1 = torch.nn.Linear(k, n)
+        self.fc2 = torch.nn.Linear(n, n, bias=False)
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            h = torch.relu(self.fc1(x))
-            return torch.relu(self.fc2(h) + h)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.fc1(x))
+        return torch.relu(self.fc2(h) + h)
 
-    torch.manual_seed(rows)
-    model = Net().eval()
-    x = torch.randn(rows, k)
-    out_opt, out_ref, placement = run_both(model, (x,))
-    assert_close_scaled(out_opt[0], out_ref[0])
-    fused = [line for line in placement if "fused into" in line]
-    # fc1's relu; fc2's add and relu.
-    assert len(fused) == 3, placement
+
+def test_linear_with_relu_and_residual_is_fused_and_matches_reference() -> None:
+    # (rows, k, n) side by side in one program; each case's placement lines are its own.
+    cases: list[tuple[torch.nn.Module, tuple[Any, ...]]] = []
+    for rows, k, n in [(1, 7, 5), (8, 64, 33), (32, 256, 128)]:
+        torch.manual_seed(rows)
+        model = LinearReluResidual(k, n).eval()
+        cases.append((model, (torch.randn(rows, k),)))
+    for run in run_cases(cases):
+        assert_close_scaled(run.optimized[0], run.reference[0])
+        fused = [line for line in run.placement if "fused into" in line]
+        # fc1's relu; fc2's add and relu.
+        assert len(fused) == 3, run.placement
 
 
 def test_matmuls_and_what_the_provider_declines() -> None:
@@ -235,20 +250,23 @@ class Pool(torch.nn.Module):
         return self.conv2(y)
 
 
-@pytest.mark.parametrize(
-    "kernel, stride, padding, ceil, size",
-    # ResNet's stem pool; floor mode dropping a row; ceil mode adding a partial window.
-    [(3, 2, 1, False, 14), (2, None, 0, False, 13), (3, 2, 0, True, 14)],
-)
-def test_max_pool_between_convolutions_matches_reference(
-    kernel: int, stride: int | None, padding: int, ceil: bool, size: int
-) -> None:
-    torch.manual_seed(kernel)
-    model = Pool(kernel, stride, padding, ceil).eval()
-    x = torch.randn(1, 3, size, size)
-    out_opt, out_ref, placement = run_both(model, (x,))
-    assert_close_scaled(out_opt[0], out_ref[0])
-    assert placed(placement, "aten::max_pool2d_with_indices.out", "Optimized"), placement
+def test_max_pool_between_convolutions_matches_reference() -> None:
+    # (kernel, stride, padding, ceil, size): ResNet's stem pool; floor mode dropping a row; ceil
+    # mode adding a partial window. Side by side in one program.
+    cases: list[tuple[torch.nn.Module, tuple[Any, ...]]] = []
+    for kernel, stride, padding, ceil, size in [
+        (3, 2, 1, False, 14),
+        (2, None, 0, False, 13),
+        (3, 2, 0, True, 14),
+    ]:
+        torch.manual_seed(kernel)
+        model = Pool(kernel, stride, padding, ceil).eval()
+        cases.append((model, (torch.randn(1, 3, size, size),)))
+    for run in run_cases(cases):
+        assert_close_scaled(run.optimized[0], run.reference[0])
+        assert placed(run.placement, "aten::max_pool2d_with_indices.out", "Optimized"), (
+            run.placement
+        )
 
 
 class PoolBetweenConvolutions(torch.nn.Module):
@@ -282,13 +300,15 @@ def test_pool_splits_into_row_bands_on_two_threads(average: bool, size: int, ker
     with torch.no_grad():
         expected = model.double()(inputs[0].double()).float()
     model = model.float()
+    pte, _ = lower_to_pte(model, inputs)  # the switches are read when the delegate binds
     split = {}
     for switch in ("1", "0"):
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("ET_CPU_ONEDNN_THREADS", "2")
             patch.setenv("ET_CPU_POOL_BANDS", switch)
-            out_opt, _, placement = run_both(model, inputs, with_reference=False)
-        torch.testing.assert_close(out_opt[0], expected, atol=1e-4, rtol=1e-4)
+            (out,) = run_pte(pte, inputs, reference_only=False)
+            placement = loader.last_placement()
+        torch.testing.assert_close(out, expected, atol=1e-4, rtol=1e-4)
         assert placed(placement, kernel, "Optimized"), placement
         split[switch] = _split_ops(placement)
     assert split["1"] == split["0"] + 1, split
@@ -385,21 +405,22 @@ class Mean(torch.nn.Module):
         return x.mean(dim=self.dims, keepdim=self.keepdim)
 
 
-@pytest.mark.parametrize(
-    "dims, keepdim, after_conv",
-    # Global pooling of a channels-last activation, of a plain graph input, negative dims.
-    [((2, 3), True, True), ((-1, -2), False, True), ((2, 3), False, False)],
-)
-def test_global_average_pooling_runs_on_the_provider(
-    dims: tuple[int, ...], keepdim: bool, after_conv: bool
-) -> None:
-    torch.manual_seed(3)
-    model = Mean(dims, keepdim, after_conv).eval()
-    x = torch.randn(2, 3, 11, 9)
-    out_opt, out_ref, placement = run_both(model, (x,))
-    assert out_opt[0].shape == out_ref[0].shape
-    assert_close_scaled(out_opt[0], out_ref[0])
-    assert placed(placement, "aten::mean.out", "Optimized"), placement
+def test_global_average_pooling_runs_on_the_provider() -> None:
+    # Global pooling of a channels-last activation, of a plain graph input, negative dims: side
+    # by side in one program.
+    cases: list[tuple[torch.nn.Module, tuple[Any, ...]]] = []
+    for dims, keepdim, after_conv in [
+        ((2, 3), True, True),
+        ((-1, -2), False, True),
+        ((2, 3), False, False),
+    ]:
+        torch.manual_seed(3)
+        model = Mean(dims, keepdim, after_conv).eval()
+        cases.append((model, (torch.randn(2, 3, 11, 9),)))
+    for run in run_cases(cases):
+        assert run.optimized[0].shape == run.reference[0].shape
+        assert_close_scaled(run.optimized[0], run.reference[0])
+        assert placed(run.placement, "aten::mean.out", "Optimized"), run.placement
 
 
 def test_mean_over_channels_is_declined() -> None:
@@ -440,12 +461,13 @@ def test_pointwise_convolution_splits_into_row_bands_with_their_own_weight_block
     inputs = (torch.randn(1, 32, 14, 14),)
     with torch.no_grad():
         expected = model(*inputs)
+    pte, _ = lower_to_pte(model, inputs)  # the switches are read when the delegate binds
     split = {}
     for switch in ("1", "0"):
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("ET_CPU_ONEDNN_THREADS", "2")
             patch.setenv("ET_CPU_CONV_BAND_WEIGHTS", switch)
-            out_opt, out_ref, placement = run_both(model, inputs)
+            out_opt, out_ref, placement = run_pte_both(pte, inputs)
         assert_close_scaled(out_opt[0], out_ref[0])
         assert_close_scaled(out_opt[0], expected)
         split[switch] = _split_ops(placement)

@@ -63,6 +63,17 @@ def _cnn_edge(model: torch.nn.Module) -> EdgeProgramManager:
     return edge
 
 
+@pytest.fixture(scope="module")
+def cnn_edges() -> tuple[torch.nn.Module, EdgeProgramManager, EdgeProgramManager]:
+    """The CNN, its edge program lowered once with the plain flow (no "may plan ... for less"
+    warning) and a deep copy of it taken before any to_executorch() call."""
+    model = _mobilenet()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        edge = _cnn_edge(model)
+    return model, edge, copy.deepcopy(edge)
+
+
 def _planned_input_sizes(program: Any) -> list[list[int]]:
     plan = program.executorch_program.execution_plan[0]
     return [list(plan.values[i].val.sizes) for i in plan.inputs]
@@ -80,12 +91,11 @@ def _check(module: Any, model: torch.nn.Module, x: torch.Tensor) -> None:
 
 
 def test_cnn_with_bounded_batch_runs_at_every_size_with_plain_to_executorch(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cnn_edges: tuple[torch.nn.Module, EdgeProgramManager, EdgeProgramManager],
 ) -> None:
-    model = _mobilenet()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", UserWarning)  # no "may plan ... for less" warning
-        edge = _cnn_edge(model)
+    model, edge, _ = cnn_edges
     program = edge.to_executorch()
     assert _planned_input_sizes(program) == [[MAX_BATCH, *IMAGE]]
     module = _save_and_load(program, tmp_path / "mobilenet.pte")
@@ -116,9 +126,11 @@ def test_decoder_with_bounded_sequence_runs_at_every_size_with_plain_to_executor
         _check(module, model, torch.randint(0, VOCAB, (1, length)))
 
 
-def test_a_deep_copied_edge_program_keeps_the_bounds_too() -> None:
-    edge = _cnn_edge(_mobilenet())
-    program = copy.deepcopy(edge).to_executorch()  # copies the lowered modules
+def test_a_deep_copied_edge_program_keeps_the_bounds_too(
+    cnn_edges: tuple[torch.nn.Module, EdgeProgramManager, EdgeProgramManager],
+) -> None:
+    _, _, copied = cnn_edges
+    program = copied.to_executorch()  # the deep copy's lowered modules
     assert _planned_input_sizes(program) == [[MAX_BATCH, *IMAGE]]
 
 

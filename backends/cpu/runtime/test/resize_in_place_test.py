@@ -22,6 +22,7 @@ decoder (8da4w, weight-only linear and embedding) resizes in place too. A resize
 its results still right."""
 
 import ctypes
+import functools
 import gc
 import os
 from typing import Any
@@ -60,7 +61,7 @@ MEMORY_CALLS = 400
 _BUFFERS: list[bytes] = []  # the runtime does not own a program's buffer
 
 
-def _load(model: torch.nn.Module, example: torch.Tensor, dims: dict[int, Any]) -> Any:
+def _lower(model: torch.nn.Module, example: torch.Tensor, dims: dict[int, Any]) -> bytes:
     loader.load_cpu_backend()
     partitioner = CpuPartitioner()
     exported = torch.export.export(model, (example,), dynamic_shapes=(dims,))
@@ -68,7 +69,27 @@ def _load(model: torch.nn.Module, example: torch.Tensor, dims: dict[int, Any]) -
     assert partitioner.report.left_out == (), partitioner.report
     pte = bytes(edge.to_executorch().buffer)
     _BUFFERS.append(pte)
-    return portable_lib._load_for_executorch_from_buffer(pte)
+    return pte
+
+
+def _load(model: torch.nn.Module, example: torch.Tensor, dims: dict[int, Any]) -> Any:
+    return portable_lib._load_for_executorch_from_buffer(_lower(model, example, dims))
+
+
+@functools.cache
+def _small_llama_pte() -> tuple[torch.nn.Module, bytes]:
+    """A one-layer decoder (dynamic tokens, 1 to 64) and its .pte, lowered once: the tests that
+    run it under their own switches each load a new program from it (its delegate compiles,
+    reading the switches, at that program's first forward)."""
+    torch.manual_seed(6)
+    model = LlamaLike(vocab=VOCAB, dim=32, depth=1, heads=2, hidden=64, max_tokens=64).eval()
+    return model, _lower(model, torch.randint(0, VOCAB, (1, 8)), {1: Dim("tokens", min=1, max=64)})
+
+
+def _small_llama() -> tuple[torch.nn.Module, Any]:
+    """The one-layer decoder and a new program of its .pte (a delegate of its own)."""
+    model, pte = _small_llama_pte()
+    return model, portable_lib._load_for_executorch_from_buffer(pte)
 
 
 @pytest.fixture(scope="module")
@@ -306,9 +327,7 @@ def test_batched_products_on_tile_bmm_match_eager_at_every_size() -> None:
 
 
 def test_switched_off_a_decoder_compiles_shape_plans(monkeypatch: pytest.MonkeyPatch) -> None:
-    torch.manual_seed(6)
-    model = LlamaLike(vocab=VOCAB, dim=32, depth=1, heads=2, hidden=64, max_tokens=64).eval()
-    module = _load(model, torch.randint(0, VOCAB, (1, 8)), {1: Dim("tokens", min=1, max=64)})
+    model, module = _small_llama()
     monkeypatch.setenv("ET_CPU_RESIZE_IN_PLACE", "0")
     assert_single_output_close(module, model, _tokens(64), atol=ATOL, rtol=RTOL)
     monkeypatch.delenv("ET_CPU_RESIZE_IN_PLACE")  # read once, at the compile above
@@ -378,9 +397,7 @@ def test_a_new_row_count_below_a_row_tile_prepares_no_linear(
     else:
         name, value = switch.split("=")
         monkeypatch.setenv(name, value)
-        torch.manual_seed(10)
-        model = LlamaLike(vocab=VOCAB, dim=32, depth=1, heads=2, hidden=64, max_tokens=64).eval()
-        module = _load(model, torch.randint(0, VOCAB, (1, 8)), {1: Dim("tokens", min=1, max=64)})
+        model, module = _small_llama()
     module.forward([_tokens(40)])
     made = loader.matmul_primitive_stats()
     _, misses = loader.shape_plan_stats()
@@ -443,9 +460,7 @@ def test_a_head_takes_every_batch_below_a_row_tile_in_wide_row_gemm_blocks() -> 
 def test_a_resize_failing_halfway_falls_back_to_the_bounds_and_shape_plans(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    torch.manual_seed(8)
-    model = LlamaLike(vocab=VOCAB, dim=32, depth=1, heads=2, hidden=64, max_tokens=64).eval()
-    module = _load(model, torch.randint(0, VOCAB, (1, 8)), {1: Dim("tokens", min=1, max=64)})
+    model, module = _small_llama()
     # Read when the Optimized session opens (the compile at the first call): its second resize
     # fails after preparing half its kernels again.
     monkeypatch.setenv("ET_CPU_TEST_FAIL_RESIZE_AT", "2")

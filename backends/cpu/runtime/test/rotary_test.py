@@ -10,13 +10,13 @@ look-alike that is not a rotary (other slice bounds) left alone.
 Tolerance 1e-5: one product and one sum per element (the AVX-512 kernel may fuse them: 1 ulp).
 """
 
+import functools
+
 import pytest
 import torch
-from executorch.exir import to_edge_transform_and_lower
 from torch import nn
 from torch.export import Dim
 
-from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.runtime import loader
 from backends.cpu.runtime.test.fused_op_checks import (
     check_both_providers,
@@ -89,6 +89,17 @@ def test_rotary_is_one_op_matching_eager(head_dim: int, table_4d: bool) -> None:
     check_both_providers(pte, (x,), KERNEL, "ET_CPU_ROTARY", 2, expected)
 
 
+@functools.cache
+def _dynamic_rope() -> tuple[nn.Module, bytes]:
+    """A rotary model with a dynamic sequence (1 to 32) and its .pte, lowered once for both
+    switch values."""
+    torch.manual_seed(3)
+    model = Rope(heads=2, head_dim=48, max_seq=32, table_4d=False).eval()
+    example = (torch.randn(1, 8, 96),)
+    dims = ({1: Dim("seq", min=1, max=32)},)
+    return model, lower_to_pte(model, example, dynamic_shapes=dims)[0]
+
+
 @pytest.mark.parametrize("provider, switch", [("Optimized", None), ("Reference", "0")])
 def test_rotary_with_a_dynamic_sequence(
     monkeypatch: pytest.MonkeyPatch, provider: str, switch: str | None
@@ -99,16 +110,8 @@ def test_rotary_with_a_dynamic_sequence(
         monkeypatch.delenv("ET_CPU_ROTARY", raising=False)
     else:
         monkeypatch.setenv("ET_CPU_ROTARY", switch)
-    torch.manual_seed(3)
-    model = Rope(heads=2, head_dim=48, max_seq=32, table_4d=False).eval()
-    loader.load_cpu_backend()
-    partitioner = CpuPartitioner()
-    exported = torch.export.export(
-        model, (torch.randn(1, 8, 96),), dynamic_shapes=({1: Dim("seq", min=1, max=32)},)
-    )
-    edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
-    assert partitioner.report.left_out == (), partitioner.report
-    module = load(bytes(edge.to_executorch().buffer))
+    model, pte = _dynamic_rope()
+    module = load(pte)  # its delegate reads the switch when it binds (the first forward)
     for seq in [1, 5, 32]:
         x = torch.randn(1, seq, 96)
         (actual,) = module.forward([x])

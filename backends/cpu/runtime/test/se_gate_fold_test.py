@@ -19,14 +19,17 @@ path rounds w * g instead of x * g before the same sums of at most 96 terms), an
 and unfolded outputs within 1e-5 of each other.
 """
 
+import functools
+
 import pytest
 import torch
 from torch import nn
 from torch.export import Dim
 
 from backends.cpu.runtime import loader
-from backends.cpu.runtime.test.lowered_program import load, lower_to_pte
+from backends.cpu.runtime.test.lowered_program import load, lower_cases, lower_to_pte
 from backends.cpu.runtime.test.provider_compare import assert_close_scaled, run_pte
+from backends.cpu.runtime.test.small_zoo_program import small_zoo_program
 from tools.bench import zoo
 
 _SWITCH = "ET_CPU_SE_GATE_FOLD"
@@ -94,6 +97,18 @@ def _expected(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 def _run(
     pte: bytes, x: torch.Tensor, switch: str, fused_mul: str = "unset", own: str = "unset"
 ) -> tuple[torch.Tensor, int]:
+    (out,), folded = _run_all(pte, (x,), switch, fused_mul, own)
+    return out, folded
+
+
+def _run_all(
+    pte: bytes,
+    inputs: tuple[torch.Tensor, ...],
+    switch: str,
+    fused_mul: str = "unset",
+    own: str = "unset",
+) -> tuple[list[torch.Tensor], int]:
+    """`pte` run once on `inputs` under the switches: its outputs and the gates folded."""
     with pytest.MonkeyPatch.context() as patch:
         for name, value in [
             (_SWITCH, switch),
@@ -104,7 +119,7 @@ def _run(
                 patch.delenv(name, raising=False)
             else:
                 patch.setenv(name, value)
-        (out,) = run_pte(pte, (x,), reference_only=False)
+        out = run_pte(pte, inputs, reference_only=False)
         return out, _folded(loader.last_placement())
 
 
@@ -119,7 +134,6 @@ def _run(
     ],
     ids=["expand", "residual", "no_expand", "small_image"],
 )
-@pytest.mark.parametrize("batch", [1, 2])
 def test_gate_folded_into_project(
     style: str,
     channels: int,
@@ -128,28 +142,39 @@ def test_gate_folded_into_project(
     expand: bool,
     size: tuple[int, int],
     default_folds: int,
-    batch: int,
 ) -> None:
-    torch.manual_seed(channels + out + batch)
-    model = Block(channels, hidden, out, style, expand, shared=False).eval()
-    x = torch.randn(batch, channels, *size) * 2.0
-    expected = _expected(model, x)
-    pte, _ = lower_to_pte(model, (x,))
+    # Batch 1 and 2, side by side in one program (one block each: every count is per block).
+    cases: list[tuple[nn.Module, tuple[torch.Tensor, ...]]] = []
+    expected = []
+    for batch in (1, 2):
+        torch.manual_seed(channels + out + batch)
+        model = Block(channels, hidden, out, style, expand, shared=False).eval()
+        x = torch.randn(batch, channels, *size) * 2.0
+        expected.append(_expected(model, x))
+        cases.append((model, (x,)))
+    lowered = lower_cases(cases)
+    assert lowered.output_cases == [0, 1]
+    blocks = len(cases)
     outputs = {}
     for switch, folds in [("unset", default_folds), ("all", 1), ("1", default_folds), ("0", 0)]:
-        actual, folded = _run(pte, x, switch)
-        assert folded == folds, (switch, loader.last_placement())
+        actual, folded = _run_all(lowered.pte, lowered.inputs, switch)
+        assert folded == folds * blocks, (switch, loader.last_placement())
         # The project writes the (plain) graph output: oneDNN's plan, never our own kernel.
         assert _own_gated(loader.last_placement()) == 0, loader.last_placement()
         # An unfolded gate's multiply is taken by the squeeze-excite kernel.
-        assert _fused_multiplies(loader.last_placement()) == 1 - folds, loader.last_placement()
-        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+        assert _fused_multiplies(loader.last_placement()) == (1 - folds) * blocks, (
+            loader.last_placement()
+        )
+        for got, want in zip(actual, expected, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
         outputs[switch] = actual
-    torch.testing.assert_close(outputs["all"], outputs["0"], rtol=1e-5, atol=1e-5)
+    for folded_out, unfolded_out in zip(outputs["all"], outputs["0"], strict=True):
+        torch.testing.assert_close(folded_out, unfolded_out, rtol=1e-5, atol=1e-5)
     # Neither: the multiply as its own op (bitwise the fused kernel's product: one rounding).
-    separate, folded = _run(pte, x, "0", fused_mul="0")
+    separate, folded = _run_all(lowered.pte, lowered.inputs, "0", fused_mul="0")
     assert folded == 0 and _fused_multiplies(loader.last_placement()) == 0
-    assert torch.equal(separate, outputs["0"])
+    for separate_out, fused_out in zip(separate, outputs["0"], strict=True):
+        assert torch.equal(separate_out, fused_out)
 
 
 class ChainedBlock(nn.Module):
@@ -164,6 +189,18 @@ class ChainedBlock(nn.Module):
         return self.after(self.block(x))
 
 
+@functools.cache
+def _chained_program(channels: int, hidden: int) -> tuple[torch.Tensor, torch.Tensor, bytes]:
+    """A ChainedBlock's batch-2 input, float64 eager's output and its .pte, lowered once for
+    each switch value (read when the delegate binds)."""
+    torch.manual_seed(channels + hidden)
+    model = ChainedBlock(channels, hidden).eval()
+    x = torch.randn(2, channels, 10, 10)
+    expected = _expected(model, x)
+    pte, _ = lower_to_pte(model, (x,))
+    return x, expected, pte
+
+
 @pytest.mark.parametrize(
     "channels, hidden, own, count",
     [(16, 64, "1", 1), (16, 64, "unset", 0), (24, 96, "all", 1), (24, 96, "1", 0)],
@@ -172,11 +209,7 @@ def test_own_gated_project(channels: int, hidden: int, own: str, count: int) -> 
     """A folded gate's project with the block's residual add, chained channels-last, batch 2:
     on our own 1x1 kernel, its pixels split, with ET_CPU_OWN_GATED_1X1=1 from at most 64
     channels, "all" any; unset (the default) oneDNN's plan; within 1e-5 of float64 eager."""
-    torch.manual_seed(channels + hidden)
-    model = ChainedBlock(channels, hidden).eval()
-    x = torch.randn(2, channels, 10, 10)
-    expected = _expected(model, x)
-    pte, _ = lower_to_pte(model, (x,))
+    x, expected, pte = _chained_program(channels, hidden)
     actual, folded = _run(pte, x, "all", own=own)
     assert folded == 1, loader.last_placement()
     assert _own_gated(loader.last_placement()) == count, loader.last_placement()
@@ -234,10 +267,7 @@ def test_dynamic_batch(
 @pytest.mark.parametrize("name", ["mobilenet_v3", "efficientnet"])
 def test_zoo_models(name: str) -> None:
     """Every gate of the zoo's small models folds with "all"; outputs as unfolded and eager."""
-    model, _ = zoo.create(name, "small", seed=2)
-    model = model.eval()
-    x = torch.randn(2, 3, 32, 32)
-    pte, _ = lower_to_pte(model, (x,))
+    model, x, pte = small_zoo_program(name, seed=2, batch=2)  # squeeze_excite_test's too
     blocks = sum(isinstance(m, zoo.SqueezeExcite) for m in model.modules())
     assert blocks > 0
     folded_out, folded = _run(pte, x, "all")

@@ -31,12 +31,13 @@ from torch.export import Dim
 
 from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.runtime import loader
-from backends.cpu.runtime.test.lowered_program import lower_to_pte
+from backends.cpu.runtime.test.lowered_program import lower_cases
 from backends.cpu.runtime.test.provider_compare import (
     assert_close_scaled,
     run_pte,
     run_pte_both,
 )
+from backends.cpu.runtime.test.small_zoo_program import small_zoo_program
 from tools.bench import zoo
 
 _BUFFERS: list[bytes] = []  # the runtime does not own a program's buffer
@@ -98,50 +99,56 @@ def _expected(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("depthwise", [True, False], ids=["channels_last", "plain"])
 @pytest.mark.parametrize("style", ["v3", "efficientnet"])
 def test_tail_on_our_kernel(style: str, depthwise: bool, bias: bool) -> None:
-    """Batch 1 and 3, channels with a tail (40) and without (96); the switch on and off."""
+    """Batch 1 and 3, channels with a tail (40) and without (96), side by side in one program
+    (one tail each); the switch on and off."""
     torch.manual_seed(7)
+    cases: list[tuple[nn.Module, tuple[torch.Tensor, ...]]] = []
+    expected = []
     for batch, channels, squeezed, size in [(1, 40, 10, (9, 11)), (3, 96, 24, (7, 6))]:
         model = Tail(channels, squeezed, style, depthwise, bias).eval()
         x = torch.randn(batch, channels, *size) * 3.0
-        pte, _ = lower_to_pte(model, (x,))
-        for own, tails in [("1", 1), ("unset", 1), ("0", 0)]:
-            with pytest.MonkeyPatch.context() as patch:
-                if own == "unset":
-                    patch.delenv("ET_CPU_OWN_SE", raising=False)
-                else:
-                    patch.setenv("ET_CPU_OWN_SE", own)
-                out_opt, out_ref, placement = run_pte_both(pte, (x,))
-            assert _tails(placement) == tails, (own, placement)
-            torch.testing.assert_close(out_opt[0], _expected(model, x), rtol=1e-5, atol=1e-5)
-            assert_close_scaled(out_opt[0], out_ref[0])
-            model = model.float()
+        expected.append(_expected(model, x))
+        cases.append((model.float(), (x,)))
+    lowered = lower_cases(cases)
+    assert lowered.output_cases == [0, 1]
+    for own, tails in [("1", 1), ("unset", 1), ("0", 0)]:
+        with pytest.MonkeyPatch.context() as patch:
+            if own == "unset":
+                patch.delenv("ET_CPU_OWN_SE", raising=False)
+            else:
+                patch.setenv("ET_CPU_OWN_SE", own)
+            out_opt, out_ref, placement = run_pte_both(lowered.pte, lowered.inputs)
+        assert _tails(placement) == tails * len(cases), (own, placement)
+        for got, reference, want in zip(out_opt, out_ref, expected, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+            assert_close_scaled(got, reference)
 
 
-@pytest.mark.parametrize("depthwise", [True, False], ids=["channels_last", "plain"])
-@pytest.mark.parametrize(
-    "batch, channels, squeezed, size, style",
-    [
-        (1, 576, 144, (14, 14), "v3"),  # MobileNetV3's largest tail: both products split
-        (1, 32, 8, (56, 56), "efficientnet"),  # few channels, many pixels: the pool splits
-        (3, 120, 30, (7, 9), "efficientnet"),  # batch 3, odd channel tail (120 = 7.5 vectors)
-        (2, 1152, 48, (7, 7), "efficientnet"),  # EfficientNet-B0's last tail
-    ],
-)
-def test_tail_split_over_the_pool(
-    batch: int,
-    channels: int,
-    squeezed: int,
-    size: tuple[int, int],
-    style: str,
-    depthwise: bool,
-) -> None:
-    torch.manual_seed(channels + batch)
-    model = Tail(channels, squeezed, style, depthwise, True).eval()
-    x = torch.randn(batch, channels, *size) * 3.0
-    expected = _expected(model, x)
-    model = model.float()
-    pte, _ = lower_to_pte(model, (x,))
-    outputs: dict[tuple[str, str], torch.Tensor] = {}
+# (batch, channels, squeezed, size, style), each after a depthwise stage (channels-last) and on a
+# plain graph input.
+_SPLIT_TAILS = [
+    (1, 576, 144, (14, 14), "v3"),  # MobileNetV3's largest tail: both products split
+    (1, 32, 8, (56, 56), "efficientnet"),  # few channels, many pixels: the pool splits
+    (3, 120, 30, (7, 9), "efficientnet"),  # batch 3, odd channel tail (120 = 7.5 vectors)
+    (2, 1152, 48, (7, 7), "efficientnet"),  # EfficientNet-B0's last tail
+]
+
+
+def test_tail_split_over_the_pool() -> None:
+    # Every tail side by side in one program (one lowering), run under each split setting on 1
+    # and 2 pool threads: each op reads what it would alone, so each splits as it would alone.
+    cases: list[tuple[nn.Module, tuple[torch.Tensor, ...]]] = []
+    expected = []
+    for batch, channels, squeezed, size, style in _SPLIT_TAILS:
+        for depthwise in (True, False):
+            torch.manual_seed(channels + batch)
+            model = Tail(channels, squeezed, style, depthwise, True).eval()
+            x = torch.randn(batch, channels, *size) * 3.0
+            expected.append(_expected(model, x))
+            cases.append((model.float(), (x,)))
+    lowered = lower_cases(cases)
+    assert lowered.output_cases == list(range(len(cases)))
+    outputs: dict[tuple[str, str], list[torch.Tensor]] = {}
     for threads in ["2", "1"]:
         for split in ["unset", "all", "0"]:
             with pytest.MonkeyPatch.context() as patch:
@@ -151,13 +158,15 @@ def test_tail_split_over_the_pool(
                     patch.delenv("ET_CPU_SE_SPLIT", raising=False)
                 else:
                     patch.setenv("ET_CPU_SE_SPLIT", split)
-                (out,) = run_pte(pte, (x,), reference_only=False)
-                assert _tails(loader.last_placement()) == 1, loader.last_placement()
-            torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+                out = run_pte(lowered.pte, lowered.inputs, reference_only=False)
+                assert _tails(loader.last_placement()) == len(cases), loader.last_placement()
+            for got, want in zip(out, expected, strict=True):
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
             outputs[(threads, split)] = out
     first = outputs[("2", "all")]
     for key, out in outputs.items():
-        assert torch.equal(out, first), key
+        for case, (got, want) in enumerate(zip(out, first, strict=True)):
+            assert torch.equal(got, want), (key, case)
 
 
 def test_tail_with_a_dynamic_batch(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -188,10 +197,7 @@ def test_tail_with_a_dynamic_batch(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_zoo_models(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every squeeze-excite block of the zoo's small MobileNetV3 / EfficientNet is one kernel."""
     monkeypatch.setenv("ET_CPU_OWN_SE", "1")
-    model, _ = zoo.create(name, "small", seed=2)
-    model = model.eval()
-    x = torch.randn(2, 3, 32, 32)
-    pte, _ = lower_to_pte(model, (x,))
+    model, x, pte = small_zoo_program(name, seed=2, batch=2)  # se_gate_fold_test's too
     out = run_pte(pte, (x,), reference_only=False)
     placement = loader.last_placement()
     blocks = sum(isinstance(m, zoo.SqueezeExcite) for m in model.modules())
@@ -201,27 +207,31 @@ def test_zoo_models(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
         assert_close_scaled(out[0], model(x))
 
 
-@pytest.mark.parametrize("batch", [1, 2])
 @pytest.mark.parametrize(
     "depthwise, then_conv",
     [(True, True), (True, False), (False, False)],
     ids=["channels_last", "channels_last_to_plain_output", "plain"],
 )
 @pytest.mark.parametrize("style", ["v3", "efficientnet"])
-def test_gate_multiply_fused(style: str, depthwise: bool, then_conv: bool, batch: int) -> None:
+def test_gate_multiply_fused(style: str, depthwise: bool, then_conv: bool) -> None:
     """The multiply is a fused step of the tail (placement), per image, as eager and bitwise as
-    the separate broadcast multiply; large enough (56 x 56 x 48) to split over the pool."""
-    torch.manual_seed(batch + 17 * depthwise + 5 * then_conv)
-    channels, squeezed, size = (48, 12, (56, 56)) if batch == 1 else (40, 10, (9, 11))
-    model: Tail = (
-        TailThenConv(channels, squeezed, style, depthwise)
-        if then_conv
-        else Tail(channels, squeezed, style, depthwise, True)
-    ).eval()
-    x = torch.randn(batch, channels, *size) * 3.0
-    expected = _expected(model, x)
-    model = model.float()
-    pte, _ = lower_to_pte(model, (x,))
+    the separate broadcast multiply; batch 1 large enough (56 x 56 x 48) to split over the pool,
+    batch 2 small, side by side in one program (one tail each)."""
+    cases: list[tuple[nn.Module, tuple[torch.Tensor, ...]]] = []
+    expected = []
+    for batch in (1, 2):
+        torch.manual_seed(batch + 17 * depthwise + 5 * then_conv)
+        channels, squeezed, size = (48, 12, (56, 56)) if batch == 1 else (40, 10, (9, 11))
+        model: Tail = (
+            TailThenConv(channels, squeezed, style, depthwise)
+            if then_conv
+            else Tail(channels, squeezed, style, depthwise, True)
+        ).eval()
+        x = torch.randn(batch, channels, *size) * 3.0
+        expected.append(_expected(model, x))
+        cases.append((model.float(), (x,)))
+    lowered = lower_cases(cases)
+    assert lowered.output_cases == [0, 1]
     outputs = {}
     for fused_mul, fused in [("unset", 1), ("0", 0)]:
         with pytest.MonkeyPatch.context() as patch:
@@ -230,10 +240,12 @@ def test_gate_multiply_fused(style: str, depthwise: bool, then_conv: bool, batch
                 patch.delenv("ET_CPU_SE_FUSED_MUL", raising=False)
             else:
                 patch.setenv("ET_CPU_SE_FUSED_MUL", fused_mul)
-            (out,) = run_pte(pte, (x,), reference_only=False)
+            out = run_pte(lowered.pte, lowered.inputs, reference_only=False)
         placement = loader.last_placement()
-        assert _tails(placement) == 1, placement
-        assert _fused_multiplies(placement) == fused, placement
-        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+        assert _tails(placement) == len(cases), placement
+        assert _fused_multiplies(placement) == fused * len(cases), placement
+        for got, want in zip(out, expected, strict=True):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
         outputs[fused_mul] = out
-    assert torch.equal(outputs["unset"], outputs["0"])
+    for fused_out, separate_out in zip(outputs["unset"], outputs["0"], strict=True):
+        assert torch.equal(fused_out, separate_out)

@@ -16,7 +16,8 @@ from torchao.quantization.quant_api import Int8DynamicActivationIntxWeightConfig
 from torchao.quantization.quant_primitives import MappingType
 
 from backends.cpu.runtime.test.llama_like import Decoder
-from backends.cpu.runtime.test.lowered_program import load, lower, lower_to_pte
+from backends.cpu.runtime.test.lowered_program import load, lower, lower_cases, lower_to_pte
+from backends.cpu.serialization.graph_reader import read_payload
 
 KERNEL = "et_cpu_quant::linear_8da.out"
 INT4: torch.dtype = torch.int4  # type: ignore[attr-defined]
@@ -45,18 +46,26 @@ GRANULARITIES = {"group32": PerGroup(32), "group64": PerGroup(64), "group128": P
 GRANULARITIES["per_channel"] = PerAxis(0)
 
 
-@pytest.mark.parametrize("name", list(GRANULARITIES))
-@pytest.mark.parametrize("bias", [True, False])
-def test_8da4w_linear_is_one_delegated_kernel_matching_torchao(name: str, bias: bool) -> None:
-    torch.manual_seed(0)
-    model = _quantize(nn.Linear(256, 96, bias=bias), GRANULARITIES[name])
-    x = torch.randn(2, 5, 256)
-    program, kernels = lower(model, (x,))
-    assert kernels == [[KERNEL]]
-    for inputs in ((x,), (torch.randn(2, 5, 256) * 3.0,)):
-        with torch.no_grad():
-            expected = model(*inputs)
-        torch.testing.assert_close(_run(program, inputs), expected, atol=ATOL, rtol=RTOL)
+def test_8da4w_linear_is_one_delegated_kernel_matching_torchao() -> None:
+    # Every granularity, with and without bias, side by side in one program (one lowering):
+    # each linear one kernel, each output against its own torchao model on two inputs.
+    cases = []
+    for name in GRANULARITIES:
+        for bias in (True, False):
+            torch.manual_seed(0)
+            model = _quantize(nn.Linear(256, 96, bias=bias), GRANULARITIES[name])
+            cases.append((model, (torch.randn(2, 5, 256),)))
+    lowered = lower_cases(cases)
+    assert [op.kernel for op in read_payload(lowered.payload).ops] == [KERNEL] * len(cases)
+    program = load(lowered.pte)
+    scaled = tuple(torch.randn(2, 5, 256) * 3.0 for _ in cases)
+    for inputs in (lowered.inputs, scaled):
+        outputs = program.forward(list(inputs))
+        assert len(outputs) == len(cases)
+        for (model, _), x, output in zip(cases, inputs, outputs, strict=True):
+            with torch.no_grad():
+                expected = model(x)
+            torch.testing.assert_close(output, expected, atol=ATOL, rtol=RTOL)
 
 
 @pytest.mark.parametrize(
