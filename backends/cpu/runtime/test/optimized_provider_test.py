@@ -18,7 +18,7 @@ import torch
 from hypothesis import strategies as st
 
 from backends.cpu.runtime import loader
-from backends.cpu.runtime.test.lowered_program import lower_cases, lower_to_pte
+from backends.cpu.runtime.test.lowered_program import lower_to_pte
 from backends.cpu.runtime.test.provider_compare import (
     assert_close_scaled,
     generated_examples,
@@ -81,16 +81,12 @@ def test_generated_convolutions_match_reference() -> None:
             assert_close_scaled(run.optimized[0], run.reference[0])
             assert_close_scaled(run.optimized[0], model(x))
         assert placed(run.placement, "aten::convolution.out", "Optimized"), run.placement
-    if volumes:
-        lowered = lower_cases(volumes)
-        outputs = run_pte(lowered.pte, lowered.inputs, reference_only=False)
-        placement = loader.last_placement()
-        for case, (model, (x,)) in enumerate(volumes):
-            (out,) = [o for o, c in zip(outputs, lowered.output_cases, strict=True) if c == case]
-            with torch.no_grad():
-                assert_close_scaled(out, model(x))
-            lines = [line for line in placement if lowered.op_cases.get(line.split(" ")[0]) == case]
-            assert placed(lines, "aten::convolution.out", "Optimized"), placement
+    for (model, (x,)), run in zip(
+        volumes, run_cases(volumes, with_reference=False) if volumes else [], strict=True
+    ):
+        with torch.no_grad():
+            assert_close_scaled(run.optimized[0], model(x))
+        assert placed(run.placement, "aten::convolution.out", "Optimized"), run.placement
     assert len(planar) + len(volumes) == 12
 
 
