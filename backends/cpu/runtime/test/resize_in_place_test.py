@@ -33,7 +33,6 @@ os.environ.pop("ET_CPU_RESIZE_IN_PLACE", None)
 
 import pytest
 import torch
-from executorch.exir import to_edge_transform_and_lower
 from executorch.extension.pybindings import portable_lib
 from torch import nn
 from torch.export import Dim
@@ -44,9 +43,8 @@ from torchao.quantization.quant_api import (
     IntxWeightOnlyConfig,
 )
 
-from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.runtime import loader
-from backends.cpu.runtime.test.lowered_program import assert_single_output_close
+from backends.cpu.runtime.test.lowered_program import assert_single_output_close, lower_to_pte
 from tools.bench.zoo_sequence import LlamaLike
 
 ATOL = 1e-4
@@ -62,12 +60,7 @@ _BUFFERS: list[bytes] = []  # the runtime does not own a program's buffer
 
 
 def _lower(model: torch.nn.Module, example: torch.Tensor, dims: dict[int, Any]) -> bytes:
-    loader.load_cpu_backend()
-    partitioner = CpuPartitioner()
-    exported = torch.export.export(model, (example,), dynamic_shapes=(dims,))
-    edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
-    assert partitioner.report.left_out == (), partitioner.report
-    pte = bytes(edge.to_executorch().buffer)
+    pte, _ = lower_to_pte(model, (example,), dynamic_shapes=(dims,))
     _BUFFERS.append(pte)
     return pte
 

@@ -18,12 +18,14 @@ os.environ["ET_CPU_RESIZE_IN_PLACE"] = "0"
 
 import pytest
 import torch
-from executorch.exir import to_edge_transform_and_lower
 from torch.export import Dim
 
-from backends.cpu.partition.cpu_partitioner import CpuPartitioner
 from backends.cpu.runtime import loader
-from backends.cpu.runtime.test.lowered_program import assert_single_output_close, load
+from backends.cpu.runtime.test.lowered_program import (
+    assert_single_output_close,
+    load,
+    lower_to_pte,
+)
 from tools.bench.zoo_sequence import LlamaLike
 
 ATOL = 1e-4
@@ -54,11 +56,7 @@ class Mlp(torch.nn.Module):
 
 
 def _lower_pte(model: torch.nn.Module, example: torch.Tensor, dims: dict[int, Dim]) -> bytes:
-    exported = torch.export.export(model, (example,), dynamic_shapes=(dims,))
-    partitioner = CpuPartitioner()
-    edge = to_edge_transform_and_lower(exported, partitioner=[partitioner])
-    assert partitioner.report.left_out == (), partitioner.report
-    return bytes(edge.to_executorch().buffer)
+    return lower_to_pte(model, (example,), dynamic_shapes=(dims,))[0]
 
 
 def _lower(model: torch.nn.Module, example: torch.Tensor, dims: dict[int, Dim]) -> Any:
