@@ -463,8 +463,11 @@ bool own_gated_pointwise_wanted(const ConvParams& p, const PostOps& post_ops,
 // ET_CPU_POINTWISE_BY_PIXELS (read at prepare, switch_reach): "0" never, "all" every such 1x1
 // (ahead of the weight stream), unset where it measured faster in the model (ResNet-50-style's
 // 14x14 1x1s, back to back and after time away, provider README): weights of more than a
-// quarter of the activations but not outweighing them (the weight stream takes those).
+// quarter of the activations but not outweighing them (the weight stream takes those), and at
+// least kPixelPointwiseMinChannels channels in and out (the shapes measured; MobileNet-style
+// projections such as 480 -> 112 at 14x14 were not).
 constexpr double kPixelPointwiseMinShare = 0.25;
+constexpr int64_t kPixelPointwiseMinChannels = 128;
 bool pixel_pointwise_wanted(const ConvParams& p, const PostOps& post_ops,
                             const memory::desc& src_md, OutputLayout output) {
   const SwitchReach reach = switch_reach("ET_CPU_POINTWISE_BY_PIXELS");
@@ -474,7 +477,10 @@ bool pixel_pointwise_wanted(const ConvParams& p, const PostOps& post_ops,
   }
   if (reach != SwitchReach::kEverywhere) {
     const double share = pointwise_weight_share(p);
-    if (share <= kPixelPointwiseMinShare || share > 1.0) return false;
+    if (share <= kPixelPointwiseMinShare || share > 1.0 ||
+        std::min(p.in_channels, p.out_channels) < kPixelPointwiseMinChannels) {
+      return false;
+    }
   }
   return pointwise_stream_supports(p.in_channels, p.out_channels, post_ops);
 }
