@@ -131,6 +131,8 @@ std::string OptimizedSession::summary() const {
          " squeeze-excite gates folded into a convolution, " +
          std::to_string(count_implementation("pointwise_pixels:avx512")) +
          " gated 1x1 convolutions on pointwise_pixels, " +
+         std::to_string(count_implementation("pointwise_by_pixels:avx512")) +
+         " 1x1 convolutions by pixels, " +
          std::to_string(count_implementation("stream_conv:avx512")) + " stream_conv, " +
          std::to_string(count_implementation("winograd:avx512")) + " winograd 3x3, " +
          std::to_string(count_containing("(permute folded)")) +

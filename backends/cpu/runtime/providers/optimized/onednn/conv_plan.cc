@@ -411,6 +411,14 @@ bool channels_last_1x1(const ConvParams& p, const memory::desc& src_md) {
   return src_md == channels_last_md(src_dims);
 }
 
+// A 1x1 convolution's weights against its activations (input + output floats per pixel): > 1
+// weight-heavy (the weight stream's rule).
+double pointwise_weight_share(const ConvParams& p) {
+  const double pixels = static_cast<double>(p.batch) * product(conv_output_size(p));
+  const double weights = static_cast<double>(p.in_channels) * p.out_channels;
+  return weights / (pixels * static_cast<double>(p.in_channels + p.out_channels));
+}
+
 // Whether a convolution runs on the weight stream of pointwise_conv.h (run_stream): a dense 1x1
 // kernel (groups 1, no padding; stride 1, or any in 2D: ResNet's projection shortcuts) from a
 // channels-last input to a channels-last output (or oneDNN's choice), weights larger than its
@@ -423,9 +431,7 @@ bool stream_pointwise_wanted(const ConvParams& p, const PostOps& post_ops,
   if (!strides_ok || output == OutputLayout::kPlain || !channels_last_1x1(p, src_md)) {
     return false;
   }
-  const double pixels = static_cast<double>(p.batch) * product(conv_output_size(p));
-  const double weights = static_cast<double>(p.in_channels) * p.out_channels;
-  const bool weight_heavy = weights > pixels * static_cast<double>(p.in_channels + p.out_channels);
+  const bool weight_heavy = pointwise_weight_share(p) > 1.0;
   if (!weight_heavy && switch_reach("ET_CPU_STREAM_1X1") != SwitchReach::kEverywhere) return false;
   return pointwise_stream_supports(p.in_channels, p.out_channels, post_ops);
 }
@@ -451,6 +457,34 @@ bool own_gated_pointwise_wanted(const ConvParams& p, const PostOps& post_ops,
   return pointwise_stream_supports(p.in_channels, p.out_channels, post_ops);
 }
 
+// Whether a 1x1 convolution runs on PointwiseConv split by pixels (each thread all the weights
+// and its own slice of the pixels, PointwiseRun::by_pixels) instead of oneDNN's brgconv_1x1 in
+// row bands: stride 1, channels-last in and out, post-ops in registers, and
+// ET_CPU_POINTWISE_BY_PIXELS (read at prepare, switch_reach): "0" never, "all" every such 1x1
+// (ahead of the weight stream), unset where it measured faster in the model (ResNet-50-style's
+// 14x14 1x1s, back to back and after time away, provider README): weights of more than a
+// quarter of the activations but not outweighing them (the weight stream takes those), and at
+// least kPixelPointwiseMinChannels channels in and out (the shapes measured; MobileNet-style
+// projections such as 480 -> 112 at 14x14 were not).
+constexpr double kPixelPointwiseMinShare = 0.25;
+constexpr int64_t kPixelPointwiseMinChannels = 128;
+bool pixel_pointwise_wanted(const ConvParams& p, const PostOps& post_ops,
+                            const memory::desc& src_md, OutputLayout output) {
+  const SwitchReach reach = switch_reach("ET_CPU_POINTWISE_BY_PIXELS");
+  if (reach == SwitchReach::kNever) return false;
+  if (!all_ones(p.stride) || output == OutputLayout::kPlain || !channels_last_1x1(p, src_md)) {
+    return false;
+  }
+  if (reach != SwitchReach::kEverywhere) {
+    const double share = pointwise_weight_share(p);
+    if (share <= kPixelPointwiseMinShare || share > 1.0 ||
+        std::min(p.in_channels, p.out_channels) < kPixelPointwiseMinChannels) {
+      return false;
+    }
+  }
+  return pointwise_stream_supports(p.in_channels, p.out_channels, post_ops);
+}
+
 // What a pixel of a 1x1 convolution costs against pieces_for besides its multiply-adds: its K
 // inputs read and N outputs written (memory-bound at K = 16), as a reorder's element.
 constexpr double kPointwiseFlopsPerFloat = 20;
@@ -458,11 +492,13 @@ constexpr double kPointwiseFlopsPerFloat = 20;
 // The plan of a 1x1 convolution on PointwiseConv::run_stream: RowGemm's packed weights (through
 // the weight cache) and, at most one per thread, either (stream_pointwise_wanted) contiguous
 // ranges of column groups, each streaming its share, a strided one's input pixels gathered into
-// a buffer of the plan, or (`by_pixels`, own_gated_pointwise_wanted) near-equal slices of the
-// pixels, weighed with their memory traffic (PointwiseRun).
+// a buffer of the plan, or (`by_pixels`: own_gated_pointwise_wanted, pixel_pointwise_wanted)
+// near-equal slices of the pixels, weighed with their memory traffic (PointwiseRun). `name`:
+// the implementation the plan reports.
 ConvPlan prepare_pointwise(const std::shared_ptr<ProviderState>& state, const ConvParams& p,
                            const float* weight, const float* bias, const PostOps& post_ops,
-                           const memory::desc& src_md, bool by_pixels) {
+                           const memory::desc& src_md, bool by_pixels,
+                           const char* name) {
   auto impl = std::make_shared<ConvLikePlan::Impl>();
   impl->state = state;
   PointwiseRun run;
@@ -494,7 +530,7 @@ ConvPlan prepare_pointwise(const std::shared_ptr<ProviderState>& state, const Co
                  p.out_channels % kPointwiseGroupColumns != 0;
   state->weights_bytes += run.conv->weights_bytes();
   impl->implementation =
-      std::string(by_pixels ? "pointwise_pixels:avx512" : "pointwise_stream:avx512") +
+      std::string(name) +
       pieces_note(run.tasks) + (run.group_halves ? " in half groups" : "") +
       (run.weighted ? " in equal shares of unequal groups" : "");
   impl->own = std::make_shared<PointwiseRun>(std::move(run));
@@ -627,11 +663,15 @@ ConvPlan Provider::prepare_conv(
   }
   if (own_gated_pointwise_wanted(params, post_ops, given_src_md, layouts)) {
     return prepare_pointwise(state_, params, weight, bias, post_ops, given_src_md,
-                             /*by_pixels=*/true);
+                             /*by_pixels=*/true, "pointwise_pixels:avx512");
+  }
+  if (pixel_pointwise_wanted(params, post_ops, given_src_md, layouts.output)) {
+    return prepare_pointwise(state_, params, weight, bias, post_ops, given_src_md,
+                             /*by_pixels=*/true, "pointwise_by_pixels:avx512");
   }
   if (stream_pointwise_wanted(params, post_ops, given_src_md, layouts.output)) {
     return prepare_pointwise(state_, params, weight, bias, post_ops, given_src_md,
-                             /*by_pixels=*/false);
+                             /*by_pixels=*/false, "pointwise_stream:avx512");
   }
   if (const std::optional<DenseConvShape> dense =
           dense_conv_shape(params, given_src_md, layouts.output)) {

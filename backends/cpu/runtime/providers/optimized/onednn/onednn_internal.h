@@ -455,7 +455,8 @@ using StemRun = ImageRowsRun<StemConv>;
 // A plan's weight-streaming 1x1 convolution (PointwiseConv::run_stream) over `pixels`
 // channels-last pixels and the tasks its column groups are shared out in (1: the calling thread);
 // `by_pixels`: the tasks are near-equal slices of the pixels instead, each over every column
-// group (a few-channel 1x1 at a large spatial size whose weights take a gate per call).
+// group (a few-channel 1x1 at a large spatial size whose weights take a gate per call, and the
+// 1x1s whose weights are a quarter to all of their activations: ResNet-50-style's 14x14 ones).
 struct PointwiseRun final : OwnConvRun {
   std::shared_ptr<const PointwiseConv> conv;
   int64_t pixels = 0;

@@ -7,10 +7,12 @@ it, on 2 threads, against eager torch's conv2d in float64: stride 1 and 2, a res
 or after the activation, inlined hardswish and SiLU, an odd count of column groups shared in half
 groups, and both values of ET_CPU_STREAM_1X1 and of ET_CPU_STREAM_TILE_FIT (which must change no
 bits). Last, ET_CPU_EVEN_SHARES both ways: a partial last column group shared in equal shares of
-the work (the same bits) and 3 pieces on 2 threads rounded down to 2 (the same values).
+the work (the same bits) and 3 pieces on 2 threads rounded down to 2 (the same values). Then
+the 1x1s split by pixels (ET_CPU_POINTWISE_BY_PIXELS unset, "0" and "all"; the residual added
+in place) against float64 eager.
 
 Tolerance: 1e-4 relative and absolute (float32 sums of at most 72 products; 2e-4 for the
-stream's sums of up to 160).
+stream's sums of up to 160; 5e-4 for the pixel split's sums of up to 512).
 """
 
 from __future__ import annotations
@@ -279,3 +281,49 @@ def test_even_shares_round_three_pieces_down_to_two(monkeypatch: pytest.MonkeyPa
         plan.run_into(out, x)
         torch.testing.assert_close(out, want, rtol=2e-4, atol=2e-4)
     assert pieces == {"1": 2, "0": 3}, pieces
+
+
+# ResNet-50-style stage-3 1x1s at 14x14 (weights 0.52 of the activations: split by pixels by
+# default) with ReLU, and with the residual added in place (the output buffer holds the
+# residual, as the runtime's "adds in place"); a 64 -> 256 1x1 at 28x28 (weights 0.07 of the
+# activations), which the default leaves on oneDNN. Sums of up to 512 products: 5e-4 relative
+# and absolute against float64.
+PIXEL_SHAPES = [(512, 128, 14, "relu", True), (128, 512, 14, "add_relu", True)]
+PIXEL_SHAPES += [(64, 256, 28, "add_relu", False)]
+
+
+@pytest.mark.parametrize(("cin", "cout", "size", "post", "default"), PIXEL_SHAPES, ids=str)
+@pytest.mark.parametrize("switch", ["", "0", "all"])
+def test_pixel_split_conv_matches_eager(
+    two_threads: Provider,
+    monkeypatch: pytest.MonkeyPatch,
+    cin: int,
+    cout: int,
+    size: int,
+    post: str,
+    default: bool,
+    switch: str,
+) -> None:
+    monkeypatch.setenv("ET_CPU_POINTWISE_BY_PIXELS", switch)
+    post_ops, reference = STREAM_POST_OPS[post]
+    generator = torch.Generator().manual_seed(cin + 3 * cout + size)
+    x = torch.randn(1, cin, size, size, generator=generator)
+    x = x.contiguous(memory_format=torch.channels_last)
+    weight = torch.randn(cout, cin, 1, 1, generator=generator) * (2.0 / math.sqrt(cin))
+    bias = torch.randn(cout, generator=generator)
+    plan = _channels_last_1x1(two_threads, x, weight, bias, 1, post_ops)
+    described = plan.describe()
+    wanted = switch == "all" or (switch == "" and default)
+    assert ("pointwise_by_pixels" in described) == wanted, described
+    if wanted:
+        assert plan.pieces == 2, described
+    residual = torch.randn(1, cout, size, size, generator=generator)
+    residual = residual.contiguous(memory_format=torch.channels_last)
+    out = plan.new_output()
+    has_add = any(op.kind == ADD for op in post_ops)
+    out.copy_(residual)
+    plan.run_into(out, x, residual=out if has_add else None)
+    want = F.conv2d(x.double(), weight.double(), bias.double())
+    torch.testing.assert_close(
+        out, reference(want, residual.double()).float(), rtol=5e-4, atol=5e-4
+    )
