@@ -233,6 +233,41 @@ def test_calls_with_the_pool_held_match_calls_without() -> None:
         torch.testing.assert_close(a, want, atol=1e-4, rtol=1e-4)
 
 
+def test_calls_that_wake_a_blocked_pool_match_calls_that_do_not() -> None:
+    # A call not held wakes the pool's blocked workers at its start (ET_CPU_POOL_WAKE, on unless
+    # 0, read at init): after 60 ms without a job (past the 50 ms nap window) the worker is
+    # blocked, the call's wake finds it so, and its split ops must still run every piece once.
+    import time
+
+    from backends.cpu.runtime.test.lowered_program import load, lower_to_pte
+
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 8, 3)
+    ).eval()
+    x = torch.randn(1, 3, 24, 24)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")
+        patch.setenv("ET_CPU_ONEDNN_THREADS", "2")
+        patch.setenv("ET_CPU_POOL_HOLD", "0")
+        pte, _ = lower_to_pte(model, (x,))
+        waking = load(pte)
+        waking.forward([x])  # init: the delegate reads its switches here
+        patch.setenv("ET_CPU_POOL_WAKE", "0")
+        not_waking = load(pte)
+        not_waking.forward([x])
+    (summary,) = [line for line in loader.last_placement() if line.startswith("Optimized(")]
+    assert "ops split" in summary and "0 ops split" not in summary, summary
+    with torch.no_grad():
+        want = model(x)
+    for _ in range(4):
+        time.sleep(0.06)
+        (a,) = waking.forward([x])
+        time.sleep(0.06)
+        (b,) = not_waking.forward([x])
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, want, atol=1e-4, rtol=1e-4)
+
+
 class Pool(torch.nn.Module):
     def __init__(self, kernel: int, stride: int | None, padding: int, ceil: bool) -> None:
         super().__init__()
