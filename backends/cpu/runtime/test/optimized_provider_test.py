@@ -201,34 +201,64 @@ def test_example_models_split_into_pieces_match_reference(name: str) -> None:
     assert (split > 0) == (name != "mlp_bn"), summary
 
 
-def test_calls_with_the_pool_held_match_calls_without() -> None:
-    # A call holds the work pool (ET_CPU_POOL_HOLD, read at init; "all": every call, not only
-    # after a call of 1 ms or more): its worker spins between the call's ops instead of sleeping.
-    # Two delegates of one program, held and not, alternate on the shared pool; every split op's
-    # pieces must still all run, once.
-    from backends.cpu.runtime.test.lowered_program import load, lower_to_pte
+def _split_conv_twice(
+    first: dict[str, str], second: dict[str, str]
+) -> tuple[torch.Tensor, torch.Tensor, Any, Any]:
+    """A small split convolution net lowered once and loaded twice on 2 threads, each delegate
+    initialized with its own switches: (the eager output, the input, the two modules)."""
+    from backends.cpu.runtime.test.lowered_program import load
 
     model = torch.nn.Sequential(
         torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, 8, 3)
     ).eval()
     x = torch.randn(1, 3, 24, 24)
+    modules = []
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ET_CPU_ONEDNN_TASK_FLOPS", "0")
         patch.setenv("ET_CPU_ONEDNN_THREADS", "2")
-        patch.setenv("ET_CPU_POOL_HOLD", "all")
         pte, _ = lower_to_pte(model, (x,))
-        held = load(pte)
-        held.forward([x])  # init: the delegate reads its switches here
-        patch.setenv("ET_CPU_POOL_HOLD", "0")
-        unheld = load(pte)
-        unheld.forward([x])
+        for switches in (first, second):
+            for name, value in switches.items():
+                patch.setenv(name, value)
+            module = load(pte)
+            module.forward([x])  # init: the delegate reads its switches here
+            modules.append(module)
     (summary,) = [line for line in loader.last_placement() if line.startswith("Optimized(")]
     assert "ops split" in summary and "0 ops split" not in summary, summary
     with torch.no_grad():
         want = model(x)
+    return want, x, modules[0], modules[1]
+
+
+def test_calls_with_the_pool_held_match_calls_without() -> None:
+    # A call holds the work pool (ET_CPU_POOL_HOLD, read at init; "all": every call, not only
+    # after a call of 1 ms or more): its worker spins between the call's ops instead of sleeping.
+    # Two delegates of one program, held and not, alternate on the shared pool; every split op's
+    # pieces must still all run, once.
+    want, x, held, unheld = _split_conv_twice(
+        {"ET_CPU_POOL_HOLD": "all"}, {"ET_CPU_POOL_HOLD": "0"}
+    )
     for _ in range(20):
         (a,) = held.forward([x])
         (b,) = unheld.forward([x])
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, want, atol=1e-4, rtol=1e-4)
+
+
+def test_calls_that_wake_a_blocked_pool_match_calls_that_do_not() -> None:
+    # A call not held wakes the pool's blocked workers at its start (ET_CPU_POOL_WAKE, on unless
+    # 0, read at init): after 60 ms without a job (past the 50 ms nap window) the worker is
+    # blocked, the call's wake finds it so, and its split ops must still run every piece once.
+    import time
+
+    want, x, waking, not_waking = _split_conv_twice(
+        {"ET_CPU_POOL_HOLD": "0"}, {"ET_CPU_POOL_HOLD": "0", "ET_CPU_POOL_WAKE": "0"}
+    )
+    for _ in range(4):
+        time.sleep(0.06)
+        (a,) = waking.forward([x])
+        time.sleep(0.06)
+        (b,) = not_waking.forward([x])
         assert torch.equal(a, b)
         torch.testing.assert_close(a, want, atol=1e-4, rtol=1e-4)
 

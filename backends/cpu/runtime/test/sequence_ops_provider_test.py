@@ -3,15 +3,24 @@
 argmin over adjacent dims, embedding rows gathered by checked int64 / int32 ids.
 
 None of them does arithmetic that rounds: every output must equal eager's exactly (bool, int64
-and float alike), NaN included, and the Reference provider's too.
+and float alike), NaN included, and the Reference provider's too. The one exception: amax / amin
+over a convolution's spatial dims, which read its channels-last output (the convolution before
+rounds as oneDNN does: provider_compare's scaled tolerance).
 """
+
+import re
 
 import pytest
 import torch
 
 from backends.cpu.runtime import loader
-from backends.cpu.runtime.test.lowered_program import lower
-from backends.cpu.runtime.test.provider_compare import placed, run_both
+from backends.cpu.runtime.test.lowered_program import lower, lower_to_pte
+from backends.cpu.runtime.test.provider_compare import (
+    assert_close_scaled,
+    placed,
+    run_both,
+    run_pte_both,
+)
 
 
 def _equal(got: torch.Tensor, want: torch.Tensor) -> bool:
@@ -131,6 +140,68 @@ def test_reductions_ties_and_nan_like_eager() -> None:
     _assert_all_equal(got, ref, model(x, flags))
     for kernel in ("amax.out", "amin.out", "argmax.out", "argmin.out", "any.out", "any.all_out"):
         assert placed(placement, f"aten::{kernel}", "Optimized"), (kernel, placement)
+
+
+class MaxOverSpace(torch.nn.Module):
+    """The text CNN's max over time after Conv1d (+ ReLU), and amin / amax over a Conv2d's H, W:
+    150 channels (a full 128-channel block and a masked tail), 37 and 20 (masked only); `z`
+    carries a NaN, which every channel's max over time must keep (the convolution spreads it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wide = torch.nn.Conv1d(8, 150, 3, padding=1)
+        self.narrow = torch.nn.Conv1d(8, 37, 4)
+        self.image = torch.nn.Conv2d(5, 20, 3)
+        self.spread = torch.nn.Conv1d(8, 24, 3)
+
+    def forward(
+        self, x: torch.Tensor, image: torch.Tensor, z: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        return (
+            torch.amax(torch.relu(self.wide(x)), dim=-1),
+            torch.amin(self.narrow(x), dim=2),
+            torch.amax(self.image(image), dim=(2, 3), keepdim=True),
+            torch.amax(self.spread(z), dim=-1),
+        )
+
+
+def _kept_channels_last(placement: list[str]) -> int:
+    counts = [re.search(r"(\d+) activations kept channels-last", line) for line in placement]
+    found = [int(match[1]) for match in counts if match]
+    assert len(found) == 1, placement
+    return found[0]
+
+
+@pytest.mark.parametrize("switch", ["on", "0"])
+def test_max_over_a_convolutions_spatial_dims_reads_it_channels_last(
+    switch: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ET_CPU_AMAX_CHANNELS_LAST (on unless 0, read at bind): each convolution's output stays
+    channels-last (4 kept) and amax / amin read it so; off, all plain (0 kept). Either way the
+    outputs match eager within the scaled tolerance (float64 eager: the max itself is exact),
+    NaN in the same places."""
+    if switch == "0":
+        monkeypatch.setenv("ET_CPU_AMAX_CHANNELS_LAST", "0")
+    else:
+        monkeypatch.delenv("ET_CPU_AMAX_CHANNELS_LAST", raising=False)
+    torch.manual_seed(7)
+    x = torch.randn(2, 8, 33)
+    image = torch.randn(2, 5, 9, 11)
+    z = torch.randn(1, 8, 20)
+    z[0, 3, 11] = float("nan")
+    model = MaxOverSpace().eval()
+    pte, _ = lower_to_pte(model, (x, image, z))
+    got, ref, placement = run_pte_both(pte, (x, image, z))
+    with torch.no_grad():
+        want = model.double()(x.double(), image.double(), z.double())
+    assert _kept_channels_last(placement) == (4 if switch == "on" else 0), placement
+    for index, (g, r, w) in enumerate(zip(got, ref, want, strict=True)):
+        assert g.shape == w.shape and g.dtype == torch.float32, (index, g.shape, w.shape)
+        assert torch.equal(g.isnan(), w.isnan()) and torch.equal(r.isnan(), w.isnan()), index
+        assert_close_scaled(g.nan_to_num(), w.float().nan_to_num())
+    assert bool(got[3].isnan().all())  # the NaN reached every channel's max over time
+    assert len(placed(placement, "aten::amax.out", "Optimized")) == 3, placement
+    assert placed(placement, "aten::amin.out", "Optimized"), placement
 
 
 class Lookup(torch.nn.Module):

@@ -1,8 +1,11 @@
 // Binders of the ops on our own loops that never call oneDNN: reductions over adjacent dims
 // (amax / amin / argmax / argmin / any: kernels/reductions.h), attention-mask ops (comparison
 // with a scalar, logical_not, where: kernels/mask_ops.h) and the embedding gather
-// (kernels/embedding.h), each a LoopKernel.
+// (kernels/embedding.h), each a LoopKernel; amax / amin over an activation's spatial dims a
+// SpatialMaxKernel, which also reads a channels-last input.
 #include "backends/cpu/runtime/providers/optimized/binders.h"
+
+#include <algorithm>
 
 #include "backends/cpu/runtime/error_report.h"
 #include "backends/cpu/runtime/providers/optimized/kernels/embedding.h"
@@ -26,6 +29,60 @@ bool reduction_dims(const EValue* value, std::vector<int64_t>* dims) {
   for (int64_t d : value->toIntList()) dims->push_back(d);
   return true;
 }
+
+// amax / amin over every spatial dim of an activation of rank 3-5 ([N, C, spatial...]: the text
+// CNN's max over time after each Conv1d), which reads its input in whichever layout the session
+// keeps it: channels-last it lies as [N, spatial..., C], the reduction over the middle run with
+// the channels innermost (16 channels a vector). So the convolution before it writes its
+// channels-last output as is, with no conversion to plain behind it (oneDNN's reorder).
+// ET_CPU_AMAX_CHANNELS_LAST=0 (read at bind): the input is read plain, as every other loop.
+class SpatialMaxKernel final : public OptimizedKernel {
+ public:
+  SpatialMaxKernel(const Tensor* input, Tensor* output, bool minimum,
+                   const onednn::ReductionShape& plain)
+      : input_(input), output_(output), minimum_(minimum), plain_(plain), shape_(plain) {}
+
+  // Whether `op` reduces every spatial dim of a rank 3-5 input (the dims normalized, sorted).
+  static bool covers_spatial_dims(const Tensor& input, std::vector<int64_t> dims) {
+    const int64_t rank = input.dim();
+    if (rank < 3 || rank > 5 || dims.size() != static_cast<size_t>(rank - 2)) return false;
+    for (int64_t& d : dims) d = d < 0 ? d + rank : d;
+    std::sort(dims.begin(), dims.end());
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (dims[i] != static_cast<int64_t>(i) + 2) return false;
+    }
+    return true;
+  }
+
+  void prepare(onednn::Provider&, const InChannelsLast& channels_last) override {
+    channels_last_ = channels_last(impl_of(input_));
+    shape_ = plain_;
+    if (channels_last_) {
+      const std::vector<int64_t> sizes = dims_of(*input_);
+      shape_.outer = sizes[0];
+      shape_.inner = sizes[1];
+      shape_.extent = 1;
+      for (size_t d = 2; d < sizes.size(); ++d) shape_.extent *= sizes[d];
+    }
+  }
+  std::string implementation() const override {
+    return std::string("loops:") + (minimum_ ? "amin" : "amax") +
+           (channels_last_ ? " (channels-last input)" : "");
+  }
+  Error run(KernelRuntimeContext&) override {
+    onednn::reduce_max(shape_, minimum_, input_->const_data_ptr<float>(),
+                       output_->mutable_data_ptr<float>());
+    return Error::Ok;
+  }
+
+ private:
+  const Tensor* input_;
+  Tensor* output_;
+  bool minimum_;
+  onednn::ReductionShape plain_;
+  onednn::ReductionShape shape_;
+  bool channels_last_ = false;
+};
 
 }  // namespace
 
@@ -155,6 +212,11 @@ Error bind_reduction(const OpBinding& op, Reduction kind, OptimizedSession& sess
                             output->mutable_data_ptr<int64_t>());
       return Error::Ok;
     });
+  }
+  if (SpatialMaxKernel::covers_spatial_dims(*input, dims) &&
+      onednn::kernel_switched_on("ET_CPU_AMAX_CHANNELS_LAST")) {
+    return bind_prepared(std::make_unique<SpatialMaxKernel>(input, output, minimum, shape),
+                         session, out);
   }
   return bind_loop(session, out, "amax", {input}, [=] {
     onednn::reduce_max(shape, minimum, input->const_data_ptr<float>(),

@@ -50,7 +50,8 @@ OptimizedSession::OptimizedSession(const OptimizedSession* base, bool sizes_vary
                : onednn::weight_cache_enabled() ? std::make_shared<onednn::WeightCache>()
                                                 : nullptr),
       shape_plan_(base != nullptr),
-      hold_pool_(onednn::switch_reach("ET_CPU_POOL_HOLD")) {
+      hold_pool_(onednn::switch_reach("ET_CPU_POOL_HOLD")),
+      wake_pool_(onednn::kernel_switched_on("ET_CPU_POOL_WAKE")) {
   provider_ = std::make_unique<onednn::Provider>(options());  // options() reads provider_
 }
 
@@ -58,7 +59,17 @@ void OptimizedSession::call_started() {
   const bool hold = hold_pool_ == onednn::SwitchReach::kEverywhere ||
                     (hold_pool_ == onednn::SwitchReach::kDefault && last_call_us_ >= kHoldFromUs);
   held_ = hold ? provider_->work_pool() : nullptr;
-  if (held_ != nullptr) held_->hold();
+  if (held_ != nullptr) {
+    held_->hold();
+  } else if (wake_pool_ && provider_->work_pool() != nullptr) {
+    // A fresh Provider (finalize, resize) has its own plans: count again (a stale count would
+    // only cost or skip one wake).
+    if (split_provider_ != provider_.get()) {
+      splits_ = split_count() > 0;
+      split_provider_ = provider_.get();
+    }
+    if (splits_) provider_->work_pool()->wake();
+  }
   call_start_ = std::chrono::steady_clock::now();
 }
 

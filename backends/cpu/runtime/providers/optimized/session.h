@@ -117,7 +117,10 @@ class OptimizedSession final : public ProviderSession {
   // least kHoldFromUs: waking the worker at the start costs tens of microseconds on a VM, which a
   // decoder's 0.1 ms step cannot pay back. ET_CPU_POOL_HOLD (switch_reach, read when the session
   // opens): "0" never (the workers sleep after their brief wait, as between calls), "all" every
-  // call.
+  // call. A call not held wakes the pool's blocked workers at its start when some op is split
+  // (WorkPool::wake; ET_CPU_POOL_WAKE, on unless "0", read when the session opens): after time
+  // away (gc.collect(), another runtime) the futex wake is paid before the first ops instead of
+  // inside the first split op, which the worker then joins on time.
   void call_started() override;
   void call_finished() override;
   // Some kernel runs images apart (OptimizedKernel::runs_images_apart) and
@@ -160,6 +163,9 @@ class OptimizedSession final : public ProviderSession {
   bool bound_in_base_ = false;  // the op being bound (begin_bind)
   static constexpr int64_t kHoldFromUs = 1000;
   onednn::SwitchReach hold_pool_ = onednn::SwitchReach::kDefault;  // ET_CPU_POOL_HOLD
+  bool wake_pool_ = true;  // ET_CPU_POOL_WAKE
+  bool splits_ = false;  // some kernel of split_provider_'s plans is split
+  const onednn::Provider* split_provider_ = nullptr;
   onednn::WorkPool* held_ = nullptr;  // the pool held during the current call
   std::chrono::steady_clock::time_point call_start_;
   int64_t last_call_us_ = 0;  // the graph's previous call, start to finish (0: none yet)

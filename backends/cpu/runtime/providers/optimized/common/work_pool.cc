@@ -197,6 +197,18 @@ void WorkPool::hold() {
   if (sleepers) wake_.notify_all();
 }
 
+void WorkPool::wake() {
+  if (workers_.empty()) return;
+  std::unique_lock<std::mutex> turn(caller_, std::try_to_lock);
+  if (!turn.owns_lock()) return;  // another caller's job is running: its workers are awake
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (sleeping_ == 0) return;
+    generation_.fetch_add(1, std::memory_order_release);  // no job: they find none, then nap
+  }
+  wake_.notify_all();
+}
+
 void WorkPool::release() {
   if (workers_.empty()) return;
   holds_.fetch_sub(1, std::memory_order_acq_rel);

@@ -62,6 +62,11 @@ class WorkPool {
   // its release().
   void hold();
   void release();
+  // Wakes the workers blocked on the condition variable (none were given a job for kNapWindow,
+  // work_pool.cc), without holding the pool: they wait briefly and nap as after a job. A call
+  // after time away makes this futex wake at its start, so a worker is up by its first split op
+  // instead of joining that op late (ET_CPU_POOL_WAKE, session.h). Free when none is blocked.
+  void wake();
 
  private:
   void worker_main(int worker);

@@ -85,6 +85,39 @@ ET_AVX512 float row_max16(const float* p, int64_t count, bool minimum, bool* nan
   return minimum ? horizontal16<Horizontal::kMin>(best) : horizontal16<Horizontal::kMax>(best);
 }
 
+// out[i] = max (min) over k of block[k * inner + i]; NaN where any was NaN (a lane's unordered
+// compare, blended in last). A channels-last activation's max over its spatial dims, `inner` its
+// channel count: up to 128 channels (8 vectors, the last masked) at a time, each row of them read
+// in one contiguous run per k.
+ET_AVX512 void column_max16(const float* block, int64_t extent, int64_t inner, bool minimum,
+                            float* out) {
+  constexpr int kVectors = 8;
+  for (int64_t i0 = 0; i0 < inner; i0 += 16 * kVectors) {
+    __mmask16 m[kVectors];
+    __m512 best[kVectors];
+    __mmask16 unordered[kVectors];
+    for (int v = 0; v < kVectors; ++v) {
+      const int64_t lanes = std::max<int64_t>(0, std::min<int64_t>(16, inner - i0 - 16 * v));
+      m[v] = static_cast<__mmask16>((1u << lanes) - 1u);
+      best[v] = _mm512_maskz_loadu_ps(m[v], block + i0 + 16 * v);
+      unordered[v] = _mm512_cmp_ps_mask(best[v], best[v], _CMP_UNORD_Q);
+    }
+    for (int64_t k = 1; k < extent; ++k) {
+      const float* row = block + k * inner + i0;
+      for (int v = 0; v < kVectors; ++v) {
+        const __m512 x = _mm512_maskz_loadu_ps(m[v], row + 16 * v);
+        unordered[v] |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+        best[v] = minimum ? _mm512_min_ps(best[v], x) : _mm512_max_ps(best[v], x);
+      }
+    }
+    const __m512 nan = _mm512_set1_ps(std::numeric_limits<float>::quiet_NaN());
+    for (int v = 0; v < kVectors; ++v) {
+      _mm512_mask_storeu_ps(out + i0 + 16 * v, m[v],
+                            _mm512_mask_blend_ps(unordered[v], best[v], nan));
+    }
+  }
+}
+
 }  // namespace
 
 void reduce_max(const ReductionShape& s, bool minimum, const float* x, float* out) {
@@ -96,6 +129,12 @@ void reduce_max(const ReductionShape& s, bool minimum, const float* x, float* ou
       const float best = vector ? row_max16(row, s.extent, minimum, &nan)
                                 : row_max_loops(row, s.extent, minimum, &nan);
       out[o] = nan ? std::numeric_limits<float>::quiet_NaN() : best;
+    }
+    return;
+  }
+  if (cpu_has_avx512()) {
+    for (int64_t o = 0; o < s.outer; ++o) {
+      column_max16(x + o * s.extent * s.inner, s.extent, s.inner, minimum, out + o * s.inner);
     }
     return;
   }
