@@ -11,6 +11,21 @@ the median) and the delegate's own memory (arena + provider-held reordered weigh
 
     bazel run //tools/bench:cpu_delegate_bench -- [--only resnet/full] [--size small]
         [--no-delegate] [--no-onnxruntime] [--json out.json]
+        [--profile [--profile-runs N] [--profile-env ET_CPU_ONEDNN_BLOCKS=0]] [--profile-away]
+
+``--profile [--profile-runs N]`` (`op_profile.py`, zoo_bench's profile): after each model's table,
+N runs (default 10) of the CPU delegate's program in a fresh process with ``ET_CPU_PROFILE=1``:
+each op's provider and share of the kernel time, summed per kernel and provider, the top ops, one
+call's parts (Python's ``run_method``, the delegate's share of it, its kernels and the time
+before, between and after them) and the roofline: each op's and each kernel class's (dense, 1x1,
+depthwise convolution, GEMM, memory-bound) GFLOP/s against float32 ``torch.mm`` at 1024^3
+measured in the same run, FLOPs from the profiled program's payload (`op_cost.py`), and the whole
+call at the timed medians. The runtime runs each MobileNetV2 block (1x1 expand, depthwise, 1x1
+project) as one kernel, a "fused conv chain" (under the table: which classes its FLOPs are);
+``--profile-env ET_CPU_ONEDNN_BLOCKS=0`` (set in the profiled processes only, not in the timed
+delegates) times the three convolutions one by one. ``--profile-away``: each op back to back and
+after time away (``gc.collect()`` before every call), ours and, unless --no-onnxruntime, ONNX
+Runtime's. Both go into the JSON's ``details`` too.
 """
 
 from __future__ import annotations
@@ -23,7 +38,7 @@ from contextlib import contextmanager
 import torch
 from executorch.exir import to_edge_transform_and_lower
 
-from tools.bench import harness, onnxruntime_peer
+from tools.bench import harness, onnxruntime_peer, op_profile
 from tools.bench.eager_runner import make_eager
 from tools.lower.examples import get_example
 
@@ -41,6 +56,8 @@ MODELS = ("resnet", "mobilenet", "mlp_bn")
 _SIZE = ["full"]  # --size rewrites it before the benchmarks are built
 _WITH_NO_DELEGATE = [False]  # --no-delegate adds the (slow) ExecuTorch-kernels-only path
 _WITH_ONNXRUNTIME = [True]  # --no-onnxruntime leaves the ONNX Runtime column out
+# --profile, --profile-away: profiled runs per model, back to back and after time away.
+_PROFILE = [op_profile.Options()]
 # Delegate memory reported by each CPU-delegate factory: (arena, provider-held) bytes.
 _DELEGATE_MEMORY: dict[str, tuple[int, int]] = {}
 GEMM = 2048
@@ -65,10 +82,6 @@ def _onednn_settings(path: str) -> Iterator[None]:
 
 
 def _partitioners(path: str) -> list[object]:
-    if path in _DELEGATE_ENV:
-        from backends.cpu.partition.cpu_partitioner import CpuPartitioner
-
-        return [CpuPartitioner()]
     if path == "xnnpack":
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
@@ -82,11 +95,13 @@ def make_program(example: str, size: str, path: str) -> harness.Runner:
 
     from backends.cpu.runtime import loader
 
-    spec = get_example(example)
-    inputs = spec.sample_inputs(size)
-    with torch.no_grad():
-        exported = torch.export.export(spec.model(size), inputs)
-    lowered = to_edge_transform_and_lower(exported, partitioner=_partitioners(path))
+    net, inputs = op_profile.create(op_profile.EXAMPLES, example, size)
+    if path in _DELEGATE_ENV:
+        lowered, _ = op_profile.lower_cpu(net, inputs)  # as --profile's process lowers it
+    else:
+        with torch.no_grad():
+            exported = torch.export.export(net, inputs)
+        lowered = to_edge_transform_and_lower(exported, partitioner=_partitioners(path))
     pte = bytes(lowered.to_executorch().buffer)
     _KEEP.append(pte)
     # The memory subprocesses load the same library.
@@ -195,7 +210,8 @@ def benchmarks() -> list[harness.Benchmark]:
 
 
 def summary(result: harness.BenchmarkResult) -> str:
-    """GFLOP/s per path and the delegate's memory beside XNNPACK's peak RSS."""
+    """GFLOP/s per path and the delegate's memory beside XNNPACK's peak RSS; with --profile /
+    --profile-away, the model's per-op profile (`op_profile.report`)."""
     if result.name.startswith("torch.mm"):
         flops = 2 * GEMM**3
     else:
@@ -216,6 +232,8 @@ def summary(result: harness.BenchmarkResult) -> str:
             f"peak RSS over import: cpu delegate {rss.get(BASELINE) or float('nan'):.1f} MiB, "
             f"xnnpack {xnn or float('nan'):.1f} MiB"
         )
+    if not result.name.startswith("torch.mm"):
+        lines += op_profile.report(result, op_profile.EXAMPLES, _PROFILE[0], _WITH_ONNXRUNTIME[0])
     return "\n".join(lines)
 
 
@@ -228,7 +246,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="leave ONNX Runtime out (it is timed beside XNNPACK by default)",
     )
+    op_profile.add_arguments(parser)
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    _PROFILE[0] = op_profile.options_from(args, parser)
     _WITH_ONNXRUNTIME[0] = not args.no_onnxruntime
     _SIZE[0] = args.size
     _WITH_NO_DELEGATE[0] = args.no_delegate

@@ -123,17 +123,35 @@ def define_common_targets():
         deps = ["//backends/cpu/runtime/providers/optimized/test:onednn_ctypes"],
     )
 
-    # Issue #6: the C++ CPU delegate runtime vs no delegate, XNNPACK and eager (ratios, peak memory).
-    runtime.python_binary(
-        name = "cpu_delegate_bench",
-        main = "cpu_delegate_bench.py",
+    # Issue #6: the C++ CPU delegate runtime vs no delegate, XNNPACK and eager (ratios, peak memory),
+    # with an optional per-op profile (--profile, op_profile.py).
+    runtime.python_library(
+        name = "cpu_delegate_bench_lib",
+        srcs = ["cpu_delegate_bench.py"],
         deps = [
             ":eager_runner",
             ":harness",
             ":onnxruntime_peer",
-            "//backends/cpu/partition:cpu_partitioner",
+            ":op_profile",
             "//backends/cpu/runtime:loader",
             "//tools/lower:examples",
+        ],
+    )
+
+    runtime.python_binary(
+        name = "cpu_delegate_bench",
+        main = "cpu_delegate_bench.py",
+        deps = [":cpu_delegate_bench_lib"],
+    )
+
+    runtime.python_test(
+        name = "cpu_delegate_bench_test",
+        size = "medium",
+        srcs = ["cpu_delegate_bench_test.py"],
+        deps = [
+            ":cpu_delegate_bench_lib",
+            ":op_cost",
+            ":op_profile",
         ],
     )
 
@@ -218,8 +236,8 @@ def define_common_targets():
         ],
     )
 
-    # What each payload op computes (FLOPs, kernel class): the zoo profile's distance to the GEMM
-    # peak.
+    # What each payload op computes (FLOPs, kernel class): the profile's distance to the GEMM peak
+    # (op_profile.py).
     runtime.python_library(
         name = "op_cost",
         srcs = ["op_cost.py"],
@@ -271,16 +289,32 @@ def define_common_targets():
         deps = [":harness"],
     )
 
+    # The CPU delegate's per-op profile and roofline of a zoo or examples model, in a fresh
+    # process (`python -m tools.bench.op_profile --child ...`): zoo_bench's and
+    # cpu_delegate_bench's --profile and --profile-away.
+    runtime.python_library(
+        name = "op_profile",
+        srcs = ["op_profile.py"],
+        deps = [
+            ":harness",
+            ":onnxruntime_peer",
+            ":op_cost",
+            ":zoo",
+            "//backends/cpu/partition:cpu_partitioner",
+            "//backends/cpu/runtime:loader",
+            "//tools/lower:examples",
+        ],
+    )
+
     runtime.python_library(
         name = "zoo_bench_lib",
         srcs = ["zoo_bench.py"],
         deps = [
             ":harness",
             ":onnxruntime_peer",
-            ":op_cost",
+            ":op_profile",
             ":zoo",
             "//backends/cpu:routes",
-            "//backends/cpu/partition:cpu_partitioner",
             "//backends/cpu/runtime:loader",
         ],
     )
@@ -295,5 +329,8 @@ def define_common_targets():
         name = "zoo_bench_test",
         size = "medium",
         srcs = ["zoo_bench_test.py"],
-        deps = [":zoo_bench_lib"],
+        deps = [
+            ":op_profile",
+            ":zoo_bench_lib",
+        ],
     )

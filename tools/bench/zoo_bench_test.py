@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.bench import zoo, zoo_bench
+from tools.bench import op_profile, zoo, zoo_bench
 
 
 def test_there_is_one_benchmark_per_zoo_model_with_four_paths() -> None:
@@ -92,7 +92,7 @@ def test_profile_lines_parse() -> None:
         "(declined by Optimized(oneDNN): convolution: transposed)\n"
         "     751.4 us total\n"
     )
-    first, second = zoo_bench.parse_profile(text)
+    first, second = op_profile.parse_profile(text)
     assert (first.node, first.kernel, first.provider) == (
         "aten_convolution_default",
         "aten::convolution.out",
@@ -114,14 +114,14 @@ def test_call_lines_parse_and_sum_over_delegates() -> None:
             line.format("50.5", "40.0", "10.5", "0.5", "9.5", "0.5"),
         ]
     )
-    assert zoo_bench.parse_calls(text) == {
+    assert op_profile.parse_calls(text) == {
         "total": 150.5,
         "kernels": 130.0,
         "entry": 1.5,
         "between": 17.5,
         "exit": 1.5,
     }
-    assert zoo_bench.parse_calls("     90.0 us total") == {}
+    assert op_profile.parse_calls("     90.0 us total") == {}
 
 
 def test_variant_env_wants_name_equals_value() -> None:
